@@ -1,0 +1,50 @@
+"""The `irsurgeon` command line: a click group, one module per command, errors turned into one line here."""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from irsurgeon import __version__
+from irsurgeon.errors import IRSurgeonError
+
+DEBUG_ENV = "IRSURGEON_DEBUG"
+
+
+class Group(click.Group):
+    """Runs a command and turns every failure into `Error: ...` on one line and a non-zero exit."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except IRSurgeonError as e:
+            fail(str(e), 1)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except OSError as e:
+            where = f"{e.filename}: " if e.filename else ""
+            fail(f"{where}{e.strerror or e}", 1)
+        except Exception as e:  # the last line of defence: report, never hide, and point at the traceback switch
+            if os.environ.get(DEBUG_ENV):
+                raise
+            fail(f"unexpected {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+                 f"(set {DEBUG_ENV}=1 for the traceback)", 2)
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"Error: {' '.join(message.split())}", err=True)
+    sys.exit(code)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="irsurgeon")
+def main() -> None:
+    """Graph surgery on OpenVINO IR: build and attach the Qwen3.5 MTP head without PyTorch."""
+
+
+from irsurgeon.cli import build_mtp  # noqa: E402
+
+main.add_command(build_mtp.command)

@@ -1,0 +1,66 @@
+"""Weights, constants, linear layers and the zero-centred RMSNorm.
+
+    linear(x, W)      = x @ W^T                                   x [B, S, in], W [out, in]
+    rms_norm(x, g)    = x * rsqrt(mean(x^2, -1) + eps) * g        g = 1 + w, already folded on load
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+import numpy as np
+import openvino as ov
+import openvino.opset13 as ops
+from openvino._offline_transformations import compress_model_transformation
+
+F32 = ov.Type.f32
+
+
+class WeightFormat(str, Enum):
+    """How float weights are stored in the IR; activations are always f32."""
+
+    F32 = "f32"
+    F16 = "f16"
+
+
+def named(node: ov.Node, name: str) -> ov.Output:
+    node.set_friendly_name(name)
+    return node.output(0)
+
+
+def const(value, dtype=np.float32, name: str | None = None) -> ov.Output:
+    """A small non-weight constant (shapes, axes, scalars), always in the exact dtype given."""
+    node = ops.constant(np.asarray(value, dtype=dtype))
+    if name:
+        node.set_friendly_name(name)
+    return node.output(0)
+
+
+def weight(array: np.ndarray, name: str, fmt: WeightFormat) -> ov.Output:
+    """A float weight stored as `fmt`, produced as f32.
+
+    f16 goes through openvino's own compression pass on a one-constant model, so the Convert carries the
+    `decompression` mark the plugins key on to keep the weight compressed in memory.
+    """
+    node = ops.constant(np.ascontiguousarray(array, dtype=np.float32))
+    node.set_friendly_name(name)
+    if fmt is WeightFormat.F32:
+        return node.output(0)
+    holder = ov.Model([ops.result(node)], [], "weight")
+    compress_model_transformation(holder)
+    out = holder.get_results()[0].input_value(0)
+    out.get_node().set_friendly_name(f"{name}/decompress")
+    out.get_node().input_value(0).get_node().set_friendly_name(name)
+    return out
+
+
+def linear(x: ov.Output, w: ov.Output, name: str) -> ov.Output:
+    return named(ops.matmul(x, w, transpose_a=False, transpose_b=True), name)
+
+
+def rms_norm(x: ov.Output, gain: ov.Output, eps: float, name: str) -> ov.Output:
+    """Normalise over the last axis in f32, then scale by the folded (1 + w) gain."""
+    sq = named(ops.multiply(x, x), f"{name}/square")
+    mean = named(ops.reduce_mean(sq, const([-1], np.int64), keep_dims=True), f"{name}/mean")
+    inv = named(ops.sqrt(ops.add(mean, const(eps))), f"{name}/sqrt")
+    normed = named(ops.divide(x, inv), f"{name}/normalize")
+    return named(ops.multiply(normed, gain), name)

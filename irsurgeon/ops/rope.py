@@ -1,0 +1,43 @@
+"""Partial rotary position embedding (rotate_half form) on plain 1-D positions.
+
+    inv_freq[j] = theta^(-2j / R),  j < R/2,  R = rotary dims
+    ang   = position * inv_freq                        [B, S, R/2]   (Multiply, not MatMul: nncf leaves it alone)
+    cos, sin = cos/sin(concat(ang, ang))               [B, 1, S, R]
+    rope(x) = concat(x_r * cos + rotate_half(x_r) * sin, x_pass),  x = [x_r (R) | x_pass (D - R)]
+    rotate_half([a | b]) = [-b | a]
+"""
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov
+import openvino.opset13 as ops
+
+from irsurgeon.ops.core import const, named
+
+
+def inv_freq(rotary_dim: int, theta: float) -> np.ndarray:
+    exponents = np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
+    return (1.0 / theta ** exponents).astype(np.float32)
+
+
+def rope_cos_sin(position_ids: ov.Output, rotary_dim: int, theta: float, name: str) -> tuple[ov.Output, ov.Output]:
+    """cos and sin tables [B, 1, S, R] for int64 position_ids [B, S]."""
+    pos = ops.unsqueeze(ops.convert(position_ids, ov.Type.f32), const([-1], np.int64))  # [B, S, 1]
+    ang = named(ops.multiply(pos, const(inv_freq(rotary_dim, theta), name=f"{name}.inv_freq")), f"{name}/angles")
+    emb = ops.unsqueeze(ops.concat([ang, ang], axis=-1), const([1], np.int64))  # [B, 1, S, R]
+    return named(ops.cos(emb), f"{name}/cos"), named(ops.sin(emb), f"{name}/sin")
+
+
+def apply_rope(x: ov.Output, cos: ov.Output, sin: ov.Output, rotary_dim: int, head_dim: int,
+               name: str) -> ov.Output:
+    """Rotate the first rotary_dim dims of x [B, N, S, D]; the rest pass through."""
+    x_rot, x_pass = x, None
+    if rotary_dim < head_dim:
+        parts = ops.variadic_split(x, const(-1, np.int64), const([rotary_dim, head_dim - rotary_dim], np.int64))
+        x_rot, x_pass = parts.output(0), parts.output(1)
+    halves = ops.split(x_rot, const(-1, np.int64), 2)
+    rotated = ops.concat([ops.negative(halves.output(1)), halves.output(0)], axis=-1)
+    out = ops.add(ops.multiply(x_rot, cos), ops.multiply(rotated, sin))
+    if x_pass is None:
+        return named(out, name)
+    return named(ops.concat([out, x_pass], axis=-1), name)

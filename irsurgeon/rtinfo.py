@@ -1,0 +1,18 @@
+"""rt_info keys irsurgeon reads and writes, spelled once."""
+from __future__ import annotations
+
+MTP_MODE = "mtp_mode"
+HIDDEN_STATES_LAYERS = "hidden_states_decoder_layers"
+RUNTIME_OPTIONS = "runtime_options"
+KV_CACHE_PRECISION = "KV_CACHE_PRECISION"
+PROVENANCE = "irsurgeon"  # section: version, source, weight_format, ...
+
+
+def set_provenance(model, **fields: str) -> None:
+    """Record irsurgeon's provenance fields under rt_info['irsurgeon']."""
+    for key, value in fields.items():
+        model.set_rt_info(str(value), [PROVENANCE, key])
+
+
+def set_runtime_option(model, key: str, value: str) -> None:
+    model.set_rt_info(str(value), [RUNTIME_OPTIONS, key])

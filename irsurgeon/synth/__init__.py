@@ -1,0 +1,1 @@
+"""Tiny, seeded, valid models and checkpoints for tests (irsurgeon's own and its users')."""

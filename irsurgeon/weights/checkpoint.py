@@ -1,0 +1,107 @@
+"""Locate a Hugging Face checkpoint's tensors and open only the shards that hold the ones asked for.
+
+A checkpoint is a directory with `config.json` and either `model.safetensors` or a sharded
+`model.safetensors.index.json` (`{"weight_map": {tensor: shard file}}`), or a single `.safetensors` file with a
+separately given config. Shard names from an index are untrusted: they must be plain file names inside the
+checkpoint directory.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from irsurgeon.config import read_json
+from irsurgeon.errors import CheckpointError, ConfigError
+from irsurgeon.weights.safetensors_io import SafetensorsFile, TensorInfo
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+CONFIG_FILE = "config.json"
+
+
+def _shard_path(root: Path, shard: object, index: Path) -> Path:
+    if not isinstance(shard, str) or not shard or "/" in shard or "\\" in shard or shard in (".", ".."):
+        raise CheckpointError(f"{index}: shard name {shard!r} is not a plain file name in the checkpoint directory")
+    path = root / shard
+    if path.is_symlink() and root.resolve() not in path.resolve().parents:
+        raise CheckpointError(f"{index}: shard {shard!r} is a link pointing outside the checkpoint directory")
+    if path.suffix != ".safetensors":
+        raise CheckpointError(f"{index}: shard {shard!r} is not a .safetensors file (only safetensors are read)")
+    return path
+
+
+class Checkpoint:
+    """Tensor name -> shard map of a checkpoint; shards are opened on first use and remembered in `opened`."""
+
+    def __init__(self, shard_of: dict[str, Path], config_path: Path | None, root: Path):
+        self.shard_of = shard_of
+        self.config_path = config_path
+        self.root = root
+        self._files: dict[Path, SafetensorsFile] = {}
+
+    @classmethod
+    def open(cls, path: str | Path, config: str | Path | None = None) -> "Checkpoint":
+        path = Path(path)
+        if path.is_file():
+            if path.suffix != ".safetensors":
+                raise CheckpointError(f"{path}: expected a .safetensors file or a checkpoint directory")
+            cfg = Path(config) if config else path.parent / CONFIG_FILE
+            ckpt = cls({}, cfg, path.parent)
+            ckpt._index_single(path)
+            return ckpt
+        if not path.is_dir():
+            raise CheckpointError(f"{path}: no such checkpoint file or directory")
+        cfg = Path(config) if config else path / CONFIG_FILE
+        index = path / INDEX_FILE
+        if index.is_file():
+            return cls(cls._read_index(index, path), cfg, path)
+        single = path / SINGLE_FILE
+        if single.is_file():
+            ckpt = cls({}, cfg, path)
+            ckpt._index_single(single)
+            return ckpt
+        raise CheckpointError(f"{path}: neither {SINGLE_FILE} nor {INDEX_FILE} found (only safetensors are read)")
+
+    @staticmethod
+    def _read_index(index: Path, root: Path) -> dict[str, Path]:
+        try:
+            weight_map = read_json(index).get("weight_map")
+        except ConfigError as e:  # re-labelled: a bad index is a checkpoint problem
+            raise CheckpointError(str(e)) from None
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError(f"{index}: 'weight_map' is missing or empty")
+        return {str(name): _shard_path(root, shard, index) for name, shard in weight_map.items()}
+
+    def _index_single(self, path: Path) -> None:
+        f = self._file(path)
+        self.shard_of = {name: path for name in f.tensors}
+
+    def _file(self, path: Path) -> SafetensorsFile:
+        if path not in self._files:
+            if not path.is_file():
+                raise CheckpointError(f"{path}: shard listed in the index does not exist")
+            self._files[path] = SafetensorsFile(path)
+        return self._files[path]
+
+    @property
+    def opened(self) -> list[Path]:
+        return list(self._files)
+
+    def names(self, prefix: str = "") -> list[str]:
+        return sorted(n for n in self.shard_of if n.startswith(prefix))
+
+    def info(self, name: str) -> TensorInfo:
+        f = self._file(self.shard_of[name])
+        if name not in f.tensors:
+            raise CheckpointError(f"{f.path}: the index places tensor {name!r} here, but the file does not hold it")
+        return f.tensors[name]
+
+    def get(self, name: str) -> np.ndarray:
+        self.info(name)
+        return self._file(self.shard_of[name]).get(name)
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()

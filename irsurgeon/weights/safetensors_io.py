@@ -1,0 +1,181 @@
+"""A strict, lazy safetensors reader: memory-mapped, never pickle, every header field checked against the file.
+
+File layout: an 8-byte little-endian header length N, N bytes of JSON `{name: {dtype, shape, data_offsets}}`, then
+the data. Tensors are returned as read-only numpy views of the mapping (so only the pages a tensor occupies are
+read from disk); bf16 and fp8 have no numpy dtype and are decoded to float32 on request.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from irsurgeon.errors import CheckpointError
+
+MAX_HEADER_BYTES = 100 << 20
+
+# safetensors dtype -> (numpy storage dtype, itemsize)
+STORAGE = {
+    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
+    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"), "BOOL": np.dtype("?"), "F8_E4M3": np.dtype("u1"), "F8_E5M2": np.dtype("u1"),
+}
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+def bf16_to_f32(raw: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) -> float32: bf16 is the top half of an f32."""
+    return (raw.astype(np.uint32) << 16).view(np.float32)
+
+
+def _fp8_table(exp_bits: int, man_bits: int, bias: int, e4m3fn: bool) -> np.ndarray:
+    codes = np.arange(256, dtype=np.int64)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    exp = (codes >> man_bits) & ((1 << exp_bits) - 1)
+    man = codes & ((1 << man_bits) - 1)
+    normal = (1.0 + man / (1 << man_bits)) * np.exp2(exp - bias)
+    subnormal = (man / (1 << man_bits)) * np.exp2(1 - bias)
+    value = sign * np.where(exp == 0, subnormal, normal)
+    if e4m3fn:  # no infinities; only S.1111.111 is NaN
+        value[(codes & 0x7F) == 0x7F] = np.nan
+    else:  # e5m2 follows IEEE: exponent all ones is inf / NaN
+        top = exp == (1 << exp_bits) - 1
+        value[top & (man == 0)] = sign[top & (man == 0)] * np.inf
+        value[top & (man != 0)] = np.nan
+    return value.astype(np.float32)
+
+
+FP8_E4M3FN = _fp8_table(4, 3, 7, e4m3fn=True)
+FP8_E5M2 = _fp8_table(5, 2, 15, e4m3fn=False)
+
+
+def decode(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """Storage view -> a numpy array in a numpy dtype (bf16/fp8 become float32)."""
+    if dtype == "BF16":
+        return bf16_to_f32(raw)
+    if dtype == "F8_E4M3":
+        return FP8_E4M3FN[raw]
+    if dtype == "F8_E5M2":
+        return FP8_E5M2[raw]
+    return raw
+
+
+class SafetensorsFile:
+    """One .safetensors file, header parsed and validated; tensor data mapped lazily."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self._fh = open(self.path, "rb")
+        except OSError as e:
+            raise CheckpointError(f"{self.path}: cannot open: {e.strerror}") from None
+        self.size = os.fstat(self._fh.fileno()).st_size
+        self.tensors, self.metadata = self._read_header()
+        self._map = None
+
+    def _read_header(self) -> tuple[dict[str, TensorInfo], dict]:
+        p = self.path
+        if self.size < 8:
+            raise CheckpointError(f"{p}: not a safetensors file (only {self.size} bytes)")
+        (n,) = struct.unpack("<Q", self._fh.read(8))
+        if n > MAX_HEADER_BYTES or 8 + n > self.size:
+            raise CheckpointError(f"{p}: header length {n} exceeds the file ({self.size} bytes): truncated or not safetensors")
+        try:
+            header = json.loads(self._fh.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise CheckpointError(f"{p}: header is not valid JSON: not a safetensors file") from None
+        if not isinstance(header, dict):
+            raise CheckpointError(f"{p}: header is not a JSON object")
+        self.data_start = 8 + n
+        data_size = self.size - self.data_start
+        metadata = header.pop("__metadata__", None) or {}
+        tensors = {name: self._check_entry(name, entry, data_size) for name, entry in header.items()}
+        return tensors, metadata
+
+    def _check_entry(self, name: str, entry: object, data_size: int) -> TensorInfo:
+        where = f"{self.path}: tensor {name!r}"
+        if not isinstance(entry, dict):
+            raise CheckpointError(f"{where}: header entry is not an object")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if dtype not in STORAGE:
+            raise CheckpointError(f"{where}: unsupported dtype {dtype!r}")
+        if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                for d in shape)):
+            raise CheckpointError(f"{where}: shape {shape!r} is not a list of non-negative integers")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1]):
+            raise CheckpointError(f"{where}: data_offsets {offsets!r} are not [begin, end]")
+        nbytes = int(np.prod(shape, dtype=object)) * STORAGE[dtype].itemsize
+        if offsets[1] - offsets[0] != nbytes:
+            raise CheckpointError(f"{where}: data_offsets span {offsets[1] - offsets[0]} bytes, "
+                                  f"but {dtype} {shape} needs {nbytes}")
+        if offsets[1] > data_size:
+            raise CheckpointError(f"{where}: data ends at byte {offsets[1]} but the file holds {data_size} "
+                                  f"bytes of data: truncated")
+        return TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1])
+
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor's bytes as a read-only numpy view in its storage dtype (bf16/fp8 as unsigned ints)."""
+        info = self.tensors[name]
+        if self._map is None:
+            self._map = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ) if self.size else b""
+        count = (info.end - info.begin) // STORAGE[info.dtype].itemsize
+        arr = np.frombuffer(self._map, dtype=STORAGE[info.dtype], count=count,
+                            offset=self.data_start + info.begin)
+        return arr.reshape(info.shape)
+
+    def get(self, name: str) -> np.ndarray:
+        """The tensor decoded to a numpy dtype (bf16 and fp8 -> float32)."""
+        info = self.tensors[name]
+        return decode(self.raw(name), info.dtype)
+
+    def close(self) -> None:
+        self._map = None  # views may still reference the mapping; it is released when they are
+        self._fh.close()
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16), rounding to nearest even."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+    return (rounded >> 16).astype(np.uint16)
+
+
+NUMPY_TO_ST = {np.dtype("<f8"): "F64", np.dtype("<f4"): "F32", np.dtype("<f2"): "F16", np.dtype("<i8"): "I64",
+               np.dtype("<i4"): "I32", np.dtype("i1"): "I8", np.dtype("u1"): "U8", np.dtype("?"): "BOOL"}
+
+
+def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray], dtypes: dict[str, str] | None = None,
+                      metadata: dict[str, str] | None = None) -> None:
+    """Write tensors; `dtypes[name]` names a storage dtype ("BF16", "F8_E4M3") when the array holds raw bits."""
+    dtypes = dtypes or {}
+    header, chunks, offset = {}, [], 0
+    for name in sorted(tensors):
+        arr = np.ascontiguousarray(tensors[name])
+        st = dtypes.get(name) or NUMPY_TO_ST[arr.dtype]
+        data = arr.tobytes()
+        header[name] = {"dtype": st, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    header["__metadata__"] = metadata or {"format": "pt"}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for c in chunks:
+            f.write(c)

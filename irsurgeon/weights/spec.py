@@ -1,0 +1,97 @@
+"""Which `mtp.*` tensors a head needs, their shapes from the config, and the arithmetic applied on load.
+
+Names are the checkpoint's own, relative to `MTP_PREFIX`; the graph's friendly names are the same paths, so this
+table is the only place a checkpoint name is spelled. The one transform: Qwen3.5 RMSNorm weights are stored
+zero-centred, so every norm gain becomes `1 + w` (done here once, never in the graph).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from irsurgeon.config import MTPConfig
+from irsurgeon.errors import CheckpointError
+from irsurgeon.weights.checkpoint import Checkpoint
+from irsurgeon.weights.safetensors_io import FLOAT_DTYPES
+
+MTP_PREFIX = "mtp."
+LAYER = "layers.0."
+
+
+def dense_shapes(cfg: MTPConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the dense head with its expected shape."""
+    H, I = cfg.hidden_size, cfg.intermediate_size
+    return {
+        **_common_shapes(cfg),
+        f"{LAYER}mlp.gate_proj.weight": (I, H),
+        f"{LAYER}mlp.up_proj.weight": (I, H),
+        f"{LAYER}mlp.down_proj.weight": (H, I),
+    }
+
+
+def _common_shapes(cfg: MTPConfig) -> dict[str, tuple[int, ...]]:
+    H, nH, nKV, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    return {
+        "fc.weight": (H, 2 * H),
+        "pre_fc_norm_embedding.weight": (H,),
+        "pre_fc_norm_hidden.weight": (H,),
+        "norm.weight": (H,),
+        f"{LAYER}input_layernorm.weight": (H,),
+        f"{LAYER}post_attention_layernorm.weight": (H,),
+        f"{LAYER}self_attn.q_proj.weight": (2 * nH * hd, H),
+        f"{LAYER}self_attn.k_proj.weight": (nKV * hd, H),
+        f"{LAYER}self_attn.v_proj.weight": (nKV * hd, H),
+        f"{LAYER}self_attn.o_proj.weight": (H, nH * hd),
+        f"{LAYER}self_attn.q_norm.weight": (hd,),
+        f"{LAYER}self_attn.k_norm.weight": (hd,),
+    }
+
+
+def is_norm(name: str) -> bool:
+    """RMSNorm gains: `norm`, `q_norm`, `input_layernorm`, `pre_fc_norm_hidden`, ... (module name holds 'norm')."""
+    module, _, leaf = name.rpartition(".")
+    return leaf == "weight" and "norm" in module.rpartition(".")[2]
+
+
+TRANSFORMS: list[tuple[Callable[[str], bool], Callable[[np.ndarray], np.ndarray]]] = [
+    (is_norm, lambda w: 1.0 + w),  # zero-centred RMSNorm: x_hat * (1 + w)
+]
+
+
+def check_tensor_set(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]]) -> None:
+    """Missing, extra and mis-shaped `mtp.*` tensors are errors naming the tensor and both shapes."""
+    present = {n[len(MTP_PREFIX):] for n in ckpt.names(MTP_PREFIX)}
+    if not present:
+        raise CheckpointError(f"{ckpt.root}: no '{MTP_PREFIX}*' tensors: this checkpoint carries no MTP head")
+    missing = sorted(set(expected) - present)
+    if missing:
+        raise CheckpointError(f"{ckpt.root}: missing MTP tensor {MTP_PREFIX}{missing[0]} "
+                              f"(expected shape {list(expected[missing[0]])})"
+                              + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+    extra = sorted(present - set(expected))
+    if extra:
+        raise CheckpointError(f"{ckpt.root}: unexpected MTP tensor {MTP_PREFIX}{extra[0]} not used by a "
+                              f"one-layer head of this config" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+    for name, shape in expected.items():
+        info = ckpt.info(MTP_PREFIX + name)
+        if info.shape != shape:
+            raise CheckpointError(f"tensor {MTP_PREFIX}{name}: expected shape {list(shape)} from the config, "
+                                  f"found {list(info.shape)} in {ckpt.shard_of[MTP_PREFIX + name].name}")
+        if info.dtype not in FLOAT_DTYPES:
+            raise CheckpointError(f"tensor {MTP_PREFIX}{name}: expected a floating-point dtype, found {info.dtype}")
+
+
+def load_weights(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Check the tensor set, then decode every expected tensor to float32 with the table's transforms applied."""
+    check_tensor_set(ckpt, expected)
+    weights = {}
+    for name in expected:
+        w = np.asarray(ckpt.get(MTP_PREFIX + name), dtype=np.float32)
+        for matches, fn in TRANSFORMS:
+            if matches(name):
+                w = fn(w)
+        if not np.isfinite(w).all():
+            raise CheckpointError(f"tensor {MTP_PREFIX}{name}: holds NaN or Inf values")
+        weights[name] = w
+    return weights
