@@ -1,0 +1,169 @@
+"""Change files of a directory all at once or not at all: stage, verify, then commit under a rollback journal.
+
+    with DirectoryTransaction(target) as tx:      # takes an exclusive lock on the directory, recovers leftovers
+        write(tx.stage("openvino_mtp_model.xml"))  # new versions are written into a staging folder inside target
+        ... verify the staged files ...
+        tx.commit()                               # journal -> move each file in (originals kept as hard links)
+
+Leaving the block without commit() removes the staging folder: the directory is as it was. A process killed while
+committing leaves the journal behind; the next transaction on the directory rolls the half-done commit back (or,
+when the journal says the commit completed, just clears it) before doing anything else. Ctrl-C during the commit
+is held until the commit is finished. The lock is a flock on the directory itself: nothing stray is created, and a
+dead process's lock is released by the kernel.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+from irsurgeon.errors import OutputError
+
+STAGE_DIR = ".irsurgeon-staging"
+JOURNAL = "journal.json"
+COMMITTED = "committed"
+BACKUP_SUFFIX = ".orig"
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def recover(target: Path) -> list[str]:
+    """Undo (or finish clearing) an interrupted commit in target; returns what was done, one line each."""
+    stage = target / STAGE_DIR
+    if not stage.exists():
+        return []
+    journal = stage / JOURNAL
+    notes = []
+    if journal.exists() and not (stage / COMMITTED).exists():
+        entries = json.loads(journal.read_text())
+        for name in reversed(entries):
+            backup = stage / (name + BACKUP_SUFFIX)
+            if backup.exists():
+                os.replace(backup, target / name)
+                notes.append(f"restored {name}")
+            elif (target / name).exists():
+                (target / name).unlink()
+                notes.append(f"removed {name} (written by an interrupted run)")
+        fsync_path(target)
+        notes.insert(0, f"rolled back an interrupted commit in {target}")
+    else:
+        notes.append(f"removed leftover staging folder {stage}")
+    shutil.rmtree(stage)
+    return notes
+
+
+class DirectoryTransaction:
+    def __init__(self, target: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None):
+        self.target = Path(target)
+        self.stage_dir = self.target / STAGE_DIR
+        self.wait = wait
+        self.echo = echo or (lambda _msg: None)
+        self.names: list[str] = []
+        self._fd: int | None = None
+        self.committed = False
+
+    def __enter__(self) -> "DirectoryTransaction":
+        self._lock()
+        try:
+            for note in recover(self.target):
+                self.echo(note)
+            self.stage_dir.mkdir()
+        except OSError as e:
+            self._unlock()
+            raise OutputError(f"{self.target}: cannot prepare staging folder: {e.strerror}") from None
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if not self.committed:
+                shutil.rmtree(self.stage_dir, ignore_errors=True)
+        finally:
+            self._unlock()
+
+    def _lock(self) -> None:
+        try:
+            self._fd = os.open(self.target, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as e:
+            raise OutputError(f"{self.target}: cannot open directory: {e.strerror}") from None
+        flags = fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB)
+        try:
+            fcntl.flock(self._fd, flags)
+        except OSError as e:
+            os.close(self._fd)
+            self._fd = None
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise OutputError(f"{self.target}: another irsurgeon run is changing this directory; "
+                                  f"wait for it to finish (or pass --wait)") from None
+            raise OutputError(f"{self.target}: cannot lock directory: {e.strerror}") from None
+
+    def _unlock(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+    def stage(self, name: str) -> Path:
+        """Where to write the new version of target/name."""
+        if "/" in name or name.startswith("."):
+            raise ValueError(f"not a plain file name: {name}")
+        if name not in self.names:
+            self.names.append(name)
+        return self.stage_dir / name
+
+    def commit(self) -> None:
+        missing = [n for n in self.names if not (self.stage_dir / n).is_file()]
+        if missing:
+            raise OutputError(f"{self.target}: staged file {missing[0]} was never written")
+        with _deferred_sigint():
+            try:
+                self._commit()
+            except OSError as e:
+                for note in recover(self.target):
+                    self.echo(note)
+                raise OutputError(f"{self.target}: commit failed and was rolled back: {e.strerror or e}") from None
+
+    def _commit(self) -> None:
+        for name in self.names:
+            with open(self.stage_dir / name, "rb+") as f:
+                os.fsync(f.fileno())
+            if (self.target / name).exists():
+                os.link(self.target / name, self.stage_dir / (name + BACKUP_SUFFIX))
+        journal = self.stage_dir / JOURNAL
+        journal.write_text(json.dumps(self.names))
+        fsync_path(journal)
+        fsync_path(self.stage_dir)
+        for name in self.names:
+            os.replace(self.stage_dir / name, self.target / name)
+        fsync_path(self.target)
+        (self.stage_dir / COMMITTED).touch()
+        fsync_path(self.stage_dir)
+        self.committed = True
+        shutil.rmtree(self.stage_dir)
+
+
+@contextmanager
+def _deferred_sigint():
+    """Hold SIGINT while a commit runs; re-deliver it as KeyboardInterrupt afterwards."""
+    received = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: received.append(True))
+    except ValueError:  # not the main thread: signals cannot be handled here anyway
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
