@@ -45,6 +45,7 @@ def main() -> None:
     """Graph surgery on OpenVINO IR: build and attach the Qwen3.5 MTP head without PyTorch."""
 
 
-from irsurgeon.cli import build_mtp  # noqa: E402
+from irsurgeon.cli import build_mtp, verify  # noqa: E402
 
 main.add_command(build_mtp.command)
+main.add_command(verify.command)

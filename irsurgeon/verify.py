@@ -1,0 +1,77 @@
+"""Check a target directory against the MTP contract without running genai: files, head I/O, states, conversion.
+
+Each check is a (name, ok, detail) line; `verify_directory` never raises for a failed check, only for a directory
+it cannot read at all.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import openvino as ov
+
+from irsurgeon import contract, rtinfo
+from irsurgeon.errors import IRSurgeonError
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+def paged_attention_converts(model: ov.Model) -> tuple[bool, str]:
+    """Run the pass openvino-genai runs on the draft model, on a copy; it must leave one PagedAttention, no state."""
+    from openvino._offline_transformations import paged_attention_transformation
+
+    copy = model.clone()
+    try:
+        paged_attention_transformation(copy, False, False, False, False, False, False, False)
+    except RuntimeError as e:
+        return False, f"SDPAToPagedAttention failed: {str(e).splitlines()[0]}"
+    ops = Counter(op.get_type_name() for op in copy.get_ops())
+    ok = ops["PagedAttentionExtension"] == 1 and ops["ReadValue"] == 0 and ops["Assign"] == 0
+    return ok, f"{ops['PagedAttentionExtension']} PagedAttention, {ops['ReadValue']} ReadValue left"
+
+
+def verify_directory(target: str | Path) -> list[Check]:
+    from irsurgeon.patch import inspect_target
+
+    target = Path(target)
+    checks = []
+    try:
+        info = inspect_target(target)
+    except IRSurgeonError as e:
+        return [Check("target layout", False, str(e))]
+    cfg = info.cfg
+    checks.append(Check("target layout", True, f"{cfg.model_type}, hidden {info.hidden_size}, vocab {info.vocab_size}"))
+    if not info.has_mtp:
+        return checks + [Check("MTP head present", False, f"no {contract.MTP_XML}/.bin")]
+    try:
+        head = ov.Core().read_model(target / contract.MTP_XML)
+    except RuntimeError as e:
+        return checks + [Check("MTP head readable", False, str(e).splitlines()[0])]
+    problems = contract.check_model(head, cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim)
+    checks.append(Check("MTP head contract", not problems, "; ".join(problems) or
+                        "inputs, output, 2 KV states as specified"))
+    checks.append(Check("paged-attention conversion", *paged_attention_converts(head)))
+    checks.append(Check("hidden-state annotation", *_annotation(info.lm_xml, cfg.num_hidden_layers)))
+    return checks
+
+
+def _annotation(xml: Path, num_layers: int | None) -> tuple[bool, str]:
+    """Whether the language model carries a readable hidden-state annotation with one entry per layer."""
+    model = ov.Core().read_model(xml)
+    if not model.has_rt_info(rtinfo.HIDDEN_STATES_LAYERS):
+        return False, "absent"
+    value = model.get_rt_info(rtinfo.HIDDEN_STATES_LAYERS).astype(str)
+    try:
+        layers = json.loads(value)["layers"]
+    except (ValueError, KeyError, TypeError):
+        return False, f"not the expected JSON: {value[:60]}"
+    if num_layers and len(layers) != num_layers:
+        return False, f"{len(layers)} layers annotated, config has {num_layers}"
+    return True, f"{len(layers)} layers"
