@@ -19,3 +19,7 @@ class IRError(IRSurgeonError):
 
 class OutputError(IRSurgeonError):
     """The output location cannot be written."""
+
+
+class CompressionError(IRSurgeonError):
+    """Weight compression options are invalid or cannot be applied to the model."""
