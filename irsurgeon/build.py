@@ -27,7 +27,8 @@ def expected_shapes(cfg: MTPConfig) -> dict[str, tuple[int, ...]]:
     return dense_shapes(cfg)
 
 
-def load_mtp(checkpoint: str | Path, config: str | Path | None = None) -> tuple[MTPConfig, dict[str, np.ndarray], Checkpoint]:
+def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_nonfinite: bool = False,
+             warn=print) -> tuple[MTPConfig, dict[str, np.ndarray], Checkpoint]:
     """Open a checkpoint, validate its config, and load the `mtp.*` tensors (only their shards are opened)."""
     ckpt = Checkpoint.open(checkpoint, config)
     if ckpt.config_path is None or not ckpt.config_path.is_file():
@@ -36,7 +37,7 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None) -> tuple[
     if cfg.is_moe:
         from irsurgeon.weights.moe import load_moe_weights
         return cfg, load_moe_weights(ckpt, cfg), ckpt
-    return cfg, load_weights(ckpt, expected_shapes(cfg)), ckpt
+    return cfg, load_weights(ckpt, expected_shapes(cfg), cfg, allow_nonfinite, warn), ckpt
 
 
 def make_parameters(cfg: MTPConfig) -> tuple[list[ov.Node], Inputs]:
@@ -66,10 +67,11 @@ def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: WeightForma
 
 
 def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
-                    weight_format: str | WeightFormat = WeightFormat.F16) -> ov.Model:
+                    weight_format: str | WeightFormat = WeightFormat.F16, allow_nonfinite: bool = False,
+                    warn=print) -> ov.Model:
     """Build the MTP head of a checkpoint directory (or a .safetensors file with its config.json)."""
     fmt = WeightFormat(weight_format)
-    cfg, weights, ckpt = load_mtp(checkpoint, config)
+    cfg, weights, ckpt = load_mtp(checkpoint, config, allow_nonfinite, warn)
     try:
         model = build_model(cfg, weights, fmt)
     finally:

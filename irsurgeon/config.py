@@ -47,6 +47,8 @@ class MTPConfig:
     vocab_size: int | None
     num_hidden_layers: int | None = None
     moe: MoEConfig | None = None
+    dtype: str | None = None  # the checkpoint's declared storage dtype ("bfloat16", ...), when it declares one
+    quantized: bool = False  # a quantization_config is present (FP8 releases): stored dtypes may differ from dtype
     source: str = field(default="", compare=False)
 
     @property
@@ -141,8 +143,16 @@ def parse_config(cfg: dict, source: str = "config.json") -> MTPConfig:
         rms_norm_eps=eps, rope_theta=theta, partial_rotary_factor=prf, intermediate_size=intermediate,
         vocab_size=reader.int("vocab_size", MAX_VOCAB, default=None, required=False),
         num_hidden_layers=reader.int("num_hidden_layers", 4096, default=None, required=False),
-        moe=moe, source=source,
+        moe=moe, dtype=_declared_dtype(cfg, tc, source),
+        quantized=isinstance(tc.get("quantization_config", cfg.get("quantization_config")), dict), source=source,
     )
+
+
+def _declared_dtype(cfg: dict, tc: dict, source: str) -> str | None:
+    value = tc.get("dtype", tc.get("torch_dtype", cfg.get("dtype", cfg.get("torch_dtype"))))
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{source}: dtype must be a string such as 'bfloat16', found {value!r}")
+    return value
 
 
 class _Reader:

@@ -145,6 +145,9 @@ CASES = {
     "other-model": (lambda d: edit_config(d / "config.json", model_type="llama"), ["llama"]),
     "config-not-json": (lambda d: (d / "config.json").write_text("{"), ["config.json", "JSON"]),
     "no-config": (lambda d: (d / "config.json").unlink(), ["config.json"]),
+    "dtype-mismatch": (lambda d: edit_config(d / "config.json", dtype="float32"), ["BF16", "float32"]),
+    "nan-weight": (lambda d: rewrite(d / "model.safetensors", add={"mtp.norm.weight": np.full(64, 0x7FC0, np.uint16)}),
+                   ["mtp.norm.weight", "NaN", "--allow-nonfinite"]),
 }
 
 
@@ -207,3 +210,11 @@ def test_checkpoint_close_releases_files(tmp_path):
     ckpt.get("mtp.fc.weight")
     ckpt.close()
     assert ckpt.opened == []
+
+
+def test_nonfinite_weights_can_be_allowed_with_a_warning(tmp_path):
+    write_checkpoint(tmp_path, SynthSpec(), seed=1)
+    rewrite(tmp_path / "model.safetensors", add={"mtp.norm.weight": np.full(64, 0x7F80, np.uint16)})  # +inf
+    warnings = []
+    load_mtp(tmp_path, allow_nonfinite=True, warn=warnings.append)
+    assert len(warnings) == 1 and "mtp.norm.weight" in warnings[0] and "64 NaN or Inf" in warnings[0]

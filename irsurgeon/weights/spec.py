@@ -82,16 +82,43 @@ def check_tensor_set(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]]) -> 
             raise CheckpointError(f"tensor {MTP_PREFIX}{name}: expected a floating-point dtype, found {info.dtype}")
 
 
-def load_weights(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """Check the tensor set, then decode every expected tensor to float32 with the table's transforms applied."""
+# config.json dtype -> the safetensors dtype a checkpoint that declares it stores
+DECLARED = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "float64": "F64"}
+
+
+def check_dtype(ckpt: Checkpoint, name: str, cfg: MTPConfig) -> None:
+    """A tensor must be stored in the dtype config.json declares (quantized releases excepted)."""
+    stored = ckpt.info(name).dtype
+    want = DECLARED.get(cfg.dtype or "")
+    if want and stored != want and not cfg.quantized:
+        raise CheckpointError(f"tensor {name}: stored as {stored}, but {cfg.source} declares dtype {cfg.dtype} "
+                              f"({want})")
+
+
+def finite(name: str, w: np.ndarray, allow_nonfinite: bool, warn) -> np.ndarray:
+    """Refuse NaN/Inf weights, or (allowed) report them and go on."""
+    if not np.isfinite(w).all():
+        bad = int(w.size - np.isfinite(w).sum())
+        message = f"tensor {name}: holds {bad} NaN or Inf values"
+        if not allow_nonfinite:
+            raise CheckpointError(message + " (pass --allow-nonfinite to build anyway)")
+        warn("warning: " + message)
+    return w
+
+
+def transform(name: str, w: np.ndarray) -> np.ndarray:
+    for matches, fn in TRANSFORMS:
+        if matches(name):
+            w = fn(w)
+    return w
+
+
+def load_weights(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], cfg: MTPConfig,
+                 allow_nonfinite: bool = False, warn=print) -> dict[str, np.ndarray]:
+    """Check the tensor set and dtypes, then decode every tensor to float32 with the table's transforms applied."""
     check_tensor_set(ckpt, expected)
-    weights = {}
     for name in expected:
-        w = np.asarray(ckpt.get(MTP_PREFIX + name), dtype=np.float32)
-        for matches, fn in TRANSFORMS:
-            if matches(name):
-                w = fn(w)
-        if not np.isfinite(w).all():
-            raise CheckpointError(f"tensor {MTP_PREFIX}{name}: holds NaN or Inf values")
-        weights[name] = w
-    return weights
+        check_dtype(ckpt, MTP_PREFIX + name, cfg)
+    return {name: finite(MTP_PREFIX + name, transform(name, np.asarray(ckpt.get(MTP_PREFIX + name), np.float32)),
+                         allow_nonfinite, warn)
+            for name in expected}
