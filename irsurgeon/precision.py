@@ -1,0 +1,302 @@
+"""Weight precision of an OpenVINO model, and the weight format a target directory uses (for `--weight-format auto`).
+
+A weight is a Constant that reaches the weight port of a MatMul (port 1), Gather (port 0, embedding tables) or
+(Group)Convolution (port 1) through nothing but a decompression chain:
+
+    W u4|i4|u8|i8 [O, I/g, g] -> Convert -> [Subtract zp] -> Multiply scale -> Reshape [O, I] -> [Convert] -> MatMul
+    W u8|i8       [O, I]      -> Convert -> [Subtract zp] -> Multiply scale [O, 1]           -> [Convert] -> MatMul
+    W f16|bf16    [O, I]      -> Convert (decompression)                                               -> MatMul
+    W f32         [O, I]                                                                               -> MatMul
+
+Group size g is the last dim of a weight one rank above what its consumer sees (undone by the Reshape); a quantized
+weight without that extra rank is per-channel (group size -1). A missing zero point means symmetric quantization.
+
+A target's format comes from `openvino_config.json` (`quantization_config.quantization_configs.lm_model`, as
+optimum-intel writes it) when present, else from the language model's own weight constants.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import openvino as ov
+
+from irsurgeon.compress import (BACKUP_PRECISIONS, DEFAULTS, QUANTIZED_FORMATS, WEIGHT_FORMATS, CompressionParams,
+                                quantization_section, resolve_params)
+from irsurgeon.config import read_json
+from irsurgeon.errors import CompressionError, ConfigError, IRError
+
+OPENVINO_CONFIG = "openvino_config.json"
+LANGUAGE_MODELS = ("openvino_language_model.xml", "openvino_model.xml")
+WEIGHT_PORTS = {"MatMul": 1, "Gather": 0, "Convolution": 1, "GroupConvolution": 1}
+CHAIN_OPS = ("Convert", "Reshape", "Subtract", "Multiply")
+QUANTIZED_BITS = {"u4": 4, "i4": 4, "u8": 8, "i8": 8}
+OPTION_FLAGS = {"group_size": "--group-size", "ratio": "--ratio", "backup": "--backup-precision", "sym": "--sym/--asym",
+                "all_layers": "--all-layers"}
+
+
+@dataclass(frozen=True)
+class Weight:
+    name: str                   # friendly name of the weight Constant
+    consumer: str               # friendly name of the op that uses it
+    consumer_type: str          # MatMul, Gather, Convolution, GroupConvolution
+    element_type: str           # u4, i4, u8, i8, f16, bf16, f32, ...
+    shape: tuple[int, ...]
+    nbytes: int                 # weight + zero point + scale
+    group_size: int | None      # None: not quantized; -1: per-channel
+    zero_point: str | None = None
+    scale: str | None = None
+    feeds_output: bool = False  # the consumer's result is a model output (an lm_head)
+
+    @property
+    def bits(self) -> int | None:
+        return QUANTIZED_BITS.get(self.element_type)
+
+    @property
+    def mode(self) -> str:
+        """nncf's name of the storage: int4_asym, int8_sym, ..., or the float element type."""
+        if self.bits is None:
+            return self.element_type
+        return f"int{self.bits}_{'sym' if self.zero_point is None else 'asym'}"
+
+    @property
+    def params(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class TypeTotal:
+    count: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class WeightSummary:
+    weights: tuple[Weight, ...]
+    by_type: dict[str, TypeTotal]  # every constant of the weight chains (weights, zero points, scales) per type
+
+    @property
+    def compressed(self) -> bool:
+        return any(w.bits for w in self.weights)
+
+    @property
+    def bits(self) -> int | None:
+        """The lowest bit width among quantized weights (4 for an int4 model with int8 backup layers)."""
+        return min((w.bits for w in self.weights if w.bits), default=None)
+
+    @property
+    def group_sizes(self) -> Counter:
+        """Group size -> number of weights, over the weights at the lowest bit width."""
+        return Counter(w.group_size for w in self.weights if w.bits and w.bits == self.bits)
+
+    @property
+    def modes(self) -> Counter:
+        return Counter(w.mode for w in self.weights)
+
+    def get(self, name: str) -> Weight:
+        for w in self.weights:
+            if w.name == name:
+                return w
+        raise KeyError(name)
+
+
+def weight_summary(model: ov.Model) -> WeightSummary:
+    """Every weight of `model` with its storage, zero point, scale and group size; totals per element type."""
+    weights, constants = [], {}
+    for op in model.get_ordered_ops():
+        port = WEIGHT_PORTS.get(op.get_type_name())
+        if port is None or op.get_input_size() <= port:
+            continue
+        chain = _trace(op.input_value(port))
+        if chain is None or chain.weight.get_instance_id() in constants:
+            continue
+        for c in (chain.weight, *chain.parts.values()):
+            constants[c.get_instance_id()] = c
+        weights.append(_describe(chain, op))
+    totals: dict[str, list[int]] = {}
+    for c in constants.values():
+        t = totals.setdefault(c.get_element_type().get_type_name(), [0, 0])
+        t[0], t[1] = t[0] + 1, t[1] + c.get_byte_size()
+    return WeightSummary(tuple(weights), {k: TypeTotal(*v) for k, v in sorted(totals.items())})
+
+
+@dataclass(frozen=True)
+class _Chain:
+    weight: ov.Node
+    parts: dict[str, ov.Node]  # "zero_point", "scale" -> Constant
+    reshaped: bool
+
+
+def _trace(value: ov.Output) -> _Chain | None:
+    """Walk up a decompression chain to its weight Constant; None when the port is fed by an activation."""
+    parts, node, reshaped = {}, value.get_node(), False
+    while node.get_type_name() != "Constant":
+        kind = node.get_type_name()
+        if kind not in CHAIN_OPS:
+            return None
+        if kind in ("Subtract", "Multiply"):
+            side = _strip_converts(node.input_value(1).get_node())
+            if side.get_type_name() != "Constant":
+                return None
+            parts["zero_point" if kind == "Subtract" else "scale"] = side
+        reshaped |= kind == "Reshape"
+        node = node.input_value(0).get_node()
+    etype = node.get_element_type()
+    if etype.is_integral_number() and etype.get_type_name() not in QUANTIZED_BITS:
+        return None  # an index or shape constant, not a weight
+    return _Chain(node, parts, reshaped)
+
+
+def _strip_converts(node: ov.Node) -> ov.Node:
+    while node.get_type_name() == "Convert":
+        node = node.input_value(0).get_node()
+    return node
+
+
+def _describe(chain: _Chain, consumer: ov.Node) -> Weight:
+    const, parts = chain.weight, chain.parts
+    etype = const.get_element_type().get_type_name()
+    shape = tuple(const.get_output_partial_shape(0).to_shape())
+    group = None
+    if etype in QUANTIZED_BITS:
+        group = shape[-1] if chain.reshaped and len(shape) >= 3 else -1
+    feeds_output = any(t.get_node().get_type_name() == "Result" for t in consumer.output(0).get_target_inputs())
+    return Weight(const.get_friendly_name(), consumer.get_friendly_name(), consumer.get_type_name(), etype, shape,
+                  const.get_byte_size() + sum(p.get_byte_size() for p in parts.values()), group,
+                  parts["zero_point"].get_element_type().get_type_name() if "zero_point" in parts else None,
+                  parts["scale"].get_element_type().get_type_name() if "scale" in parts else None, feeds_output)
+
+
+@dataclass(frozen=True)
+class TargetFormat:
+    """What `auto` picked for a target directory, and why."""
+
+    weight_format: str                 # int4, int8, f16, f32
+    params: CompressionParams | None   # None for float formats
+    source: str                        # the file it was read from
+    reason: str
+
+
+def detect_target_format(target_dir: str | Path) -> TargetFormat:
+    """The weight format of a target directory: its openvino_config.json lm_model entry, else its LM's weights."""
+    target = Path(target_dir)
+    if not target.is_dir():
+        raise IRError(f"{target}: target is not a directory")
+    config = target / OPENVINO_CONFIG
+    if config.is_file():
+        entry = (quantization_section(read_json(config)) or {}).get("lm_model")
+        if isinstance(entry, dict):
+            return _from_config_entry(entry, config)
+    for name in LANGUAGE_MODELS:
+        if (target / name).is_file():
+            return _from_weights(target / name)
+    raise IRError(f"{target}: neither {OPENVINO_CONFIG} with quantization_configs.lm_model nor "
+                  f"{' / '.join(LANGUAGE_MODELS)}: cannot tell the target's weight format")
+
+
+def _from_config_entry(entry: dict, path: Path) -> TargetFormat:
+    where = f"{path}: quantization_configs.lm_model"
+    bits, sym = entry.get("bits"), bool(entry.get("sym") or False)
+    if bits not in (4, 8):
+        raise ConfigError(f"{where}: bits is {bits!r}; expected 4 or 8")
+    backup = entry.get("backup_precision")
+    if backup is not None and backup not in BACKUP_PRECISIONS:
+        raise ConfigError(f"{where}: backup_precision {backup!r} is not one of {', '.join(BACKUP_PRECISIONS)}")
+    mode = f"int{bits}_{'sym' if sym else 'asym'}"
+    group = entry.get("group_size")
+    if bits == 8:
+        params = CompressionParams(mode=mode, group_size=-1, ratio=1.0, backup=DEFAULTS.backup)
+    else:
+        params = CompressionParams(
+            mode=mode, group_size=int(group) if group else DEFAULTS.group_size,
+            ratio=float(entry.get("ratio") or 1.0),
+            # optimum-intel leaves backup_precision null and nncf then applies int8_asym: mirror what was applied
+            backup=backup or "int8_asym", all_layers=bool(entry.get("all_layers") or False))
+    return TargetFormat(f"int{bits}", params, str(path),
+                        f"lm_model: bits {bits}, sym {str(sym).lower()}, group_size {group}, "
+                        f"ratio {entry.get('ratio')}, backup_precision {backup}")
+
+
+def _from_weights(xml: Path) -> TargetFormat:
+    try:
+        summary = weight_summary(ov.Core().read_model(xml))
+    except RuntimeError as e:
+        raise IRError(f"{xml}: cannot read: {str(e).splitlines()[0]}") from None
+    if not summary.weights:
+        raise IRError(f"{xml}: no weight constants found: cannot tell the target's weight format")
+    if summary.compressed:
+        return _from_quantized(summary, xml)
+    by_type = Counter()
+    for w in summary.weights:
+        by_type[w.element_type] += w.nbytes
+    etype = by_type.most_common(1)[0][0]
+    fmt = "f32" if etype == "f32" else "f16"
+    why = "" if etype in ("f16", "f32") else f": stored as f16, exact for bf16 values from 6e-5 to 65504"
+    return TargetFormat(fmt, None, str(xml), f"language model weights are mostly {etype}{why}")
+
+
+def _from_quantized(summary: WeightSummary, xml: Path) -> TargetFormat:
+    bits = summary.bits
+    primary = [w for w in summary.weights if w.bits == bits]
+    sym = all(w.zero_point is None for w in primary)
+    mode = f"int{bits}_{'sym' if sym else 'asym'}"
+    if bits == 8:
+        return TargetFormat("int8", CompressionParams(mode=mode, group_size=-1), str(xml),
+                            f"language model weights are {mode} per-channel ({len(primary)} weights)")
+    group = summary.group_sizes.most_common(1)[0][0]
+    backup_layers = [w for w in summary.weights if w.bits == 8]
+    backup = ("int8_sym" if all(w.zero_point is None for w in backup_layers) else "int8_asym") \
+        if backup_layers else DEFAULTS.backup
+    defining = [w for w in summary.weights if w.bits and w.consumer_type == "MatMul" and not w.feeds_output]
+    p4 = sum(w.params for w in defining if w.bits == 4)
+    ratio = round(p4 / max(1, sum(w.params for w in defining)), 2)
+    params = CompressionParams(mode=mode, group_size=group, ratio=ratio, backup=backup)
+    return TargetFormat("int4", params, str(xml),
+                        f"language model weights: {len(primary)} {mode} with group size {group}, "
+                        f"{len(backup_layers)} at {backup}; ratio {ratio}")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The weight format a build will use; `note` says what `auto` picked and why."""
+
+    weight_format: str                # f32, f16, int4, int8
+    params: CompressionParams | None  # None for float formats
+    note: str | None = None
+
+
+def choose_format(weight_format: str, target: str | Path | None = None, **overrides) -> Choice:
+    """Resolve `--weight-format` (auto reads `target`) and the compression overrides into one validated choice.
+
+    overrides: group_size, ratio, backup, sym, all_layers (None = not given).
+    """
+    if weight_format not in WEIGHT_FORMATS:
+        raise CompressionError(f"unknown weight format {weight_format!r}: expected one of {', '.join(WEIGHT_FORMATS)}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    base, note = None, None
+    if weight_format == "auto":
+        if target is None:
+            raise CompressionError("weight format auto mirrors a target model directory: pass --target TARGET_DIR")
+        found = detect_target_format(target)
+        weight_format, base = found.weight_format, found.params
+        note = f"auto: {weight_format}" + (f" ({_params_text(base)})" if base else "") + \
+            f" from {found.source}: {found.reason}"
+    elif target is not None:
+        raise CompressionError(f"--target is read only by --weight-format auto (got --weight-format {weight_format})")
+    if weight_format not in QUANTIZED_FORMATS:
+        if given:
+            flags = ", ".join(OPTION_FLAGS.get(k, k) for k in sorted(given))
+            raise CompressionError(f"{flags}: only for int4/int8 compression, not for {weight_format} weights")
+        return Choice(weight_format, None, note)
+    return Choice(weight_format, resolve_params(weight_format, base, **given), note)
+
+
+def _params_text(p: CompressionParams) -> str:
+    if p.bits == 8:
+        return f"{p.mode} per-channel"
+    group = "per-channel" if p.group_size == -1 else f"group size {p.group_size}"
+    return f"{p.mode}, {group}, ratio {p.ratio}, backup {p.backup}" + (", all layers" if p.all_layers else "")
