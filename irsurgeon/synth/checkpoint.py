@@ -14,6 +14,8 @@ import numpy as np
 
 from irsurgeon.weights.safetensors_io import f32_to_bf16, write_safetensors
 
+BIGRAM_BRANCH = 0.02
+
 
 @dataclass(frozen=True)
 class SynthSpec:
@@ -32,9 +34,16 @@ class SynthSpec:
     expert_size: int = 32
     shared_expert_size: int = 32
     vlm: bool = True  # config under text_config, model_type qwen3_5 / qwen3_5_moe
+    bigram: bool = False  # residual branches scaled down so the model is a bigram the MTP head can predict
 
     def with_(self, **kw) -> "SynthSpec":
         return replace(self, **kw)
+
+
+def mrope_section(s: SynthSpec) -> list[int]:
+    """t/h/w frequency counts of the interleaved MRoPE, summing to the R/2 rotary frequencies."""
+    half = int(s.head_dim * s.partial_rotary_factor) // 2
+    return [half - 2 * (half // 3), half // 3, half // 3]
 
 
 def text_config(s: SynthSpec) -> dict:
@@ -45,7 +54,7 @@ def text_config(s: SynthSpec) -> dict:
         "head_dim": s.head_dim, "num_hidden_layers": s.layers, "vocab_size": s.vocab, "rms_norm_eps": s.rms_norm_eps,
         "mtp_num_hidden_layers": 1, "partial_rotary_factor": s.partial_rotary_factor,
         "rope_parameters": {"rope_theta": s.rope_theta, "partial_rotary_factor": s.partial_rotary_factor,
-                            "mrope_section": [1, 1, 1], "mrope_interleaved": True, "rope_type": "default"},
+                            "mrope_section": mrope_section(s), "mrope_interleaved": True, "rope_type": "default"},
         "layer_types": ["full_attention"] * s.layers, "tie_word_embeddings": False,
     }
     if moe:
@@ -63,38 +72,67 @@ def config_json(s: SynthSpec) -> dict:
     return {"model_type": tc["model_type"].replace("_text", ""), "text_config": tc, "tie_word_embeddings": False}
 
 
-def mtp_tensors(s: SynthSpec, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """float32 `mtp.*` tensors with the checkpoint's names and shapes."""
+class Draw:
+    """Seeded weight draws: matrices ~ N(0, 1/fan_in), zero-centred norm gains ~ U(-0.5, 0.5)."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+
+    def mat(self, o: int, i: int, scale: float = 1.0) -> np.ndarray:
+        return (self.rng.standard_normal((o, i)) * (scale / np.sqrt(i))).astype(np.float32)
+
+    def gain(self, n: int, scale: float = 1.0) -> np.ndarray:
+        return (self.rng.uniform(-0.5, 0.5, n) * scale).astype(np.float32)
+
+
+def attention_tensors(p: str, s: SynthSpec, d: Draw, branch: float = 1.0, gated: bool = True,
+                      qk_norm: bool = True) -> dict[str, np.ndarray]:
+    """`<p>self_attn.*` and the two layer norms; `branch` scales o_proj (the residual branch)."""
     H, nH, nKV, D = s.hidden, s.heads, s.kv_heads, s.head_dim
+    t = {p + "input_layernorm.weight": d.gain(H), p + "post_attention_layernorm.weight": d.gain(H),
+         p + "self_attn.q_proj.weight": d.mat((2 if gated else 1) * nH * D, H),
+         p + "self_attn.k_proj.weight": d.mat(nKV * D, H), p + "self_attn.v_proj.weight": d.mat(nKV * D, H),
+         p + "self_attn.o_proj.weight": d.mat(H, nH * D, branch)}
+    if qk_norm:
+        t.update({p + "self_attn.q_norm.weight": d.gain(D), p + "self_attn.k_norm.weight": d.gain(D)})
+    return t
 
-    def mat(o, i):
-        return rng.standard_normal((o, i)).astype(np.float32) / np.sqrt(i)
 
-    def gain(n):
-        return rng.uniform(-0.5, 0.5, n).astype(np.float32)
-
-    L = "mtp.layers.0."
-    t = {
-        "mtp.fc.weight": mat(H, 2 * H), "mtp.pre_fc_norm_embedding.weight": gain(H),
-        "mtp.pre_fc_norm_hidden.weight": gain(H), "mtp.norm.weight": gain(H),
-        L + "input_layernorm.weight": gain(H), L + "post_attention_layernorm.weight": gain(H),
-        L + "self_attn.q_proj.weight": mat(2 * nH * D, H), L + "self_attn.k_proj.weight": mat(nKV * D, H),
-        L + "self_attn.v_proj.weight": mat(nKV * D, H), L + "self_attn.o_proj.weight": mat(H, nH * D),
-        L + "self_attn.q_norm.weight": gain(D), L + "self_attn.k_norm.weight": gain(D),
-    }
-    if s.num_experts:
-        E, I, SI = s.num_experts, s.expert_size, s.shared_expert_size
-        t.update({
-            L + "mlp.gate.weight": mat(E, H),
-            L + "mlp.experts.gate_up_proj": np.stack([mat(2 * I, H) for _ in range(E)]),
-            L + "mlp.experts.down_proj": np.stack([mat(H, I) for _ in range(E)]),
-            L + "mlp.shared_expert.gate_proj.weight": mat(SI, H), L + "mlp.shared_expert.up_proj.weight": mat(SI, H),
-            L + "mlp.shared_expert.down_proj.weight": mat(H, SI), L + "mlp.shared_expert_gate.weight": mat(1, H),
-        })
-    else:
+def mlp_tensors(p: str, s: SynthSpec, d: Draw, branch: float = 1.0) -> dict[str, np.ndarray]:
+    """`<p>mlp.*`: SwiGLU, or fused experts + shared expert when s.num_experts; `branch` scales the down projections."""
+    H = s.hidden
+    if not s.num_experts:
         I = s.intermediate
-        t.update({L + "mlp.gate_proj.weight": mat(I, H), L + "mlp.up_proj.weight": mat(I, H),
-                  L + "mlp.down_proj.weight": mat(H, I)})
+        return {p + "mlp.gate_proj.weight": d.mat(I, H), p + "mlp.up_proj.weight": d.mat(I, H),
+                p + "mlp.down_proj.weight": d.mat(H, I, branch)}
+    E, I, SI = s.num_experts, s.expert_size, s.shared_expert_size
+    return {
+        p + "mlp.gate.weight": d.mat(E, H),
+        p + "mlp.experts.gate_up_proj": np.stack([d.mat(2 * I, H) for _ in range(E)]),
+        p + "mlp.experts.down_proj": np.stack([d.mat(H, I, branch) for _ in range(E)]),
+        p + "mlp.shared_expert.gate_proj.weight": d.mat(SI, H), p + "mlp.shared_expert.up_proj.weight": d.mat(SI, H),
+        p + "mlp.shared_expert.down_proj.weight": d.mat(H, SI, branch), p + "mlp.shared_expert_gate.weight": d.mat(1, H),
+    }
+
+
+def mtp_tensors(s: SynthSpec, rng: np.random.Generator, final_norm: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """float32 `mtp.*` tensors with the checkpoint's names and shapes.
+
+    With s.bigram the head reproduces the main model's next-token map: `fc = [I | ~0]` keeps only the (unit-gain)
+    embedding half, the layer's residual branches are scaled by BIGRAM_BRANCH, and `mtp.norm` = `final_norm`.
+    """
+    d, H = Draw(rng), s.hidden
+    branch = BIGRAM_BRANCH if s.bigram else 1.0
+    t = {"mtp.fc.weight": d.mat(H, 2 * H), "mtp.pre_fc_norm_embedding.weight": d.gain(H),
+         "mtp.pre_fc_norm_hidden.weight": d.gain(H), "mtp.norm.weight": d.gain(H)}
+    t.update(attention_tensors("mtp.layers.0.", s, d, branch))
+    t.update(mlp_tensors("mtp.layers.0.", s, d, branch))
+    if s.bigram:
+        t["mtp.fc.weight"][:, :H] = np.eye(H, dtype=np.float32)
+        t["mtp.fc.weight"][:, H:] *= BIGRAM_BRANCH
+        t["mtp.pre_fc_norm_embedding.weight"] *= BIGRAM_BRANCH
+        if final_norm is not None:
+            t["mtp.norm.weight"] = final_norm.copy()
     return t
 
 
@@ -116,3 +154,40 @@ def write_checkpoint(out_dir: str | Path, spec: SynthSpec = SynthSpec(), seed: i
 
 def spec_dict(s: SynthSpec) -> dict:
     return asdict(s)
+
+
+def lm_tensors(s: SynthSpec, rng: np.random.Generator, prefix: str = "model.language_model.",
+               qwen: bool = True) -> dict[str, np.ndarray]:
+    """float32 main-model tensors: embeddings, decoder layers, final norm, lm_head (untied).
+
+    Qwen3.5 layers are gated full attention with q/k norms and zero-centred norm gains; `qwen=False` gives a Llama
+    layer (plain attention, gains around 1). With s.bigram the residual branches are scaled by BIGRAM_BRANCH, so the
+    logits at a position depend (almost) only on the token there.
+    """
+    d, H, V = Draw(rng), s.hidden, s.vocab
+    branch = BIGRAM_BRANCH if s.bigram else 1.0
+    t = {prefix + "embed_tokens.weight": d.mat(V, H, np.sqrt(H))}  # unit-variance rows, like a trained model
+    for i in range(s.layers):
+        p = f"{prefix}layers.{i}."
+        t.update(attention_tensors(p, s, d, branch, gated=qwen, qk_norm=qwen))
+        t.update(mlp_tensors(p, s, d, branch))
+    t[prefix + "norm.weight"] = d.gain(H)
+    t["lm_head.weight"] = d.mat(V, H)
+    if not qwen:  # Llama norms multiply by w itself
+        for name in [n for n in t if n.endswith("norm.weight")]:
+            t[name] = t[name] + np.float32(1.0)
+    return t
+
+
+def bf16_round(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The float32 values a bf16 checkpoint of `tensors` holds."""
+    return {k: (f32_to_bf16(v).astype(np.uint32) << 16).view(np.float32) for k, v in tensors.items()}
+
+
+def write_tensors(path: str | Path, tensors: dict[str, np.ndarray], dtype: str = "bf16") -> None:
+    """One safetensors file, bf16 (bit-exact with `bf16_round`) or a numpy float dtype."""
+    if dtype == "bf16":
+        bits = {k: f32_to_bf16(v) for k, v in tensors.items()}
+        write_safetensors(path, bits, {k: "BF16" for k in bits})
+    else:
+        write_safetensors(path, {k: v.astype(np.dtype(dtype)) for k, v in tensors.items()})

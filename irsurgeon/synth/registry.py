@@ -1,0 +1,187 @@
+"""`synthesize()`: a seeded model directory (target/) and its Hugging Face checkpoint (ckpt/), for each kind.
+
+    out/target/   qwen35, qwen35-moe: openvino_language_model, openvino_text_embeddings_model, the three vision
+                  IRs, openvino_tokenizer/detokenizer, config.json, generation_config.json, preprocessor_config.json
+                  llama: openvino_model, openvino_tokenizer/detokenizer, config.json, generation_config.json
+    out/ckpt/     config.json + model.safetensors (bf16): every tensor the IRs hold, plus `mtp.*` with with_mtp
+
+The IR weights are the checkpoint's bf16 values, so the checkpoint rebuilds exactly what the IRs compute. qwen35
+kinds are bigram models by default (see checkpoint.mtp_tensors), so an MTP head built from ckpt/ gets drafts accepted.
+Everything is a function of (kind, spec, seed, with_mtp, weight_format): files are byte-identical across runs.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+
+from irsurgeon import rtinfo
+from irsurgeon.errors import ConfigError, OutputError
+from irsurgeon.ops.core import WeightFormat
+from irsurgeon.synth import configs
+from irsurgeon.synth.checkpoint import SynthSpec, bf16_round, lm_tensors, mtp_tensors, write_tensors
+from irsurgeon.synth.tokenizer import SPECIAL, detokenizer_model, tokenizer_model, tokenizer_rt_info
+from irsurgeon.synth.vision import VisionSpec, merger_model, patch_embed_model, pos_embed_model, vision_tensors
+from irsurgeon.synth import target as tg
+
+KINDS = ("qwen35", "qwen35-moe", "llama")
+WEIGHT_FORMATS = ("f32", "f16", "int4")
+MIN_VOCAB = SPECIAL + 8
+LIMITS = {"layers": 64, "hidden": 8192, "heads": 256, "kv_heads": 256, "head_dim": 1024, "vocab": 1 << 18}
+
+
+@dataclass(frozen=True)
+class Synthesized:
+    target: Path
+    ckpt: Path
+    spec: SynthSpec
+
+
+def default_spec(kind: str) -> SynthSpec:
+    """The tiny default of each kind; qwen35 kinds are bigram models so their MTP head predicts."""
+    check_kind(kind)
+    if kind == "llama":
+        return SynthSpec(hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=256, layers=2,
+                         partial_rotary_factor=1.0, rope_theta=10000.0, rms_norm_eps=1e-5, vlm=False)
+    moe = dict(num_experts=4, top_k=2, expert_size=32, shared_expert_size=32) if kind == "qwen35-moe" else {}
+    return SynthSpec(bigram=True, **moe)
+
+
+def check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ConfigError(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
+
+
+def validate(kind: str, s: SynthSpec, with_mtp: bool, weight_format: str) -> None:
+    """Reject impossible sizes with one line naming the option, before anything is written."""
+    check_kind(kind)
+    for key, upper in LIMITS.items():
+        value = getattr(s, key)
+        if not 1 <= value <= upper:
+            raise ConfigError(f"--{key.replace('_', '-')} {value}: expected 1..{upper}")
+    if s.hidden % s.heads:
+        raise ConfigError(f"--heads {s.heads} does not divide --hidden {s.hidden}")
+    if s.heads % s.kv_heads:
+        raise ConfigError(f"--kv-heads {s.kv_heads} does not divide --heads {s.heads}")
+    rotary = int(s.head_dim * s.partial_rotary_factor)
+    if rotary < 2 or rotary % 2:
+        raise ConfigError(f"--head-dim {s.head_dim} x partial rotary factor {s.partial_rotary_factor} = {rotary} "
+                          f"rotary dims: expected an even number >= 2")
+    if s.vocab < MIN_VOCAB:
+        raise ConfigError(f"--vocab {s.vocab}: expected at least {MIN_VOCAB} ({SPECIAL} special tokens + bytes)")
+    if s.num_experts and s.top_k > s.num_experts:
+        raise ConfigError(f"top-k {s.top_k} exceeds the {s.num_experts} experts")
+    if kind == "llama" and with_mtp:
+        raise ConfigError("--kind llama has no MTP head: use --no-mtp")
+    if weight_format not in WEIGHT_FORMATS:
+        raise ConfigError(f"--weight-format {weight_format!r}: expected one of {', '.join(WEIGHT_FORMATS)}")
+    if weight_format == "int4" and s.hidden % 16:
+        raise ConfigError(f"--weight-format int4 needs --hidden divisible by 16 (the group size), got {s.hidden}")
+
+
+def synthesize(out_dir: str | Path, kind: str = "qwen35", spec: SynthSpec | None = None, seed: int = 0,
+               with_mtp: bool = True, weight_format: str = "f32") -> Synthesized:
+    """Write out_dir/target and out_dir/ckpt for `kind`; see the module docstring."""
+    s = spec or default_spec(kind)
+    validate(kind, s, with_mtp, weight_format)
+    out = Path(out_dir)
+    target, ckpt = out / "target", out / "ckpt"
+    for d in (target, ckpt):
+        if d.exists() and any(d.iterdir()):
+            raise OutputError(f"{d}: exists and is not empty")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"{d}: cannot create directory: {e.strerror}") from None
+    tensors = checkpoint_tensors(kind, s, seed, with_mtp)
+    write_tensors(ckpt / "model.safetensors", tensors)
+    cfg = configs.config_json(kind, s, VisionSpec(), with_mtp)
+    write_json(ckpt / "config.json", cfg)
+    models = target_models(kind, s, bf16_round(tensors), weight_format)
+    for stem, model in models.items():
+        save(model, target / f"{stem}.xml")
+    write_json(target / "config.json", cfg)
+    write_json(target / "generation_config.json", configs.generation_config())
+    if kind != "llama":
+        write_json(target / "preprocessor_config.json", configs.preprocessor_config(VisionSpec()))
+    return Synthesized(target, ckpt, s)
+
+
+def checkpoint_tensors(kind: str, s: SynthSpec, seed: int, with_mtp: bool) -> dict[str, np.ndarray]:
+    """Every checkpoint tensor in float32; each part draws from its own stream, so parts never shift each other."""
+    if kind == "llama":
+        return lm_tensors(s, np.random.default_rng([seed, 0]), prefix="model.", qwen=False)
+    t = lm_tensors(s, np.random.default_rng([seed, 0]))
+    t.update(vision_tensors(VisionSpec(), s.hidden, np.random.default_rng([seed, 1])))
+    if with_mtp:
+        t.update(mtp_tensors(s, np.random.default_rng([seed, 2]), final_norm=t["model.language_model.norm.weight"]))
+    return t
+
+
+def target_models(kind: str, s: SynthSpec, t: dict[str, np.ndarray], weight_format: str) -> dict[str, ov.Model]:
+    """Every IR of the target directory by file stem, weights in `weight_format` (int4: the LM's MatMuls)."""
+    fmt = WeightFormat.F16 if weight_format == "int4" else WeightFormat(weight_format)
+    lm_fmt = WeightFormat.F32 if weight_format == "int4" else fmt  # nncf compresses from f32
+    w = tg.Weights(t, lm_fmt, zero_centred=kind != "llama")
+    if kind == "llama":
+        models = {"openvino_model": tg.llama_model(s, w)}
+    else:
+        v = VisionSpec()
+        vw = tg.Weights(t, fmt, zero_centred=False)
+        models = {"openvino_language_model": tg.qwen35_language_model(s, w),
+                  "openvino_text_embeddings_model": tg.text_embeddings_model(s, tg.Weights(t, fmt, True)),
+                  "openvino_vision_embeddings_model": patch_embed_model(v, vw),
+                  "openvino_vision_embeddings_pos_model": pos_embed_model(v, vw),
+                  "openvino_vision_embeddings_merger_model": merger_model(v, s.hidden, vw)}
+    lm = models.get("openvino_language_model") or models["openvino_model"]
+    if weight_format == "int4":
+        models[next(k for k, m in models.items() if m is lm)] = lm = compress_int4(lm)
+    rtinfo.set_runtime_option(lm, "ACTIVATIONS_SCALE_FACTOR", "8.0")
+    if weight_format != "int4":
+        rtinfo.set_runtime_option(lm, rtinfo.KV_CACHE_PRECISION, "f16")
+    tok, detok = tokenizer_model(s.vocab), detokenizer_model(s.vocab)
+    tokenizer_rt_info(tok, detokenizer=False)
+    tokenizer_rt_info(detok, detokenizer=True)
+    return {**models, "openvino_tokenizer": tok, "openvino_detokenizer": detok}
+
+
+def compress_int4(model: ov.Model) -> ov.Model:
+    """4-bit asymmetric weights, group 16, every MatMul (lm_head included): deterministic, data-free."""
+    import nncf
+
+    return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_ASYM, group_size=16, ratio=1.0,
+                                 all_layers=True)
+
+
+def name_anonymous_nodes(model: ov.Model) -> None:
+    """Name every node left with openvino's default name after its position; keep only the I/O tensor names.
+
+    Default node names (and the tensor names openvino's compression pass copies from them) embed a process-wide
+    instance counter, so without this two identical builds in one process serialize differently.
+    """
+    public = {n for port in [*model.inputs, *model.outputs] for n in port.get_names()}
+    counts: dict[str, int] = {}
+    for node in model.get_ordered_ops():
+        for out in node.outputs():
+            if out.get_names() - public:
+                out.get_tensor().set_names(out.get_names() & public)
+        if node.get_friendly_name() != node.get_name():
+            continue
+        kind = node.get_type_name()
+        counts[kind] = counts.get(kind, 0) + 1
+        node.set_friendly_name(f"{kind}_{counts[kind]}")
+
+
+def save(model: ov.Model, xml: Path) -> None:
+    name_anonymous_nodes(model)
+    try:
+        ov.save_model(model, xml, compress_to_fp16=False)
+    except (OSError, RuntimeError) as e:
+        raise OutputError(f"{xml}: cannot write: {e}") from None
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
