@@ -1,0 +1,38 @@
+"""irsurgeon annotate TARGET: write the hidden_states_decoder_layers rt_info into a target's language model."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from irsurgeon.errors import IRError
+
+
+@click.command("annotate")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option("--force", is_flag=True, help="Replace an existing annotation that differs from the discovered one.")
+@click.option("--dry-run", is_flag=True, help="Print the annotation that would be written; write nothing.")
+@click.option("--num-layers", type=click.IntRange(min=1), default=None,
+              help="Decoder layer count, when config.json is absent or wrong.")
+def command(target: Path, force: bool, dry_run: bool, num_layers: int | None) -> None:
+    """Annotate TARGET (an exported model directory or an .xml) with its decoder layers' hidden states.
+
+    Only the .xml's net-level <rt_info> changes; the .bin is never touched.
+    """
+    from irsurgeon.annotate import annotate_ir
+    from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+
+    result = annotate_ir(target, force=force, dry_run=dry_run, num_layers=num_layers)
+    click.echo(f"{result.xml}: {result.num_layers} decoder layers (from {result.layer_source}), "
+               f"hidden size {result.hidden_size}")
+    for layer, (producer, index) in sorted(result.layers.items()):
+        click.echo(f"  {layer:>4}  {producer}:{index}")
+    if result.status == "kept":
+        raise IRError(f"{result.xml}: already carries a different {HIDDEN_STATES_LAYERS} annotation; "
+                      f"left as is (rerun with --force to replace it)")
+    if result.status == "dry-run":
+        click.echo(f"would write {HIDDEN_STATES_LAYERS} = {result.value}")
+        return
+    click.echo({"written": f"wrote {HIDDEN_STATES_LAYERS}",
+                "rewritten": f"replaced {HIDDEN_STATES_LAYERS} (--force)",
+                "unchanged": f"{HIDDEN_STATES_LAYERS} already present and identical; nothing changed"}[result.status])

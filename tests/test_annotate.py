@@ -1,0 +1,363 @@
+"""annotate: hidden-state discovery on optimum's exports (after removing their key) and on synthetic decoders.
+
+Synthetic decoder (names as optimum-intel's text-only exports; `make_decoder` builds it):
+
+    x = Parameter inputs_embeds [?, ?, H]
+    for i in layers:                                         scope P.layers.<i>
+        a = o_proj(softmax(h h^T) v_proj(h)),  h = input_layernorm(x)
+        x = x + a                                            P.layers.<i>/aten::add/Add
+        x = x + down(silu(gate(h2)) * up(h2)), h2 = post_attention_layernorm(x)
+                                                             P.layers.<i>/aten::add/Add_1   <- hidden state i
+    logits = lm_head(norm(x))                                P.norm/aten::mul/Multiply_1    <- hidden state N-1
+Weights are f32, f16 (+ Convert) or int4 (u4 [O, I/g, g] -> Convert -> Subtract zp -> Multiply scale -> Reshape).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import openvino.opset13 as ops
+import pytest
+from click.testing import CliRunner
+
+from irsurgeon.annotate import annotate_ir, annotation_json, discover_hidden_states, parse_annotation
+from irsurgeon.cli import main
+from irsurgeon.errors import IRError, OutputError
+from irsurgeon.ir import files, xmlsafe
+from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+
+KEY = (HIDDEN_STATES_LAYERS,)
+EXPORTS = ["dense-fp16", "dense-bf16", "dense-f32ckpt-fp32", "dense-int4", "dense-bigram-fp16", "dense-bigram-int4",
+           "moe-fp16", "moe-int4", "moe-bigram-fp16"]
+VLM_PREFIX = "__module.model.model.language_model"
+
+
+@dataclass(frozen=True)
+class Spec:
+    layers: tuple[int, ...] = (0, 1, 2)
+    hidden: int = 32
+    vocab: int = 48
+    prefix: str = "__module.model"
+    fmt: str = "f32"              # f32 | f16 | int4
+    group: int = 16
+    duplicate: bool = False       # layer 1's first residual Add takes the name of its Add_1
+    extra_crossing: bool = False  # layer 0 sends a second [?, ?, H] value into layer 1
+    logits_op: str = "MatMul"     # "Tanh": a softcap between the lm_head and `logits`
+    logits_name: str = "logits"
+
+
+def _named(node, name: str):
+    node.set_friendly_name(name)
+    return node.output(0)
+
+
+def _weight(rng, out_dim: int, in_dim: int, spec: Spec, name: str) -> ov.Output:
+    w = rng.standard_normal((out_dim, in_dim)).astype(np.float32) * 0.1
+    if spec.fmt == "f32":
+        return ops.constant(w, name=name).output(0)
+    if spec.fmt == "f16":
+        return ops.convert(ops.constant(w.astype(np.float16), name=name), ov.Type.f32).output(0)
+    groups = in_dim // spec.group
+    q = ov.op.Constant(ov.Type.u4, ov.Shape([out_dim, groups, spec.group]), rng.integers(0, 16, w.size).tolist())
+    zp = ov.op.Constant(ov.Type.u4, ov.Shape([out_dim, groups, 1]), [8] * (out_dim * groups))
+    q.set_friendly_name(name)
+    scale = ops.constant(np.full((out_dim, groups, 1), 0.01, np.float16))
+    deq = ops.multiply(ops.subtract(ops.convert(q, ov.Type.f16), ops.convert(zp, ov.Type.f16)), scale)
+    flat = ops.reshape(deq, ops.constant(np.array([out_dim, in_dim], np.int64)), False)
+    return ops.convert(flat, ov.Type.f32).output(0)
+
+
+def _linear(x, rng, out_dim: int, in_dim: int, spec: Spec, scope: str) -> ov.Output:
+    w = _weight(rng, out_dim, in_dim, spec, f"self.{scope[len('__module.'):]}.weight")
+    return _named(ops.matmul(x, w, False, True), f"{scope}/aten::linear/MatMul")
+
+
+def _rms(x, rng, spec: Spec, scope: str) -> ov.Output:
+    mean = _named(ops.reduce_mean(_named(ops.power(x, ops.constant(np.float32(2))), f"{scope}/aten::pow/Power"),
+                                  ops.constant(np.array([-1], np.int64)), True), f"{scope}/aten::mean/ReduceMean")
+    inv = ops.divide(ops.constant(np.float32(1)), ops.sqrt(ops.add(mean, ops.constant(np.float32(1e-6)))))
+    y = _named(ops.multiply(x, inv), f"{scope}/aten::mul/Multiply")
+    gain = ops.constant(rng.uniform(0.5, 1.5, (spec.hidden,)).astype(np.float32))
+    return _named(ops.multiply(y, gain), f"{scope}/aten::mul/Multiply_1")
+
+
+def _layer(x, extra_in, i: int, rng, spec: Spec):
+    scope, hid = f"{spec.prefix}.layers.{i}", spec.hidden
+    h = _rms(x, rng, spec, f"{scope}.input_layernorm")
+    scores = _named(ops.softmax(ops.matmul(h, h, False, True), -1), f"{scope}.self_attn/aten::softmax/Softmax")
+    ctx = ops.matmul(scores, _linear(h, rng, hid, hid, spec, f"{scope}.self_attn.v_proj"), False, False)
+    attn = _linear(ctx, rng, hid, hid, spec, f"{scope}.self_attn.o_proj")
+    if extra_in is not None:
+        attn = _named(ops.add(attn, extra_in), f"{scope}.self_attn/aten::add/Add")
+    x1 = ops.add(x, attn)
+    h2 = _rms(x1.output(0), rng, spec, f"{scope}.post_attention_layernorm")
+    gate = ops.swish(_linear(h2, rng, 2 * hid, hid, spec, f"{scope}.mlp.gate_proj"))
+    up = _linear(h2, rng, 2 * hid, hid, spec, f"{scope}.mlp.up_proj")
+    out = _named(ops.add(x1, _linear(ops.multiply(gate, up), rng, hid, 2 * hid, spec, f"{scope}.mlp.down_proj")),
+                 f"{scope}/aten::add/Add_1")
+    x1.set_friendly_name(f"{scope}/aten::add/Add_1" if spec.duplicate and i == 1 else f"{scope}/aten::add/Add")
+    extra = None
+    if spec.extra_crossing and i == spec.layers[0]:
+        extra = _named(ops.multiply(out, ops.constant(np.float32(0.5))), f"{scope}/aten::mul/Multiply_2")
+    return out, extra
+
+
+def make_decoder(spec: Spec = Spec(), seed: int = 0) -> tuple[ov.Model, dict[int, tuple[str, int]]]:
+    """The decoder above, and the locators its construction says the annotation must hold."""
+    rng = np.random.default_rng(seed)
+    embeds = ops.parameter(ov.PartialShape([-1, -1, spec.hidden]), ov.Type.f32, name="inputs_embeds")
+    embeds.output(0).set_names({"inputs_embeds"})
+    x, extra, expected = embeds.output(0), None, {}
+    for k, i in enumerate(spec.layers):
+        x, extra = _layer(x, extra, i, rng, spec)
+        expected[k] = (x.get_node().get_friendly_name(), 0)
+    normed = _rms(x, rng, spec, f"{spec.prefix}.norm")
+    expected[len(spec.layers) - 1] = (normed.get_node().get_friendly_name(), 0)
+    lm_head = _linear(normed, rng, spec.vocab, spec.hidden, replace(spec, fmt="f32"), "__module.lm_head")
+    last = lm_head if spec.logits_op == "MatMul" else ops.tanh(lm_head).output(0)
+    result = ops.result(last)
+    result.output(0).set_names({spec.logits_name})
+    return ov.Model([result], [embeds], "decoder"), expected
+
+
+def write_target(directory: Path, spec: Spec = Spec(), config: dict | None | bool = True,
+                 name: str = files.TEXT_ONLY_MODEL) -> tuple[Path, dict[int, tuple[str, int]]]:
+    """Save make_decoder(spec) as an IR in directory (+ config.json unless config is False)."""
+    model, expected = make_decoder(spec)
+    directory.mkdir(parents=True, exist_ok=True)
+    xml = directory / name
+    ov.save_model(model, xml, compress_to_fp16=False)
+    if config is True:
+        config = {"model_type": "llama", "num_hidden_layers": len(spec.layers), "hidden_size": spec.hidden}
+    if config:
+        (directory / files.CONFIG).write_text(json.dumps(config))
+    return xml, expected
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def copy_lm(src: Path, dst: Path) -> Path:
+    dst.mkdir()
+    for name in ("openvino_language_model.xml", "openvino_language_model.bin", "config.json"):
+        shutil.copyfile(src / name, dst / name)
+    return dst / "openvino_language_model.xml"
+
+
+# ---- optimum-intel's own annotations --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", EXPORTS)
+def test_same_annotation_as_optimum_byte_for_byte(export, tmp_path, name):
+    xml = copy_lm(export(name), tmp_path / name)
+    original = xml.read_bytes()
+    assert xmlsafe.get_value(original, KEY) is not None
+    xml.write_bytes(xmlsafe.remove_value(original, KEY))
+    bin_hash = sha(xml.with_suffix(".bin"))
+
+    result = annotate_ir(xml.parent)
+    assert result.status == "written" and result.layer_source == "config.json"
+    assert xml.read_bytes() == original
+    assert sha(xml.with_suffix(".bin")) == bin_hash
+    again = annotate_ir(xml)
+    assert again.status == "unchanged" and not again.changed and xml.read_bytes() == original
+
+
+def test_discovery_without_config_matches_optimum(export):
+    xml = export("moe-int4") / files.LANGUAGE_MODEL
+    model = ov.Core().read_model(xml)
+    found = discover_hidden_states(model, None)
+    assert annotation_json(found) == model.get_rt_info(list(KEY)).value
+
+
+# ---- synthetic decoders ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["f32", "f16", "int4"])
+@pytest.mark.parametrize("prefix", ["__module.model", VLM_PREFIX])
+def test_synthetic_decoders(tmp_path, fmt, prefix):
+    xml, expected = write_target(tmp_path, Spec(prefix=prefix, fmt=fmt, layers=(0, 1, 2, 3)))
+    bin_hash = sha(xml.with_suffix(".bin"))
+    result = annotate_ir(tmp_path)
+    assert result.status == "written" and result.layers == expected
+    assert sha(xml.with_suffix(".bin")) == bin_hash
+    model = ov.Core().read_model(xml)
+    assert parse_annotation(model.get_rt_info(list(KEY)).value) == expected
+    names = {op.get_friendly_name(): op for op in model.get_ops()}
+    for producer, index in expected.values():
+        assert names[producer].get_output_partial_shape(index)[2].get_length() == 32
+
+
+def test_layer_count_and_width_inferred_without_config(tmp_path):
+    xml, expected = write_target(tmp_path, Spec(layers=tuple(range(5)), hidden=24, group=8, fmt="int4"), config=False)
+    result = annotate_ir(xml)
+    assert (result.layer_source, result.num_layers, result.hidden_size) == ("graph", 5, 24)
+    assert result.layers == expected
+
+
+def test_single_layer(tmp_path):
+    xml, expected = write_target(tmp_path, Spec(layers=(0,)))
+    assert annotate_ir(xml).layers == expected
+
+
+@pytest.mark.parametrize("spec, config, message", [
+    (Spec(layers=(0, 1, 3)), False, "missing"),
+    (Spec(layers=(0, 1, 3)), True, "missing"),
+    (Spec(duplicate=True), True, "duplicate"),
+    (Spec(extra_crossing=True), True, "2 candidate"),
+    (Spec(logits_op="Tanh"), True, "expected the lm_head MatMul"),
+    (Spec(logits_name="scores"), True, "expected one output named 'logits'"),
+    (Spec(), {"num_hidden_layers": 5}, "num_hidden_layers is 5"),
+    (Spec(), {"text_config": {"hidden_size": 40}}, "[?,?,40]"),
+])
+def test_refuses_ambiguous_graphs(tmp_path, spec, config, message):
+    xml, _ = write_target(tmp_path, spec, config)
+    before = xml.read_bytes()
+    with pytest.raises(IRError, match=message.replace("[", r"\[").replace("?", r"\?")):
+        annotate_ir(tmp_path)
+    assert xml.read_bytes() == before
+
+
+def test_dry_run_force_and_kept(tmp_path):
+    xml, expected = write_target(tmp_path)
+    pristine = xml.read_bytes()
+    assert annotate_ir(xml, dry_run=True).status == "dry-run" and xml.read_bytes() == pristine
+    annotate_ir(xml)
+    wrong = {**expected, 0: (expected[1][0], 0)}
+    xml.write_bytes(xmlsafe.set_value(xml.read_bytes(), KEY, annotation_json(wrong)))
+    tampered = xml.read_bytes()
+    assert annotate_ir(xml).status == "kept" and xml.read_bytes() == tampered
+    assert annotate_ir(xml, force=True, dry_run=True).status == "dry-run" and xml.read_bytes() == tampered
+    result = annotate_ir(xml, force=True)
+    assert result.status == "rewritten" and result.previous == annotation_json(wrong)
+    assert parse_annotation(xmlsafe.get_value(xml.read_bytes(), KEY)) == expected
+
+
+def test_failed_check_keeps_original_and_leaves_no_temporary(tmp_path, monkeypatch):
+    xml, _ = write_target(tmp_path)
+    before = sorted(os.listdir(tmp_path)), xml.read_bytes()
+
+    def broken(data, path, value, source="IR"):
+        return data.replace(b"</rt_info>", b"</rt_info><garbage>", 1) if b"</rt_info>" in data else data + b"<"
+
+    monkeypatch.setattr(xmlsafe, "set_value", broken)
+    with pytest.raises(IRError):
+        annotate_ir(xml)
+    assert (sorted(os.listdir(tmp_path)), xml.read_bytes()) == before
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_directory(tmp_path):
+    xml, _ = write_target(tmp_path / "t")
+    os.chmod(tmp_path / "t", stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        with pytest.raises(OutputError, match="cannot write"):
+            annotate_ir(xml)
+    finally:
+        os.chmod(tmp_path / "t", stat.S_IRWXU)
+
+
+def test_unwritable_directory_is_one_error(tmp_path, monkeypatch):
+    xml, _ = write_target(tmp_path)
+    before = xml.read_bytes()
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(files.tempfile, "mkstemp", denied)
+    with pytest.raises(OutputError, match="Permission denied"):
+        annotate_ir(xml)
+    assert xml.read_bytes() == before
+
+
+# ---- the XML editor -------------------------------------------------------------------------------------------
+
+def test_rt_info_created_nested_and_removed(tmp_path):
+    model, _ = make_decoder()
+    xml = tmp_path / "m.xml"
+    ov.save_model(model, xml, compress_to_fp16=False)
+    data = xml.read_bytes()
+    block = xmlsafe.net_rt_info(data)
+    bare = data[:data.rfind(b"<rt_info", 0, block.end)] + data[data.rfind(b"</rt_info>") + len(b"</rt_info>\n"):]
+    assert b"<rt_info" not in bare[bare.rfind(b"</edges>"):]
+    edited = xmlsafe.set_value(bare, ("runtime_options", "KV_CACHE_PRECISION"), "f16")
+    edited = xmlsafe.set_value(edited, ("a key with spaces",), 'x<"&>y')
+    edited = xmlsafe.set_value(edited, ("runtime_options", "ACTIVATIONS_SCALE_FACTOR"), "8.0")
+    xml.write_bytes(edited)
+    back = ov.Core().read_model(xml)
+    assert back.get_rt_info(["runtime_options", "KV_CACHE_PRECISION"]).value == "f16"
+    assert back.get_rt_info(["runtime_options", "ACTIVATIONS_SCALE_FACTOR"]).value == "8.0"
+    assert back.get_rt_info(["a key with spaces"]).value == 'x<"&>y'
+    assert xmlsafe.get_value(edited, ("a key with spaces",)) == 'x<"&>y'
+    removed = xmlsafe.remove_value(edited, ("runtime_options", "KV_CACHE_PRECISION"))
+    assert xmlsafe.get_value(removed, ("runtime_options", "KV_CACHE_PRECISION")) is None
+    assert xmlsafe.get_value(removed, ("runtime_options", "ACTIVATIONS_SCALE_FACTOR")) == "8.0"
+    assert edited[:edited.rfind(b"</edges>")] == data[:data.rfind(b"</edges>")]
+
+
+@pytest.mark.parametrize("text", [
+    b'<?xml version="1.0"?>\n<!DOCTYPE net [<!ENTITY a "aaaa">]>\n<net name="x" version="11"></net>',
+    b'<?xml version="1.0"?>\n<net name="x" version="11"><!ENTITY b SYSTEM "file:///etc/passwd"></net>',
+])
+def test_dtd_refused(tmp_path, text):
+    xml = tmp_path / "evil.xml"
+    xml.write_bytes(text)
+    with pytest.raises(IRError, match="refusing"):
+        annotate_ir(xml)
+
+
+# ---- command line ---------------------------------------------------------------------------------------------
+
+def test_cli_twice_and_dry_run(tmp_path):
+    xml, expected = write_target(tmp_path)
+    runner = CliRunner()
+    dry = runner.invoke(main, ["annotate", str(tmp_path), "--dry-run"])
+    assert dry.exit_code == 0 and "would write" in dry.output and HIDDEN_STATES_LAYERS not in xml.read_text()
+    first = runner.invoke(main, ["annotate", str(tmp_path)])
+    assert first.exit_code == 0 and "wrote" in first.output
+    assert all(p in first.output for p, _ in expected.values())
+    after = xml.read_bytes()
+    second = runner.invoke(main, ["annotate", str(xml)])
+    assert second.exit_code == 0 and "nothing changed" in second.output and xml.read_bytes() == after
+
+
+def _bad_inputs(tmp_path: Path) -> dict[str, Path]:
+    xml, _ = write_target(tmp_path / "good")
+    cases = {"missing": tmp_path / "nope", "empty dir": tmp_path / "empty"}
+    cases["empty dir"].mkdir()
+    (tmp_path / "not_ir.xml").write_text("<graph><node/></graph>")
+    cases["not an IR"] = tmp_path / "not_ir.xml"
+    trunc = tmp_path / "trunc"
+    trunc.mkdir()
+    shutil.copyfile(xml, trunc / xml.name)
+    (trunc / "openvino_model.bin").write_bytes(xml.with_suffix(".bin").read_bytes()[:100])
+    cases["truncated bin"] = trunc
+    no_logits, _ = write_target(tmp_path / "nologits", Spec(logits_name="scores"))
+    cases["no logits"] = no_logits.parent
+    return cases
+
+
+def test_cli_bad_inputs_one_line_and_nothing_written(tmp_path):
+    cases = _bad_inputs(tmp_path)
+    runner = CliRunner()
+    for what, path in cases.items():
+        before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+        res = runner.invoke(main, ["annotate", str(path)])
+        assert res.exit_code == 1, (what, res.output)
+        lines = res.output.strip().splitlines()
+        assert lines[-1].startswith("Error: ") and "Traceback" not in res.output, (what, res.output)
+        assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before, what
+
+
+def test_cli_kept_exits_nonzero(tmp_path):
+    xml, expected = write_target(tmp_path)
+    xml.write_bytes(xmlsafe.set_value(xml.read_bytes(), KEY, annotation_json({0: expected[2]})))
+    res = CliRunner().invoke(main, ["annotate", str(xml)])
+    assert res.exit_code == 1 and "--force" in res.output
+    assert CliRunner().invoke(main, ["annotate", str(xml), "--force"]).exit_code == 0
