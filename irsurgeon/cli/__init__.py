@@ -49,3 +49,7 @@ from irsurgeon.cli import build_mtp, verify  # noqa: E402
 
 main.add_command(build_mtp.command)
 main.add_command(verify.command)
+
+from irsurgeon.cli import annotate  # noqa: E402
+
+main.add_command(annotate.command)
