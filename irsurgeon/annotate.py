@@ -186,6 +186,7 @@ def annotate_ir(xml_path: str | Path, *, force: bool = False, dry_run: bool = Fa
     count = num_layers if num_layers is not None else cfg_layers
     origin = "argument" if num_layers is not None else files.CONFIG if cfg_layers is not None else "graph"
     layers, width = _discover(model, count, cfg_width, str(xml))
+    del model  # the read-back check loads the edited IR; do not hold two graphs at once
     value = annotation_json(layers)
     previous = xmlsafe.get_value(data, (HIDDEN_STATES_LAYERS,), str(xml))
     result = AnnotationResult(xml, "dry-run", value, layers, len(layers), width, origin, previous)
