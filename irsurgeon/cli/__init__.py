@@ -53,3 +53,7 @@ main.add_command(verify.command)
 from irsurgeon.cli import annotate  # noqa: E402
 
 main.add_command(annotate.command)
+
+from irsurgeon.cli import synth  # noqa: E402
+
+main.add_command(synth.command)

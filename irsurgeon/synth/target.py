@@ -17,6 +17,7 @@ and attends through one 4-input ScaledDotProductAttention, the form openvino's S
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import openvino as ov
@@ -61,8 +62,10 @@ class Weights:
     fmt: WeightFormat
     zero_centred: bool
 
-    def mat(self, name: str) -> ov.Output:
-        return weight(self.tensors[name], name, self.fmt)
+    def mat(self, name: str, view: Callable[[np.ndarray], np.ndarray] | None = None) -> ov.Output:
+        """The tensor as a weight, optionally re-laid out first (fused experts as one 2-D matrix)."""
+        array = self.tensors[name]
+        return weight(view(array) if view else array, name, self.fmt)
 
     def gain(self, name: str) -> ov.Output:
         g = self.tensors[name]
@@ -140,24 +143,22 @@ def attention(a: ov.Output, i: int, kv_i: int, ctx: Context, w: Weights, s: Synt
 def sparse_moe(x: ov.Output, i: int, w: Weights, s: SynthSpec, arch: Arch) -> ov.Output:
     """Top-k routed experts (softmax in f32, top-k renormalised) plus the sigmoid-gated shared expert.
 
-    Every expert runs on every token and the routing weights are zero off the top-k: the same numbers as a
-    sparse dispatch, in plain opset ops, which is all a tiny model needs.
+    Every expert runs on every token and the routing weights are zero off the top-k: the numbers of a sparse
+    dispatch, as two plain 2-D MatMuls over all experts side by side (gate_up as [E*2I, H], down as [H, E*I]).
     """
     m, c = f"{arch.module}.layers.{i}.mlp", f"{arch.ckpt}layers.{i}.mlp."
-    E, H = s.num_experts, s.hidden
+    E, I, H = s.num_experts, s.expert_size, s.hidden
     probs = ops.softmax(linear(x, w.mat(c + "gate.weight"), f"{m}.gate/{arch.linear_op}/MatMul"), -1)  # [B, S, E]
     top = ops.topk(probs, const(s.top_k, I64), -1, "max", "value", ov.Type.i64)
     top_w = ops.divide(top.output(0), ops.reduce_sum(top.output(0), const([-1], I64), keep_dims=True))
     hot = ops.one_hot(top.output(1), const(E, I64), const(1.0), const(0.0), -1)  # [B, S, K, E]
     route = ops.reduce_sum(ops.multiply(hot, ops.unsqueeze(top_w, const(-1, I64))), const([2], I64))  # [B, S, E]
-    route = ops.unsqueeze(ops.transpose(ops.reshape(route, const([-1, E], I64), False), const([1, 0], I64)),
-                          const(-1, I64))  # [E, B*S, 1]
-    tokens = ops.unsqueeze(ops.reshape(x, const([-1, H], I64), False), const(0, I64))  # [1, B*S, H]
-    gate, up = ops.split(ops.matmul(tokens, w.mat(c + "experts.gate_up_proj"), False, True), const(-1, I64), 2).outputs()
-    act = ops.multiply(ops.swish(gate), up)  # [E, B*S, I]
-    expert_out = ops.matmul(act, w.mat(c + "experts.down_proj"), False, True)  # [E, B*S, H]
-    routed = ops.reshape(ops.reduce_sum(ops.multiply(expert_out, route), const([0], I64)),
-                         ops.shape_of(x, ov.Type.i64), False)
+    gate_up = w.mat(c + "experts.gate_up_proj", lambda a: a.reshape(E * 2 * I, H))
+    down = w.mat(c + "experts.down_proj", lambda a: a.transpose(1, 0, 2).reshape(H, E * I))
+    h = ops.reshape(linear(x, gate_up, f"{m}.experts/gate_up"), const([0, 0, E, 2 * I], I64), True)
+    gate, up = ops.split(h, const(-1, I64), 2).outputs()
+    act = ops.multiply(ops.multiply(ops.swish(gate), up), ops.unsqueeze(route, const(-1, I64)))  # [B, S, E, I]
+    routed = linear(ops.reshape(act, const([0, 0, E * I], I64), True), down, f"{m}.experts/down")  # [B, S, H]
     shared = swiglu(x, w.mat(c + "shared_expert.gate_proj.weight"), w.mat(c + "shared_expert.up_proj.weight"),
                     w.mat(c + "shared_expert.down_proj.weight"), f"{m}.shared_expert")
     shared_gate = ops.sigmoid(linear(x, w.mat(c + "shared_expert_gate.weight"), f"{m}.shared_expert_gate"))
