@@ -22,7 +22,7 @@ from irsurgeon.config import MTPConfig, read_json, text_section
 from irsurgeon.errors import CheckpointError, ConfigError
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.safetensors_io import FLOAT_DTYPES
-from irsurgeon.weights.spec import LAYER, MTP_PREFIX, TRANSFORMS, _common_shapes
+from irsurgeon.weights.spec import LAYER, MTP_PREFIX, _common_shapes, check_dtype, finite, transform
 
 MLP = f"{LAYER}mlp."
 EXPERTS = f"{MLP}experts."
@@ -101,7 +101,8 @@ def _check_expert_indices(per_expert: list[str], cfg: MTPConfig, root: object) -
     for e in range(E):
         for p in PROJECTIONS:
             if f"{EXPERTS}{e}.{p}.weight" not in present:
-                raise CheckpointError(f"{root}: missing expert {e} of {E}: no tensor {MTP_PREFIX}{EXPERTS}{e}.{p}.weight"
+                raise CheckpointError(f"{root}: missing expert {e} of {E}: no tensor "
+                                      f"{MTP_PREFIX}{EXPERTS}{e}.{p}.weight"
                                       + ("" if e in found else " (the whole expert is absent)"))
 
 
@@ -168,20 +169,17 @@ def check_stored(ckpt: Checkpoint, names: set[str], expected: dict[str, tuple[in
             raise CheckpointError(f"tensor {MTP_PREFIX}{name}: expected a floating-point dtype, found {info.dtype}")
 
 
-def read_tensor(ckpt: Checkpoint, name: str, scaled: set[str], block: tuple[int, int] | None) -> np.ndarray:
+def read_tensor(ckpt: Checkpoint, name: str, scaled: set[str], block: tuple[int, int] | None,
+                allow_nonfinite: bool = False, warn=print) -> np.ndarray:
     """One tensor as float32: FP8 dequantized by its block scales, the table's transforms applied, finite."""
     w = np.asarray(ckpt.get(MTP_PREFIX + name), dtype=np.float32)
     if name in scaled:
         w = dequantize_blocks(w, np.asarray(ckpt.get(MTP_PREFIX + name + SCALE_SUFFIX)), block, name)
-    for matches, fn in TRANSFORMS:
-        if matches(name):
-            w = fn(w)
-    if not np.isfinite(w).all():
-        raise CheckpointError(f"tensor {MTP_PREFIX}{name}: holds NaN or Inf values")
-    return w
+    return finite(MTP_PREFIX + name, transform(name, w), allow_nonfinite, warn)
 
 
-def load_moe_weights(ckpt: Checkpoint, cfg: MTPConfig) -> dict[str, np.ndarray]:
+def load_moe_weights(ckpt: Checkpoint, cfg: MTPConfig, allow_nonfinite: bool = False,
+                     warn=print) -> dict[str, np.ndarray]:
     """All `mtp.*` tensors of a MoE head as float32, in the canonical layout of `moe_shapes`."""
     names = {n[len(MTP_PREFIX):] for n in ckpt.names(MTP_PREFIX)}
     if not names:
@@ -190,18 +188,23 @@ def load_moe_weights(ckpt: Checkpoint, cfg: MTPConfig) -> dict[str, np.ndarray]:
     layout = detect_layout(names, cfg, ckpt.root)
     expected = stored_shapes(cfg, layout)
     check_stored(ckpt, names, expected, layout)
+    for name in expected:
+        check_dtype(ckpt, MTP_PREFIX + name, cfg)
     block = block_size(ckpt) if scaled else None
-    weights = {n: read_tensor(ckpt, n, scaled, block) for n in expected if not n.startswith(EXPERTS)}
+
+    def read(name: str) -> np.ndarray:
+        return read_tensor(ckpt, name, scaled, block, allow_nonfinite, warn)
+
+    weights = {n: read(n) for n in expected if not n.startswith(EXPERTS)}
     if layout == "fused":
-        gate_up = read_tensor(ckpt, f"{EXPERTS}gate_up_proj", scaled, block)
-        I = cfg.moe.expert_size
+        gate_up, I = read(f"{EXPERTS}gate_up_proj"), cfg.moe.expert_size
         weights[f"{EXPERTS}gate_proj.weight"] = np.ascontiguousarray(gate_up[:, :I])
         weights[f"{EXPERTS}up_proj.weight"] = np.ascontiguousarray(gate_up[:, I:])
-        weights[f"{EXPERTS}down_proj.weight"] = read_tensor(ckpt, f"{EXPERTS}down_proj", scaled, block)
+        weights[f"{EXPERTS}down_proj.weight"] = read(f"{EXPERTS}down_proj")
         return weights
     for p, shape in expert_shapes(cfg).items():
         stacked = np.empty((cfg.moe.num_experts, *shape), np.float32)
         for e in range(cfg.moe.num_experts):
-            stacked[e] = read_tensor(ckpt, f"{EXPERTS}{e}.{p}.weight", scaled, block)
+            stacked[e] = read(f"{EXPERTS}{e}.{p}.weight")
         weights[f"{EXPERTS}{p}.weight"] = stacked
     return weights
