@@ -1,0 +1,311 @@
+"""synth: layout and I/O of each kind, numeric parity with a numpy decoder, determinism, bad input, genai end to end."""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+from click.testing import CliRunner
+from openvino._offline_transformations import paged_attention_transformation
+
+from irsurgeon.cli import main
+from irsurgeon.synth.checkpoint import bf16_round
+from irsurgeon.synth.registry import FIXTURES, default_spec, make_fixture, synthesize
+from irsurgeon.synth.tokenizer import SPECIAL
+from irsurgeon.weights.safetensors_io import SafetensorsFile
+from numpy_mtp import moe, rms, rope, sigmoid, silu
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE_DIR = ROOT / "fixtures" / "synth"
+F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+QWEN_FILES = {"openvino_language_model.xml", "openvino_text_embeddings_model.xml", "openvino_tokenizer.xml",
+              "openvino_detokenizer.xml", "openvino_vision_embeddings_model.xml",
+              "openvino_vision_embeddings_pos_model.xml", "openvino_vision_embeddings_merger_model.xml",
+              "config.json", "generation_config.json", "preprocessor_config.json"}
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    return synthesize(tmp_path_factory.mktemp("qwen35"), "qwen35", seed=5)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return synthesize(tmp_path_factory.mktemp("llama"), "llama", seed=6, with_mtp=False)
+
+
+def read(path: Path) -> ov.Model:
+    return ov.Core().read_model(path)
+
+
+def ports(model_ports) -> dict[str, tuple[str, str]]:
+    return {p.get_any_name(): (p.get_element_type().get_type_name(), str(p.get_partial_shape())) for p in model_ports}
+
+
+def stored(ckpt: Path) -> dict[str, np.ndarray]:
+    st = SafetensorsFile(ckpt / "model.safetensors")
+    try:
+        return {n: np.array(st.get(n), dtype=np.float32) for n in st.tensors}
+    finally:
+        st.close()
+
+
+def test_qwen35_layout_and_language_model_io(qwen):
+    assert QWEN_FILES <= {p.name for p in qwen.target.iterdir()}
+    lm = read(qwen.target / "openvino_language_model.xml")
+    H, V = qwen.spec.hidden, qwen.spec.vocab
+    assert ports(lm.inputs) == {"attention_mask": ("i64", "[?,?]"), "inputs_embeds": ("f32", f"[?,?,{H}]"),
+                                "position_ids": ("i64", "[4,?,?]"), "beam_idx": ("i32", "[?]")}
+    assert ports(lm.outputs) == {"logits": ("f32", f"[?,?,{V}]")}
+    assert lm.outputs[0].get_node().input_value(0).get_node().get_type_name() == "MatMul"  # lm_head feeds logits
+    states = sorted(v.get_info().variable_id for v in lm.get_variables())
+    assert states == sorted(f"cache_params.past.{kv}.{i}cache_params.present.{kv}.{i}"
+                            for kv in ("key", "value") for i in range(qwen.spec.layers))
+    emb = read(qwen.target / "openvino_text_embeddings_model.xml")
+    assert ports(emb.inputs) == {"input": ("i64", "[?,?]")}
+    assert ports(emb.outputs) == {"inputs_embeds": ("f32", f"[?,?,{H}]")}
+
+
+def test_optimum_names_are_there(qwen):
+    names = {op.get_friendly_name() for op in read(qwen.target / "openvino_language_model.xml").get_ops()}
+    m = "__module.model.model.language_model"
+    for i in range(qwen.spec.layers):
+        assert f"{m}.layers.{i}/aten::add/Add_1" in names
+        assert f"{m}.layers.{i}.self_attn.q_proj/ov_ext::linear/MatMul" in names
+    assert f"{m}.norm/aten::mul/Multiply_1" in names and "__module.model.lm_head/ov_ext::linear/MatMul" in names
+
+
+@pytest.mark.parametrize("which", ["qwen", "llama"])
+def test_paged_attention_pass_converts_every_layer(which, request):
+    out = request.getfixturevalue(which)
+    xml = "openvino_language_model.xml" if which == "qwen" else "openvino_model.xml"
+    model = read(out.target / xml)
+    paged_attention_transformation(model, False, False, False, False, False, False, False)
+    counts = Counter(op.get_type_name() for op in model.get_ops())
+    assert counts["PagedAttentionExtension"] == out.spec.layers
+    assert counts["ReadValue"] == counts["ScaledDotProductAttention"] == 0
+
+
+def test_llama_io(llama):
+    assert {p.name for p in llama.target.iterdir()} >= {"openvino_model.xml", "openvino_tokenizer.xml",
+                                                         "openvino_detokenizer.xml", "config.json"}
+    model = read(llama.target / "openvino_model.xml")
+    assert ports(model.inputs) == {"input_ids": ("i64", "[?,?]"), "attention_mask": ("i64", "[?,?]"),
+                                   "position_ids": ("i64", "[?,?]"), "beam_idx": ("i32", "[?]")}
+    assert ports(model.outputs) == {"logits": ("f32", f"[?,?,{llama.spec.vocab}]")}
+    assert "mtp.fc.weight" not in stored(llama.ckpt)
+
+
+def reference_logits(t: dict, s, ids: np.ndarray, qwen: bool) -> np.ndarray:
+    """Causal float64 decoder over ids [S] (batch 1), written from the math; returns logits [S, V]."""
+    pre = "model.language_model." if qwen else "model."
+    g = (lambda n: t[n]) if qwen else (lambda n: t[n] - 1.0)  # rms() applies 1 + w
+    nH, nKV, D, eps, S = s.heads, s.kv_heads, s.head_dim, s.rms_norm_eps, len(ids)
+    rot, pos = int(D * s.partial_rotary_factor), np.arange(S)[None]
+    x = t[pre + "embed_tokens.weight"].astype(np.float64)[ids][None]
+    for i in range(s.layers):
+        p = f"{pre}layers.{i}."
+        a = rms(x, g(p + "input_layernorm.weight"), eps)
+        q = (a @ t[p + "self_attn.q_proj.weight"].T).reshape(1, S, nH, -1)
+        q, gate = q[..., :D], q[..., D:].reshape(1, S, -1)
+        k = (a @ t[p + "self_attn.k_proj.weight"].T).reshape(1, S, nKV, D)
+        v = (a @ t[p + "self_attn.v_proj.weight"].T).reshape(1, S, nKV, D).transpose(0, 2, 1, 3)
+        if qwen:
+            q, k = rms(q, t[p + "self_attn.q_norm.weight"], eps), rms(k, t[p + "self_attn.k_norm.weight"], eps)
+        q, k = rope(q.transpose(0, 2, 1, 3), pos, rot, s.rope_theta), rope(k.transpose(0, 2, 1, 3), pos, rot, s.rope_theta)
+        k, v = np.repeat(k, nH // nKV, 1), np.repeat(v, nH // nKV, 1)
+        scores = np.where(np.tril(np.ones((S, S), bool)), q @ k.transpose(0, 1, 3, 2) / np.sqrt(D), -np.inf)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        att = ((probs / probs.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(1, S, nH * D)
+        x = x + (att * sigmoid(gate) if qwen else att) @ t[p + "self_attn.o_proj.weight"].T
+        h = rms(x, g(p + "post_attention_layernorm.weight"), eps)
+        if s.num_experts:
+            layer = {"layers.0.mlp." + k[len(p + "mlp."):]: v for k, v in t.items() if k.startswith(p + "mlp.")}
+            x = x + moe(h, layer, {"top_k": s.top_k})
+        else:
+            x = x + (silu(h @ t[p + "mlp.gate_proj.weight"].T) * (h @ t[p + "mlp.up_proj.weight"].T)) \
+                @ t[p + "mlp.down_proj.weight"].T
+    return (rms(x, g(pre + "norm.weight"), eps) @ t["lm_head.weight"].T)[0]
+
+
+def run_decoder(model: ov.Model, ids: np.ndarray, qwen: bool, embed: np.ndarray, split: int) -> np.ndarray:
+    """Prefill ids[:split], then one token at a time on one request; returns every step's logits [S, V]."""
+    req = ov.Core().compile_model(model, "CPU", F32).create_infer_request()
+    out, start = [], 0
+    for stop in [split, *range(split + 1, len(ids) + 1)]:
+        chunk, positions = ids[start:stop][None], np.arange(start, stop)[None]
+        feed = {"attention_mask": np.ones((1, stop), np.int64), "beam_idx": np.zeros(1, np.int32)}
+        if qwen:
+            feed.update(inputs_embeds=embed[chunk], position_ids=np.repeat(positions[None], 4, 0))
+        else:
+            feed.update(input_ids=chunk, position_ids=positions)
+        out.append(req.infer(feed)["logits"][0])
+        start = stop
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("kind", ["qwen35", "qwen35-moe", "llama"])
+def test_decoder_matches_numpy_reference_with_state(kind, tmp_path):
+    """Prefill 5 tokens then 2 decode steps against a float64 numpy decoder over the checkpoint's tensors.
+
+    f32 weights and f32 inference vs float64: accumulated rounding is ~1e-6 relative per op; 1e-4 of the logit
+    scale leaves two orders of margin and is far below any wiring error (a wrong RoPE or mask moves logits ~1e-1).
+    The default qwen kinds are bigram models whose attention branch is small, so they are checked with
+    full-strength branches (bigram=False) as well as by the genai test.
+    """
+    s = default_spec(kind).with_(bigram=False)
+    out = synthesize(tmp_path, kind, s, seed=11, with_mtp=False, weight_format="f32")
+    t = {k: v.astype(np.float64) for k, v in stored(out.ckpt).items()}
+    ids = np.random.default_rng(0).integers(SPECIAL, s.vocab, 7)
+    qwen = kind != "llama"
+    xml = out.target / ("openvino_language_model.xml" if qwen else "openvino_model.xml")
+    embed = t.get("model.language_model.embed_tokens.weight", np.zeros(0)).astype(np.float32)
+    got = run_decoder(read(xml), ids, qwen, embed, split=5)
+    want = reference_logits(t, s, ids, qwen)
+    np.testing.assert_allclose(got, want, atol=1e-4 * np.abs(want).max(), rtol=0)
+
+
+def test_ir_weights_are_the_checkpoint_values(qwen):
+    t = stored(qwen.ckpt)
+    req = ov.Core().compile_model(qwen.target / "openvino_text_embeddings_model.xml", "CPU", F32)
+    ids = np.arange(qwen.spec.vocab, dtype=np.int64)[None]
+    np.testing.assert_array_equal(req({"input": ids})["inputs_embeds"][0], t["model.language_model.embed_tokens.weight"])
+    cfg = json.loads((qwen.ckpt / "config.json").read_text())["text_config"]
+    assert (cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == \
+        (qwen.spec.hidden, qwen.spec.heads, qwen.spec.kv_heads)
+    assert t["mtp.fc.weight"].shape == (qwen.spec.hidden, 2 * qwen.spec.hidden)
+    np.testing.assert_array_equal(t["mtp.norm.weight"], t["model.language_model.norm.weight"])  # bigram head
+
+
+def test_vision_parts_run(qwen):
+    core, n = ov.Core(), 8  # 8 patches -> 2 merged tokens
+    cfg = json.loads((qwen.target / "config.json").read_text())["vision_config"]
+    pixels = cfg["in_channels"] * cfg["temporal_patch_size"] * cfg["patch_size"] ** 2
+    x = core.compile_model(qwen.target / "openvino_vision_embeddings_model.xml", "CPU")(
+        {"hidden_states": np.ones((n, pixels), np.float32)})["last_hidden_state"]
+    pos = core.compile_model(qwen.target / "openvino_vision_embeddings_pos_model.xml", "CPU")(
+        {"input": np.zeros((4, n), np.int64)})["last_hidden_state"]
+    assert x.shape == (n, cfg["hidden_size"]) and pos.shape == (4, n, cfg["hidden_size"])
+    head = cfg["hidden_size"] // cfg["num_heads"]
+    merged = core.compile_model(qwen.target / "openvino_vision_embeddings_merger_model.xml", "CPU")(
+        {"hidden_states": x, "attention_mask": np.zeros((1, n, n), np.float32),
+         "rotary_pos_emb": np.zeros((n, head // 2), np.float32)})["last_hidden_state"]
+    assert merged.shape == (n // 4, qwen.spec.hidden) and np.isfinite(merged).all()
+
+
+def test_tokenizer_pair_round_trips_ascii(qwen):
+    core = ov.Core()
+    tok = core.compile_model(qwen.target / "openvino_tokenizer.xml", "CPU")
+    detok = core.compile_model(qwen.target / "openvino_detokenizer.xml", "CPU")
+    texts = ["Hello world", "a\nb", ""]
+    enc = tok({"string_input": np.array(texts)})
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    assert mask.sum(1).tolist() == [len(t) for t in texts]
+    assert (ids[mask > 0] >= SPECIAL).all() and (ids[mask > 0] < qwen.spec.vocab).all()
+    rows = [np.concatenate([[1], r[m > 0], [2]]) for r, m in zip(ids, mask)]  # specials are skipped on decode
+    width = max(len(r) for r in rows)
+    padded = np.stack([np.pad(r, (0, width - len(r))) for r in rows]).astype(np.int64)
+    assert list(detok({"Parameter_1": padded})["string_output"]) == texts
+    everything = detok({"Parameter_1": np.arange(qwen.spec.vocab, dtype=np.int64)[None]})["string_output"][0]
+    assert len(everything) == qwen.spec.vocab - SPECIAL and everything.isascii()
+
+
+def digests(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != "MANIFEST.sha256"}
+
+
+def test_same_seed_same_bytes_in_one_process(tmp_path):
+    for i in range(2):
+        synthesize(tmp_path / str(i), "qwen35-moe", default_spec("qwen35-moe").with_(layers=1), seed=9,
+                   weight_format="f16")
+    assert digests(tmp_path / "0") == digests(tmp_path / "1")
+    synthesize(tmp_path / "other", "qwen35-moe", default_spec("qwen35-moe").with_(layers=1), seed=10,
+               weight_format="f16")
+    assert digests(tmp_path / "other")["ckpt/model.safetensors"] != digests(tmp_path / "0")["ckpt/model.safetensors"]
+
+
+def test_regenerated_fixtures_match_the_committed_manifest(tmp_path):
+    manifest = dict(reversed(line.split("  ", 1)) for line in
+                    (FIXTURE_DIR / "MANIFEST.sha256").read_text().splitlines())
+    assert digests(FIXTURE_DIR) == manifest, "committed fixtures differ from their manifest"
+    for name in FIXTURES:
+        make_fixture(name, tmp_path)
+    assert digests(tmp_path) == manifest
+    assert sum(p.stat().st_size for p in FIXTURE_DIR.rglob("*") if p.is_file()) < 3_000_000
+    for xml in FIXTURE_DIR.rglob("*.xml"):
+        text = xml.read_text()
+        assert str(ROOT) not in text and "/tmp" not in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layers", "0"], "--layers 0"),
+    (["--heads", "3"], "--heads 3 does not divide --hidden 64"),
+    (["--kv-heads", "3"], "--kv-heads 3 does not divide --heads 4"),
+    (["--kind", "llama", "--with-mtp"], "no MTP head"),
+])
+def test_impossible_sizes_fail_before_writing(tmp_path, args, message):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["synth", str(out), *args])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: ") and message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cli_writes_a_model(tmp_path):
+    result = CliRunner().invoke(main, ["synth", str(tmp_path / "m"), "--kind", "llama", "--layers", "1",
+                                       "--hidden", "32", "--heads", "2", "--kv-heads", "1", "--weight-format", "f16"])
+    assert result.exit_code == 0, result.output
+    cfg = json.loads((tmp_path / "m" / "ckpt" / "config.json").read_text())
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["head_dim"]) == (1, 32, 16)
+
+
+@pytest.mark.genai
+def test_genai_greedy_equals_mtp_speculative_and_drafts_are_accepted(tmp_path):
+    """Plain greedy vs MTP speculative decoding on a synthesized qwen35 whose head is built from its checkpoint."""
+    g = pytest.importorskip("openvino_genai")
+    from irsurgeon.build import build_mtp_model, save_mtp_model
+
+    out = synthesize(tmp_path, "qwen35", seed=21)
+    save_mtp_model(build_mtp_model(out.ckpt, weight_format="f32"), out.target)
+    plain = generate(g, g.VLMPipeline(str(out.target), "CPU", scheduler_config=scheduler(g), **F32), None)
+    draft = g.draft_model(str(out.target), "CPU", **F32)
+    pipe = g.VLMPipeline(str(out.target), "CPU", scheduler_config=scheduler(g), draft_model=draft, **F32)
+    for nat in (1, 3):
+        ids, metrics = generate(g, pipe, nat)
+        assert ids == plain[0]
+        assert metrics.get_num_accepted_tokens() > 0  # a bigram head drafts what the bigram model emits
+
+
+def scheduler(g):
+    sc = g.SchedulerConfig()
+    sc.enable_prefix_caching = False
+    sc.cache_size = 1
+    return sc
+
+
+def generate(g, pipe, nat):
+    class Collector(g.StreamerBase):
+        def __init__(self):
+            super().__init__()
+            self.ids = []
+
+        def write(self, token):
+            self.ids += [token] if isinstance(token, int) else list(token)
+            return g.StreamingStatus.RUNNING
+
+        def end(self):
+            pass
+
+    cfg = g.GenerationConfig(max_new_tokens=24, do_sample=False, ignore_eos=True, apply_chat_template=False)
+    if nat:
+        cfg.num_assistant_tokens = nat
+    collector = Collector()
+    result = pipe.generate("The quick brown fox", generation_config=cfg, streamer=collector)
+    assert len(collector.ids) == 24
+    return collector.ids, result.extended_perf_metrics
