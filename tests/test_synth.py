@@ -257,6 +257,17 @@ def test_impossible_sizes_fail_before_writing(tmp_path, args, message):
     assert not out.exists()
 
 
+def test_int4_compresses_the_language_model_and_still_converts(tmp_path):
+    out = synthesize(tmp_path, "qwen35", default_spec("qwen35").with_(layers=1), seed=4, with_mtp=False,
+                     weight_format="int4")
+    model = read(out.target / "openvino_language_model.xml")
+    u4 = [op for op in model.get_ops() if op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.u4]
+    assert len(u4) >= 2 * 8  # weights and zero points of q, k, v, o, gate, up, down, lm_head
+    assert "KV_CACHE_PRECISION" not in model.get_rt_info()["runtime_options"]
+    paged_attention_transformation(model, False, False, False, False, False, False, False)
+    assert Counter(op.get_type_name() for op in model.get_ops())["PagedAttentionExtension"] == 1
+
+
 def test_cli_writes_a_model(tmp_path):
     result = CliRunner().invoke(main, ["synth", str(tmp_path / "m"), "--kind", "llama", "--layers", "1",
                                        "--hidden", "32", "--heads", "2", "--kv-heads", "1", "--weight-format", "f16"])
@@ -266,12 +277,13 @@ def test_cli_writes_a_model(tmp_path):
 
 
 @pytest.mark.genai
-def test_genai_greedy_equals_mtp_speculative_and_drafts_are_accepted(tmp_path):
-    """Plain greedy vs MTP speculative decoding on a synthesized qwen35 whose head is built from its checkpoint."""
+@pytest.mark.parametrize("kind", ["qwen35", "qwen35-moe"])
+def test_genai_greedy_equals_mtp_speculative_and_drafts_are_accepted(kind, tmp_path):
+    """Plain greedy vs MTP speculative decoding on a synthesized target whose head is built from its checkpoint."""
     g = pytest.importorskip("openvino_genai")
     from irsurgeon.build import build_mtp_model, save_mtp_model
 
-    out = synthesize(tmp_path, "qwen35", seed=21)
+    out = synthesize(tmp_path, kind, seed=21)
     save_mtp_model(build_mtp_model(out.ckpt, weight_format="f32"), out.target)
     plain = generate(g, g.VLMPipeline(str(out.target), "CPU", scheduler_config=scheduler(g), **F32), None)
     draft = g.draft_model(str(out.target), "CPU", **F32)
