@@ -50,9 +50,10 @@ from irsurgeon.cli import build_mtp, verify  # noqa: E402
 main.add_command(build_mtp.command)
 main.add_command(verify.command)
 
-from irsurgeon.cli import annotate  # noqa: E402
+from irsurgeon.cli import annotate, show  # noqa: E402
 
 main.add_command(annotate.command)
+main.add_command(show.command)
 
 from irsurgeon.cli import synth  # noqa: E402
 

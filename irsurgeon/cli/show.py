@@ -1,0 +1,85 @@
+"""irsurgeon show PATH [--json]: inputs, outputs, states, rt_info, hidden states, weights; MTP readiness of a directory."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+
+
+@click.command("show")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (stable keys) instead of text.")
+def command(path: Path, as_json: bool) -> None:
+    """Describe PATH: an OpenVINO IR .xml, or an exported model directory (with its MTP readiness)."""
+    from irsurgeon.show import show
+
+    info = show(path)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        click.echo("\n".join(directory_text(info) if info["kind"] == "directory" else ir_text(info)))
+
+
+def ir_text(info: dict) -> list[str]:
+    lines = [f"IR {info['path']}", "-- inputs"]
+    lines += [f"   {p['name']:<40} {p['type']:<6} {p['shape']}" for p in info["inputs"]]
+    lines.append("-- outputs")
+    lines += [f"   {p['name']:<40} {p['type']:<6} {p['shape']}" for p in info["outputs"]]
+    lines.append(f"-- states ({len(info['states'])})")
+    lines += [f"   {s['id']:<60} {s['type']:<6} {s['shape']}" for s in info["states"]]
+    lines.append("-- rt_info")
+    lines += _tree(info["rt_info"], 3)
+    if info["hidden_states"] is not None:
+        lines.append(f"-- {HIDDEN_STATES_LAYERS}")
+        for row in info["hidden_states"]:
+            what = row["problem"] or f"{row['op']:<10} {row['type']:<6} {row['shape']}"
+            lines.append(f"   {row['layer']:>4}  {what:<32} {row['producer']}:{row['output_index']}")
+    lines.append("-- runtime_options")
+    lines += [f"   {k} = {v}" for k, v in info["runtime_options"].items()] or ["   (none)"]
+    lines.append("-- op histogram")
+    lines += [f"   {k:<40} {n}" for k, n in info["op_histogram"].items()]
+    lines.append("-- constants (all)")
+    lines += [f"   {k:<8} count={t['count']:<6} bytes={t['bytes']}" for k, t in info["constants"].items()]
+    w = info["weights"]
+    groups = ", ".join(f"{'per-channel' if g == '-1' else g}: {n}" for g, n in w["group_sizes"].items())
+    lines.append(f"-- weights ({w['count']}): " + (f"compressed, int{w['bits']}, group sizes {groups}"
+                                                      if w["compressed"] else "not compressed"))
+    lines += [f"   {m:<12} {n}" for m, n in w["modes"].items()]
+    lines += [f"   {k:<8} count={t['count']:<6} bytes={t['bytes']}" for k, t in w["by_type"].items()]
+    return lines
+
+
+def directory_text(info: dict) -> list[str]:
+    lines = [f"directory {info['path']} (layout: {info['layout']})"]
+    cfg = info["config"]
+    if cfg is None:
+        lines.append("config.json: absent")
+    elif cfg["error"]:
+        lines.append(f"config.json: {cfg['error']}")
+    else:
+        lines.append(f"config.json: model_type {cfg['model_type']} (text: {cfg['text_model_type']}), "
+                     f"{cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
+                     f"mtp_num_hidden_layers {cfg['mtp_num_hidden_layers']}")
+    lines.append("IRs:")
+    lines += [f"   {r['file']}: {'' if r['ok'] else 'ERROR '}{r['summary']}" for r in info["irs"]] or ["   (none)"]
+    mtp = info["mtp"]
+    lines.append(f"MTP speculative decoding (openvino-genai): {'READY' if mtp['ready'] else 'NOT READY'}")
+    lines += [f"   [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}" for c in mtp["checks"]]
+    lines += [f"   reason: {r}" for r in mtp["reasons"] if not mtp["checks"]]
+    return lines
+
+
+def _tree(node: dict, indent: int) -> list[str]:
+    lines = []
+    for key, value in node.items():
+        if isinstance(value, dict):
+            lines.append(f"{' ' * indent}{key}:")
+            lines += _tree(value, indent + 3)
+        elif key == HIDDEN_STATES_LAYERS:
+            lines.append(f"{' ' * indent}{key} = <JSON, {len(value)} chars; decoded below>")
+        else:
+            lines.append(f"{' ' * indent}{key} = {value}")
+    return lines

@@ -1,0 +1,184 @@
+"""What an IR or an exported model directory holds, as one JSON-able dict (the `show` command prints it).
+
+For an IR (`show_ir`), keys in this order (IR_KEYS):
+    kind="ir", path, inputs/outputs [{name, names, type, shape}], states [{id, type, shape}], rt_info (nested
+    strings), hidden_states (the `hidden_states_decoder_layers` table: layer, producer, output_index, op, type, shape,
+    problem; None when absent), runtime_options, op_histogram {"Type-opsetN": n}, constants {type: {count, bytes}}
+    over every Constant, weights (precision.weight_summary: compressed, bits, modes, group_sizes, by_type).
+For a directory (`show_directory`, DIR_KEYS): kind="directory", path, layout, config (model_type, layers,
+mtp_num_hidden_layers, ...), irs [{file, ok, summary}], mtp {ready, reasons, checks} (openvino-genai MTP readiness:
+the decomposed VLM layout, an `openvino_mtp_model.xml` that meets the contract, the hidden-state annotation).
+Nothing is written and nothing from the files is executed; every `.xml` is byte-checked before OpenVINO reads it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from irsurgeon.annotate import parse_annotation
+from irsurgeon.config import read_json, text_section
+from irsurgeon.errors import IRError, IRSurgeonError
+from irsurgeon.ir import files, graph, xmlsafe
+from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS, RUNTIME_OPTIONS
+
+IR_KEYS = ("kind", "path", "inputs", "outputs", "states", "rt_info", "hidden_states", "runtime_options",
+           "op_histogram", "constants", "weights")
+DIR_KEYS = ("kind", "path", "layout", "config", "irs", "mtp")
+CONFIG_KEYS = ("model_type", "text_model_type", "num_hidden_layers", "hidden_size", "mtp_num_hidden_layers", "error")
+
+
+def show(path: str | Path) -> dict:
+    """show_directory for a directory, show_ir for an `.xml`."""
+    path = Path(path)
+    if path.is_dir():
+        return show_directory(path)
+    if not path.exists():
+        raise IRError(f"{path}: no such file or directory")
+    if path.suffix != ".xml":
+        raise IRError(f"{path}: expected an OpenVINO IR .xml file or a directory")
+    return show_ir(path)
+
+
+def show_ir(xml: Path) -> dict:
+    model = _load(xml)
+    rt = graph.rt_tree(model)
+    value = rt.get(HIDDEN_STATES_LAYERS)
+    return {
+        "kind": "ir",
+        "path": str(xml),
+        "inputs": [graph.port(i) for i in model.inputs],
+        "outputs": [graph.port(o) for o in model.outputs],
+        "states": graph.states(model),
+        "rt_info": rt,
+        "hidden_states": hidden_state_table(model, value) if isinstance(value, str) else None,
+        "runtime_options": rt.get(RUNTIME_OPTIONS) or {},
+        "op_histogram": graph.op_histogram(model),
+        "constants": constant_totals(model),
+        "weights": weights(model),
+    }
+
+
+def hidden_state_table(model, value: str) -> list[dict]:
+    """One row per annotated layer: the producer op, its type, and the annotated output's type and shape."""
+    layers = parse_annotation(value, HIDDEN_STATES_LAYERS)
+    by_name: dict[str, list] = {}
+    for op in model.get_ops():
+        by_name.setdefault(op.get_friendly_name(), []).append(op)
+    rows = []
+    for layer, (producer, index) in sorted(layers.items()):
+        found = by_name.get(producer, [])
+        row = {"layer": layer, "producer": producer, "output_index": index, "op": None, "type": None,
+               "shape": None, "problem": None}
+        if len(found) != 1:
+            row["problem"] = "no such op" if not found else f"{len(found)} ops share this name"
+        elif index >= found[0].get_output_size():
+            row["problem"] = f"op has {found[0].get_output_size()} output(s)"
+        else:
+            out = found[0].output(index)
+            row.update(op=found[0].get_type_name(), type=out.get_element_type().get_type_name(),
+                       shape=graph.shape_text(out.get_partial_shape()))
+        rows.append(row)
+    return rows
+
+
+def constant_totals(model) -> dict[str, dict]:
+    """Count and bytes of every Constant, per element type."""
+    totals: dict[str, list[int]] = {}
+    for op in model.get_ops():
+        if op.get_type_name() == "Constant":
+            t = totals.setdefault(op.get_element_type().get_type_name(), [0, 0])
+            t[0], t[1] = t[0] + 1, t[1] + op.get_byte_size()
+    return {k: {"count": c, "bytes": b} for k, (c, b) in sorted(totals.items())}
+
+
+def weights(model) -> dict:
+    """Weight precision: storage modes, lowest bit width, group sizes (-1 = per channel), totals per type."""
+    from irsurgeon.precision import weight_summary
+
+    s = weight_summary(model)
+    return {
+        "count": len(s.weights),
+        "compressed": s.compressed,
+        "bits": s.bits,
+        "modes": dict(sorted(s.modes.items())),
+        "group_sizes": {str(g): n for g, n in sorted(s.group_sizes.items())},
+        "by_type": {k: {"count": t.count, "bytes": t.nbytes} for k, t in s.by_type.items()},
+    }
+
+
+def show_directory(directory: Path) -> dict:
+    irs = [_brief(xml) for xml in files.list_irs(directory)]
+    return {
+        "kind": "directory",
+        "path": str(directory),
+        "layout": files.layout(directory),
+        "config": config_facts(directory),
+        "irs": irs,
+        "mtp": mtp_verdict(directory, {r["file"]: r for r in irs}),
+    }
+
+
+def config_facts(directory: Path) -> dict | None:
+    """What config.json says about the text model (None when there is no config.json)."""
+    path = directory / files.CONFIG
+    if not path.is_file():
+        return None
+    facts = dict.fromkeys(CONFIG_KEYS)
+    try:
+        cfg = read_json(path)
+    except IRSurgeonError as e:
+        facts["error"] = str(e)
+        return facts
+    tc = text_section(cfg)
+    facts.update(model_type=cfg.get("model_type"), text_model_type=tc.get("model_type"),
+                 num_hidden_layers=tc.get("num_hidden_layers"), hidden_size=tc.get("hidden_size"),
+                 mtp_num_hidden_layers=tc.get("mtp_num_hidden_layers"))
+    return facts
+
+
+def mtp_verdict(directory: Path, irs: dict[str, dict]) -> dict:
+    """Whether openvino-genai can run MTP speculative decoding from this directory, and why not."""
+    needed = (files.LANGUAGE_MODEL, files.TEXT_EMBEDDINGS, files.MTP_MODEL)
+    unreadable = [f"{name}: {irs[name]['summary']}" for name in needed if name in irs and not irs[name]["ok"]]
+    if unreadable:
+        return {"ready": False, "reasons": unreadable, "checks": []}
+    from irsurgeon.verify import verify_directory
+
+    checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in verify_directory(directory)]
+    reasons = [f"{c['name']}: {c['detail']}" for c in checks if not c["ok"]]
+    return {"ready": not reasons and bool(checks), "reasons": reasons, "checks": checks}
+
+
+def summary_line(info: dict) -> str:
+    """One line for an IR: ops, inputs, outputs, states, weights, annotation."""
+    w = info["weights"]
+    if w["compressed"]:
+        groups = ",".join("per-channel" if g == "-1" else f"g{g}" for g in w["group_sizes"])
+        stored = " + ".join(f"{m} x{n}" for m, n in w["modes"].items()) + (f" ({groups})" if groups else "")
+    else:
+        stored = "/".join(w["modes"]) or "no weights"
+    ops = sum(info["op_histogram"].values())
+    annotated = f", annotated {len(info['hidden_states'])} layers" if info["hidden_states"] else ""
+    return (f"{ops} ops; in: {', '.join(p['name'] for p in info['inputs'])}; "
+            f"out: {', '.join(p['name'] for p in info['outputs'])}; {len(info['states'])} states; "
+            f"weights {stored}{annotated}")
+
+
+def _brief(xml: Path) -> dict:
+    try:
+        return {"file": xml.name, "ok": True, "summary": summary_line(show_ir(xml))}
+    except IRSurgeonError as e:
+        return {"file": xml.name, "ok": False, "summary": str(e)}
+
+
+def _load(xml: Path):
+    data = files.read_ir_bytes(xml)
+    if b'version="extension"' in data:
+        _load_tokenizer_ops(xml)
+    return files.read_model(xml, checked=True)
+
+
+def _load_tokenizer_ops(xml: Path) -> None:
+    try:
+        import openvino_tokenizers  # noqa: F401  (registers the tokenizer ops with openvino.Core)
+    except ImportError:
+        raise IRError(f"{xml}: uses tokenizer extension ops; install openvino-tokenizers to read it") from None

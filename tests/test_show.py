@@ -1,0 +1,140 @@
+"""show: the IR description (ports, states, rt_info, hidden-state table, weights) and the directory verdict."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_annotate import KEY, Spec, write_target
+
+from irsurgeon.annotate import annotate_ir, annotation_json, parse_annotation
+from irsurgeon.cli import main
+from irsurgeon.config import read_json, text_section
+from irsurgeon.errors import IRError
+from irsurgeon.ir import files, xmlsafe
+from irsurgeon.show import CONFIG_KEYS, DIR_KEYS, IR_KEYS, show
+
+
+def snapshot(directory: Path) -> dict:
+    return {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in directory.rglob("*")}
+
+
+def copy_export(src: Path, dst: Path, drop: tuple[str, ...] = ()) -> Path:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*drop))
+    for p in [dst, *dst.iterdir()]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return dst
+
+
+def test_reference_directory_is_ready(export):
+    directory = export("dense-int4")
+    before = snapshot(directory)
+    info = show(directory)
+    assert tuple(info) == DIR_KEYS and info["layout"] == "vlm"
+    tc = text_section(read_json(directory / files.CONFIG))
+    assert tuple(info["config"]) == CONFIG_KEYS
+    assert info["config"]["num_hidden_layers"] == tc["num_hidden_layers"]
+    assert info["config"]["mtp_num_hidden_layers"] == tc["mtp_num_hidden_layers"]
+    assert {r["file"] for r in info["irs"]} == {p.name for p in directory.glob("*.xml")}
+    assert all(r["ok"] for r in info["irs"]), info["irs"]
+    assert info["mtp"]["ready"] and not info["mtp"]["reasons"]
+    assert snapshot(directory) == before
+
+
+def test_reference_ir(export):
+    xml = export("dense-int4") / files.LANGUAGE_MODEL
+    info = show(xml)
+    assert tuple(info) == IR_KEYS
+    data = xml.read_bytes()
+    annotated = parse_annotation(xmlsafe.get_value(data, KEY))
+    assert [(r["layer"], (r["producer"], r["output_index"])) for r in info["hidden_states"]] == sorted(annotated.items())
+    width = text_section(read_json(xml.parent / files.CONFIG))["hidden_size"]
+    assert all(r["problem"] is None and r["shape"].endswith(f",{width}]") for r in info["hidden_states"])
+    assert info["runtime_options"] == info["rt_info"]["runtime_options"]
+    group = xmlsafe.get_value(data, ("nncf", "weight_compression", "group_size"))
+    assert info["weights"]["compressed"] and info["weights"]["bits"] == 4
+    assert group in info["weights"]["group_sizes"]
+    assert info["op_histogram"]["Parameter-opset1"] == len(info["inputs"])
+    assert info["op_histogram"]["ReadValue-opset6"] == len(info["states"])
+    assert {p["name"] for p in info["outputs"]} == {"logits"}
+    assert info["constants"]["u4"]["bytes"] >= info["weights"]["by_type"]["u4"]["bytes"] > 0
+
+
+@pytest.mark.parametrize("drop, reason", [
+    (("openvino_mtp_model.*",), "openvino_mtp_model"),
+    (("openvino_text_embeddings_model.*",), "decomposed VLM layout"),
+])
+def test_directory_not_ready_says_why(export, tmp_path, drop, reason):
+    directory = copy_export(export("dense-fp16"), tmp_path / "t", drop)
+    info = show(directory)
+    assert not info["mtp"]["ready"]
+    assert any(reason in r for r in info["mtp"]["reasons"]), info["mtp"]
+
+
+def test_missing_annotation_is_a_reason(export, tmp_path):
+    directory = copy_export(export("dense-fp16"), tmp_path / "t")
+    xml = directory / files.LANGUAGE_MODEL
+    xml.write_bytes(xmlsafe.remove_value(xml.read_bytes(), KEY))
+    info = show(directory)
+    assert not info["mtp"]["ready"] and any("annotation" in r for r in info["mtp"]["reasons"])
+    annotate_ir(directory)
+    assert show(directory)["mtp"]["ready"]
+
+
+def test_text_only_target(tmp_path):
+    spec = Spec(fmt="int4", layers=(0, 1, 2, 3))
+    xml, expected = write_target(tmp_path, spec)
+    info = show(tmp_path)
+    assert info["layout"] == "text-only" and not info["mtp"]["ready"]
+    assert any("decomposed VLM layout" in r for r in info["mtp"]["reasons"])
+    ir = show(xml)
+    assert ir["hidden_states"] is None
+    assert ir["weights"]["compressed"] and ir["weights"]["bits"] == 4
+    # every int4 weight has a u4 zero point beside it; the lm_head stays f32
+    assert ir["weights"]["group_sizes"] == {str(spec.group): ir["constants"]["u4"]["count"] // 2}
+    annotate_ir(xml)
+    rows = show(xml)["hidden_states"]
+    assert {r["layer"]: (r["producer"], r["output_index"]) for r in rows} == expected
+    assert [r["op"] for r in rows] == ["Add"] * (len(spec.layers) - 1) + ["Multiply"]
+
+
+def test_broken_annotation_rows(tmp_path):
+    xml, expected = write_target(tmp_path)
+    bogus = {**expected, 1: ("no/such/op", 0), 2: (expected[2][0], 5)}
+    xml.write_bytes(xmlsafe.set_value(xml.read_bytes(), KEY, annotation_json(bogus)))
+    rows = show(xml)["hidden_states"]
+    assert [r["problem"] is None for r in rows] == [True, False, False]
+    assert rows[1]["problem"] == "no such op" and "output" in rows[2]["problem"]
+
+
+def test_bad_ir_in_directory_is_reported_not_fatal(tmp_path):
+    write_target(tmp_path)
+    (tmp_path / "junk.xml").write_text("<graph/>")
+    info = show(tmp_path)
+    junk = next(r for r in info["irs"] if r["file"] == "junk.xml")
+    assert not junk["ok"] and "not an OpenVINO IR" in junk["summary"]
+
+
+def test_cli_json_round_trip(tmp_path):
+    xml, _ = write_target(tmp_path)
+    runner = CliRunner()
+    for path, keys in ((tmp_path, DIR_KEYS), (xml, IR_KEYS)):
+        res = runner.invoke(main, ["show", str(path), "--json"])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.output)
+        assert tuple(doc) == keys and doc == json.loads(json.dumps(show(path)))
+    text = runner.invoke(main, ["show", str(xml)])
+    assert text.exit_code == 0 and "-- inputs" in text.output and "inputs_embeds" in text.output
+
+
+def test_cli_bad_paths(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "bad.xml").write_text('<?xml version="1.0"?><!DOCTYPE net [<!ENTITY e "e">]><net version="11"/>')
+    runner = CliRunner()
+    for path in (tmp_path / "nope", tmp_path / "notes.txt", tmp_path / "bad.xml"):
+        res = runner.invoke(main, ["show", str(path)])
+        assert res.exit_code == 1 and res.output.strip().splitlines()[-1].startswith("Error: "), res.output
+    with pytest.raises(IRError, match="DOCTYPE"):
+        show(tmp_path / "bad.xml")
