@@ -40,5 +40,5 @@ def command(out_dir: Path, kind: str, seed: int, with_mtp: bool | None, weight_f
     with_mtp = kind != "llama" if with_mtp is None else with_mtp
     out = synthesize(out_dir, kind, spec, seed=seed, with_mtp=with_mtp, weight_format=weight_format)
     size = sum(f.stat().st_size for f in Path(out_dir).rglob("*") if f.is_file())
-    click.echo(f"wrote {out.target} and {out.ckpt} ({kind}, {spec.layers} layers, hidden {spec.hidden}, "
+    click.echo(f"wrote {out.target} and {out.ckpt} ({kind}, layers {spec.layers}, hidden {spec.hidden}, "
                f"{size / 1e6:.2f} MB) in {time.perf_counter() - start:.1f} s")
