@@ -17,7 +17,7 @@ from pathlib import Path
 from irsurgeon.annotate import parse_annotation
 from irsurgeon.config import read_json, text_section
 from irsurgeon.errors import IRError, IRSurgeonError
-from irsurgeon.ir import files, graph, xmlsafe
+from irsurgeon.ir import files, graph
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS, RUNTIME_OPTIONS
 
 IR_KEYS = ("kind", "path", "inputs", "outputs", "states", "rt_info", "hidden_states", "runtime_options",

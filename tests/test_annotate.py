@@ -194,6 +194,22 @@ def test_synthetic_decoders(tmp_path, fmt, prefix):
         assert names[producer].get_output_partial_shape(index)[2].get_length() == 32
 
 
+@pytest.mark.parametrize("kind, fmt", [("llama", "f32"), ("qwen35-moe", "int4")])
+def test_project_synthetic_targets(tmp_path, kind, fmt):
+    from irsurgeon.synth import default_spec, synthesize
+    from irsurgeon.synth.target import LLAMA, QWEN35
+
+    spec = default_spec(kind).with_(layers=3)
+    out = synthesize(tmp_path, kind, spec, with_mtp=kind != "llama", weight_format=fmt)
+    xml = files.language_model_xml(out.target)
+    xml.write_bytes(xmlsafe.remove_value(xml.read_bytes(), KEY))
+    module = (LLAMA if kind == "llama" else QWEN35).module
+    expected = {i: (f"{module}.layers.{i}/aten::add/Add_1", 0) for i in range(spec.layers - 1)}
+    expected[spec.layers - 1] = (f"{module}.norm/aten::mul/Multiply_1", 0)
+    result = annotate_ir(out.target)
+    assert result.status == "written" and result.layers == expected
+
+
 def test_layer_count_and_width_inferred_without_config(tmp_path):
     xml, expected = write_target(tmp_path, Spec(layers=tuple(range(5)), hidden=24, group=8, fmt="int4"), config=False)
     result = annotate_ir(xml)
@@ -299,6 +315,18 @@ def test_rt_info_created_nested_and_removed(tmp_path):
     assert xmlsafe.get_value(removed, ("runtime_options", "KV_CACHE_PRECISION")) is None
     assert xmlsafe.get_value(removed, ("runtime_options", "ACTIVATIONS_SCALE_FACTOR")) == "8.0"
     assert edited[:edited.rfind(b"</edges>")] == data[:data.rfind(b"</edges>")]
+
+
+def test_self_closing_rt_info_is_expanded(tmp_path):
+    model, _ = make_decoder()
+    xml = tmp_path / "m.xml"
+    ov.save_model(model, xml, compress_to_fp16=False)
+    data = xml.read_bytes()
+    start = data.rfind(b"\t<rt_info>")
+    empty = data[:start] + b"\t<rt_info />\n</net>\n"
+    assert xmlsafe.get_value(empty, ("Runtime_version",)) is None
+    xml.write_bytes(xmlsafe.set_value(empty, KEY, "{}"))
+    assert ov.Core().read_model(xml).get_rt_info(list(KEY)).value == "{}"
 
 
 @pytest.mark.parametrize("text", [
