@@ -156,6 +156,25 @@ def test_group_128_on_hidden_64_falls_back_to_64(tmp_path):
                                              "mlp.gate_proj", "mlp.up_proj")}
 
 
+def test_ratio_and_backup_none(tmp_path):
+    model, report = built(tmp_path, SynthSpec(), "int4", ratio=0.5, backup="none")
+    types = [c["weight"].get_element_type() for c in matmul_weights(model).values()]
+    assert types.count(ov.Type.u4) < 7 and set(types) == {ov.Type.u4, ov.Type.f16}  # the rest stays f16, not int8
+    assert any("ratio 0.5" in f.reason for f in report.fallbacks)
+
+
+def test_moe_head_compresses_expert_weights_and_only_matmul_weights(tmp_path):
+    model, report = built(tmp_path, SynthSpec(num_experts=4, top_k=2, expert_size=64, shared_expert_size=64), "int4")
+    weights = matmul_weights(model)
+    experts = [c["weight"] for n, c in weights.items() if ".experts." in n]
+    assert experts and all(w.get_element_type() in (ov.Type.u4, ov.Type.i8) for w in experts)
+    assert any(len(w.get_output_partial_shape(0)) == 4 for w in experts)  # [E, O, I/g, g]
+    in_chains = {c[k].get_instance_id() for c in weights.values() for k in ("weight", "zero_point", "scale") if k in c}
+    assert not [op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "Constant"
+                and op.get_instance_id() not in in_chains and op.get_element_type() in LOW_BIT]
+    assert len(report.modes) == len(weights)
+
+
 @pytest.mark.parametrize("channels, group, want", [
     (128, 64, 64), (64, 128, 64), (96, 64, 32), (48, 64, None), (2048, 128, 128), (6144, 4096, 2048), (24, 16, None)])
 def test_planned_group_rule(channels, group, want):
