@@ -96,6 +96,8 @@ def replace_xml(xml: Path, data: bytes, check: Callable[[object], None]) -> None
     import openvino as ov
 
     directory = xml.parent
+    if not os.access(xml, os.W_OK):
+        raise OutputError(f"{xml}: file is read-only; not replacing it")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{xml.stem}.", suffix=".xml.tmp", dir=directory)
     except OSError as e:
