@@ -81,6 +81,25 @@ def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
     return model
 
 
+def name_anonymous_nodes(model: ov.Model) -> None:
+    """Name every node left with openvino's default name after its position; keep only the I/O tensor names.
+
+    Default node names (and the tensor names openvino's compression pass copies from them) embed a process-wide
+    instance counter, so without this two identical builds in one process serialize differently.
+    """
+    public = {n for port in [*model.inputs, *model.outputs] for n in port.get_names()}
+    counts: dict[str, int] = {}
+    for node in model.get_ordered_ops():
+        for out in node.outputs():
+            if out.get_names() - public:
+                out.get_tensor().set_names(out.get_names() & public)
+        if node.get_friendly_name() != node.get_name():
+            continue
+        kind = node.get_type_name()
+        counts[kind] = counts.get(kind, 0) + 1
+        node.set_friendly_name(f"{kind}_{counts[kind]}")
+
+
 def save_mtp_model(model: ov.Model, out_dir: str | Path, stem: str = "openvino_mtp_model") -> Path:
     """Write `<stem>.xml/.bin` into out_dir: staged in a temporary folder there, then renamed into place.
 
@@ -95,6 +114,7 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, stem: str = "openvino_m
         raise OutputError(f"{out_dir}: cannot create output directory: {e.strerror}") from None
     try:
         xml = stage / f"{stem}.xml"
+        name_anonymous_nodes(model)
         ov.save_model(model, xml, compress_to_fp16=False)
         for f in (xml, xml.with_suffix(".bin")):
             with open(f, "rb+") as fh:

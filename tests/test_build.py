@@ -197,3 +197,11 @@ def test_paged_attention_pass_converts_the_head(saved_head):
     counts = op_counts(model)
     assert counts["PagedAttentionExtension"] == 1
     assert counts["ReadValue"] == 0 and counts["Assign"] == 0 and counts["ScaledDotProductAttention"] == 0
+
+
+def test_same_checkpoint_builds_byte_identical_files(tmp_path):
+    write_checkpoint(tmp_path / "ckpt", SynthSpec(), seed=6)
+    for out in ("a", "b"):
+        save_mtp_model(build_mtp_model(tmp_path / "ckpt"), tmp_path / out)
+    for name in (contract.MTP_XML, contract.MTP_BIN):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()

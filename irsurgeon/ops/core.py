@@ -48,6 +48,7 @@ def weight(array: np.ndarray, name: str, fmt: WeightFormat) -> ov.Output:
     holder = ov.Model([ops.result(node)], [], "weight")
     compress_model_transformation(holder)
     out = holder.get_results()[0].input_value(0)
+    out.get_tensor().set_names(set())  # drop the holder Result's counter-based name: builds stay byte-identical
     out.get_node().set_friendly_name(f"{name}/decompress")
     out.get_node().input_value(0).get_node().set_friendly_name(name)
     return out

@@ -19,6 +19,7 @@ import numpy as np
 import openvino as ov
 
 from irsurgeon import rtinfo
+from irsurgeon.build import name_anonymous_nodes
 from irsurgeon.errors import ConfigError, OutputError
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.synth import configs
@@ -154,25 +155,6 @@ def compress_int4(model: ov.Model) -> ov.Model:
 
     return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_ASYM, group_size=16, ratio=1.0,
                                  all_layers=True)
-
-
-def name_anonymous_nodes(model: ov.Model) -> None:
-    """Name every node left with openvino's default name after its position; keep only the I/O tensor names.
-
-    Default node names (and the tensor names openvino's compression pass copies from them) embed a process-wide
-    instance counter, so without this two identical builds in one process serialize differently.
-    """
-    public = {n for port in [*model.inputs, *model.outputs] for n in port.get_names()}
-    counts: dict[str, int] = {}
-    for node in model.get_ordered_ops():
-        for out in node.outputs():
-            if out.get_names() - public:
-                out.get_tensor().set_names(out.get_names() & public)
-        if node.get_friendly_name() != node.get_name():
-            continue
-        kind = node.get_type_name()
-        counts[kind] = counts.get(kind, 0) + 1
-        node.set_friendly_name(f"{kind}_{counts[kind]}")
 
 
 def save(model: ov.Model, xml: Path) -> None:
