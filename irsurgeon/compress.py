@@ -17,7 +17,8 @@ treats as weights.
 
 `all_layers` stays off by default, deliberately: nncf then keeps the head's last MatMul (`mlp.down_proj`, whose output
 is added straight into the residual stream before the final norm) at the int8 backup, as optimum-intel's own int4 MTP
-export does, for about 1/9 of the dense head's weights at twice the bits.
+export does. It costs 12.6 M of the 73 M weights of a hidden-2048 head at 8 instead of 4 bits (+6 MB); on the
+reference head all_layers=True raised the output error from 0.115 to 0.117 (relative L2 against the f32 head).
 """
 from __future__ import annotations
 
@@ -141,7 +142,7 @@ class CompressionReport:
 
 
 def compress_model(model, params: CompressionParams):
-    """Compress the MatMul weights of `model` in place with nncf; returns (model, report)."""
+    """Compress the MatMul weights of `model` with nncf; returns (the compressed model, the report)."""
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
 
