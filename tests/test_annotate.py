@@ -9,7 +9,8 @@ Synthetic decoder (names as optimum-intel's text-only exports; `make_decoder` bu
         x = x + down(silu(gate(h2)) * up(h2)), h2 = post_attention_layernorm(x)
                                                              P.layers.<i>/aten::add/Add_1   <- hidden state i
     logits = lm_head(norm(x))                                P.norm/aten::mul/Multiply_1    <- hidden state N-1
-Weights are f32, f16 (+ Convert) or int4 (u4 [O, I/g, g] -> Convert -> Subtract zp -> Multiply scale -> Reshape).
+Weights are f32, f16 (+ Convert), int8 (u8 [O, I] -> Convert -> Subtract zp -> Multiply scale [O, 1]) or int4
+(u4 [O, I/g, g] -> Convert -> Subtract zp -> Multiply scale -> Reshape).
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ class Spec:
     hidden: int = 32
     vocab: int = 48
     prefix: str = "__module.model"
-    fmt: str = "f32"              # f32 | f16 | int4
+    fmt: str = "f32"              # f32 | f16 | int8 | int4
     group: int = 16
     duplicate: bool = False       # layer 1's first residual Add takes the name of its Add_1
     extra_crossing: bool = False  # layer 0 sends a second [?, ?, H] value into layer 1
@@ -64,6 +65,12 @@ def _weight(rng, out_dim: int, in_dim: int, spec: Spec, name: str) -> ov.Output:
         return ops.constant(w, name=name).output(0)
     if spec.fmt == "f16":
         return ops.convert(ops.constant(w.astype(np.float16), name=name), ov.Type.f32).output(0)
+    if spec.fmt == "int8":
+        q = ops.constant(rng.integers(0, 256, w.shape).astype(np.uint8), name=name)
+        zp = ops.constant(np.full((out_dim, 1), 128, np.uint8))
+        deq = ops.multiply(ops.subtract(ops.convert(q, ov.Type.f16), ops.convert(zp, ov.Type.f16)),
+                           ops.constant(np.full((out_dim, 1), 0.01, np.float16)))
+        return ops.convert(deq, ov.Type.f32).output(0)
     groups = in_dim // spec.group
     q = ov.op.Constant(ov.Type.u4, ov.Shape([out_dim, groups, spec.group]), rng.integers(0, 16, w.size).tolist())
     zp = ov.op.Constant(ov.Type.u4, ov.Shape([out_dim, groups, 1]), [8] * (out_dim * groups))
@@ -179,7 +186,7 @@ def test_discovery_without_config_matches_optimum(export):
 
 # ---- synthetic decoders ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fmt", ["f32", "f16", "int4"])
+@pytest.mark.parametrize("fmt", ["f32", "f16", "int8", "int4"])
 @pytest.mark.parametrize("prefix", ["__module.model", VLM_PREFIX])
 def test_synthetic_decoders(tmp_path, fmt, prefix):
     xml, expected = write_target(tmp_path, Spec(prefix=prefix, fmt=fmt, layers=(0, 1, 2, 3)))
