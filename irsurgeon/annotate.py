@@ -76,33 +76,30 @@ def config_facts(directory: Path) -> tuple[int | None, int | None]:
 def lm_head_input(model, hidden_size: int | None = None, source: str = "model") -> tuple[object, int]:
     """The [?, ?, H] value feeding the logits MatMul, and H (checked against hidden_size when given)."""
     matmul = graph.logits_matmul(model, source)
-    widths = {i: graph.static_width(matmul.input_value(i)) for i in range(matmul.get_input_size())}
-    widths = {i: w for i, w in widths.items() if w is not None}
-    if hidden_size is not None:
-        picked = [i for i, w in widths.items() if w == hidden_size]
-        if len(picked) != 1:
-            found = {i: graph.shape_text(matmul.input_value(i).get_partial_shape()) for i in range(2)}
-            raise IRError(f"{source}: the logits MatMul {matmul.get_friendly_name()!r} has inputs {found}; "
-                          f"expected exactly one [?,?,{hidden_size}] (hidden_size)")
-    elif len(widths) != 1:
-        raise IRError(f"{source}: cannot tell the hidden state among the logits MatMul's inputs "
-                      f"(rank-3 inputs: {len(widths)})")
-    index = picked[0] if hidden_size is not None else next(iter(widths))
-    return matmul.input_value(index), widths[index]
+    inputs = [matmul.input_value(i) for i in range(matmul.get_input_size())]
+    fits = [v for v in inputs if graph.static_width(v) is not None
+            and (hidden_size is None or graph.static_width(v) == hidden_size)]
+    if len(fits) != 1:
+        shapes = [graph.shape_text(v.get_partial_shape()) for v in inputs]
+        want = f"[?,?,{hidden_size}] (hidden_size)" if hidden_size else "rank-3 input with a static last dimension"
+        raise IRError(f"{source}: the logits MatMul {matmul.get_friendly_name()!r} has inputs {shapes}; "
+                      f"expected exactly one {want}")
+    return fits[0], graph.static_width(fits[0])
 
 
 def decoder_stack(ops, num_layers: int | None, source: str = "model") -> tuple[str, int]:
-    """The decoder stack (module path) and its layer count; refuses gaps, mismatches and ties."""
+    """The decoder stack (the module path with the most layer ops) and its layer count; refuses gaps, mismatches
+    and ties (a stack whose indices are exactly 0..num_layers-1 wins a tie)."""
     found = graph.stacks(ops)
     if not found:
         raise IRError(f"{source}: no decoder layers found (no friendly name like __module.<path>.<i>/...)")
-    if num_layers is not None:
-        exact = [s for s, idx in found.items() if sorted(idx) == list(range(num_layers))]
-        if len(exact) == 1:
-            return exact[0], num_layers
-    ranked = sorted(found, key=lambda s: -sum(found[s].values()))
-    if len(ranked) > 1 and sum(found[ranked[0]].values()) == sum(found[ranked[1]].values()):
-        raise IRError(f"{source}: two decoder stacks of equal size, {ranked[0]!r} and {ranked[1]!r}; refusing to guess")
+
+    def rank(stack: str) -> tuple[int, bool]:
+        return sum(found[stack].values()), sorted(found[stack]) == list(range(num_layers or 0))
+
+    ranked = sorted(found, key=rank, reverse=True)
+    if len(ranked) > 1 and rank(ranked[0]) == rank(ranked[1]):
+        raise IRError(f"{source}: two candidate decoder stacks, {ranked[0]!r} and {ranked[1]!r}; refusing to guess")
     stack, indices = ranked[0], sorted(found[ranked[0]])
     missing = sorted(set(range(indices[-1] + 1)) - set(indices))
     if missing:

@@ -28,7 +28,8 @@ import openvino.opset13 as ops
 import pytest
 from click.testing import CliRunner
 
-from irsurgeon.annotate import annotate_ir, annotation_json, discover_hidden_states, parse_annotation
+from irsurgeon.annotate import (annotate_ir, annotation_json, decoder_stack, discover_hidden_states,
+                                parse_annotation)
 from irsurgeon.cli import main
 from irsurgeon.errors import IRError, OutputError
 from irsurgeon.ir import files, xmlsafe
@@ -245,6 +246,31 @@ def test_refuses_ambiguous_graphs(tmp_path, spec, config, message):
     with pytest.raises(IRError, match=message.replace("[", r"\[").replace("?", r"\?")):
         annotate_ir(tmp_path)
     assert xml.read_bytes() == before
+
+
+class _Op:
+    def __init__(self, name: str):
+        self.name = name
+
+    def get_friendly_name(self) -> str:
+        return self.name
+
+
+def _ops(*stacks: tuple[str, int]) -> list[_Op]:
+    return [_Op(f"{path}.{i}/aten::add/Add") for path, n in stacks for i in range(n)]
+
+
+def test_decoder_stack_choice():
+    text, vision = "__module.model.layers", "__module.model.visual.blocks"
+    assert decoder_stack(_ops((text, 6), (vision, 2)), None) == (text, 6)
+    with pytest.raises(IRError, match="two candidate decoder stacks"):
+        decoder_stack(_ops((text, 3), (vision, 3)), None)
+    uneven = _ops((text, 3), (vision, 2)) + [_Op(f"{vision}.1/aten::mul/Multiply")]
+    assert decoder_stack(uneven, 3) == (text, 3)
+    with pytest.raises(IRError, match="two candidate decoder stacks"):
+        decoder_stack(uneven, None)
+    with pytest.raises(IRError, match="no decoder layers"):
+        decoder_stack([_Op("Constant_1"), _Op("self.model.layers.0.weight")], None)
 
 
 def test_dry_run_force_and_kept(tmp_path):
