@@ -49,8 +49,9 @@ def make_parameters(cfg: MTPConfig) -> tuple[list[ov.Node], Inputs]:
     return params, Inputs(*(p.output(0) for p in params))
 
 
-def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: WeightFormat = WeightFormat.F16) -> ov.Model:
+def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: str | WeightFormat = WeightFormat.F16) -> ov.Model:
     """The stateful MTP head as an ov.Model from float32 weights keyed by their names relative to `mtp.`."""
+    fmt = WeightFormat(fmt)
     params, inputs = make_parameters(cfg)
 
     def w(name: str) -> ov.Output:

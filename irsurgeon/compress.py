@@ -250,19 +250,31 @@ def mtp_config_entry(params: CompressionParams, template: dict | None = None) ->
 def update_openvino_config(target_dir: str | Path, applied_params: CompressionParams | None) -> bool:
     """Make `quantization_configs.mtp_model` of target_dir/openvino_config.json describe the applied compression.
 
-    A float head (applied_params None) removes the entry. The rest of the file is kept as it was; the new file
-    replaces the old one atomically. Returns whether the file changed (False also when there is no file).
+    The new file replaces the old one atomically. Returns whether the file changed (False also when there is none).
+    """
+    text = updated_openvino_config(target_dir, applied_params)
+    if text is None:
+        return False
+    _atomic_write_text(Path(target_dir) / OPENVINO_CONFIG, text)
+    return True
+
+
+def updated_openvino_config(target_dir: str | Path, applied_params: CompressionParams | None) -> str | None:
+    """The new text of target_dir/openvino_config.json with its `mtp_model` entry describing applied_params.
+
+    A float head (applied_params None) drops the entry; the rest of the file is kept. None when there is no file
+    or nothing would change.
     """
     from irsurgeon.config import read_json
 
     path = Path(target_dir) / OPENVINO_CONFIG
     if not path.is_file():
-        return False
+        return None
     data = read_json(path)
     section = quantization_section(data)
     if applied_params is None:
         if section is None or "mtp_model" not in section:
-            return False
+            return None
         del section["mtp_model"]
     else:
         if section is None:
@@ -273,18 +285,16 @@ def update_openvino_config(target_dir: str | Path, applied_params: CompressionPa
         new = mtp_config_entry(applied_params, section.get("lm_model") if isinstance(section.get("lm_model"), dict)
                                else section.get("mtp_model"))
         if section.get("mtp_model") == new:
-            return False
+            return None
         section["mtp_model"] = new
-    _atomic_write_json(path, data)
-    return True
+    return json.dumps(data, indent=2) + "\n"
 
 
-def _atomic_write_json(path: Path, data: dict) -> None:
+def _atomic_write_text(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, path.stat().st_mode & 0o777)

@@ -20,6 +20,8 @@ import openvino as ov
 from irsurgeon import contract
 from irsurgeon.config import MTPConfig, parse_config, read_json
 from irsurgeon.errors import ConfigError, IRError, IRSurgeonError
+from irsurgeon.ir import files, xmlsafe
+from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 from irsurgeon.transaction import DirectoryTransaction
 
 LANGUAGE_MODEL = "openvino_language_model.xml"
@@ -67,10 +69,7 @@ def inspect_target(path: str | Path) -> Target:
         cfg = parse_config(read_json(path / "config.json"), source=str(path / "config.json"))
     except ConfigError as e:
         raise ConfigError(f"target has no usable MTP head description: {e}") from None
-    try:
-        lm = ov.Core().read_model(path / LANGUAGE_MODEL)
-    except RuntimeError as e:
-        raise IRError(f"{path / LANGUAGE_MODEL}: not a readable OpenVINO IR: {str(e).splitlines()[0]}") from None
+    lm = files.read_model(path / LANGUAGE_MODEL)
     logits = [o for o in lm.outputs if LOGITS in o.get_names()]
     if not logits:
         raise IRError(f"{path / LANGUAGE_MODEL}: no '{LOGITS}' output")
@@ -122,10 +121,122 @@ def elapsed(start: float) -> str:
     return f"{time.perf_counter() - start:.1f} s"
 
 
-def stage_head(tx: DirectoryTransaction, model: ov.Model) -> None:
-    xml = tx.stage(contract.MTP_XML)
-    tx.stage(contract.MTP_BIN)
-    ov.save_model(model, xml, compress_to_fp16=False)
-
-
 Echo = Callable[[str], None]
+
+
+@dataclass
+class Options:
+    weight_format: str = "auto"
+    kv_cache_precision: str = "f16"
+    force: bool = False
+    dry_run: bool = False
+    wait: bool = False
+    allow_nonfinite: bool = False
+
+
+def already_patched(target: Target) -> str | None:
+    """Why the target needs nothing (None when it needs patching): a conforming head and an annotation."""
+    from irsurgeon.verify import verify_directory
+
+    checks = verify_directory(target.path)
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        return None
+    return "; ".join(f"{c.name}: {c.detail}" for c in checks)
+
+
+def patch(target_dir: str | Path, source: str | Path, options: Options = Options(), echo: Echo = print) -> PatchResult:
+    """The whole in-place flow (see the module docstring); returns what was written."""
+    from irsurgeon.build import build_model, load_mtp, name_anonymous_nodes
+    from irsurgeon.precision import choose_format
+    from irsurgeon.weights.hub import resolve_source
+
+    start = time.perf_counter()
+    target = inspect_target(target_dir)
+    result = PatchResult(target.path)
+    if target.has_mtp and not options.force:
+        done = already_patched(target)
+        if done:
+            result.skipped = True
+            echo(f"{target.path}: already MTP-ready ({done}); nothing to do (--force rebuilds)")
+            return result
+        echo(f"{target.path}: has {contract.MTP_XML} but does not pass verify; rebuilding it")
+    choice = choose_format(options.weight_format, target.path if options.weight_format == "auto" else None)
+    if choice.note:
+        echo(choice.note)
+    plan = [f"build the MTP head from {source} as {choice.weight_format}", f"annotate {LANGUAGE_MODEL}"]
+    if choice.params and (target.path / "openvino_config.json").is_file():
+        plan.append("record the head's quantization in openvino_config.json")
+    if options.dry_run:
+        for step in plan:
+            echo(f"would {step}")
+        result.skipped = True
+        return result
+    local = resolve_source(source, echo)
+    cfg, weights, ckpt = load_mtp(local, allow_nonfinite=options.allow_nonfinite, warn=echo)
+    ckpt.close()
+    check_source_matches(target, cfg)
+    with DirectoryTransaction(target.path, wait=options.wait, echo=echo) as tx:
+        model = build_model(cfg, weights, "f16" if choice.params else choice.weight_format)
+        del weights
+        model = finish_head(model, choice, options, source, echo)
+        name_anonymous_nodes(model)
+        ov.save_model(model, tx.stage(contract.MTP_XML), compress_to_fp16=False)
+        tx.stage(contract.MTP_BIN)
+        del model
+        smoke_test(tx.stage_dir / contract.MTP_XML, cfg)
+        stage_annotation(tx, target, options.force, echo)
+        stage_openvino_config(tx, target, choice.params)
+        tx.commit()
+        result.written = list(tx.names)
+    echo(f"{target.path}: wrote {', '.join(result.written)} in {elapsed(start)}")
+    return result
+
+
+def finish_head(model: ov.Model, choice, options: Options, source, echo: Echo) -> ov.Model:
+    """Compress (when the choice says so) and record runtime options and provenance."""
+    import irsurgeon
+    from irsurgeon import rtinfo
+    from irsurgeon.compress import compress_model, set_kv_cache_precision
+
+    if choice.params:
+        model, report = compress_model(model, choice.params)
+        for line in report.lines():
+            echo(line)
+    set_kv_cache_precision(model, options.kv_cache_precision)
+    rtinfo.set_provenance(model, version=irsurgeon.__version__, source=str(source),
+                          weight_format=choice.weight_format)
+    return model
+
+
+def stage_annotation(tx: DirectoryTransaction, target: Target, force: bool, echo: Echo) -> None:
+    """Stage the language model's .xml with the hidden-state annotation (rt_info only), checked against its .bin."""
+    from irsurgeon.annotate import annotation_json, discover_hidden_states
+
+    xml = target.lm_xml
+    data = files.read_ir_bytes(xml)
+    layers = discover_hidden_states(files.read_model(xml, checked=True), target.cfg.num_hidden_layers,
+                                    hidden_size=target.hidden_size, source=str(xml))
+    value = annotation_json(layers)
+    previous = xmlsafe.get_value(data, (HIDDEN_STATES_LAYERS,), str(xml))
+    if previous == value:
+        echo(f"{LANGUAGE_MODEL}: hidden-state annotation already present and identical")
+        return
+    if previous is not None and not force:
+        echo(f"{LANGUAGE_MODEL}: keeps its existing, different hidden-state annotation (--force replaces it)")
+        return
+    staged = tx.stage(LANGUAGE_MODEL)
+    staged.write_bytes(xmlsafe.set_value(data, (HIDDEN_STATES_LAYERS,), value, str(xml)))
+    try:
+        ov.Core().read_model(str(staged), str(xml.with_suffix(".bin")))
+    except RuntimeError as e:
+        raise IRError(f"{xml}: the annotated copy does not read back: {str(e).splitlines()[0]}") from None
+    echo(f"{LANGUAGE_MODEL}: annotated {len(layers)} decoder layers")
+
+
+def stage_openvino_config(tx: DirectoryTransaction, target: Target, params) -> None:
+    from irsurgeon.compress import OPENVINO_CONFIG, updated_openvino_config
+
+    data = updated_openvino_config(target.path, params)
+    if data is not None:
+        tx.stage(OPENVINO_CONFIG).write_text(data, encoding="utf-8")

@@ -138,6 +138,7 @@ class DirectoryTransaction:
             with open(self.stage_dir / name, "rb+") as f:
                 os.fsync(f.fileno())
             if (self.target / name).exists():
+                os.chmod(self.stage_dir / name, (self.target / name).stat().st_mode & 0o7777)
                 os.link(self.target / name, self.stage_dir / (name + BACKUP_SUFFIX))
         journal = self.stage_dir / JOURNAL
         journal.write_text(json.dumps(self.names))

@@ -45,16 +45,7 @@ def main() -> None:
     """Graph surgery on OpenVINO IR: build and attach the Qwen3.5 MTP head without PyTorch."""
 
 
-from irsurgeon.cli import build_mtp, verify  # noqa: E402
+from irsurgeon.cli import annotate, build_mtp, patch, show, synth, verify  # noqa: E402
 
-main.add_command(build_mtp.command)
-main.add_command(verify.command)
-
-from irsurgeon.cli import annotate, show  # noqa: E402
-
-main.add_command(annotate.command)
-main.add_command(show.command)
-
-from irsurgeon.cli import synth  # noqa: E402
-
-main.add_command(synth.command)
+for _module in (build_mtp, patch, verify, annotate, show, synth):
+    main.add_command(_module.command)

@@ -1,0 +1,31 @@
+"""irsurgeon patch TARGET_DIR --checkpoint SRC: make an exported directory MTP-ready in place, all or nothing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("patch")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option("--checkpoint", "source", required=True,
+              help="Where the mtp.* weights are: a checkpoint directory, a .safetensors file, or a Hugging Face "
+                   "repo id (only the shards holding mtp.* are fetched).")
+@click.option("--weight-format", default="auto", show_default=True, metavar="[auto|f16|f32|int8|int4]",
+              help="Storage of the head's weights; auto mirrors the target's language model.")
+@click.option("--kv-cache-precision", default="f16", show_default=True, metavar="[f16|bf16|f32|u8|u4]",
+              help="KV cache precision recorded in the head's rt_info runtime_options.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
+@click.option("--force", is_flag=True, help="Rebuild even when the directory is already MTP-ready.")
+@click.option("--wait", is_flag=True, help="Wait for another irsurgeon run on the same directory to finish.")
+@click.option("--allow-nonfinite", is_flag=True, help="Build even if the head's weights hold NaN or Inf (warns).")
+def command(target: Path, source: str, weight_format: str, kv_cache_precision: str, dry_run: bool, force: bool,
+            wait: bool, allow_nonfinite: bool) -> None:
+    """Add openvino_mtp_model.xml/.bin to TARGET and annotate its language model, verified before anything moves."""
+    from irsurgeon.patch import Options, patch
+
+    options = Options(weight_format, kv_cache_precision, force, dry_run, wait, allow_nonfinite)
+    result = patch(target, source, options, echo=click.echo)
+    if not result.skipped:
+        click.echo(f"run it: irsurgeon verify {target} --genai   (or openvino_genai.VLMPipeline(dir, 'CPU', "
+                   f"scheduler_config=sc, draft_model=openvino_genai.draft_model(dir, 'CPU')) with prefix caching off)")
