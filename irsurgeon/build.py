@@ -36,7 +36,7 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_non
     cfg = load_config(ckpt.config_path)
     if cfg.is_moe:
         from irsurgeon.weights.moe import load_moe_weights
-        return cfg, load_moe_weights(ckpt, cfg), ckpt
+        return cfg, load_moe_weights(ckpt, cfg, allow_nonfinite, warn), ckpt
     return cfg, load_weights(ckpt, expected_shapes(cfg), cfg, allow_nonfinite, warn), ckpt
 
 

@@ -5,7 +5,9 @@
 
 For each geometry and each form of irsurgeon.ops.moe (`tiled`, `gather`), the head is built with f16 weights and
 compiled for CPU at INFERENCE_PRECISION_HINT=f32 / KV_CACHE_PRECISION=f32 (the golden settings). One run = reset,
-a prefill of --prefill tokens, then --steps one-token steps; the step latency is the median over the steps.
+a prefill of --prefill tokens, then --steps one-token steps; the step latency is the median over the steps. The
+heads are compiled first, then timed in interleaved rounds (the machine may be shared): the table gives the median
+over rounds and the best round.
 `reference` is the seeded tiny checkpoint (ckpt/qwen35-moe) and also times optimum's export/moe-fp16 head in the
 same run. `a3b` uses random weights at Qwen3.6-35B-A3B's MoE sizes (hidden 2048, 256 experts, top-8, expert and
 shared expert 512; 16/2 heads of 256), where the experts' weights (1.6 GB in f16) dominate.
@@ -104,13 +106,10 @@ def gather_chunk(cfg: MTPConfig, prefill: int) -> int:
     return max(1, min(prefill, GATHER_BYTES_LIMIT // per_token))
 
 
-def bench_geometry(label: str, cfg: MTPConfig, weights, optimum_xml: Path | None, args) -> None:
-    core = ov.Core()
-    print(f"\n== {label}: hidden {cfg.hidden_size}, {cfg.moe.num_experts} experts, top-{cfg.moe.top_k}, "
-          f"expert {cfg.moe.expert_size}, prefill {args.prefill} then {args.steps} one-token steps")
-    print(f"{'head':<22}{'build s':>9}{'compile s':>11}{'prefill ms':>12}{'chunk':>7}{'step ms':>10}{'p90 ms':>9}")
-    checks = {}
-    candidates = [(f"irsurgeon {form}", form) for form in args.forms]
+def compile_candidates(cfg: MTPConfig, weights, optimum_xml: Path | None, forms: list[str]) -> list[dict]:
+    """Build and compile every head first, so the timed rounds below can interleave them."""
+    core, out = ov.Core(), []
+    candidates = [(f"irsurgeon {form}", form) for form in forms]
     if optimum_xml is not None and optimum_xml.is_file():
         candidates.append(("optimum-intel", None))
     for title, form in candidates:
@@ -120,18 +119,35 @@ def bench_geometry(label: str, cfg: MTPConfig, weights, optimum_xml: Path | None
             model, built = build(cfg, weights, form)
         t = time.perf_counter()
         request = core.compile_model(model, "CPU", PROPS).create_infer_request()
-        compiled = time.perf_counter() - t
-        chunk = gather_chunk(cfg, args.prefill) if form == "gather" else args.prefill
-        runs = [run(request, cfg.hidden_size, args.prefill, args.steps, chunk) for _ in range(args.repeats)]
-        best = min(runs, key=lambda r: r["step_ms"])
-        print(f"{title:<22}{built:>9.2f}{compiled:>11.2f}{best['prefill_ms']:>12.1f}{chunk:>7}"
-              f"{best['step_ms']:>10.3f}{best['step_p90_ms']:>9.3f}")
-        checks[title] = outputs(request, cfg.hidden_size, [min(chunk, 7), 1, 1])
-        del request, model
-    first = next(iter(checks.values()))
-    for title, outs in checks.items():
-        diff = max(float(np.abs(a - b).max()) for a, b in zip(first, outs))
-        print(f"  max |{title} - {next(iter(checks))}| over a 3-call sequence: {diff:.2e}")
+        out.append({"title": title, "form": form, "request": request, "build_s": built,
+                    "compile_s": time.perf_counter() - t, "runs": []})
+        del model
+    return out
+
+
+def bench_geometry(label: str, cfg: MTPConfig, weights, optimum_xml: Path | None, args) -> None:
+    print(f"\n== {label}: hidden {cfg.hidden_size}, {cfg.moe.num_experts} experts, top-{cfg.moe.top_k}, "
+          f"expert {cfg.moe.expert_size}, prefill {args.prefill} then {args.steps} one-token steps, "
+          f"{args.repeats} interleaved rounds")
+    heads = compile_candidates(cfg, weights, optimum_xml, args.forms)
+    for _ in range(args.repeats):  # round robin: a load change on the machine hits every head alike
+        for h in heads:
+            chunk = gather_chunk(cfg, args.prefill) if h["form"] == "gather" else args.prefill
+            h["chunk"] = chunk
+            h["runs"].append(run(h["request"], cfg.hidden_size, args.prefill, args.steps, chunk))
+    print(f"{'head':<22}{'build s':>9}{'compile s':>11}{'prefill ms':>12}{'chunk':>7}{'step ms':>10}"
+          f"{'best':>8}{'p90 ms':>9}")
+    for h in heads:
+        steps = [r["step_ms"] for r in h["runs"]]
+        print(f"{h['title']:<22}{h['build_s']:>9.2f}{h['compile_s']:>11.2f}"
+              f"{statistics.median(r['prefill_ms'] for r in h['runs']):>12.1f}{h['chunk']:>7}"
+              f"{statistics.median(steps):>10.3f}{min(steps):>8.3f}"
+              f"{statistics.median(r['step_p90_ms'] for r in h['runs']):>9.3f}")
+    first = outputs(heads[0]["request"], cfg.hidden_size, [min(heads[0]["chunk"], 7), 1, 1])
+    for h in heads[1:]:
+        got = outputs(h["request"], cfg.hidden_size, [min(h["chunk"], 7), 1, 1])
+        diff = max(float(np.abs(a - b).max()) for a, b in zip(first, got))
+        print(f"  max |{h['title']} - {heads[0]['title']}| over a 3-call sequence: {diff:.2e}")
 
 
 def main() -> int:
@@ -140,7 +156,7 @@ def main() -> int:
     ap.add_argument("--forms", nargs="+", default=sorted(moe_ops.FORMS), choices=sorted(moe_ops.FORMS))
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--prefill", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=3, help="runs per head; the best median is reported")
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds; medians over rounds are reported")
     args = ap.parse_args()
     print(f"openvino {ov.get_version()}, CPU {ov.Core().get_property('CPU', 'FULL_DEVICE_NAME')}, "
           f"{os.cpu_count()} cores; default form: {moe_ops.DEFAULT_FORM}")
@@ -155,7 +171,9 @@ def main() -> int:
             bench_geometry("reference qwen35-moe", cfg, weights,
                            REFERENCE / "export" / "moe-fp16" / contract.MTP_XML, args)
         else:
-            bench_geometry("35B-A3B sizes, random weights", A3B, random_weights(A3B), None, args)
+            weights = random_weights(A3B)
+            bench_geometry("35B-A3B sizes, random weights", A3B, weights, None, args)
+            del weights
     return 0
 
 

@@ -262,6 +262,20 @@ def test_bad_expert_layouts_are_one_line_errors(synth_moe, tmp_path, case):
     assert not (tmp_path / "out").exists()
 
 
+def test_nonfinite_expert_weights_refused_unless_allowed(synth_moe, tmp_path):
+    d = tmp_path / "ckpt"
+    shutil.copytree(synth_moe, d)
+    raw, dt = read_stored(d)[DOWN]
+    bad = raw.copy()
+    bad[1, 0, 0] = 0x7FC0  # bf16 NaN
+    edit(d, add={DOWN: (bad, dt)})
+    with pytest.raises(CheckpointError, match=r"experts\.down_proj: holds 1 NaN"):
+        load_mtp(d)
+    warnings = []
+    load_mtp(d, allow_nonfinite=True, warn=warnings.append)
+    assert len(warnings) == 1 and "experts.down_proj" in warnings[0]
+
+
 # ---- the MoE layer against numpy -------------------------------------------------------------------------------
 
 def moe_config(E: int, k: int, H: int = 48, inter: int = 24, shared: int = 40, norm_topk: bool = True) -> MTPConfig:
