@@ -1,0 +1,3 @@
+from irsurgeon.cli import main
+
+main()

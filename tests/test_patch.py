@@ -1,0 +1,220 @@
+"""patch: optimum-intel's reference exports with the head removed are restored to MTP-ready directories."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dirsnap import snapshot
+from irsurgeon import contract
+from irsurgeon.cli import main
+from irsurgeon.ir import xmlsafe
+from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+from irsurgeon.verify import verify_directory
+from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
+
+LM = "openvino_language_model.xml"
+
+
+def strip(export: Path, dest: Path) -> Path:
+    """A writable copy of an export without openvino_mtp_model.* and without the hidden-state annotation."""
+    shutil.copytree(export, dest, ignore=shutil.ignore_patterns("openvino_mtp_model.*"))
+    for p in [dest, *dest.iterdir()]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    xml = dest / LM
+    xml.write_bytes(xmlsafe.remove_value(xml.read_bytes(), (HIDDEN_STATES_LAYERS,)))
+    return dest
+
+
+def run(*args, env=None):
+    result = CliRunner().invoke(main, [str(a) for a in args], env=env)
+    return result.exit_code, result.output
+
+
+PAIRS = {"dense-fp16": "qwen35-dense", "dense-int4": "qwen35-dense", "dense-bigram-fp16": "qwen35-dense-bigram"}
+
+
+@pytest.fixture(scope="module")
+def patch_once(export, ckpt, tmp_path_factory):
+    """patch_once(name) -> (name, patched copy of the export, patch output); each export is patched once."""
+    done = {}
+
+    def get(name):
+        if name not in done:
+            target = strip(export(name), tmp_path_factory.mktemp(name) / "target")
+            code, out = run("patch", target, "--checkpoint", ckpt(PAIRS[name]))
+            assert code == 0, out
+            done[name] = (name, target, out)
+        return done[name]
+    return get
+
+
+@pytest.fixture(params=sorted(PAIRS))
+def patched(request, patch_once):
+    return patch_once(request.param)
+
+
+def test_patch_makes_the_directory_pass_verify(patched):
+    _, target, _ = patched
+    checks = verify_directory(target)
+    assert [c.name for c in checks if not c.ok] == []
+    assert not (target / ".irsurgeon-staging").exists()
+
+
+def test_annotation_and_weights_match_optimum_exactly(patched, export):
+    """The annotated LM .xml is byte-identical to optimum's own (same producers, indices, serialisation)."""
+    name, target, _ = patched
+    assert (target / LM).read_bytes() == (export(name) / LM).read_bytes()
+    assert (target / "openvino_language_model.bin").read_bytes() == (export(name) / "openvino_language_model.bin").read_bytes()
+
+
+def test_int4_target_gets_an_int4_head_and_its_config_entry(patch_once):
+    name, target, out = patch_once("dense-int4")
+    assert "auto: int4" in out
+    q = json.loads((target / "openvino_config.json").read_text())["quantization_config"]["quantization_configs"]
+    assert q["mtp_model"]["bits"] == 4 and q["mtp_model"]["group_size"] == q["lm_model"]["group_size"]
+    import openvino as ov
+    head = ov.Core().read_model(target / contract.MTP_XML)
+    types = {op.get_element_type().get_type_name() for op in head.get_ops() if op.get_type_name() == "Constant"}
+    assert "u4" in types
+    assert head.get_rt_info(["runtime_options", "KV_CACHE_PRECISION"]).astype(str) == "f16"
+
+
+def test_second_run_is_a_no_op_and_force_rebuilds(patched):
+    _, target, _ = patched
+    before = snapshot(target)
+    code, out = run("patch", target, "--checkpoint", "unused-because-already-patched")
+    assert code == 0 and "already MTP-ready" in out
+    assert snapshot(target) == before
+
+
+@pytest.mark.genai
+def test_genai_mtp_decoding_equals_plain_greedy(patched, export, tmp_path):
+    """Several prompts x num_assistant_tokens 1..4 token-identical; bigram acceptance within 2 points of optimum."""
+    from irsurgeon.genai_check import run_equivalence
+
+    name, target, _ = patched
+    ours = run_equivalence(target, prompts=3, nats=(1, 2, 3, 4), echo=lambda _: None)
+    assert len(ours.runs) == 12 and ours.identical, [r for r in ours.runs if not r.identical]
+    if "bigram" in name:
+        theirs = run_equivalence(export(name), prompts=3, nats=(1, 2, 3, 4), echo=lambda _: None)
+        assert theirs.identical
+        assert ours.acceptance > 0.3
+        assert abs(ours.acceptance - theirs.acceptance) <= 0.02, (ours.acceptance, theirs.acceptance)
+
+
+def test_dry_run_writes_nothing(export, ckpt, tmp_path):
+    target = strip(export("dense-fp16"), tmp_path / "t")
+    before = snapshot(target)
+    code, out = run("patch", target, "--checkpoint", ckpt("qwen35-dense"), "--dry-run")
+    assert code == 0 and "would build the MTP head" in out
+    assert snapshot(target) == before
+
+
+def shard(src_ckpt: Path, dest: Path) -> None:
+    """The reference checkpoint re-laid as an index + 3 shards: mtp.* in one; the others unreadable if opened."""
+    dest.mkdir(parents=True)
+    shutil.copyfile(src_ckpt / "config.json", dest / "config.json")
+    st = SafetensorsFile(src_ckpt / "model.safetensors")
+    mtp = [n for n in st.tensors if n.startswith("mtp.")]
+    write_safetensors(dest / "model-00002-of-00003.safetensors", {n: st.raw(n) for n in mtp},
+                      {n: st.tensors[n].dtype for n in mtp})
+    rest = sorted(n for n in st.tensors if not n.startswith("mtp."))
+    for f in ("model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"):
+        (dest / f).write_bytes(b"\xff" * 64)  # a corrupt shard: opening it would be an error
+    weight_map = {n: "model-00002-of-00003.safetensors" for n in mtp}
+    weight_map.update({n: f"model-0000{1 + 2 * (i % 2)}-of-00003.safetensors" for i, n in enumerate(rest)})
+    (dest / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def test_sharded_checkpoint_reads_only_the_mtp_shard(export, ckpt, tmp_path):
+    shard(ckpt("qwen35-dense"), tmp_path / "ckpt")
+    target = strip(export("dense-fp16"), tmp_path / "t")
+    code, out = run("patch", target, "--checkpoint", tmp_path / "ckpt")
+    assert code == 0, out
+    assert all(c.ok for c in verify_directory(target))
+
+
+def test_repo_id_from_an_offline_cache_fetches_only_the_mtp_shard(export, ckpt, tmp_path):
+    """A Hugging Face cache pre-filled with config, index and the mtp shard only; HF_HUB_OFFLINE=1."""
+    snap = tmp_path / "hub" / "models--acme--qwen35-tiny" / "snapshots" / ("0" * 40)
+    shard(ckpt("qwen35-dense"), snap)
+    for f in ("model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"):
+        (snap / f).unlink()  # never fetched: offline, fetching them would fail
+    (tmp_path / "hub" / "models--acme--qwen35-tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--acme--qwen35-tiny" / "refs" / "main").write_text("0" * 40)
+    target = strip(export("dense-fp16"), tmp_path / "t")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
+    proc = subprocess.run([sys.executable, "-m", "irsurgeon.cli", "patch", str(target), "--checkpoint",
+                           "acme/qwen35-tiny"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "fetching model-00002-of-00003.safetensors" in proc.stdout
+    assert "model-00001" not in proc.stdout and "model-00003" not in proc.stdout
+    assert all(c.ok for c in verify_directory(target))
+
+
+def test_uncached_repo_id_offline_is_one_line_error(export, tmp_path):
+    target = strip(export("dense-fp16"), tmp_path / "t")
+    before = snapshot(target)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "empty-hub")}
+    proc = subprocess.run([sys.executable, "-m", "irsurgeon.cli", "patch", str(target), "--checkpoint",
+                           "acme/not-cached"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.startswith("Error: ") and len(proc.stderr.splitlines()) == 1
+    assert "acme/not-cached" in proc.stderr and "cache" in proc.stderr
+    assert snapshot(target) == before
+
+
+def spoil_fc(src: Path, dest: Path) -> None:
+    shutil.copytree(src, dest)
+    st = SafetensorsFile(dest / "model.safetensors")
+    raw = {n: st.raw(n).copy() for n in st.tensors}
+    dtypes = {n: st.tensors[n].dtype for n in st.tensors}
+    st.close()
+    raw["mtp.fc.weight"] = raw["mtp.fc.weight"][:, :64].copy()
+    write_safetensors(dest / "model.safetensors", raw, dtypes)
+
+
+@pytest.mark.parametrize("fault", ["bad-tensor", "wrong-model", "smoke-test", "commit"])
+def test_failed_patch_leaves_the_target_byte_identical(export, ckpt, tmp_path, monkeypatch, fault):
+    target = strip(export("dense-fp16"), tmp_path / "t")
+    before = snapshot(target)
+    source = ckpt("qwen35-dense")
+    if fault == "bad-tensor":
+        spoil_fc(source, tmp_path / "bad")
+        source, needle = tmp_path / "bad", "mtp.fc.weight"
+    elif fault == "wrong-model":
+        source, needle = ckpt("qwen35-moe"), "does not belong"
+    elif fault == "smoke-test":
+        def broken(xml, cfg):
+            raise RuntimeError("simulated crash after staging")
+        monkeypatch.setattr("irsurgeon.patch.smoke_test", broken)
+        needle = "simulated crash"
+    else:
+        import irsurgeon.transaction as t
+        real, calls = t.os.replace, []
+
+        def full_disk(src, dst):
+            calls.append(dst)
+            if len(calls) == 2:
+                raise OSError(28, "No space left on device")
+            return real(src, dst)
+        monkeypatch.setattr(t.os, "replace", full_disk)
+        needle = "rolled back"
+    code, out = run("patch", target, "--checkpoint", source)
+    assert code != 0 and out.strip().splitlines()[-1].startswith("Error: ") and needle in out, out
+    assert snapshot(target) == before
+
+
+def test_target_without_the_vlm_layout_is_refused(export, ckpt, tmp_path):
+    target = strip(export("dense-fp16"), tmp_path / "t")
+    (target / "openvino_text_embeddings_model.xml").unlink()
+    before = snapshot(target)
+    code, out = run("patch", target, "--checkpoint", ckpt("qwen35-dense"))
+    assert code == 1 and out.startswith("Error: ") and "openvino_text_embeddings_model.xml" in out
+    assert snapshot(target) == before
