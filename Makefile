@@ -8,9 +8,13 @@ DEMO_OUT ?= out/demo
 install:
 	$(PIP_INSTALL)
 
+# The main job on bundled tiny data: a published-style export without the MTP head is patched in place,
+# checked against the contract, and run with openvino-genai (MTP speculative decoding vs plain greedy).
 demo: install
-	rm -rf $(DEMO_OUT) && mkdir -p $(DEMO_OUT)
-	irsurgeon build-mtp fixtures/demo/ckpt -o $(DEMO_OUT)
+	rm -rf $(DEMO_OUT) && mkdir -p $(dir $(DEMO_OUT)) && cp -r fixtures/demo/target $(DEMO_OUT)
+	irsurgeon show $(DEMO_OUT)
+	irsurgeon patch $(DEMO_OUT) --checkpoint fixtures/demo/ckpt
+	irsurgeon verify $(DEMO_OUT) --genai --prompts 3
 
 test: install
 	$(PYTHON) -m pytest -q
@@ -23,6 +27,7 @@ bench: install
 
 fixtures:
 	$(PYTHON) scripts/make_demo_fixture.py
+	$(PYTHON) scripts/make_fixtures.py
 
 clean:
 	rm -rf out build *.egg-info .pytest_cache
