@@ -13,7 +13,9 @@ Expert weights are stacked per projection: Wg, Wu [E, I, H], Wd [E, H, I]. Two g
           only the chosen experts' weights; nncf compresses the 3-D weights in place.
   gather  the k chosen experts' weights gathered per row, [N, k, I, H], and multiplied with t [N, 1, 1, H]:
           reads k experts per row, but copies k weight matrices per row of a prefill.
-`tiled` is the default: it was the faster on CPU for the one-token draft step in scripts/bench_moe.py.
+`tiled` is the default. scripts/bench_moe.py, openvino 2026.4.1, 2-core CPU, f16 weights, Qwen3.6-35B-A3B MoE
+sizes: one-token draft step 10.4 ms tiled vs 43.8 ms gather (median of 5 interleaved rounds of 200 steps), 128-token
+prefill 0.77 s vs 6.0 s; on the tiny reference head both are within noise of each other and of optimum's.
 """
 from __future__ import annotations
 
@@ -22,7 +24,6 @@ from typing import Callable
 import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
-
 from openvino.utils.node_factory import NodeFactory
 
 from irsurgeon.config import MTPConfig
