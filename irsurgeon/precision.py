@@ -235,7 +235,7 @@ def _from_weights(xml: Path) -> TargetFormat:
         by_type[w.element_type] += w.nbytes
     etype = by_type.most_common(1)[0][0]
     fmt = "f32" if etype == "f32" else "f16"
-    why = "" if etype in ("f16", "f32") else f": stored as f16, exact for bf16 values from 6e-5 to 65504"
+    why = "" if etype in ("f16", "f32") else ": stored as f16, exact for bf16 values from 6e-5 to 65504"
     return TargetFormat(fmt, None, str(xml), f"language model weights are mostly {etype}{why}")
 
 

@@ -13,7 +13,6 @@ from click.testing import CliRunner
 from openvino._offline_transformations import paged_attention_transformation
 
 from irsurgeon.cli import main
-from irsurgeon.synth.checkpoint import bf16_round
 from irsurgeon.synth.registry import FIXTURES, default_spec, make_fixture, synthesize
 from irsurgeon.synth.tokenizer import SPECIAL
 from irsurgeon.weights.safetensors_io import SafetensorsFile
