@@ -47,8 +47,7 @@ def recover(target: Path) -> list[str]:
     journal = stage / JOURNAL
     notes = []
     if journal.exists() and not (stage / COMMITTED).exists():
-        entries = json.loads(journal.read_text())
-        for name in reversed(entries):
+        for name in reversed(_journal_names(journal)):
             backup = stage / (name + BACKUP_SUFFIX)
             if backup.exists():
                 os.replace(backup, target / name)
@@ -62,6 +61,37 @@ def recover(target: Path) -> list[str]:
         notes.append(f"removed leftover staging folder {stage}")
     shutil.rmtree(stage)
     return notes
+
+
+def _journal_names(journal: Path) -> list[str]:
+    """The journal's file names; a journal not written by a commit (names with a path) is refused, not obeyed."""
+    try:
+        names = json.loads(journal.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        names = None
+    if not (isinstance(names, list) and all(isinstance(n, str) and _plain(n) for n in names)):
+        raise OutputError(f"{journal}: not a journal irsurgeon wrote (expected a list of plain file names); "
+                          f"inspect and remove {journal.parent} by hand")
+    return names
+
+
+def _plain(name: str) -> bool:
+    return bool(name) and "/" not in name and "\\" not in name and not name.startswith(".")
+
+
+def clear_interrupted(target: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None) -> None:
+    """Under the directory lock, roll back or clear what an interrupted run left in target (nothing if clean)."""
+    tx = DirectoryTransaction(target, wait, echo)
+    if not tx.stage_dir.exists():
+        return
+    tx._lock()
+    try:
+        for note in recover(tx.target):
+            tx.echo(note)
+    except OSError as e:
+        raise OutputError(f"{tx.target}: cannot clear an interrupted run's {STAGE_DIR}: {e.strerror or e}") from None
+    finally:
+        tx._unlock()
 
 
 class DirectoryTransaction:
@@ -83,6 +113,9 @@ class DirectoryTransaction:
         except OSError as e:
             self._unlock()
             raise OutputError(f"{self.target}: cannot prepare staging folder: {e.strerror}") from None
+        except BaseException:
+            self._unlock()
+            raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -115,7 +148,7 @@ class DirectoryTransaction:
 
     def stage(self, name: str) -> Path:
         """Where to write the new version of target/name."""
-        if "/" in name or name.startswith("."):
+        if not _plain(name):
             raise ValueError(f"not a plain file name: {name}")
         if name not in self.names:
             self.names.append(name)
@@ -141,8 +174,10 @@ class DirectoryTransaction:
                 os.chmod(self.stage_dir / name, (self.target / name).stat().st_mode & 0o7777)
                 os.link(self.target / name, self.stage_dir / (name + BACKUP_SUFFIX))
         journal = self.stage_dir / JOURNAL
-        journal.write_text(json.dumps(self.names))
-        fsync_path(journal)
+        partial = self.stage_dir / (JOURNAL + ".tmp")  # renamed into place whole: a journal is never half-written
+        partial.write_text(json.dumps(self.names))
+        fsync_path(partial)
+        os.replace(partial, journal)
         fsync_path(self.stage_dir)
         for name in self.names:
             os.replace(self.stage_dir / name, self.target / name)
