@@ -22,7 +22,7 @@ from irsurgeon.config import MTPConfig, parse_config, read_json
 from irsurgeon.errors import ConfigError, IRError, IRSurgeonError
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
-from irsurgeon.transaction import DirectoryTransaction
+from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, clear_interrupted
 
 LANGUAGE_MODEL = "openvino_language_model.xml"
 REQUIRED = (LANGUAGE_MODEL, "openvino_language_model.bin", "openvino_text_embeddings_model.xml",
@@ -154,6 +154,9 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     start = time.perf_counter()
     target = inspect_target(target_dir)
     result = PatchResult(target.path)
+    interrupted = (target.path / STAGE_DIR).exists()
+    if interrupted and not options.dry_run:  # before judging the directory: it may hold a half-done commit
+        clear_interrupted(target.path, options.wait, echo)
     if target.has_mtp and not options.force:
         done = already_patched(target)
         if done:
@@ -167,6 +170,8 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     plan = [f"build the MTP head from {source} as {choice.weight_format}", f"annotate {LANGUAGE_MODEL}"]
     if choice.params and (target.path / "openvino_config.json").is_file():
         plan.append("record the head's quantization in openvino_config.json")
+    if interrupted:
+        plan.insert(0, f"roll back or clear what an interrupted run left in {STAGE_DIR}")
     if options.dry_run:
         for step in plan:
             echo(f"would {step}")
