@@ -14,6 +14,8 @@ import openvino as ov
 
 from irsurgeon import contract, rtinfo
 from irsurgeon.errors import IRSurgeonError
+from irsurgeon.ir import files
+from irsurgeon.transaction import COMMITTED, JOURNAL, STAGE_DIR
 
 
 @dataclass
@@ -48,12 +50,17 @@ def verify_directory(target: str | Path) -> list[Check]:
         return [Check("target layout", False, str(e))]
     cfg = info.cfg
     checks.append(Check("target layout", True, f"{cfg.model_type}, hidden {info.hidden_size}, vocab {info.vocab_size}"))
+    stage = target / STAGE_DIR
+    if stage.exists():  # files may be a mix of two versions until the next patch rolls the commit back
+        half_done = (stage / JOURNAL).exists() and not (stage / COMMITTED).exists()
+        checks.append(Check("interrupted run", not half_done, f"{stage} holds "
+                            + ("a half-done commit" if half_done else "leftovers") + "; the next patch clears it"))
     if not info.has_mtp:
         return checks + [Check("MTP head present", False, f"no {contract.MTP_XML}/.bin")]
     try:
-        head = ov.Core().read_model(target / contract.MTP_XML)
-    except RuntimeError as e:
-        return checks + [Check("MTP head readable", False, str(e).splitlines()[0])]
+        head = files.read_model(target / contract.MTP_XML)  # byte-checked first: no DTD, .bin long enough
+    except IRSurgeonError as e:
+        return checks + [Check("MTP head readable", False, str(e))]
     problems = contract.check_model(head, cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim)
     checks.append(Check("MTP head contract", not problems, "; ".join(problems) or
                         "inputs, output, 2 KV states as specified"))
