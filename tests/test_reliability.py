@@ -1,0 +1,286 @@
+"""Reliability of `irsurgeon patch` on directories users cannot regenerate: kills, concurrent runs, full disks,
+read-only targets, missing permissions, and untrusted checkpoints and IRs.
+
+Kill points. `patch` runs in a subprocess under an audit hook (sys.addaudithook) that numbers every filesystem
+write inside the target directory (open for writing, mkdir, link, chmod, rename/replace, unlink, rmdir, rmtree)
+and delivers SIGKILL or SIGINT to itself just before write number N. The product carries no test hook: the
+numbering comes from Python's own audit events, so a new write in the flow is a new kill point automatically.
+After each kill the directory must be byte-identical to before, byte-identical to a completed patch (builds are
+deterministic) and verifiable, or hold an interrupted commit that `irsurgeon verify` reports and the next `patch`
+rolls back; the next run must then leave a completely patched directory and say what it cleaned up.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_TARGET = ROOT / "fixtures" / "demo" / "target"
+DEMO_CKPT = ROOT / "fixtures" / "demo" / "ckpt"
+STAGE_DIR = ".irsurgeon-staging"
+
+# Runs the CLI with an audit hook that numbers writes inside $KILL_TARGET and signals itself before write $KILL_AT
+# (0: only number them); with $KILL_PAUSE set it instead creates $KILL_PAUSE.here and waits for $KILL_PAUSE to go.
+KILLER = r'''
+import os, signal, sys, time
+TARGET = os.path.realpath(os.environ["KILL_TARGET"])
+AT = int(os.environ.get("KILL_AT", "0"))
+SIG = int(os.environ.get("KILL_SIGNAL", "9"))
+PAUSE = os.environ.get("KILL_PAUSE")
+WRITES = {"os.rename", "os.link", "os.remove", "os.rmdir", "os.mkdir", "os.chmod", "shutil.rmtree",
+          "os.truncate", "os.symlink"}
+count = 0
+
+def inside(p):
+    try:
+        p = os.path.realpath(os.fsdecode(p))
+    except (TypeError, ValueError):
+        return False
+    return p == TARGET or p.startswith(TARGET + os.sep)
+
+def writing(event, args):
+    if event == "open":
+        path, mode, flags = args
+        if mode is not None:
+            return any(c in mode for c in "wax+") and [path]
+        return isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and [path]
+    return event in WRITES and [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
+
+def hook(event, args):
+    global count
+    paths = writing(event, args)
+    if not paths or not any(inside(p) for p in paths):
+        return
+    count += 1
+    os.write(2, f"@write {count} {event} {os.path.basename(os.fsdecode(paths[-1]))}\n".encode())
+    if count != AT:
+        return
+    if PAUSE:
+        open(PAUSE + ".here", "w").close()
+        while os.path.exists(PAUSE):
+            time.sleep(0.02)
+        return
+    os.kill(os.getpid(), SIG)
+
+sys.addaudithook(hook)
+from irsurgeon.cli import main
+sys.argv[0] = "irsurgeon"
+main()
+'''
+
+
+CLI = "import sys; from irsurgeon.cli import main; sys.argv[0] = 'irsurgeon'; main()"
+
+
+def snapshot(d: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every file, plus the set of directories: byte identity of a tree."""
+    files = {p.relative_to(d).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in sorted(d.rglob("*")) if p.is_file()}
+    files["<dirs>"] = ",".join(sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_dir()))
+    return files
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child run: this checkout's irsurgeon first on the path, whatever is installed."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, env=child_env(),
+                          timeout=timeout)
+
+
+def patch_args(target: Path, *extra: str) -> list[str]:
+    return ["patch", str(target), "--checkpoint", str(DEMO_CKPT), *extra]
+
+
+def run_killer(script: Path, target: Path, at: int, sig: int = signal.SIGKILL, extra: tuple[str, ...] = (),
+               pause: Path | None = None, wait: bool = True):
+    env = child_env(KILL_TARGET=str(target), KILL_AT=str(at), KILL_SIGNAL=str(int(sig)))
+    if pause is not None:
+        env["KILL_PAUSE"] = str(pause)
+    cmd = [sys.executable, str(script), *patch_args(target, *extra)]
+    if not wait:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def write_points(stderr: str) -> list[str]:
+    return [line.split(" ", 2)[2] for line in stderr.splitlines() if line.startswith("@write ")]
+
+
+@dataclass
+class Sweep:
+    """Figures of a kill-point sweep; `problems` lists every kill whose aftermath broke a rule."""
+    kills: int = 0
+    intact: int = 0  # byte-identical to before (leftovers aside)
+    completed: int = 0  # byte-identical to a finished patch
+    interrupted_commits: int = 0  # a journal the next run rolled back
+    leftovers_reported: int = 0
+    tracebacks: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+class KillLab:
+    """A pristine copy of the demo target, the snapshot of its patched form, and the numbered write points."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.script = root / "killer.py"
+        self.script.write_text(KILLER)
+        self.before = snapshot(DEMO_TARGET)
+        probe = self.fresh("probe")
+        done = run_killer(self.script, probe, at=0)
+        assert done.returncode == 0, done.stderr
+        self.points = write_points(done.stderr)
+        self.after = snapshot(probe)
+        self._n = 0
+
+    def fresh(self, name: str) -> Path:
+        target = self.root / name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(DEMO_TARGET, target)
+        return target
+
+    def kill(self, at: int, sig: int, sweep: Sweep, extra: tuple[str, ...] = ()) -> None:
+        """Kill a patch run before write `at`, judge the aftermath, run patch again, judge the result."""
+        self._n += 1
+        target = self.fresh(f"k{self._n}")
+        where = f"{signal.Signals(sig).name} before write {at} ({self.points[at - 1]})"
+        proc = run_killer(self.script, target, at, sig, extra)
+        sweep.kills += 1
+        expected_rc = -signal.SIGKILL if sig == signal.SIGKILL else 130
+        if proc.returncode not in (expected_rc, 0):
+            sweep.problems.append(f"{where}: exit {proc.returncode}: {proc.stderr[-300:]}")
+        sweep.tracebacks += "Traceback" in proc.stderr
+        self.judge(target, where, sig, sweep)
+
+    def judge(self, target: Path, where: str, sig: int, sweep: Sweep) -> None:
+        state = snapshot(target)
+        leftover = (target / STAGE_DIR).exists()
+        core = {k: v for k, v in state.items() if not k.startswith(STAGE_DIR) and k != "<dirs>"}
+        if core == {k: v for k, v in self.before.items() if k != "<dirs>"}:
+            sweep.intact += 1
+        elif state == self.after:
+            sweep.completed += 1
+        elif leftover and (target / STAGE_DIR / "journal.json").exists():
+            sweep.interrupted_commits += 1
+            check = run_cli("verify", str(target))
+            if check.returncode == 0:
+                sweep.problems.append(f"{where}: verify passes a directory holding an interrupted commit")
+        else:
+            sweep.problems.append(f"{where}: directory is neither as before nor patched and has no journal")
+        if sig == signal.SIGINT and leftover:
+            sweep.problems.append(f"{where}: Ctrl-C left {STAGE_DIR} behind")
+        again = run_cli(*patch_args(target))
+        sweep.tracebacks += "Traceback" in again.stderr
+        if again.returncode != 0:
+            sweep.problems.append(f"{where}: the next run failed: {again.stderr.strip()[-300:]}")
+        elif snapshot(target) != self.after:
+            sweep.problems.append(f"{where}: the next run did not leave a completely patched directory")
+        if leftover:
+            said = again.stdout + again.stderr
+            if "rolled back" in said or "leftover" in said:
+                sweep.leftovers_reported += 1
+            else:
+                sweep.problems.append(f"{where}: the next run did not report the leftover {STAGE_DIR}")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> KillLab:
+    return KillLab(tmp_path_factory.mktemp("kills"))
+
+
+def test_patch_flow_has_the_expected_write_points(lab):
+    """The numbering sees the staging folder, the journal, each move into place and the cleanup."""
+    joined = " ".join(lab.points)
+    for what in ("os.mkdir .irsurgeon-staging", "journal.json", "os.rename openvino_mtp_model.xml",
+                 "os.rename openvino_language_model.xml", "shutil.rmtree"):
+        assert what in joined, lab.points
+    assert lab.after != lab.before
+
+
+def named_points(lab: KillLab) -> list[int]:
+    """A handful of kill points spread over the flow: staging, journal, first and last move, commit mark."""
+    wanted = ["os.mkdir .irsurgeon-staging", "journal.json", "os.rename openvino_mtp_model.xml",
+              "os.rename openvino_language_model.xml", "committed"]
+    return [next(i for i, p in enumerate(lab.points, 1) if w in p) for w in wanted]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_kill_points_leave_before_or_after(lab, sig):
+    sweep = Sweep()
+    points = named_points(lab) if sig == signal.SIGKILL else named_points(lab)[1:4]
+    for at in points:
+        lab.kill(at, sig, sweep)
+    assert not sweep.problems, "\n".join(sweep.problems)
+    assert sweep.tracebacks == 0
+    assert sweep.kills == len(points)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_kill_point_sweep_every_write(lab, sig):
+    sweep = Sweep()
+    for at in range(1, len(lab.points) + 1):
+        lab.kill(at, sig, sweep)
+    assert not sweep.problems, "\n".join(sweep.problems)
+    assert sweep.tracebacks == 0
+
+
+# --- leftovers of a killed run, and leftovers that were never ours ------------------------------------------------
+
+def test_journal_naming_files_outside_the_target_is_refused(tmp_path):
+    """A downloaded directory can carry a crafted staging folder: its journal must not steer deletes outside."""
+    from irsurgeon.errors import OutputError
+    from irsurgeon.transaction import DirectoryTransaction
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    target = tmp_path / "target"
+    (target / STAGE_DIR).mkdir(parents=True)
+    (target / STAGE_DIR / "journal.json").write_text(json.dumps(["../victim.txt"]))
+    with pytest.raises(OutputError, match="not a journal irsurgeon wrote"):
+        with DirectoryTransaction(target):
+            pass
+    assert victim.read_text() == "precious"
+    fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the refusal released the directory lock
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("leftover", ["journal.json.tmp", "journal.json"])
+def test_half_written_journal_is_handled(tmp_path, leftover):
+    """Killed while writing the journal: no file has moved yet, so the folder is junk (or refused when garbled)."""
+    from irsurgeon.errors import OutputError
+    from irsurgeon.transaction import DirectoryTransaction
+
+    target = tmp_path / "target"
+    (target / STAGE_DIR).mkdir(parents=True)
+    (target / "a.xml").write_text("a")
+    (target / STAGE_DIR / leftover).write_text('["a.x')
+    if leftover == "journal.json.tmp":
+        with DirectoryTransaction(target):
+            pass
+        assert not (target / STAGE_DIR).exists()
+    else:
+        with pytest.raises(OutputError, match="journal"):
+            with DirectoryTransaction(target):
+                pass
+    assert (target / "a.xml").read_text() == "a"
