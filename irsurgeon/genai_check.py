@@ -5,13 +5,32 @@ that); the MTP one gets `draft_model(dir)`, which loads `dir/openvino_mtp_model.
 streamer. The equivalence check runs at INFERENCE_PRECISION_HINT=f32, plus KV_CACHE_PRECISION=f16 and
 DYNAMIC_QUANTIZATION_GROUP_SIZE=0 for int4 targets: at the CPU defaults even two plain backends disagree on tiny
 models whose top-2 logits differ by ~1e-4, so only the f32 run can demand identical tokens.
+
+The speed sweep (`run_speed`) runs afterwards at the device's default precision (no properties: the IRs'
+rt_info runtime_options and the plugin defaults apply), plain greedy first, then MTP for each num_assistant_tokens K
+on one MTP pipeline. Per configuration, over all prompts (one untimed warm-up generate first, EOS ignored so every
+configuration produces the same number of tokens):
+    tokens_per_second   generated tokens / wall seconds of the generate calls (prefill included)
+    ttft_ms             genai's time to first token, mean over prompts
+    target_evaluations  target-model inferences: entries of raw_metrics.m_batch_sizes, one per generation step
+                        (prefill included; main_model_metrics' for MTP); each step emits m_batch_sizes[i] tokens
+    draft_evaluations   draft-model inferences, the same count on draft_model_metrics
+    draft_proposed / draft_accepted   extended_perf_metrics get_num_draft_tokens / get_num_accepted_tokens
+    peak_memory_bytes   peak RSS while that configuration runs with its pipeline loaded: VmHWM, reset through
+                        /proc/self/clear_refs before it (else the process-lifetime ru_maxrss, said so)
+    kv_bytes_per_token  KV-cache growth per generated token, computed from the IRs' states (footprint.kv_cache) at
+                        the KV precision the runtime uses; the draft's is zero for plain greedy
+The best K is the fastest; MTP pays when it beats plain greedy by at least MIN_SPEEDUP.
 """
 from __future__ import annotations
 
+import gc
+import resource
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from irsurgeon.errors import IRSurgeonError
 
@@ -24,6 +43,16 @@ PROMPTS = (
     "The weather today is sunny with a chance of rain in the afternoon. Please write a short poem about the sea.",
 )
 LANGUAGE_MODEL = "openvino_language_model.xml"
+MTP_MODEL = "openvino_mtp_model.xml"
+MIN_SPEEDUP = 1.05  # gains below 5% are within the spread of short runs on a shared machine
+CLEAR_REFS = Path("/proc/self/clear_refs")
+STATUS = Path("/proc/self/status")
+MEASUREMENT_KEYS = ("label", "num_assistant_tokens", "prompts", "generated_tokens", "seconds", "tokens_per_second",
+                    "speedup", "ttft_ms", "target_evaluations", "draft_evaluations", "draft_proposed",
+                    "draft_accepted", "acceptance_rate", "peak_memory_bytes", "kv_bytes_per_token_target",
+                    "kv_bytes_per_token_draft")
+SPEED_KEYS = ("device", "equivalence_properties", "speed_properties", "device_defaults", "kv_precision",
+              "memory_method", "kv_method", "measurements", "best", "pays", "verdict")
 
 
 @dataclass
@@ -95,6 +124,15 @@ def _config(g, max_new_tokens: int, nat: int | None):
     return c
 
 
+def _pipeline(g, target: Path, device: str, props: dict, draft: bool):
+    """A VLMPipeline on the paged backend, with the directory's MTP head as draft model when `draft`."""
+    try:
+        extra = {"draft_model": g.draft_model(str(target), device, **props)} if draft else {}
+        return g.VLMPipeline(str(target), device, scheduler_config=_scheduler(g), **extra, **props)
+    except RuntimeError as e:
+        raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory: {str(e).splitlines()[0]}") from None
+
+
 def _generate(g, pipe, prompt: str, config) -> tuple[list[int], object, float]:
     ids: list[int] = []
 
@@ -111,20 +149,20 @@ def _generate(g, pipe, prompt: str, config) -> tuple[list[int], object, float]:
     return ids, result, time.perf_counter() - start
 
 
-def run_equivalence(target: str | Path, prompts: int = 3, nats: tuple[int, ...] = (1, 2, 3, 4),
+def prompt_list(prompts: int | Sequence[str]) -> list[str]:
+    """The first N built-in prompts for an int, else the given prompts."""
+    return list(PROMPTS[:prompts]) if isinstance(prompts, int) else list(prompts)
+
+
+def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: tuple[int, ...] = (1, 2, 3, 4),
                     max_new_tokens: int = 40, device: str = "CPU",
                     echo: Callable[[str], None] = print) -> Report:
     target = Path(target)
     g = _genai()
     props = equivalence_properties(target)
     report = Report(properties=props)
-    try:
-        plain = g.VLMPipeline(str(target), device, scheduler_config=_scheduler(g), **props)
-        mtp = g.VLMPipeline(str(target), device, scheduler_config=_scheduler(g),
-                            draft_model=g.draft_model(str(target), device, **props), **props)
-    except RuntimeError as e:
-        raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory: {str(e).splitlines()[0]}") from None
-    for i, prompt in enumerate(PROMPTS[:prompts]):
+    plain, mtp = _pipeline(g, target, device, props, False), _pipeline(g, target, device, props, True)
+    for i, prompt in enumerate(prompt_list(prompts)):
         ref, _, plain_s = _generate(g, plain, prompt, _config(g, max_new_tokens, None))
         for nat in nats:
             ids, result, secs = _generate(g, mtp, prompt, _config(g, max_new_tokens, nat))
@@ -137,4 +175,172 @@ def run_equivalence(target: str | Path, prompts: int = 3, nats: tuple[int, ...] 
             echo(f"prompt {i} num_assistant_tokens {nat}: {'identical' if run.identical else f'DIFFERENT at token {diff}'}"
                  f" ({run.tokens} tokens, accepted {run.accepted}/{run.draft_tokens} drafts, "
                  f"{run.tokens / secs:.1f} tok/s vs plain {len(ref) / plain_s:.1f} tok/s)")
+    return report
+
+
+@dataclass
+class Measurement:
+    label: str
+    num_assistant_tokens: int | None
+    kv_bytes_per_token_target: int
+    kv_bytes_per_token_draft: int
+    prompts: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+    ttft_ms: float = 0.0
+    target_evaluations: int = 0
+    draft_evaluations: int = 0
+    draft_proposed: int = 0
+    draft_accepted: int = 0
+    peak_memory_bytes: int = 0
+    speedup: float | None = None
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.draft_accepted / self.draft_proposed if self.draft_proposed else None
+
+    def add(self, result, seconds: float) -> None:
+        """Accumulate one generate call's metrics (ttft_ms is kept as a running mean)."""
+        pm, ext = result.perf_metrics, result.extended_perf_metrics
+        self.ttft_ms = (self.ttft_ms * self.prompts + pm.get_ttft().mean) / (self.prompts + 1)
+        self.prompts += 1
+        self.generated_tokens += pm.get_num_generated_tokens()
+        self.seconds += seconds
+        if ext is None:
+            self.target_evaluations += len(pm.raw_metrics.m_batch_sizes)
+            return
+        self.target_evaluations += len(ext.main_model_metrics.raw_metrics.m_batch_sizes)
+        self.draft_evaluations += len(ext.draft_model_metrics.raw_metrics.m_batch_sizes)
+        self.draft_proposed += ext.get_num_draft_tokens()
+        self.draft_accepted += ext.get_num_accepted_tokens()
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in MEASUREMENT_KEYS}
+
+
+@dataclass
+class SpeedReport:
+    device: str
+    equivalence_properties: dict
+    device_defaults: dict
+    kv_precision: dict
+    memory_method: str
+    kv_method: str
+    measurements: list[Measurement] = field(default_factory=list)
+    speed_properties: dict = field(default_factory=dict)
+
+    @property
+    def best(self) -> Measurement | None:
+        mtp = [m for m in self.measurements if m.num_assistant_tokens]
+        return max(mtp, key=lambda m: m.tokens_per_second) if mtp else None
+
+    @property
+    def pays(self) -> bool:
+        return self.best is not None and (self.best.speedup or 0.0) >= MIN_SPEEDUP
+
+    @property
+    def verdict(self) -> str:
+        best = self.best
+        if best is None or best.speedup is None:
+            return "no MTP configuration was measured"
+        if self.pays:
+            return (f"best num_assistant_tokens on this machine: {best.num_assistant_tokens} "
+                    f"({best.speedup:.2f}x the tokens/s of plain greedy)")
+        return (f"MTP does not pay here: the fastest num_assistant_tokens ({best.num_assistant_tokens}) runs at "
+                f"{best.speedup:.2f}x the tokens/s of plain greedy (needs {MIN_SPEEDUP:.2f}x)")
+
+    def as_dict(self) -> dict:
+        best = self.best
+        values = {"measurements": [m.as_dict() for m in self.measurements], "verdict": self.verdict,
+                  "best": {"num_assistant_tokens": best.num_assistant_tokens, "speedup": best.speedup}
+                  if best else None, "pays": self.pays}
+        return {k: values[k] if k in values else getattr(self, k) for k in SPEED_KEYS}
+
+
+def reset_peak_memory() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) of this process; False where that is not possible."""
+    try:
+        CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_memory_bytes() -> int:
+    """VmHWM from /proc, else the process-lifetime peak from getrusage."""
+    if STATUS.is_file():
+        for line in STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def device_defaults(device: str) -> dict:
+    """The precision properties the device uses when none are given (what the speed runs get)."""
+    import openvino as ov
+
+    core, out = ov.Core(), {}
+    for key in ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION"):
+        try:
+            out[key] = core.get_property(device, key).get_type_name()
+        except RuntimeError:
+            out[key] = None
+    return out
+
+
+def kv_growth(target: Path, kv_default: str | None) -> dict[str, dict]:
+    """footprint.kv_cache of the language model ("target") and the head ("draft") at the runtime's KV precision."""
+    from irsurgeon.footprint import kv_cache
+    from irsurgeon.show import show_ir
+
+    return {part: kv_cache(f, show_ir(target / f), 1, kv_default)
+            for part, f in (("target", LANGUAGE_MODEL), ("draft", MTP_MODEL))}
+
+
+def _measure(g, pipe, prompts: list[str], config, m: Measurement, echo: Callable[[str], None]) -> Measurement:
+    pipe.generate(prompts[0], generation_config=config)  # warm-up: first-call compilation is not speed
+    for i, prompt in enumerate(prompts):
+        start = time.perf_counter()
+        result = pipe.generate(prompt, generation_config=config)
+        m.add(result, time.perf_counter() - start)
+        echo(f"   {m.label}: prompt {i + 1}/{len(prompts)} done")
+    m.peak_memory_bytes = peak_memory_bytes()
+    return m
+
+
+def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple[int, ...] = (1, 2, 3, 4),
+              max_new_tokens: int = 40, device: str = "CPU", echo: Callable[[str], None] = print) -> SpeedReport:
+    """Plain greedy, then MTP at each K of `sweep`, at the device's default precision (see the module docstring)."""
+    target, g, texts = Path(target), _genai(), prompt_list(prompts)
+    defaults = device_defaults(device)
+    kv = kv_growth(target, defaults["KV_CACHE_PRECISION"])
+    kv_target, kv_draft = kv["target"]["bytes_per_token"], kv["draft"]["bytes_per_token"]
+    resettable = reset_peak_memory()
+    report = SpeedReport(device, equivalence_properties(target), defaults,
+                         {p: f"{k['precision']} ({k['precision_source']})" for p, k in kv.items()},
+                         "peak RSS (VmHWM) during the configuration's runs, reset before each" if resettable else
+                         "process-lifetime peak RSS (ru_maxrss): VmHWM cannot be reset here",
+                         "computed from the IRs' KV states at the runtime's KV precision, batch 1")
+    gc.collect()
+    plain = _pipeline(g, target, device, {}, False)
+    echo(f"speed [1/{len(sweep) + 1}] plain greedy")
+    reset_peak_memory()
+    report.measurements.append(_measure(g, plain, texts, _config(g, max_new_tokens, None),
+                                        Measurement("plain", None, kv_target, 0), echo))
+    del plain
+    gc.collect()
+    mtp = _pipeline(g, target, device, {}, True)
+    for j, nat in enumerate(sweep):
+        echo(f"speed [{j + 2}/{len(sweep) + 1}] MTP num_assistant_tokens {nat}")
+        reset_peak_memory()
+        report.measurements.append(_measure(g, mtp, texts, _config(g, max_new_tokens, nat),
+                                            Measurement(f"mtp K={nat}", nat, kv_target, kv_draft), echo))
+    base = report.measurements[0].tokens_per_second
+    for m in report.measurements:
+        m.speedup = m.tokens_per_second / base if base else None
     return report

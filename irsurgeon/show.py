@@ -7,7 +7,9 @@ For an IR (`show_ir`), keys in this order (IR_KEYS):
     over every Constant, weights (precision.weight_summary: compressed, bits, modes, group_sizes, by_type).
 For a directory (`show_directory`, DIR_KEYS): kind="directory", path, layout, config (model_type, layers,
 mtp_num_hidden_layers, ...), irs [{file, ok, summary}], mtp {ready, reasons, checks} (openvino-genai MTP readiness:
-the decomposed VLM layout, an `openvino_mtp_model.xml` that meets the contract, the hidden-state annotation).
+the decomposed VLM layout, an `openvino_mtp_model.xml` that meets the contract, the hidden-state annotation),
+footprint (footprint.FOOTPRINT_KEYS: weights per part, target and MTP KV cache per token and at `context` tokens,
+a runtime-overhead estimate), computed from the IR descriptions above.
 Nothing is written and nothing from the files is executed; every `.xml` is byte-checked before OpenVINO reads it.
 """
 from __future__ import annotations
@@ -22,15 +24,16 @@ from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS, RUNTIME_OPTIONS
 
 IR_KEYS = ("kind", "path", "inputs", "outputs", "states", "rt_info", "hidden_states", "runtime_options",
            "op_histogram", "constants", "weights")
-DIR_KEYS = ("kind", "path", "layout", "config", "irs", "mtp")
+DIR_KEYS = ("kind", "path", "layout", "config", "irs", "mtp", "footprint")
+DEFAULT_CONTEXT = 4096
 CONFIG_KEYS = ("model_type", "text_model_type", "num_hidden_layers", "hidden_size", "mtp_num_hidden_layers", "error")
 
 
-def show(path: str | Path) -> dict:
-    """show_directory for a directory, show_ir for an `.xml`."""
+def show(path: str | Path, context: int = DEFAULT_CONTEXT) -> dict:
+    """show_directory for a directory (footprint at `context` tokens), show_ir for an `.xml`."""
     path = Path(path)
     if path.is_dir():
-        return show_directory(path)
+        return show_directory(path, context)
     if not path.exists():
         raise IRError(f"{path}: no such file or directory")
     if path.suffix != ".xml":
@@ -105,8 +108,11 @@ def weights(model) -> dict:
     }
 
 
-def show_directory(directory: Path) -> dict:
-    irs = [_brief(xml) for xml in files.list_irs(directory)]
+def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
+    from irsurgeon.footprint import footprint
+
+    described = {xml.name: _describe(xml) for xml in files.list_irs(directory)}
+    irs = [_brief(name, info) for name, info in described.items()]
     return {
         "kind": "directory",
         "path": str(directory),
@@ -114,6 +120,7 @@ def show_directory(directory: Path) -> dict:
         "config": config_facts(directory),
         "irs": irs,
         "mtp": mtp_verdict(directory, {r["file"]: r for r in irs}),
+        "footprint": footprint({k: v for k, v in described.items() if isinstance(v, dict)}, context),
     }
 
 
@@ -163,11 +170,17 @@ def summary_line(info: dict) -> str:
             f"weights {stored}{annotated}")
 
 
-def _brief(xml: Path) -> dict:
+def _describe(xml: Path) -> dict | IRSurgeonError:
     try:
-        return {"file": xml.name, "ok": True, "summary": summary_line(show_ir(xml))}
+        return show_ir(xml)
     except IRSurgeonError as e:
-        return {"file": xml.name, "ok": False, "summary": str(e)}
+        return e
+
+
+def _brief(name: str, info: dict | IRSurgeonError) -> dict:
+    if isinstance(info, IRSurgeonError):
+        return {"file": name, "ok": False, "summary": str(info)}
+    return {"file": name, "ok": True, "summary": summary_line(info)}
 
 
 def _load(xml: Path):

@@ -1,4 +1,5 @@
-"""irsurgeon show PATH [--json]: inputs, outputs, states, rt_info, hidden states, weights; MTP readiness of a directory."""
+"""irsurgeon show PATH [--context N] [--json]: an IR's ports, states, rt_info, hidden states, weights; a directory's
+MTP readiness and memory footprint."""
 from __future__ import annotations
 
 import json
@@ -12,11 +13,13 @@ from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 @click.command("show")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (stable keys) instead of text.")
-def command(path: Path, as_json: bool) -> None:
-    """Describe PATH: an OpenVINO IR .xml, or an exported model directory (with its MTP readiness)."""
+@click.option("--context", type=click.IntRange(1), default=4096, show_default=True,
+              help="Tokens per sequence for the KV-cache footprint of a directory.")
+def command(path: Path, as_json: bool, context: int) -> None:
+    """Describe PATH: an OpenVINO IR .xml, or an exported model directory (MTP readiness, memory footprint)."""
     from irsurgeon.show import show
 
-    info = show(path)
+    info = show(path, context)
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
@@ -69,6 +72,36 @@ def directory_text(info: dict) -> list[str]:
     lines.append(f"MTP speculative decoding (openvino-genai): {'READY' if mtp['ready'] else 'NOT READY'}")
     lines += [f"   [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}" for c in mtp["checks"]]
     lines += [f"   reason: {r}" for r in mtp["reasons"] if not mtp["checks"]]
+    return lines + footprint_text(info["footprint"])
+
+
+def footprint_text(fp: dict) -> list[str]:
+    from irsurgeon.footprint import human
+
+    n = fp["context"]
+    lines = [f"Footprint (from the IRs' shapes and types; batch 1, context {n} tokens):"]
+    for part, label in (("target", "target weights"), ("mtp", "MTP weights"), ("vision", "vision weights"),
+                        ("other", "other IRs")):
+        w = fp["weights"][part]
+        if w["files"]:
+            types = ", ".join(f"{t} {human(b)}" for t, b in sorted(w["by_type"].items(), key=lambda x: -x[1]))
+            lines.append(f"   {label:<18} {human(w['bytes']):>10}   ({types}; {', '.join(w['files'])})")
+    for part, label in (("target", "target KV cache"), ("mtp", "MTP KV cache")):
+        kv = fp["kv"][part]
+        if kv is None:
+            lines.append(f"   {label:<18} {'-':>10}   (no {'language model' if part == 'target' else 'MTP head'})")
+            continue
+        lines.append(f"   {label:<18} {human(kv['bytes_per_token']):>10}/token, {human(kv['bytes_at_context'])} at "
+                     f"{n} tokens ({kv['layers']} attention layer(s) x K,V, {kv['precision']} from "
+                     f"{kv['precision_source']})")
+        if kv["constant_states"]:
+            lines.append(f"   {'':<18} {human(kv['constant_bytes']):>10}   constant-size states ({kv['constant_states']}: "
+                         "linear-attention conv/ssm), independent of context")
+        lines += [f"   {'':<18} problem: {p}" for p in kv["problems"]]
+    oh = fp["runtime_overhead"]
+    lines.append(f"   {'runtime overhead':<18} {human(oh['bytes']):>10}   ({oh['basis']})")
+    lines.append(f"   {'total at ' + str(n):<18} {human(fp['total_at_context']):>10}   (weights + KV cache + constant "
+                 "states; runtime overhead not included)")
     return lines
 
 

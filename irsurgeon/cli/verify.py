@@ -1,4 +1,9 @@
-"""irsurgeon verify TARGET_DIR [--genai]: check a directory against the MTP contract; optionally run genai."""
+"""irsurgeon verify TARGET_DIR [--genai]: check a directory against the MTP contract; optionally run and time genai.
+
+With --genai: equivalence (MTP tokens == plain greedy tokens, at the contract's f32 properties) for every K of the
+sweep, then, when that holds, the speed sweep at the device's default precision: one table, the best K or a plain
+"MTP does not pay here", and everything in --json.
+"""
 from __future__ import annotations
 
 import json
@@ -7,39 +12,113 @@ from pathlib import Path
 import click
 
 
+class PromptsParam(click.ParamType):
+    """A number N (the first N built-in prompts) or a text file with one prompt per line."""
+
+    name = "N|FILE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, list)):
+            return value
+        path = Path(value)
+        if path.is_file():
+            prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            if not prompts:
+                self.fail(f"{path}: no prompts (one per line expected)", param, ctx)
+            return prompts
+        if value.isdigit() and 1 <= int(value) <= 6:
+            return int(value)
+        self.fail(f"{value!r} is neither a number from 1 to 6 nor a prompts file", param, ctx)
+
+
+class SweepParam(click.ParamType):
+    """Comma-separated num_assistant_tokens values, e.g. 1,2,3,4,5."""
+
+    name = "K,K,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        parts = [p.strip() for p in str(value).split(",") if p.strip()]
+        if not parts or not all(p.isdigit() and 1 <= int(p) <= 16 for p in parts):
+            self.fail(f"{value!r}: expected comma-separated integers from 1 to 16, e.g. 1,2,3,4,5", param, ctx)
+        return tuple(dict.fromkeys(int(p) for p in parts))
+
+
 @click.command("verify")
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--genai", "with_genai", is_flag=True,
-              help="Also run openvino-genai MTP speculative decoding against plain greedy decoding.")
-@click.option("--prompts", type=click.IntRange(1, 6), default=3, show_default=True, help="Prompts to run with --genai.")
+              help="Also run openvino-genai MTP speculative decoding against plain greedy decoding, then time it.")
+@click.option("--prompts", type=PromptsParam(), default="3", show_default=True,
+              help="With --genai: a number N (the first N of 6 built-in prompts) or a file with one prompt per line.")
+@click.option("--sweep", type=SweepParam(), default=None,
+              help="num_assistant_tokens values to check and time, e.g. 1,2,3,4,5 (replaces --num-assistant-tokens).")
 @click.option("--num-assistant-tokens", "nats", type=click.IntRange(1, 16), multiple=True, default=(1, 2, 3, 4),
               show_default=True, help="Draft lengths to try (repeatable).")
 @click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=40, show_default=True)
 @click.option("--device", default="CPU", show_default=True)
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Write the results here.")
-def command(target: Path, with_genai: bool, prompts: int, nats: tuple[int, ...], max_new_tokens: int, device: str,
-            json_out: Path | None) -> None:
+@click.pass_context
+def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, nats: tuple[int, ...],
+            max_new_tokens: int, device: str, json_out: Path | None) -> None:
     """Check TARGET (an exported model directory) is ready for MTP speculative decoding."""
     from irsurgeon.errors import IRSurgeonError
     from irsurgeon.verify import verify_directory
 
+    if sweep and ctx.get_parameter_source("nats") != click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("give either --sweep or --num-assistant-tokens, not both")
     checks = verify_directory(target)
     for c in checks:
         click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
     results = {"checks": [c.__dict__ for c in checks]}
     failed = [c.name for c in checks if not c.ok]
     if not failed and with_genai:
-        from irsurgeon.genai_check import run_equivalence
-
-        report = run_equivalence(target, prompts, nats, max_new_tokens, device, echo=click.echo)
-        results["genai"] = report.as_dict()
-        same = sum(r.identical for r in report.runs)
-        click.echo(f"openvino-genai at {report.properties}: {same}/{len(report.runs)} MTP runs token-identical to "
-                   f"plain greedy; draft acceptance {report.acceptance:.1%}")
-        if not report.identical:
-            failed.append("genai equivalence")
+        failed += run_genai(target, prompts, sweep or nats, max_new_tokens, device, results)
     if json_out:
         json_out.write_text(json.dumps(results, indent=1))
     if failed:
         raise IRSurgeonError(f"{target}: not ready for MTP speculative decoding: failed {', '.join(failed)}")
     click.echo(f"{target}: ready for MTP speculative decoding")
+
+
+def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int, device: str,
+              results: dict) -> list[str]:
+    """Equivalence, then (when it holds) the speed sweep; fills `results`, returns the names of failed steps."""
+    from irsurgeon.genai_check import run_equivalence, run_speed
+
+    report = run_equivalence(target, prompts, sweep, max_new_tokens, device, echo=click.echo)
+    results["genai"] = report.as_dict()
+    same = sum(r.identical for r in report.runs)
+    click.echo(f"equivalence at {report.properties}: {same}/{len(report.runs)} MTP runs token-identical to "
+               f"plain greedy; draft acceptance {report.acceptance:.1%}")
+    if not report.identical:
+        results["speed"] = None
+        click.echo("speed not measured: MTP output differs from plain greedy")
+        return ["genai equivalence"]
+    speed = run_speed(target, prompts, sweep, max_new_tokens, device, echo=click.echo)
+    results["speed"] = speed.as_dict()
+    for line in speed_table(speed.as_dict()):
+        click.echo(line)
+    return []
+
+
+def speed_table(speed: dict) -> list[str]:
+    """The speed sweep as one table, with the precision it ran at and the verdict."""
+    defaults = ", ".join(f"{k}={v}" for k, v in speed["device_defaults"].items())
+    kv = ", ".join(f"{k} {v}" for k, v in speed["kv_precision"].items())
+    lines = [f"speed on {speed['device']} at the device's default precision ({defaults}; KV cache: {kv}); "
+             f"equivalence above ran at {speed['equivalence_properties']}",
+             f"{'config':<9} {'tok/s':>8} {'speed-up':>8} {'TTFT ms':>8} {'target':>7} {'draft':>6} "
+             f"{'accepted':>13} {'accept':>7} {'peak MiB':>9} {'KV B/token':>14}",
+             f"{'':<9} {'':>8} {'':>8} {'':>8} {'evals':>7} {'evals':>6} {'/proposed':>13} {'':>7} {'':>9} "
+             f"{'target+draft':>14}"]
+    for m in speed["measurements"]:
+        rate = "-" if m["acceptance_rate"] is None else f"{m['acceptance_rate']:.1%}"
+        drafts = f"{m['draft_accepted']}/{m['draft_proposed']}" if m["num_assistant_tokens"] else "-"
+        lines.append(f"{m['label']:<9} {m['tokens_per_second']:>8.1f} {m['speedup']:>7.2f}x {m['ttft_ms']:>8.1f} "
+                     f"{m['target_evaluations']:>7} {m['draft_evaluations'] or '-':>6} {drafts:>13} {rate:>7} "
+                     f"{m['peak_memory_bytes'] / 2**20:>9.1f} "
+                     f"{str(m['kv_bytes_per_token_target']) + '+' + str(m['kv_bytes_per_token_draft']):>14}")
+    lines.append(f"peak memory: {speed['memory_method']}; KV growth: {speed['kv_method']}")
+    lines.append(speed["verdict"])
+    return lines
