@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ import openvino as ov
 
 from irsurgeon import contract
 from irsurgeon.config import MTPConfig, parse_config, read_json
-from irsurgeon.errors import ConfigError, IRError, IRSurgeonError
+from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, clear_interrupted
@@ -117,6 +118,16 @@ def smoke_test(xml: Path, cfg: MTPConfig) -> None:
         raise IRError(f"{xml}: one-step inference gave {out.shape} with non-finite values")
 
 
+def write_staged(path: Path, write: Callable[[Path], object]) -> None:
+    """Write one staged file; a failure (full disk, quota, I/O error) names the file and the space left there."""
+    try:
+        write(path)
+    except (OSError, RuntimeError) as e:  # ov.save_model reports a full disk as a bare iostream RuntimeError
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+        free = shutil.disk_usage(path.parent).free
+        raise OutputError(f"{path}: cannot write it: {reason} ({free / 1e6:.1f} MB free there)") from None
+
+
 def elapsed(start: float) -> str:
     return f"{time.perf_counter() - start:.1f} s"
 
@@ -186,7 +197,7 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
         del weights
         model = finish_head(model, choice, options, source, echo)
         name_anonymous_nodes(model)
-        ov.save_model(model, tx.stage(contract.MTP_XML), compress_to_fp16=False)
+        write_staged(tx.stage(contract.MTP_XML), lambda xml: ov.save_model(model, xml, compress_to_fp16=False))
         tx.stage(contract.MTP_BIN)
         del model
         smoke_test(tx.stage_dir / contract.MTP_XML, cfg)
@@ -231,7 +242,8 @@ def stage_annotation(tx: DirectoryTransaction, target: Target, force: bool, echo
         echo(f"{LANGUAGE_MODEL}: keeps its existing, different hidden-state annotation (--force replaces it)")
         return
     staged = tx.stage(LANGUAGE_MODEL)
-    staged.write_bytes(xmlsafe.set_value(data, (HIDDEN_STATES_LAYERS,), value, str(xml)))
+    annotated = xmlsafe.set_value(data, (HIDDEN_STATES_LAYERS,), value, str(xml))
+    write_staged(staged, lambda path: path.write_bytes(annotated))
     try:
         ov.Core().read_model(str(staged), str(xml.with_suffix(".bin")))
     except RuntimeError as e:
@@ -244,4 +256,4 @@ def stage_openvino_config(tx: DirectoryTransaction, target: Target, params) -> N
 
     data = updated_openvino_config(target.path, params)
     if data is not None:
-        tx.stage(OPENVINO_CONFIG).write_text(data, encoding="utf-8")
+        write_staged(tx.stage(OPENVINO_CONFIG), lambda path: path.write_text(data, encoding="utf-8"))
