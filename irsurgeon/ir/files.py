@@ -104,10 +104,13 @@ def replace_xml(xml: Path, data: bytes, check: Callable[[object], None]) -> None
         raise OutputError(f"{directory}: cannot write beside {xml.name}: {e.strerror or e}") from None
     tmp_path = Path(tmp)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:  # a full disk: the write itself names no file
+            raise OutputError(f"{xml}: cannot write its new version beside it: {e.strerror or e}") from None
         os.chmod(tmp_path, xml.stat().st_mode & 0o7777)
         check(_read(ov, tmp_path, xml.with_suffix(".bin")))
         os.replace(tmp_path, xml)
