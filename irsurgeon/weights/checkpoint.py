@@ -3,7 +3,7 @@
 A checkpoint is a directory with `config.json` and either `model.safetensors` or a sharded
 `model.safetensors.index.json` (`{"weight_map": {tensor: shard file}}`), or a single `.safetensors` file with a
 separately given config. Shard names from an index are untrusted: they must be plain file names inside the
-checkpoint directory.
+checkpoint directory, and a shard that is a link must stay inside it (or inside the Hugging Face cache's blobs).
 """
 from __future__ import annotations
 
@@ -24,11 +24,20 @@ def _shard_path(root: Path, shard: object, index: Path) -> Path:
     if not isinstance(shard, str) or not shard or "/" in shard or "\\" in shard or shard in (".", ".."):
         raise CheckpointError(f"{index}: shard name {shard!r} is not a plain file name in the checkpoint directory")
     path = root / shard
-    if path.is_symlink() and root.resolve() not in path.resolve().parents:
+    if path.is_symlink() and not any(r in path.resolve().parents for r in _link_roots(root)):
         raise CheckpointError(f"{index}: shard {shard!r} is a link pointing outside the checkpoint directory")
     if path.suffix != ".safetensors":
         raise CheckpointError(f"{index}: shard {shard!r} is not a .safetensors file (only safetensors are read)")
     return path
+
+
+def _link_roots(root: Path) -> list[Path]:
+    """Where a shard link may point: the checkpoint directory, and for a Hugging Face cache snapshot
+    (`models--<org>--<name>/snapshots/<rev>`, whose files all link to `../../blobs/<hash>`) that repo's blobs."""
+    roots = [root.resolve()]
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        roots.append((root.parent.parent / "blobs").resolve())
+    return roots
 
 
 class Checkpoint:
