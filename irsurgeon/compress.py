@@ -12,7 +12,7 @@ Group-size fallback, per weight with I input channels: group g when g divides I;
 divides I, if it is at least `min_group_size`; else the backup precision. nncf's `GroupSizeFallbackMode.ADJUST`
 applies exactly this rule; the report is read back from the compressed graph, not assumed.
 
-Only MatMul weights are candidates: RoPE `inv_freq` and the norm gains feed Multiply nodes, which nncf never
+The MoE router (`mlp.gate`) and shared-expert gate stay float (see ROUTING_MATMULS). Only MatMul weights are candidates: RoPE `inv_freq` and the norm gains feed Multiply nodes, which nncf never
 treats as weights.
 
 `all_layers` stays off by default, deliberately: nncf then keeps the head's last MatMul (`mlp.down_proj`, whose output
@@ -156,7 +156,8 @@ def compress_model(model, params: CompressionParams):
     nncf.set_log_level(logging.WARNING)  # nncf's INFO tables would interleave with the command's own report
     try:
         model = nncf.compress_weights(
-            model, mode=nncf.CompressWeightsMode(params.mode), group_size=params.group_size if grouped else None,
+            model, mode=nncf.CompressWeightsMode(params.mode), ignored_scope=routing_scope(nncf, model),
+            group_size=params.group_size if grouped else None,
             ratio=params.ratio if params.bits == 4 else None, all_layers=params.all_layers if params.bits == 4 else None,
             backup_mode=nncf.BackupMode(params.backup) if params.bits == 4 else None,
             advanced_parameters=advanced if grouped else None)
@@ -167,6 +168,17 @@ def compress_model(model, params: CompressionParams):
     report = _report(before, weight_summary(model), params)
     record(model, params, report)
     return model, report
+
+
+# MoE routing MatMuls: a few KB of weights whose rounding would change which experts a token goes to.
+ROUTING_MATMULS = ("mtp.layers.0.mlp.gate", "mtp.layers.0.mlp.shared_expert_gate")
+
+
+def routing_scope(nncf, model):
+    """Keep the MoE router and shared-expert gate out of compression (their float weights stay as built)."""
+    present = {op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "MatMul"}
+    names = [n for n in ROUTING_MATMULS if n in present]
+    return nncf.IgnoredScope(names=names) if names else None
 
 
 def _nncf_input_errors(nncf) -> tuple[type, ...]:
@@ -186,7 +198,9 @@ def _report(before: dict, after, params: CompressionParams) -> CompressionReport
         if w.bits == params.bits and w.group_size == params.group_size:
             continue
         planned = planned_group(in_ch, params)
-        if w.bits == params.bits:
+        if w.name.removesuffix(".weight") in ROUTING_MATMULS:
+            reason = "MoE routing weights stay float, so experts are chosen as in the float head"
+        elif w.bits == params.bits:
             reason = f"group size {params.group_size} does not divide {in_ch}"
         elif planned is None:
             reason = f"no power-of-two group size from {params.min_group_size} to {params.group_size} divides {in_ch}"

@@ -37,7 +37,8 @@ def run(*args, env=None):
     return result.exit_code, result.output
 
 
-PAIRS = {"dense-fp16": "qwen35-dense", "dense-int4": "qwen35-dense", "dense-bigram-fp16": "qwen35-dense-bigram"}
+PAIRS = {"dense-fp16": "qwen35-dense", "dense-int4": "qwen35-dense", "dense-bigram-fp16": "qwen35-dense-bigram",
+         "moe-fp16": "qwen35-moe", "moe-int4": "qwen35-moe", "moe-bigram-fp16": "qwen35-moe-bigram"}
 
 
 @pytest.fixture(scope="module")
