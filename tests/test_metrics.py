@@ -1,0 +1,146 @@
+"""verify --genai metrics: the JSON fields, their consistency on a real run, the table, the verdict, the options.
+
+The real run uses the demo fixture patched with its `-bigram` checkpoint, whose head really predicts (about half of
+its drafts are accepted), so MTP must need fewer target-model evaluations than plain greedy for the same tokens.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+from test_footprint import patch_demo
+
+from irsurgeon.cli import main
+from irsurgeon.footprint import kv_cache
+from irsurgeon.genai_check import (MEASUREMENT_KEYS, MIN_SPEEDUP, PROMPTS, SPEED_KEYS, Measurement, SpeedReport,
+                                   peak_memory_bytes)
+from irsurgeon.show import show_ir
+
+SWEEP = (1, 3)
+MAX_NEW = 30
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> SimpleNamespace:
+    """One `verify --genai` on the patched demo: 2 prompts from a file, K in SWEEP, JSON written."""
+    base = tmp_path_factory.mktemp("metrics")
+    target = patch_demo(base / "target")
+    prompts = base / "prompts.txt"
+    prompts.write_text(f"{PROMPTS[0]}\n\n{PROMPTS[2]}\n")
+    out = base / "out.json"
+    res = CliRunner().invoke(main, ["verify", str(target), "--genai", "--prompts", str(prompts), "--max-new-tokens",
+                                    str(MAX_NEW), "--sweep", ",".join(map(str, SWEEP)), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    return SimpleNamespace(target=target, output=res.output, doc=json.loads(out.read_text()))
+
+
+@pytest.mark.genai
+def test_json_has_every_field(run):
+    speed = run.doc["speed"]
+    assert tuple(speed) == SPEED_KEYS and run.doc["genai"]["identical"]
+    assert [m["num_assistant_tokens"] for m in speed["measurements"]] == [None, *SWEEP]
+    assert all(tuple(m) == MEASUREMENT_KEYS for m in speed["measurements"])
+    assert speed["device_defaults"]["INFERENCE_PRECISION_HINT"] and speed["equivalence_properties"]
+    assert {r["num_assistant_tokens"] for r in run.doc["genai"]["runs"]} == set(SWEEP)
+
+
+@pytest.mark.genai
+def test_numbers_are_positive_and_consistent(run):
+    plain, *mtp = run.doc["speed"]["measurements"]
+    for m in (plain, *mtp):
+        assert m["prompts"] == 2 and m["generated_tokens"] == 2 * MAX_NEW  # EOS is ignored: same work everywhere
+        assert m["tokens_per_second"] > 0 and m["seconds"] > 0 and m["ttft_ms"] > 0 and m["peak_memory_bytes"] > 0
+        assert m["kv_bytes_per_token_target"] > 0
+    assert plain["target_evaluations"] == plain["generated_tokens"] and plain["speedup"] == 1.0
+    assert plain["draft_proposed"] == plain["draft_accepted"] == plain["kv_bytes_per_token_draft"] == 0
+    assert plain["acceptance_rate"] is None
+    for m in mtp:
+        k = m["num_assistant_tokens"]
+        assert 0 < m["draft_accepted"] <= m["draft_proposed"] <= k * m["target_evaluations"]
+        assert m["acceptance_rate"] == pytest.approx(m["draft_accepted"] / m["draft_proposed"])
+        assert m["target_evaluations"] < plain["target_evaluations"]
+        # every evaluation emits its own token plus the drafts it accepted, at most k + 1 tokens
+        assert m["target_evaluations"] + m["draft_accepted"] <= m["generated_tokens"]
+        assert m["generated_tokens"] <= (k + 1) * m["target_evaluations"]
+        assert m["draft_evaluations"] > 0 and m["kv_bytes_per_token_draft"] > 0
+        assert m["speedup"] == pytest.approx(m["tokens_per_second"] / plain["tokens_per_second"])
+
+
+@pytest.mark.genai
+def test_kv_growth_matches_the_footprint(run):
+    kv = run.doc["speed"]["kv_precision"]
+    for part, file, key in (("target", "openvino_language_model.xml", "kv_bytes_per_token_target"),
+                            ("draft", "openvino_mtp_model.xml", "kv_bytes_per_token_draft")):
+        want = kv_cache(file, show_ir(run.target / file), 1, run.doc["speed"]["device_defaults"]["KV_CACHE_PRECISION"])
+        assert all(m[key] == want["bytes_per_token"] for m in run.doc["speed"]["measurements"][1:])
+        assert kv[part].startswith(want["precision"])
+
+
+@pytest.mark.genai
+def test_table_and_verdict(run):
+    speed = run.doc["speed"]
+    mtp = speed["measurements"][1:]
+    fastest = max(mtp, key=lambda m: m["tokens_per_second"])
+    assert speed["best"] == {"num_assistant_tokens": fastest["num_assistant_tokens"], "speedup": fastest["speedup"]}
+    assert speed["pays"] == (fastest["speedup"] >= MIN_SPEEDUP)
+    assert speed["verdict"].startswith("best num_assistant_tokens" if speed["pays"] else "MTP does not pay here")
+    assert speed["verdict"] in run.output and "default precision" in run.output
+    assert all(f"mtp K={k}" in run.output for k in SWEEP) and "speed [3/3]" in run.output
+
+
+def fake_result(batches: list[int], ttft: float, draft: tuple[list[int], int, int] | None = None):
+    """The parts of a genai DecodedResults that Measurement.add reads."""
+    pm = SimpleNamespace(get_ttft=lambda: SimpleNamespace(mean=ttft), get_num_generated_tokens=lambda: sum(batches),
+                         raw_metrics=SimpleNamespace(m_batch_sizes=batches))
+    ext = None
+    if draft is not None:
+        raw = lambda b: SimpleNamespace(raw_metrics=SimpleNamespace(m_batch_sizes=b))  # noqa: E731
+        ext = SimpleNamespace(main_model_metrics=raw(batches), draft_model_metrics=raw(draft[0]),
+                              get_num_draft_tokens=lambda: draft[1], get_num_accepted_tokens=lambda: draft[2])
+    return SimpleNamespace(perf_metrics=pm, extended_perf_metrics=ext)
+
+
+def test_measurement_accumulates_over_prompts():
+    m = Measurement("mtp K=2", 2, 100, 50)
+    m.add(fake_result([1, 3, 2], 10.0, ([2, 2], 4, 3)), 0.5)
+    m.add(fake_result([1, 1], 20.0, ([1], 2, 0)), 0.5)
+    assert (m.prompts, m.generated_tokens, m.target_evaluations, m.draft_evaluations) == (2, 8, 5, 3)
+    assert (m.draft_proposed, m.draft_accepted, m.ttft_ms, m.tokens_per_second) == (6, 3, 15.0, 8.0)
+    assert m.acceptance_rate == 0.5 and tuple(m.as_dict()) == MEASUREMENT_KEYS
+
+
+@pytest.mark.parametrize("fast,pays", [(1.3, True), (MIN_SPEEDUP, True), (0.8, False)])
+def test_verdict_names_the_best_k_or_says_it_does_not_pay(fast, pays):
+    report = SpeedReport("CPU", {}, {}, {}, "m", "k")
+    for label, nat, speedup in (("plain", None, 1.0), ("mtp K=1", 1, fast - 0.1), ("mtp K=2", 2, fast)):
+        m = Measurement(label, nat, 1, 1, generated_tokens=100, seconds=1 / speedup, speedup=speedup)
+        report.measurements.append(m)
+    assert report.best.num_assistant_tokens == 2 and report.pays is pays
+    assert ("num_assistant_tokens on this machine: 2" in report.verdict) is pays
+    assert ("does not pay" in report.verdict) is not pays
+    assert tuple(report.as_dict()) == SPEED_KEYS
+
+
+def test_peak_memory_is_this_process():
+    assert peak_memory_bytes() > 10 * 2**20
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--sweep", "0,2"], "integers from 1 to 16"),
+    (["--sweep", "1,x"], "integers from 1 to 16"),
+    (["--prompts", "7"], "neither a number"),
+    (["--prompts", "missing.txt"], "neither a number"),
+    (["--sweep", "1,2", "--num-assistant-tokens", "3"], "not both"),
+])
+def test_bad_options(tmp_path, args, message):
+    res = CliRunner().invoke(main, ["verify", str(tmp_path), "--genai", *args])
+    assert res.exit_code == 2 and message in res.output
+
+
+def test_empty_prompts_file(tmp_path):
+    (tmp_path / "p.txt").write_text("\n  \n")
+    res = CliRunner().invoke(main, ["verify", str(tmp_path), "--genai", "--prompts", str(tmp_path / "p.txt")])
+    assert res.exit_code == 2 and "no prompts" in res.output
