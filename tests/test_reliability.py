@@ -284,3 +284,158 @@ def test_half_written_journal_is_handled(tmp_path, leftover):
             with DirectoryTransaction(target):
                 pass
     assert (target / "a.xml").read_text() == "a"
+
+
+# --- concurrent runs ----------------------------------------------------------------------------------------------
+
+def test_second_run_is_refused_or_waits_while_the_first_holds_the_lock(lab, tmp_path):
+    """Run A is held inside its commit (the lock taken); B is refused at once, C (--wait) waits and then finds
+    the directory patched; a holder killed with SIGKILL frees the lock and the next run cleans up after it."""
+    target = lab.fresh("concurrent")
+    gate = tmp_path / "gate"
+    gate.write_text("")
+    at = next(i for i, p in enumerate(lab.points, 1) if "journal.json" in p)
+    a = run_killer(lab.script, target, at, pause=gate, wait=False)
+    deadline = time.monotonic() + 120
+    while not Path(str(gate) + ".here").exists():
+        assert a.poll() is None and time.monotonic() < deadline, a.communicate()
+        time.sleep(0.05)
+    b = run_cli(*patch_args(target))
+    assert b.returncode == 1 and b.stderr.startswith("Error: ") and len(b.stderr.splitlines()) == 1, b.stderr
+    assert "another irsurgeon run" in b.stderr
+    c = subprocess.Popen([sys.executable, "-c", CLI, *patch_args(target, "--wait")], env=child_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    assert c.poll() is None, "--wait did not wait for the lock holder"
+    gate.unlink()
+    assert a.wait(120) == 0, a.communicate()
+    c_out, c_err = c.communicate(timeout=120)
+    assert c.returncode == 0 and "already MTP-ready" in c_out, c_out + c_err
+    assert snapshot(target) == lab.after
+
+
+def test_lock_holder_killed_is_detected_and_cleaned_up(lab, tmp_path):
+    target = lab.fresh("stale")
+    gate = tmp_path / "gate"
+    gate.write_text("")
+    at = next(i for i, p in enumerate(lab.points, 1) if "os.rename openvino_language_model.xml" in p)
+    a = run_killer(lab.script, target, at, pause=gate, wait=False)
+    while not Path(str(gate) + ".here").exists():
+        assert a.poll() is None, a.communicate()
+        time.sleep(0.05)
+    a.kill()
+    a.wait()
+    check = run_cli("verify", str(target))
+    assert check.returncode == 1 and "interrupted run" in check.stdout, check.stdout
+    again = run_cli(*patch_args(target))
+    assert again.returncode == 0 and "rolled back an interrupted commit" in again.stdout, again.stdout + again.stderr
+    assert snapshot(target) == lab.after
+
+
+# --- resource faults ----------------------------------------------------------------------------------------------
+
+def one_line_error(result) -> str:
+    """The stderr of a failed CliRunner or subprocess run, checked to be exactly one `Error: ...` line."""
+    err = result.stderr
+    code = getattr(result, "exit_code", getattr(result, "returncode", None))
+    assert code == 1 and err.startswith("Error: ") and len(err.splitlines()) == 1, (code, err)
+    assert "Traceback" not in err and "unexpected" not in err, err
+    return err
+
+
+@pytest.fixture
+def mount_point(tmp_path):
+    """Mounts made by the test (tmpfs, read-only bind), unmounted afterwards; skips where mounting is not allowed."""
+    made = []
+
+    def mount(*args: str) -> Path:
+        where = tmp_path / f"mnt{len(made)}"
+        where.mkdir()
+        proc = subprocess.run(["mount", *args, str(where)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount here ({proc.stderr.strip()}); the monkeypatched variant covers this fault")
+        made.append(where)
+        return where
+    yield mount
+    for where in reversed(made):
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(directory: Path, leave: int) -> None:
+    """Take all but `leave` bytes of the file system holding directory."""
+    free = shutil.disk_usage(directory).free
+    with open(directory / "filler", "wb") as f:
+        f.truncate(0)
+        f.write(b"\0" * max(free - leave, 0))
+
+
+@pytest.mark.parametrize("leave_kb", [64, 400], ids=["fails-saving-the-head", "fails-staging-the-annotation"])
+def test_full_disk_is_a_clear_error_and_the_target_is_unchanged(mount_point, leave_kb):
+    """A real full disk: the target on a small tmpfs filled up to a few hundred KB."""
+    fs = mount_point("-t", "tmpfs", "-o", "size=8m", "tmpfs")
+    target = fs / "target"
+    shutil.copytree(DEMO_TARGET, target)
+    fill(fs, leave_kb << 10)
+    before = snapshot(target)
+    err = one_line_error(run_cli(*patch_args(target)))
+    assert str(target) in err and ("space" in err or "iostream" in err), err
+    assert snapshot(target) == before
+
+
+def test_full_disk_simulated(tmp_path, monkeypatch):
+    """The same fault by monkeypatching (for hosts where tmpfs cannot be mounted): writes of staged files fail."""
+    from click.testing import CliRunner
+
+    from irsurgeon.cli import main
+
+    target = tmp_path / "target"
+    shutil.copytree(DEMO_TARGET, target)
+    before = snapshot(target)
+    real_write = Path.write_bytes
+
+    def no_space(self, data):
+        if STAGE_DIR in str(self):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(self, data)
+    monkeypatch.setattr(Path, "write_bytes", no_space)
+    err = one_line_error(CliRunner().invoke(main, patch_args(target)))
+    assert "No space left on device" in err and "openvino_language_model.xml" in err
+    assert snapshot(target) == before
+
+
+@pytest.mark.parametrize("command", ["patch", "annotate"])
+def test_read_only_target_is_a_clear_error(mount_point, tmp_path, command):
+    """A read-only bind mount of the target (chmod does not stop root)."""
+    source = tmp_path / "target"
+    shutil.copytree(DEMO_TARGET, source)
+    before = snapshot(source)
+    ro = mount_point("--bind", str(source))
+    remount = subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True, text=True)
+    if remount.returncode != 0:
+        pytest.skip(f"cannot remount read-only: {remount.stderr.strip()}")
+    args = patch_args(ro) if command == "patch" else ["annotate", str(ro)]
+    err = one_line_error(run_cli(*args))
+    assert "Read-only file system" in err or "read-only" in err, err
+    assert snapshot(source) == before
+
+
+def test_permission_denied_simulated(tmp_path, monkeypatch):
+    """No write permission on the target, simulated by monkeypatching (the tests run as root, whom modes do not
+    stop): creating anything inside it raises EACCES."""
+    from click.testing import CliRunner
+
+    from irsurgeon.cli import main
+
+    target = tmp_path / "target"
+    shutil.copytree(DEMO_TARGET, target)
+    before = snapshot(target)
+    real_mkdir = os.mkdir
+
+    def denied(path, *args, **kwargs):
+        if str(path).startswith(str(target)):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_mkdir(path, *args, **kwargs)
+    monkeypatch.setattr(os, "mkdir", denied)
+    err = one_line_error(CliRunner().invoke(main, patch_args(target)))
+    assert "Permission denied" in err and str(target) in err, err
+    assert snapshot(target) == before
