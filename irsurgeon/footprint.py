@@ -14,8 +14,8 @@ Inputs are `show.show_ir` descriptions (constants per type, states, runtime_opti
 
 The KV element type is what the runtime would choose: the IR's rt_info `runtime_options/KV_CACHE_PRECISION` (the
 CPU plugin applies it at compile), else the device default, which on x86 CPUs is u8: then the numbers are an
-estimate and say so. Runtime overhead (libraries, compiled buffers, activations) is not in the IRs: `overhead()` is a fixed,
-labelled estimate measured once on the demo fixture; `irsurgeon verify --genai` measures the real peak.
+estimate and say so. Runtime overhead (libraries, compiled buffers, activations) is not in the IRs: `overhead()` is
+a fixed, labelled estimate measured once on the demo fixture; `irsurgeon verify --genai` measures the real peak.
 """
 from __future__ import annotations
 

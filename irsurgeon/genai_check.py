@@ -17,7 +17,8 @@ configuration produces the same number of tokens):
     draft_evaluations   draft-model inferences, the same count on draft_model_metrics
     draft_proposed / draft_accepted   extended_perf_metrics get_num_draft_tokens / get_num_accepted_tokens
     peak_memory_bytes   peak RSS while that configuration runs with its pipeline loaded: VmHWM, reset through
-                        /proc/self/clear_refs before it (else the process-lifetime ru_maxrss, said so)
+                        /proc/self/clear_refs before it (else the process-lifetime ru_maxrss, said so); the plain
+                        pipeline is freed before the MTP one loads, but the allocator may keep some of its pages
     kv_bytes_per_token  KV-cache growth per generated token, computed from the IRs' states (footprint.kv_cache) at
                         the KV precision the runtime uses; the draft's is zero for plain greedy
 The best K is the fastest; MTP pays when it beats plain greedy by at least MIN_SPEEDUP.
@@ -172,7 +173,8 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
             run = Run(i, nat, ids == ref, diff, len(ids), ext.get_num_accepted_tokens() if ext else 0,
                       ext.get_num_draft_tokens() if ext else 0, secs, plain_s)
             report.runs.append(run)
-            echo(f"prompt {i} num_assistant_tokens {nat}: {'identical' if run.identical else f'DIFFERENT at token {diff}'}"
+            verdict = "identical" if run.identical else f"DIFFERENT at token {diff}"
+            echo(f"prompt {i} num_assistant_tokens {nat}: {verdict}"
                  f" ({run.tokens} tokens, accepted {run.accepted}/{run.draft_tokens} drafts, "
                  f"{run.tokens / secs:.1f} tok/s vs plain {len(ref) / plain_s:.1f} tok/s)")
     return report
@@ -302,7 +304,7 @@ def kv_growth(target: Path, kv_default: str | None) -> dict[str, dict]:
             for part, f in (("target", LANGUAGE_MODEL), ("draft", MTP_MODEL))}
 
 
-def _measure(g, pipe, prompts: list[str], config, m: Measurement, echo: Callable[[str], None]) -> Measurement:
+def _measure(pipe, prompts: list[str], config, m: Measurement, echo: Callable[[str], None]) -> Measurement:
     pipe.generate(prompts[0], generation_config=config)  # warm-up: first-call compilation is not speed
     for i, prompt in enumerate(prompts):
         start = time.perf_counter()
@@ -330,7 +332,7 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     plain = _pipeline(g, target, device, {}, False)
     echo(f"speed [1/{len(sweep) + 1}] plain greedy")
     reset_peak_memory()
-    report.measurements.append(_measure(g, plain, texts, _config(g, max_new_tokens, None),
+    report.measurements.append(_measure(plain, texts, _config(g, max_new_tokens, None),
                                         Measurement("plain", None, kv_target, 0), echo))
     del plain
     gc.collect()
@@ -338,7 +340,7 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     for j, nat in enumerate(sweep):
         echo(f"speed [{j + 2}/{len(sweep) + 1}] MTP num_assistant_tokens {nat}")
         reset_peak_memory()
-        report.measurements.append(_measure(g, mtp, texts, _config(g, max_new_tokens, nat),
+        report.measurements.append(_measure(mtp, texts, _config(g, max_new_tokens, nat),
                                             Measurement(f"mtp K={nat}", nat, kv_target, kv_draft), echo))
     base = report.measurements[0].tokens_per_second
     for m in report.measurements:

@@ -6,7 +6,6 @@ its drafts are accepted), so MTP must need fewer target-model evaluations than p
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest

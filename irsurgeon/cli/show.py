@@ -95,8 +95,8 @@ def footprint_text(fp: dict) -> list[str]:
                      f"{n} tokens ({kv['layers']} attention layer(s) x K,V, {kv['precision']} from "
                      f"{kv['precision_source']})")
         if kv["constant_states"]:
-            lines.append(f"   {'':<18} {human(kv['constant_bytes']):>10}   constant-size states ({kv['constant_states']}: "
-                         "linear-attention conv/ssm), independent of context")
+            lines.append(f"   {'':<18} {human(kv['constant_bytes']):>10}   constant-size states "
+                         f"({kv['constant_states']}: linear-attention conv/ssm), independent of context")
         lines += [f"   {'':<18} problem: {p}" for p in kv["problems"]]
     oh = fp["runtime_overhead"]
     lines.append(f"   {'runtime overhead':<18} {human(oh['bytes']):>10}   ({oh['basis']})")
