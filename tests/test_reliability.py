@@ -439,3 +439,165 @@ def test_permission_denied_simulated(tmp_path, monkeypatch):
     err = one_line_error(CliRunner().invoke(main, patch_args(target)))
     assert "Permission denied" in err and str(target) in err, err
     assert snapshot(target) == before
+
+
+# --- untrusted checkpoints ----------------------------------------------------------------------------------------
+
+class Payload:
+    """Unpickling this runs code: it creates the file `marker`."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def invoke(*args: str):
+    from click.testing import CliRunner
+
+    from irsurgeon.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def demo_target(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    target = tmp_path / "target"
+    shutil.copytree(DEMO_TARGET, target)
+    return target, snapshot(target)
+
+
+def sharded_demo_ckpt(directory: Path) -> Path:
+    """The demo checkpoint split in two shards with an index: the mtp.* tensors alone in the second."""
+    from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
+
+    directory.mkdir(parents=True)
+    shutil.copy(DEMO_CKPT / "config.json", directory / "config.json")
+    st = SafetensorsFile(DEMO_CKPT / "model.safetensors")
+    mtp = [n for n in st.tensors if n.startswith("mtp.")]
+    parts = {"model-1.safetensors": [n for n in st.tensors if n not in mtp], "model-2.safetensors": mtp}
+    for shard, names in parts.items():
+        write_safetensors(directory / shard, {n: st.raw(n) for n in names}, {n: st.tensors[n].dtype for n in names})
+    st.close()
+    weight_map = {n: shard for shard, names in parts.items() for n in names}
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return directory
+
+
+def set_shard(ckpt: Path, shard: str) -> None:
+    index = ckpt / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    data["weight_map"] = {n: (shard if n.startswith("mtp.") else s) for n, s in data["weight_map"].items()}
+    index.write_text(json.dumps(data))
+
+
+def test_pickle_checkpoints_are_never_unpickled(tmp_path):
+    import pickle
+
+    target, before = demo_target(tmp_path)
+    marker = tmp_path / "code-ran"
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    shutil.copy(DEMO_CKPT / "config.json", ckpt / "config.json")
+    (ckpt / "pytorch_model.bin").write_bytes(pickle.dumps(Payload(marker)))
+    err = one_line_error(invoke(*patch_args(target)[:2], "--checkpoint", ckpt))
+    assert "safetensors" in err
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"mtp.fc.weight": "pytorch_model.bin"}}))
+    err = one_line_error(invoke(*patch_args(target)[:2], "--checkpoint", ckpt))
+    assert "pytorch_model.bin" in err and "safetensors" in err
+    assert not marker.exists() and snapshot(target) == before
+
+
+@pytest.mark.parametrize("escape", ["dotdot", "absolute", "symlink-out"])
+def test_shards_outside_the_checkpoint_are_refused(tmp_path, escape):
+    target, before = demo_target(tmp_path)
+    ckpt = sharded_demo_ckpt(tmp_path / "ckpt")
+    outside = tmp_path / "outside.safetensors"
+    shutil.move(ckpt / "model-2.safetensors", outside)  # a valid shard: only the path rule may stop it
+    shard = {"dotdot": "../outside.safetensors", "absolute": str(outside), "symlink-out": "model-2.safetensors"}[escape]
+    if escape == "symlink-out":
+        (ckpt / "model-2.safetensors").symlink_to(outside)
+    set_shard(ckpt, shard)
+    err = one_line_error(invoke(*patch_args(target)[:2], "--checkpoint", ckpt))
+    assert "model.safetensors.index.json" in err and ("plain file name" in err or "outside" in err), err
+    assert snapshot(target) == before
+
+
+def test_hugging_face_cache_links_are_followed(tmp_path):
+    """A cache snapshot links every file to ../../blobs/<hash>: those links are the cache's, not an escape."""
+    ckpt = sharded_demo_ckpt(tmp_path / "staging")
+    repo = tmp_path / "hub" / "models--acme--tiny"
+    snap, blobs = repo / "snapshots" / ("0" * 40), repo / "blobs"
+    snap.mkdir(parents=True)
+    blobs.mkdir()
+    for f in ckpt.iterdir():
+        blob = blobs / hashlib.sha256(f.read_bytes()).hexdigest()
+        shutil.move(f, blob)
+        (snap / f.name).symlink_to(Path("..", "..", "blobs", blob.name))
+    target, _ = demo_target(tmp_path)
+    result = invoke(*patch_args(target)[:2], "--checkpoint", snap)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("case", ["header-length", "huge-shape", "hidden-size"])
+def test_absurd_sizes_are_refused_before_any_large_allocation(tmp_path, case):
+    """Each input declares gigabytes; it must be refused while Python and numpy have allocated under 32 MB."""
+    import struct
+    import tracemalloc
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEMO_CKPT, ckpt)
+    st = ckpt / "model.safetensors"
+    if case == "header-length":
+        st.write_bytes(struct.pack("<Q", 1 << 62) + st.read_bytes()[8:])
+    elif case == "huge-shape":
+        header = {"mtp.fc.weight": {"dtype": "F32", "shape": [1 << 20, 1 << 20], "data_offsets": [0, 1 << 42]}}
+        raw = json.dumps(header).encode()
+        st.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 64)
+    else:
+        cfg = json.loads((ckpt / "config.json").read_text())
+        cfg.get("text_config", cfg)["hidden_size"] = 10 ** 9
+        (ckpt / "config.json").write_text(json.dumps(cfg))
+    tracemalloc.start()
+    try:
+        result = invoke("build-mtp", ckpt, "-o", tmp_path / "out")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    err = one_line_error(result)
+    assert ("hidden_size" in err) if case == "hidden-size" else ("model.safetensors" in err), err
+    assert peak < 32 << 20, f"{peak / 1e6:.0f} MB allocated before refusing"
+    assert not (tmp_path / "out").exists()
+
+
+# --- untrusted IR -------------------------------------------------------------------------------------------------
+
+BOMB = (b'<?xml version="1.0"?>\n<!DOCTYPE net [\n <!ENTITY a "aaaaaaaaaa">\n'  # "billion laughs": 10**9 a's
+        + b"".join(b' <!ENTITY %c "%s">\n' % (98 + i, b"&%c;" % (97 + i) * 10) for i in range(8)) + b"]>\n")
+EXTERNAL = b'<?xml version="1.0"?>\n<!DOCTYPE net [<!ENTITY x SYSTEM "file:///etc/passwd">]>\n'
+
+
+def hostile_xml(target: Path, kind: str) -> None:
+    xml = target / "openvino_language_model.xml"
+    data = xml.read_bytes()
+    body = data[data.index(b"<net "):]
+    if kind == "bomb":
+        xml.write_bytes(BOMB + body.replace(b'name="', b'name="&i;', 1))
+    elif kind == "external-entity":
+        xml.write_bytes(EXTERNAL + body.replace(b'name="', b'name="&x;', 1))
+    else:  # a .bin shorter than the offsets the .xml names
+        with open(target / "openvino_language_model.bin", "r+b") as f:
+            f.truncate(1000)
+
+
+@pytest.mark.parametrize("kind", ["bomb", "external-entity", "short-bin"])
+@pytest.mark.parametrize("command", ["show", "annotate", "patch"])
+def test_hostile_ir_is_refused_by_every_command(tmp_path, kind, command):
+    target, _ = demo_target(tmp_path)
+    hostile_xml(target, kind)
+    before = snapshot(target)
+    xml = target / "openvino_language_model.xml"
+    args = {"show": ["show", xml], "annotate": ["annotate", target], "patch": patch_args(target)}[command]
+    err = one_line_error(invoke(*args))
+    assert ("DOCTYPE" in err) if kind != "short-bin" else ("openvino_language_model.bin" in err and "truncated" in err)
+    assert snapshot(target) == before
