@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP_INSTALL = $(PYTHON) -m pip install -q -e ".[test]"
 DEMO_OUT ?= out/demo
 
-.PHONY: install demo test test-all bench fixtures clean
+.PHONY: install demo test test-all bench bench-optimum fixtures clean
 
 install:
 	$(PIP_INSTALL)
@@ -24,6 +24,10 @@ test-all: install
 
 bench: install
 	$(PYTHON) scripts/bench_build.py
+	$(PYTHON) scripts/bench_vs_optimum.py
+
+bench-optimum: install
+	$(PYTHON) scripts/bench_vs_optimum.py
 
 fixtures:
 	$(PYTHON) scripts/make_demo_fixture.py
