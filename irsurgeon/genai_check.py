@@ -8,10 +8,12 @@ models whose top-2 logits differ by ~1e-4, so only the f32 run can demand identi
 
 The speed sweep (`run_speed`) runs afterwards at the device's default precision (no properties: the IRs'
 rt_info runtime_options and the plugin defaults apply), plain greedy first, then MTP for each num_assistant_tokens K
-on one MTP pipeline. Per configuration, over all prompts (one untimed warm-up generate first, EOS ignored so every
-configuration produces the same number of tokens):
-    tokens_per_second   generated tokens / wall seconds of the generate calls (prefill included)
-    ttft_ms             genai's time to first token, mean over prompts
+on one MTP pipeline. Per configuration: one untimed warm-up generate, then `rounds` passes over the prompts (EOS
+ignored, so every configuration produces the same tokens; greedy decoding repeats the counts exactly, so counts are
+those of the first pass and times are over all passes):
+    tokens_per_second   median over passes of generated tokens / wall seconds of the pass's generate calls
+                        (prefill included); tokens_per_second_min / _max give the spread
+    ttft_ms             genai's time to first token, mean over all calls
     target_evaluations  target-model inferences: entries of raw_metrics.m_batch_sizes, one per generation step
                         (prefill included; main_model_metrics' for MTP); each step emits m_batch_sizes[i] tokens
     draft_evaluations   draft-model inferences, the same count on draft_model_metrics
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import gc
 import resource
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -48,8 +51,8 @@ MTP_MODEL = "openvino_mtp_model.xml"
 MIN_SPEEDUP = 1.05  # gains below 5% are within the spread of short runs on a shared machine
 CLEAR_REFS = Path("/proc/self/clear_refs")
 STATUS = Path("/proc/self/status")
-MEASUREMENT_KEYS = ("label", "num_assistant_tokens", "prompts", "generated_tokens", "seconds", "tokens_per_second",
-                    "speedup", "ttft_ms", "target_evaluations", "draft_evaluations", "draft_proposed",
+MEASUREMENT_KEYS = ("label", "num_assistant_tokens", "prompts", "rounds", "generated_tokens", "seconds",
+                    "tokens_per_second", "tokens_per_second_min", "tokens_per_second_max", "speedup", "ttft_ms", "target_evaluations", "draft_evaluations", "draft_proposed",
                     "draft_accepted", "acceptance_rate", "peak_memory_bytes", "kv_bytes_per_token_target",
                     "kv_bytes_per_token_draft")
 SPEED_KEYS = ("device", "equivalence_properties", "speed_properties", "device_defaults", "kv_precision",
@@ -188,7 +191,7 @@ class Measurement:
     kv_bytes_per_token_draft: int
     prompts: int = 0
     generated_tokens: int = 0
-    seconds: float = 0.0
+    round_seconds: list[float] = field(default_factory=list)
     ttft_ms: float = 0.0
     target_evaluations: int = 0
     draft_evaluations: int = 0
@@ -196,22 +199,48 @@ class Measurement:
     draft_accepted: int = 0
     peak_memory_bytes: int = 0
     speedup: float | None = None
+    calls: int = 0
+
+    @property
+    def rounds(self) -> int:
+        return len(self.round_seconds)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.round_seconds)
+
+    @property
+    def round_rates(self) -> list[float]:
+        return sorted(self.generated_tokens / s for s in self.round_seconds if s > 0)
 
     @property
     def tokens_per_second(self) -> float:
-        return self.generated_tokens / self.seconds if self.seconds else 0.0
+        """Median over rounds of (tokens of one pass over the prompts) / (seconds of that pass)."""
+        rates = self.round_rates
+        return statistics.median(rates) if rates else 0.0
+
+    @property
+    def tokens_per_second_min(self) -> float:
+        return self.round_rates[0] if self.round_rates else 0.0
+
+    @property
+    def tokens_per_second_max(self) -> float:
+        return self.round_rates[-1] if self.round_rates else 0.0
 
     @property
     def acceptance_rate(self) -> float | None:
         return self.draft_accepted / self.draft_proposed if self.draft_proposed else None
 
-    def add(self, result, seconds: float) -> None:
-        """Accumulate one generate call's metrics (ttft_ms is kept as a running mean)."""
+    def add(self, result, seconds: float, first_round: bool) -> None:
+        """One generate call: its time goes to the current round, its counts only from the first round."""
         pm, ext = result.perf_metrics, result.extended_perf_metrics
-        self.ttft_ms = (self.ttft_ms * self.prompts + pm.get_ttft().mean) / (self.prompts + 1)
+        self.ttft_ms = (self.ttft_ms * self.calls + pm.get_ttft().mean) / (self.calls + 1)
+        self.calls += 1
+        self.round_seconds[-1] += seconds
+        if not first_round:
+            return
         self.prompts += 1
         self.generated_tokens += pm.get_num_generated_tokens()
-        self.seconds += seconds
         if ext is None:
             self.target_evaluations += len(pm.raw_metrics.m_batch_sizes)
             return
@@ -304,19 +333,23 @@ def kv_growth(target: Path, kv_default: str | None) -> dict[str, dict]:
             for part, f in (("target", LANGUAGE_MODEL), ("draft", MTP_MODEL))}
 
 
-def _measure(pipe, prompts: list[str], config, m: Measurement, echo: Callable[[str], None]) -> Measurement:
+def _measure(pipe, prompts: list[str], config, rounds: int, m: Measurement,
+             echo: Callable[[str], None]) -> Measurement:
     pipe.generate(prompts[0], generation_config=config)  # warm-up: first-call compilation is not speed
-    for i, prompt in enumerate(prompts):
-        start = time.perf_counter()
-        result = pipe.generate(prompt, generation_config=config)
-        m.add(result, time.perf_counter() - start)
-        echo(f"   {m.label}: prompt {i + 1}/{len(prompts)} done")
+    for r in range(rounds):
+        m.round_seconds.append(0.0)
+        for prompt in prompts:
+            start = time.perf_counter()
+            result = pipe.generate(prompt, generation_config=config)
+            m.add(result, time.perf_counter() - start, first_round=r == 0)
+        echo(f"   {m.label}: round {r + 1}/{rounds}, {m.generated_tokens / m.round_seconds[-1]:.1f} tok/s")
     m.peak_memory_bytes = peak_memory_bytes()
     return m
 
 
 def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple[int, ...] = (1, 2, 3, 4),
-              max_new_tokens: int = 40, device: str = "CPU", echo: Callable[[str], None] = print) -> SpeedReport:
+              max_new_tokens: int = 40, device: str = "CPU", rounds: int = 3,
+              echo: Callable[[str], None] = print) -> SpeedReport:
     """Plain greedy, then MTP at each K of `sweep`, at the device's default precision (see the module docstring)."""
     target, g, texts = Path(target), _genai(), prompt_list(prompts)
     defaults = device_defaults(device)
@@ -332,7 +365,7 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     plain = _pipeline(g, target, device, {}, False)
     echo(f"speed [1/{len(sweep) + 1}] plain greedy")
     reset_peak_memory()
-    report.measurements.append(_measure(plain, texts, _config(g, max_new_tokens, None),
+    report.measurements.append(_measure(plain, texts, _config(g, max_new_tokens, None), rounds,
                                         Measurement("plain", None, kv_target, 0), echo))
     del plain
     gc.collect()
@@ -340,7 +373,7 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     for j, nat in enumerate(sweep):
         echo(f"speed [{j + 2}/{len(sweep) + 1}] MTP num_assistant_tokens {nat}")
         reset_peak_memory()
-        report.measurements.append(_measure(mtp, texts, _config(g, max_new_tokens, nat),
+        report.measurements.append(_measure(mtp, texts, _config(g, max_new_tokens, nat), rounds,
                                             Measurement(f"mtp K={nat}", nat, kv_target, kv_draft), echo))
     base = report.measurements[0].tokens_per_second
     for m in report.measurements:

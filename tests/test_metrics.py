@@ -20,6 +20,7 @@ from irsurgeon.show import show_ir
 
 SWEEP = (1, 3)
 MAX_NEW = 30
+ROUNDS = 2
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,8 @@ def run(tmp_path_factory) -> SimpleNamespace:
     prompts.write_text(f"{PROMPTS[0]}\n\n{PROMPTS[2]}\n")
     out = base / "out.json"
     res = CliRunner().invoke(main, ["verify", str(target), "--genai", "--prompts", str(prompts), "--max-new-tokens",
-                                    str(MAX_NEW), "--sweep", ",".join(map(str, SWEEP)), "--json", str(out)])
+                                    str(MAX_NEW), "--sweep", ",".join(map(str, SWEEP)), "--rounds", str(ROUNDS),
+                                    "--json", str(out)])
     assert res.exit_code == 0, res.output
     return SimpleNamespace(target=target, output=res.output, doc=json.loads(out.read_text()))
 
@@ -51,7 +53,10 @@ def test_numbers_are_positive_and_consistent(run):
     plain, *mtp = run.doc["speed"]["measurements"]
     for m in (plain, *mtp):
         assert m["prompts"] == 2 and m["generated_tokens"] == 2 * MAX_NEW  # EOS is ignored: same work everywhere
-        assert m["tokens_per_second"] > 0 and m["seconds"] > 0 and m["ttft_ms"] > 0 and m["peak_memory_bytes"] > 0
+        assert m["rounds"] == ROUNDS and 0 < m["tokens_per_second_min"] <= m["tokens_per_second"]
+        assert m["tokens_per_second"] <= m["tokens_per_second_max"]
+        assert m["seconds"] >= ROUNDS * m["generated_tokens"] / m["tokens_per_second_max"] * 0.999
+        assert m["ttft_ms"] > 0 and m["peak_memory_bytes"] > 0
         assert m["kv_bytes_per_token_target"] > 0
     assert plain["target_evaluations"] == plain["generated_tokens"] and plain["speedup"] == 1.0
     assert plain["draft_proposed"] == plain["draft_accepted"] == plain["kv_bytes_per_token_draft"] == 0
@@ -88,6 +93,7 @@ def test_table_and_verdict(run):
     assert speed["verdict"].startswith("best num_assistant_tokens" if speed["pays"] else "MTP does not pay here")
     assert speed["verdict"] in run.output and "default precision" in run.output
     assert all(f"mtp K={k}" in run.output for k in SWEEP) and "speed [3/3]" in run.output
+    assert f"round {ROUNDS}/{ROUNDS}" in run.output and f"median of {ROUNDS}" in run.output
 
 
 def fake_result(batches: list[int], ttft: float, draft: tuple[list[int], int, int] | None = None):
@@ -102,12 +108,15 @@ def fake_result(batches: list[int], ttft: float, draft: tuple[list[int], int, in
     return SimpleNamespace(perf_metrics=pm, extended_perf_metrics=ext)
 
 
-def test_measurement_accumulates_over_prompts():
+def test_measurement_counts_one_pass_and_times_every_round():
     m = Measurement("mtp K=2", 2, 100, 50)
-    m.add(fake_result([1, 3, 2], 10.0, ([2, 2], 4, 3)), 0.5)
-    m.add(fake_result([1, 1], 20.0, ([1], 2, 0)), 0.5)
+    for r, seconds in enumerate((0.5, 2.0, 1.0)):
+        m.round_seconds.append(0.0)
+        m.add(fake_result([1, 3, 2], 10.0, ([2, 2], 4, 3)), seconds / 2, first_round=r == 0)
+        m.add(fake_result([1, 1], 20.0, ([1], 2, 0)), seconds / 2, first_round=r == 0)
     assert (m.prompts, m.generated_tokens, m.target_evaluations, m.draft_evaluations) == (2, 8, 5, 3)
-    assert (m.draft_proposed, m.draft_accepted, m.ttft_ms, m.tokens_per_second) == (6, 3, 15.0, 8.0)
+    assert (m.draft_proposed, m.draft_accepted, m.ttft_ms, m.rounds, m.seconds) == (6, 3, 15.0, 3, 3.5)
+    assert (m.tokens_per_second_min, m.tokens_per_second, m.tokens_per_second_max) == (4.0, 8.0, 16.0)
     assert m.acceptance_rate == 0.5 and tuple(m.as_dict()) == MEASUREMENT_KEYS
 
 
@@ -115,7 +124,7 @@ def test_measurement_accumulates_over_prompts():
 def test_verdict_names_the_best_k_or_says_it_does_not_pay(fast, pays):
     report = SpeedReport("CPU", {}, {}, {}, "m", "k")
     for label, nat, speedup in (("plain", None, 1.0), ("mtp K=1", 1, fast - 0.1), ("mtp K=2", 2, fast)):
-        m = Measurement(label, nat, 1, 1, generated_tokens=100, seconds=1 / speedup, speedup=speedup)
+        m = Measurement(label, nat, 1, 1, generated_tokens=100, round_seconds=[1 / speedup], speedup=speedup)
         report.measurements.append(m)
     assert report.best.num_assistant_tokens == 2 and report.pays is pays
     assert ("num_assistant_tokens on this machine: 2" in report.verdict) is pays

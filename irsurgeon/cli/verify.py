@@ -57,10 +57,12 @@ class SweepParam(click.ParamType):
               show_default=True, help="Draft lengths to try (repeatable).")
 @click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=40, show_default=True)
 @click.option("--device", default="CPU", show_default=True)
+@click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True,
+              help="With --genai: timed passes over the prompts per configuration (the median is reported).")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Write the results here.")
 @click.pass_context
 def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, nats: tuple[int, ...],
-            max_new_tokens: int, device: str, json_out: Path | None) -> None:
+            max_new_tokens: int, device: str, rounds: int, json_out: Path | None) -> None:
     """Check TARGET (an exported model directory) is ready for MTP speculative decoding."""
     from irsurgeon.errors import IRSurgeonError
     from irsurgeon.verify import verify_directory
@@ -73,7 +75,7 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
     results = {"checks": [c.__dict__ for c in checks]}
     failed = [c.name for c in checks if not c.ok]
     if not failed and with_genai:
-        failed += run_genai(target, prompts, sweep or nats, max_new_tokens, device, results)
+        failed += run_genai(target, prompts, sweep or nats, max_new_tokens, device, rounds, results)
     if json_out:
         json_out.write_text(json.dumps(results, indent=1))
     if failed:
@@ -81,7 +83,7 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
     click.echo(f"{target}: ready for MTP speculative decoding")
 
 
-def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int, device: str,
+def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int, device: str, rounds: int,
               results: dict) -> list[str]:
     """Equivalence, then (when it holds) the speed sweep; fills `results`, returns the names of failed steps."""
     from irsurgeon.genai_check import run_equivalence, run_speed
@@ -95,7 +97,7 @@ def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int
         results["speed"] = None
         click.echo("speed not measured: MTP output differs from plain greedy")
         return ["genai equivalence"]
-    speed = run_speed(target, prompts, sweep, max_new_tokens, device, echo=click.echo)
+    speed = run_speed(target, prompts, sweep, max_new_tokens, device, rounds, echo=click.echo)
     results["speed"] = speed.as_dict()
     for line in speed_table(speed.as_dict()):
         click.echo(line)
@@ -108,17 +110,20 @@ def speed_table(speed: dict) -> list[str]:
     kv = ", ".join(f"{k} {v}" for k, v in speed["kv_precision"].items())
     lines = [f"speed on {speed['device']} at the device's default precision ({defaults}; KV cache: {kv}); "
              f"equivalence above ran at {speed['equivalence_properties']}",
-             f"{'config':<9} {'tok/s':>8} {'speed-up':>8} {'TTFT ms':>8} {'target':>7} {'draft':>6} "
+             f"{'config':<9} {'tok/s':>8} {'min-max':>13} {'speed-up':>8} {'TTFT ms':>8} {'target':>7} {'draft':>6} "
              f"{'accepted':>13} {'accept':>7} {'peak MiB':>9} {'KV B/token':>14}",
-             f"{'':<9} {'':>8} {'':>8} {'':>8} {'evals':>7} {'evals':>6} {'/proposed':>13} {'':>7} {'':>9} "
+             f"{'':<9} {'median':>8} {'':>13} {'':>8} {'':>8} {'evals':>7} {'evals':>6} {'/proposed':>13} {'':>7} {'':>9} "
              f"{'target+draft':>14}"]
     for m in speed["measurements"]:
         rate = "-" if m["acceptance_rate"] is None else f"{m['acceptance_rate']:.1%}"
         drafts = f"{m['draft_accepted']}/{m['draft_proposed']}" if m["num_assistant_tokens"] else "-"
-        lines.append(f"{m['label']:<9} {m['tokens_per_second']:>8.1f} {m['speedup']:>7.2f}x {m['ttft_ms']:>8.1f} "
+        spread = f"{m['tokens_per_second_min']:.0f}-{m['tokens_per_second_max']:.0f}"
+        lines.append(f"{m['label']:<9} {m['tokens_per_second']:>8.1f} {spread:>13} {m['speedup']:>7.2f}x {m['ttft_ms']:>8.1f} "
                      f"{m['target_evaluations']:>7} {m['draft_evaluations'] or '-':>6} {drafts:>13} {rate:>7} "
                      f"{m['peak_memory_bytes'] / 2**20:>9.1f} "
                      f"{str(m['kv_bytes_per_token_target']) + '+' + str(m['kv_bytes_per_token_draft']):>14}")
-    lines.append(f"peak memory: {speed['memory_method']}; KV growth: {speed['kv_method']}")
+    rounds = speed["measurements"][0]["rounds"] if speed["measurements"] else 0
+    lines.append(f"tok/s: median of {rounds} timed pass(es) over the prompts; peak memory: {speed['memory_method']}; "
+                 f"KV growth: {speed['kv_method']}")
     lines.append(speed["verdict"])
     return lines
