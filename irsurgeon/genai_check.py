@@ -52,7 +52,8 @@ MIN_SPEEDUP = 1.05  # gains below 5% are within the spread of short runs on a sh
 CLEAR_REFS = Path("/proc/self/clear_refs")
 STATUS = Path("/proc/self/status")
 MEASUREMENT_KEYS = ("label", "num_assistant_tokens", "prompts", "rounds", "generated_tokens", "seconds",
-                    "tokens_per_second", "tokens_per_second_min", "tokens_per_second_max", "speedup", "ttft_ms", "target_evaluations", "draft_evaluations", "draft_proposed",
+                    "tokens_per_second", "tokens_per_second_min", "tokens_per_second_max", "speedup", "ttft_ms",
+                    "target_evaluations", "draft_evaluations", "draft_proposed",
                     "draft_accepted", "acceptance_rate", "peak_memory_bytes", "kv_bytes_per_token_target",
                     "kv_bytes_per_token_draft")
 SPEED_KEYS = ("device", "equivalence_properties", "speed_properties", "device_defaults", "kv_precision",

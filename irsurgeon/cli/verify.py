@@ -104,24 +104,38 @@ def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int
     return []
 
 
+def _rate(m: dict) -> str:
+    return "-" if m["acceptance_rate"] is None else f"{m['acceptance_rate']:.1%}"
+
+
+COLUMNS = (  # header, second header line, width, cell
+    ("config", "", -9, lambda m: m["label"]),
+    ("tok/s", "median", 8, lambda m: f"{m['tokens_per_second']:.1f}"),
+    ("min-max", "", 13, lambda m: f"{m['tokens_per_second_min']:.0f}-{m['tokens_per_second_max']:.0f}"),
+    ("speed-up", "", 8, lambda m: f"{m['speedup']:.2f}x" if m["speedup"] is not None else "-"),
+    ("TTFT ms", "", 8, lambda m: f"{m['ttft_ms']:.1f}"),
+    ("target", "evals", 7, lambda m: str(m["target_evaluations"])),
+    ("draft", "evals", 6, lambda m: str(m["draft_evaluations"] or "-")),
+    ("accepted", "/proposed", 13,
+     lambda m: f"{m['draft_accepted']}/{m['draft_proposed']}" if m["num_assistant_tokens"] else "-"),
+    ("accept", "", 7, _rate),
+    ("peak MiB", "", 9, lambda m: f"{m['peak_memory_bytes'] / 2**20:.1f}"),
+    ("KV B/token", "target+draft", 14, lambda m: f"{m['kv_bytes_per_token_target']}+{m['kv_bytes_per_token_draft']}"),
+)
+
+
+def _row(cells) -> str:
+    return " ".join(f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, (_, _, w, _) in zip(cells, COLUMNS))
+
+
 def speed_table(speed: dict) -> list[str]:
     """The speed sweep as one table, with the precision it ran at and the verdict."""
     defaults = ", ".join(f"{k}={v}" for k, v in speed["device_defaults"].items())
     kv = ", ".join(f"{k} {v}" for k, v in speed["kv_precision"].items())
     lines = [f"speed on {speed['device']} at the device's default precision ({defaults}; KV cache: {kv}); "
              f"equivalence above ran at {speed['equivalence_properties']}",
-             f"{'config':<9} {'tok/s':>8} {'min-max':>13} {'speed-up':>8} {'TTFT ms':>8} {'target':>7} {'draft':>6} "
-             f"{'accepted':>13} {'accept':>7} {'peak MiB':>9} {'KV B/token':>14}",
-             f"{'':<9} {'median':>8} {'':>13} {'':>8} {'':>8} {'evals':>7} {'evals':>6} {'/proposed':>13} {'':>7} {'':>9} "
-             f"{'target+draft':>14}"]
-    for m in speed["measurements"]:
-        rate = "-" if m["acceptance_rate"] is None else f"{m['acceptance_rate']:.1%}"
-        drafts = f"{m['draft_accepted']}/{m['draft_proposed']}" if m["num_assistant_tokens"] else "-"
-        spread = f"{m['tokens_per_second_min']:.0f}-{m['tokens_per_second_max']:.0f}"
-        lines.append(f"{m['label']:<9} {m['tokens_per_second']:>8.1f} {spread:>13} {m['speedup']:>7.2f}x {m['ttft_ms']:>8.1f} "
-                     f"{m['target_evaluations']:>7} {m['draft_evaluations'] or '-':>6} {drafts:>13} {rate:>7} "
-                     f"{m['peak_memory_bytes'] / 2**20:>9.1f} "
-                     f"{str(m['kv_bytes_per_token_target']) + '+' + str(m['kv_bytes_per_token_draft']):>14}")
+             _row(c[0] for c in COLUMNS), _row(c[1] for c in COLUMNS)]
+    lines += [_row(c[3](m) for c in COLUMNS) for m in speed["measurements"]]
     rounds = speed["measurements"][0]["rounds"] if speed["measurements"] else 0
     lines.append(f"tok/s: median of {rounds} timed pass(es) over the prompts; peak memory: {speed['memory_method']}; "
                  f"KV growth: {speed['kv_method']}")
