@@ -1,6 +1,6 @@
 """Build benchmark: `irsurgeon build-mtp` on a realistically sized checkpoint, one subprocess per weight format.
 
-    python scripts/bench_build.py [--work DIR] [--formats f16,f32,int8,int4] [--big-shard-gib 4] [--keep]
+    python scripts/bench_build.py [--work DIR] [--formats f16,f32,int8,int4] [--big-shard-gib 4] [--keep] [--moe]
 
 The checkpoint (bf16, seeded): hidden 2048, 16 heads / 2 KV heads, head_dim 256, intermediate 6144. Its 15 `mtp.*`
 tensors (~73 M parameters, ~147 MB) sit in their own shard beside a large non-MTP shard; both are listed in
@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 SPEC = dict(hidden=2048, heads=16, kv_heads=2, head_dim=256, intermediate=6144, vocab=151936, layers=24)
+# --moe: Qwen3.6-35B-A3B's MoE sizes (256 experts, top-8, expert and shared expert 512): ~0.8 G head parameters
+MOE_SPEC = dict(SPEC, num_experts=256, top_k=8, expert_size=512, shared_expert_size=512)
 MTP_SHARD = "model-00002-of-00002.safetensors"
 BIG_SHARD = "model-00001-of-00002.safetensors"
 CHUNK = 64 << 20
@@ -67,7 +69,7 @@ def write_big_shard(path: Path, hidden: int, gib: float) -> dict[str, str]:
     return {name: path.name for name in names}
 
 
-def write_checkpoint(root: Path, big_gib: float) -> None:
+def write_checkpoint(root: Path, big_gib: float, moe: bool = False) -> None:
     """Runs in its own process: the benchmark's parent stays small, since a child's peak RSS as the kernel reports
     it includes the memory of the process it was forked from."""
     import numpy as np
@@ -75,7 +77,7 @@ def write_checkpoint(root: Path, big_gib: float) -> None:
     from irsurgeon.synth.checkpoint import SynthSpec, config_json, mtp_tensors
     from irsurgeon.weights.safetensors_io import f32_to_bf16, write_safetensors
 
-    spec = SynthSpec(**SPEC)
+    spec = SynthSpec(**(MOE_SPEC if moe else SPEC))
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text(json.dumps(config_json(spec), indent=1))
     weight_map = write_big_shard(root / BIG_SHARD, spec.hidden, big_gib)
@@ -131,16 +133,20 @@ def main() -> None:
     ap.add_argument("--formats", default="f16,f32,int8,int4")
     ap.add_argument("--big-shard-gib", type=float, default=4.0, help="size of the non-MTP shard")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--moe", action="store_true",
+                    help="a MoE head at Qwen3.6-35B-A3B sizes; then also the MoE graph forms' draft-step latency "
+                         "against optimum-intel's MoE head (scripts/bench_moe.py --geometry reference)")
     ap.add_argument("--write-checkpoint", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.write_checkpoint:
-        return write_checkpoint(a.write_checkpoint, a.big_shard_gib)
+        return write_checkpoint(a.write_checkpoint, a.big_shard_gib, a.moe)
     work = a.work or Path(tempfile.mkdtemp(prefix="irsurgeon-bench-"))
-    ckpt = work / "ckpt"
+    ckpt = work / ("ckpt-moe" if a.moe else "ckpt")
     try:
         if not (ckpt / "model.safetensors.index.json").is_file():
             t = time.perf_counter()
-            made = run_child([__file__, "--write-checkpoint", str(ckpt), "--big-shard-gib", str(a.big_shard_gib)])
+            made = run_child([__file__, "--write-checkpoint", str(ckpt), "--big-shard-gib", str(a.big_shard_gib)]
+                             + (["--moe"] if a.moe else []))
             if made["rc"] != 0:
                 raise SystemExit(f"writing the checkpoint failed:\n{made['out']}")
             print(f"checkpoint written in {time.perf_counter() - t:.1f} s: {ckpt}")
@@ -159,6 +165,9 @@ def main() -> None:
                   f"{mb(r['bin']):>10}")
         if "int4" in results and "f16" in results:
             print(f"int4/f16 .bin size ratio: {results['int4']['bin'] / results['f16']['bin']:.3f}")
+        if a.moe:
+            forms = run_child([str(Path(__file__).parent / "bench_moe.py"), "--geometry", "reference"])
+            print(forms["out"])
     finally:
         if not a.keep and a.work is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -68,10 +68,10 @@ def draft_step_latency(reference: Path, work: Path) -> None:
     if not export.is_dir():
         print(f"draft-step latency: skipped, no reference export at {export}")
         return
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_patch import strip  # the same stripping the tests use
+    from irsurgeon.synth.strip import strip_mtp
 
-    target = strip(export, work / "latency-target")
+    shutil.rmtree(work / "latency-target", ignore_errors=True)
+    target = strip_mtp(export, work / "latency-target")
     made = run_child(["-m", "irsurgeon.cli", "patch", str(target), "--checkpoint",
                       str(reference / "ckpt" / "qwen35-dense"), "--weight-format", "f16"])
     if made["rc"]:

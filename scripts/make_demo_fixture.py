@@ -10,17 +10,16 @@ The bigram checkpoint's head really predicts (about half of its drafts are accep
 mechanism at work, not just equal tokens.
 """
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
 
+from irsurgeon.synth.strip import strip_mtp
 from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = Path(os.environ.get("IRSURGEON_REFERENCE", ROOT.parent / "shared" / "reference"))
 OUT = ROOT / "fixtures" / "demo"
-ANNOTATION = re.compile(r"^\s*<hidden_states_decoder_layers value=\"[^\"]*\" />\n", re.M)
 
 
 def main() -> int:
@@ -29,17 +28,8 @@ def main() -> int:
         print(f"reference export not found at {src_export}", file=sys.stderr)
         return 1
     shutil.rmtree(OUT, ignore_errors=True)
-    (OUT / "target").mkdir(parents=True)
+    strip_mtp(src_export, OUT / "target")
     (OUT / "ckpt").mkdir()
-    for f in sorted(src_export.iterdir()):
-        if f.name.startswith("openvino_mtp_model."):
-            continue
-        data = f.read_bytes()
-        if f.name == "openvino_language_model.xml":
-            data, n = ANNOTATION.subn("", data.decode())
-            assert n == 1, "expected exactly one annotation line"
-            data = data.encode()
-        (OUT / "target" / f.name).write_bytes(data)
     shutil.copyfile(src_ckpt / "config.json", OUT / "ckpt" / "config.json")
     st = SafetensorsFile(src_ckpt / "model.safetensors")
     names = [n for n in st.tensors if n.startswith("mtp.")]

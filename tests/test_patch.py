@@ -14,22 +14,11 @@ from click.testing import CliRunner
 from dirsnap import snapshot
 from irsurgeon import contract
 from irsurgeon.cli import main
-from irsurgeon.ir import xmlsafe
-from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 from irsurgeon.verify import verify_directory
+from irsurgeon.synth.strip import strip_mtp as strip
 from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 
 LM = "openvino_language_model.xml"
-
-
-def strip(export: Path, dest: Path) -> Path:
-    """A writable copy of an export without openvino_mtp_model.* and without the hidden-state annotation."""
-    shutil.copytree(export, dest, ignore=shutil.ignore_patterns("openvino_mtp_model.*"))
-    for p in [dest, *dest.iterdir()]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    xml = dest / LM
-    xml.write_bytes(xmlsafe.remove_value(xml.read_bytes(), (HIDDEN_STATES_LAYERS,)))
-    return dest
 
 
 def run(*args, env=None):
