@@ -111,7 +111,7 @@ class SafetensorsFile:
         if not isinstance(entry, dict):
             raise CheckpointError(f"{where}: header entry is not an object")
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if dtype not in STORAGE:
+        if not isinstance(dtype, str) or dtype not in STORAGE:
             raise CheckpointError(f"{where}: unsupported dtype {dtype!r}")
         if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                                 for d in shape)):
