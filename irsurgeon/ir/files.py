@@ -86,6 +86,8 @@ def _read(ov, xml: Path, bin_path: Path):
     except RuntimeError as e:
         detail = [ln for ln in str(e).splitlines() if ln.strip()]
         raise IRError(f"{xml}: OpenVINO cannot read it: {detail[-1] if detail else e}") from None
+    except UnicodeDecodeError:  # OpenVINO's message quoted bytes of the file that are not UTF-8
+        raise IRError(f"{xml}: OpenVINO cannot read it (it reports bytes that are not UTF-8)") from None
 
 
 def replace_xml(xml: Path, data: bytes, check: Callable[[object], None]) -> None:
