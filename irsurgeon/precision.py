@@ -26,6 +26,7 @@ from irsurgeon.compress import (BACKUP_PRECISIONS, DEFAULTS, QUANTIZED_FORMATS, 
                                 quantization_section, resolve_params)
 from irsurgeon.config import read_json
 from irsurgeon.errors import CompressionError, ConfigError, IRError
+from irsurgeon.ir import files
 
 OPENVINO_CONFIG = "openvino_config.json"
 LANGUAGE_MODELS = ("openvino_language_model.xml", "openvino_model.xml")
@@ -222,10 +223,7 @@ def _from_config_entry(entry: dict, path: Path) -> TargetFormat:
 
 
 def _from_weights(xml: Path) -> TargetFormat:
-    try:
-        summary = weight_summary(ov.Core().read_model(xml))
-    except RuntimeError as e:
-        raise IRError(f"{xml}: cannot read: {str(e).splitlines()[0]}") from None
+    summary = weight_summary(files.read_model(xml))  # byte-checked first: --target may be a stranger's export
     if not summary.weights:
         raise IRError(f"{xml}: no weight constants found: cannot tell the target's weight format")
     if summary.compressed:
