@@ -190,21 +190,22 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
         return result
     local = resolve_source(source, echo)
     cfg, weights, ckpt = load_mtp(local, allow_nonfinite=options.allow_nonfinite, warn=echo)
-    ckpt.close()
-    check_source_matches(target, cfg)
-    with DirectoryTransaction(target.path, wait=options.wait, echo=echo) as tx:
-        model = build_model(cfg, weights, "f16" if choice.params else choice.weight_format)
-        del weights
-        model = finish_head(model, choice, options, source, echo)
-        name_anonymous_nodes(model)
-        write_staged(tx.stage(contract.MTP_XML), lambda xml: ov.save_model(model, xml, compress_to_fp16=False))
-        tx.stage(contract.MTP_BIN)
-        del model
-        smoke_test(tx.stage_dir / contract.MTP_XML, cfg)
-        stage_annotation(tx, target, options.force, echo)
-        stage_openvino_config(tx, target, choice.params)
-        tx.commit()
-        result.written = list(tx.names)
+    try:
+        check_source_matches(target, cfg)
+        with DirectoryTransaction(target.path, wait=options.wait, echo=echo) as tx:
+            model = build_model(cfg, weights, "f16" if choice.params else choice.weight_format)
+            model = finish_head(model, choice, options, source, echo)
+            name_anonymous_nodes(model)
+            ov.save_model(model, tx.stage(contract.MTP_XML), compress_to_fp16=False)
+            tx.stage(contract.MTP_BIN)
+            del model
+            smoke_test(tx.stage_dir / contract.MTP_XML, cfg)
+            stage_annotation(tx, target, options.force, echo)
+            stage_openvino_config(tx, target, choice.params)
+            tx.commit()
+            result.written = list(tx.names)
+    finally:
+        ckpt.close()
     echo(f"{target.path}: wrote {', '.join(result.written)} in {elapsed(start)}")
     return result
 

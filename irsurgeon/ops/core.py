@@ -41,7 +41,7 @@ def weight(array: np.ndarray, name: str, fmt: WeightFormat) -> ov.Output:
     f16 goes through openvino's own compression pass on a one-constant model, so the Convert carries the
     `decompression` mark the plugins key on to keep the weight compressed in memory.
     """
-    node = ops.constant(np.ascontiguousarray(array, dtype=np.float32))
+    node = ov.op.Constant(np.ascontiguousarray(array, dtype=np.float32), shared_memory=True)  # no copy
     node.set_friendly_name(name)
     if fmt is WeightFormat.F32:
         return node.output(0)

@@ -15,6 +15,7 @@ plus the router `gate.weight [E, H]`, the shared expert and its `shared_expert_g
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from irsurgeon.config import MTPConfig, read_json, text_section
 from irsurgeon.errors import CheckpointError, ConfigError
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.safetensors_io import FLOAT_DTYPES
-from irsurgeon.weights.spec import LAYER, MTP_PREFIX, _common_shapes, check_dtype, finite, transform
+from irsurgeon.weights.spec import LAYER, MTP_PREFIX, LazyWeights, _common_shapes, check_dtype, finite, transform
 
 MLP = f"{LAYER}mlp."
 EXPERTS = f"{MLP}experts."
@@ -179,8 +180,8 @@ def read_tensor(ckpt: Checkpoint, name: str, scaled: set[str], block: tuple[int,
 
 
 def load_moe_weights(ckpt: Checkpoint, cfg: MTPConfig, allow_nonfinite: bool = False,
-                     warn=print) -> dict[str, np.ndarray]:
-    """All `mtp.*` tensors of a MoE head as float32, in the canonical layout of `moe_shapes`."""
+                     warn=print) -> LazyWeights:
+    """All `mtp.*` tensors of a MoE head as float32 (decoded when read), in the canonical layout of `moe_shapes`."""
     names = {n[len(MTP_PREFIX):] for n in ckpt.names(MTP_PREFIX)}
     if not names:
         raise CheckpointError(f"{ckpt.root}: no '{MTP_PREFIX}*' tensors: this checkpoint carries no MTP head")
@@ -192,19 +193,24 @@ def load_moe_weights(ckpt: Checkpoint, cfg: MTPConfig, allow_nonfinite: bool = F
         check_dtype(ckpt, MTP_PREFIX + name, cfg)
     block = block_size(ckpt) if scaled else None
 
-    def read(name: str) -> np.ndarray:
-        return read_tensor(ckpt, name, scaled, block, allow_nonfinite, warn)
+    def read(name: str) -> Callable[[], np.ndarray]:
+        return lambda: read_tensor(ckpt, name, scaled, block, allow_nonfinite, warn)
 
-    weights = {n: read(n) for n in expected if not n.startswith(EXPERTS)}
+    readers = {n: read(n) for n in expected if not n.startswith(EXPERTS)}
     if layout == "fused":
         gate_up, I = read(f"{EXPERTS}gate_up_proj"), cfg.moe.expert_size
-        weights[f"{EXPERTS}gate_proj.weight"] = np.ascontiguousarray(gate_up[:, :I])
-        weights[f"{EXPERTS}up_proj.weight"] = np.ascontiguousarray(gate_up[:, I:])
-        weights[f"{EXPERTS}down_proj.weight"] = read(f"{EXPERTS}down_proj")
-        return weights
+        readers[f"{EXPERTS}gate_proj.weight"] = lambda: np.ascontiguousarray(gate_up()[:, :I])
+        readers[f"{EXPERTS}up_proj.weight"] = lambda: np.ascontiguousarray(gate_up()[:, I:])
+        readers[f"{EXPERTS}down_proj.weight"] = read(f"{EXPERTS}down_proj")
+        return LazyWeights(readers)
+
+    def stacked(p: str, shape: tuple[int, int]) -> Callable[[], np.ndarray]:
+        def make() -> np.ndarray:
+            out = np.empty((cfg.moe.num_experts, *shape), np.float32)
+            for e in range(cfg.moe.num_experts):
+                out[e] = read(f"{EXPERTS}{e}.{p}.weight")()
+            return out
+        return make
     for p, shape in expert_shapes(cfg).items():
-        stacked = np.empty((cfg.moe.num_experts, *shape), np.float32)
-        for e in range(cfg.moe.num_experts):
-            stacked[e] = read(f"{EXPERTS}{e}.{p}.weight")
-        weights[f"{EXPERTS}{p}.weight"] = stacked
-    return weights
+        readers[f"{EXPERTS}{p}.weight"] = stacked(p, shape)
+    return LazyWeights(readers)

@@ -6,7 +6,8 @@ zero-centred, so every norm gain becomes `1 + w` (done here once, never in the g
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Mapping
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -113,12 +114,34 @@ def transform(name: str, w: np.ndarray) -> np.ndarray:
     return w
 
 
+class LazyWeights(Mapping):
+    """name -> float32 array, decoded from the (memory-mapped) checkpoint each time it is asked for.
+
+    The graph turns each weight into a constant as it goes, so at most one float32 tensor is alive at a time
+    besides what the model keeps; the checkpoint must stay open until the model is built.
+    """
+
+    def __init__(self, readers: dict[str, Callable[[], np.ndarray]]):
+        self.readers = readers
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.readers[name]()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.readers)
+
+    def __len__(self) -> int:
+        return len(self.readers)
+
+
 def load_weights(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], cfg: MTPConfig,
-                 allow_nonfinite: bool = False, warn=print) -> dict[str, np.ndarray]:
-    """Check the tensor set and dtypes, then decode every tensor to float32 with the table's transforms applied."""
+                 allow_nonfinite: bool = False, warn=print) -> LazyWeights:
+    """Check the tensor set and dtypes now; decode each tensor (float32, transforms applied, finite) when read."""
     check_tensor_set(ckpt, expected)
     for name in expected:
         check_dtype(ckpt, MTP_PREFIX + name, cfg)
-    return {name: finite(MTP_PREFIX + name, transform(name, np.asarray(ckpt.get(MTP_PREFIX + name), np.float32)),
-                         allow_nonfinite, warn)
-            for name in expected}
+
+    def reader(name: str) -> Callable[[], np.ndarray]:
+        return lambda: finite(MTP_PREFIX + name, transform(name, np.asarray(ckpt.get(MTP_PREFIX + name), np.float32)),
+                              allow_nonfinite, warn)
+    return LazyWeights({name: reader(name) for name in expected})
