@@ -22,8 +22,8 @@ import numpy as np
 from irsurgeon.config import MTPConfig, read_json, text_section
 from irsurgeon.errors import CheckpointError, ConfigError
 from irsurgeon.weights.checkpoint import Checkpoint
-from irsurgeon.weights.safetensors_io import FLOAT_DTYPES
-from irsurgeon.weights.spec import LAYER, MTP_PREFIX, LazyWeights, _common_shapes, check_dtype, finite, transform
+from irsurgeon.weights.spec import (LAYER, MTP_PREFIX, LazyWeights, _common_shapes, check_dtype, check_tensor_set,
+                                    finite, transform)
 
 MLP = f"{LAYER}mlp."
 EXPERTS = f"{MLP}experts."
@@ -149,27 +149,6 @@ def split_scales(names: set[str], ckpt: Checkpoint) -> tuple[set[str], set[str]]
     return weights, {s[: -len(SCALE_SUFFIX)] for s in scales}
 
 
-def check_stored(ckpt: Checkpoint, names: set[str], expected: dict[str, tuple[int, ...]], layout: str) -> None:
-    """Missing, unexpected, mis-shaped or non-float tensors are errors naming the tensor and both shapes."""
-    missing = sorted(set(expected) - names)
-    if missing:
-        raise CheckpointError(f"{ckpt.root}: missing MTP tensor {MTP_PREFIX}{missing[0]} (expected shape "
-                              f"{list(expected[missing[0]])}, {layout} expert layout)"
-                              + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
-    extra = sorted(names - set(expected))
-    if extra:
-        raise CheckpointError(f"{ckpt.root}: unexpected MTP tensor {MTP_PREFIX}{extra[0]} not used by a one-layer "
-                              f"MoE head of this config ({layout} expert layout)"
-                              + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
-    for name, shape in expected.items():
-        info = ckpt.info(MTP_PREFIX + name)
-        if info.shape != shape:
-            raise CheckpointError(f"tensor {MTP_PREFIX}{name}: expected shape {list(shape)} from the config, "
-                                  f"found {list(info.shape)} in {ckpt.shard_of[MTP_PREFIX + name].name}")
-        if info.dtype not in FLOAT_DTYPES:
-            raise CheckpointError(f"tensor {MTP_PREFIX}{name}: expected a floating-point dtype, found {info.dtype}")
-
-
 def read_tensor(ckpt: Checkpoint, name: str, scaled: set[str], block: tuple[int, int] | None,
                 allow_nonfinite: bool = False, warn=print) -> np.ndarray:
     """One tensor as float32: FP8 dequantized by its block scales, the table's transforms applied, finite."""
@@ -188,7 +167,7 @@ def load_moe_weights(ckpt: Checkpoint, cfg: MTPConfig, allow_nonfinite: bool = F
     names, scaled = split_scales(names, ckpt)
     layout = detect_layout(names, cfg, ckpt.root)
     expected = stored_shapes(cfg, layout)
-    check_stored(ckpt, names, expected, layout)
+    check_tensor_set(ckpt, expected, names, f"{layout} expert layout")
     for name in expected:
         check_dtype(ckpt, MTP_PREFIX + name, cfg)
     block = block_size(ckpt) if scaled else None

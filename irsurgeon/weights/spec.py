@@ -60,20 +60,27 @@ TRANSFORMS: list[tuple[Callable[[str], bool], Callable[[np.ndarray], np.ndarray]
 ]
 
 
-def check_tensor_set(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]]) -> None:
-    """Missing, extra and mis-shaped `mtp.*` tensors are errors naming the tensor and both shapes."""
-    present = {n[len(MTP_PREFIX):] for n in ckpt.names(MTP_PREFIX)}
+def check_tensor_set(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], present: set[str] | None = None,
+                     context: str = "") -> None:
+    """Missing, extra, mis-shaped and non-float `mtp.*` tensors are errors naming the tensor and both shapes.
+
+    present: the stored names (relative to `mtp.`) to check, by default all of them; context: a note for messages.
+    """
+    if present is None:
+        present = {n[len(MTP_PREFIX):] for n in ckpt.names(MTP_PREFIX)}
     if not present:
         raise CheckpointError(f"{ckpt.root}: no '{MTP_PREFIX}*' tensors: this checkpoint carries no MTP head")
+    note = f", {context}" if context else ""
     missing = sorted(set(expected) - present)
     if missing:
         raise CheckpointError(f"{ckpt.root}: missing MTP tensor {MTP_PREFIX}{missing[0]} "
-                              f"(expected shape {list(expected[missing[0]])})"
+                              f"(expected shape {list(expected[missing[0]])}{note})"
                               + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
     extra = sorted(present - set(expected))
     if extra:
         raise CheckpointError(f"{ckpt.root}: unexpected MTP tensor {MTP_PREFIX}{extra[0]} not used by a "
-                              f"one-layer head of this config" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+                              f"one-layer head of this config{note}"
+                              + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
     for name, shape in expected.items():
         info = ckpt.info(MTP_PREFIX + name)
         if info.shape != shape:
