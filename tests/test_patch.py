@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dirsnap import snapshot
+from dirsnap import full_disk_on_nth_replace, snapshot
 from irsurgeon import contract
 from irsurgeon.cli import main
 from irsurgeon.verify import verify_directory
@@ -186,15 +186,7 @@ def test_failed_patch_leaves_the_target_byte_identical(export, ckpt, tmp_path, m
         monkeypatch.setattr("irsurgeon.patch.smoke_test", broken)
         needle = "simulated crash"
     else:
-        import irsurgeon.transaction as t
-        real, calls = t.os.replace, []
-
-        def full_disk(src, dst):
-            calls.append(dst)
-            if len(calls) == 2:
-                raise OSError(28, "No space left on device")
-            return real(src, dst)
-        monkeypatch.setattr(t.os, "replace", full_disk)
+        full_disk_on_nth_replace(monkeypatch, 2)
         needle = "rolled back"
     code, out = run("patch", target, "--checkpoint", source)
     assert code != 0 and out.strip().splitlines()[-1].startswith("Error: ") and needle in out, out

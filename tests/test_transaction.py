@@ -1,7 +1,6 @@
 """DirectoryTransaction: all or nothing, a lock per directory, recovery of an interrupted commit."""
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -9,14 +8,9 @@ import textwrap
 
 import pytest
 
+from dirsnap import full_disk_on_nth_replace, snapshot
 from irsurgeon.errors import OutputError
 from irsurgeon.transaction import BACKUP_SUFFIX, JOURNAL, STAGE_DIR, DirectoryTransaction, recover
-
-
-def snapshot(d):
-    return {p.relative_to(d).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(d.rglob("*")) if p.is_file()} | {"<dirs>": sorted(
-                p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_dir())}
 
 
 @pytest.fixture
@@ -48,21 +42,13 @@ def test_leaving_without_commit_changes_nothing(target):
 
 def test_failure_in_the_middle_of_commit_rolls_back(target, monkeypatch):
     before = snapshot(target)
-    import irsurgeon.transaction as t
-    real_replace, calls = t.os.replace, []
-
-    def flaky(src, dst):
-        calls.append(dst)
-        if len(calls) == 2:
-            raise OSError(28, "No space left on device")
-        return real_replace(src, dst)
-    monkeypatch.setattr(t.os, "replace", flaky)
+    full_disk_on_nth_replace(monkeypatch, 2)
     with pytest.raises(OutputError, match="rolled back"):
         with DirectoryTransaction(target) as tx:
             tx.stage("a.xml").write_text("new a")
             tx.stage("b.xml").write_text("new b")
             tx.commit()
-    monkeypatch.setattr(t.os, "replace", real_replace)
+    monkeypatch.undo()
     assert snapshot(target) == before
 
 
