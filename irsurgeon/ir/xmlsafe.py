@@ -15,6 +15,7 @@ anything parses the file (entity expansion bombs, external entities).
 """
 from __future__ import annotations
 
+import codecs
 import re
 from dataclasses import dataclass
 
@@ -36,6 +37,7 @@ def check_ir_bytes(data: bytes, source: str) -> int:
         if bad in data:
             raise IRError(f"{source}: contains a {bad[2:].decode()} declaration; refusing to parse it "
                           f"(OpenVINO IR never has one)")
+    _check_utf8(data, source)
     head = data[:4096].lstrip()
     if head.startswith(b"<?xml"):
         head = head[head.find(b"?>") + 2:].lstrip()
@@ -43,6 +45,17 @@ def check_ir_bytes(data: bytes, source: str) -> int:
     if not match:
         raise IRError(f"{source}: not an OpenVINO IR (expected a <net ... version=\"10|11\"> root element)")
     return int(match.group(1))
+
+
+def _check_utf8(data: bytes, source: str, chunk: int = 1 << 20) -> None:
+    """OpenVINO writes UTF-8; other bytes would reach Python inside OpenVINO's strings and fail far from here."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    try:
+        for at in range(0, len(data), chunk):
+            decoder.decode(view[at:at + chunk], final=at + chunk >= len(data))
+    except UnicodeDecodeError as e:
+        raise IRError(f"{source}: not UTF-8 text near byte {at + e.start}; an OpenVINO IR .xml is UTF-8") from None
 
 
 def weights_extent(data: bytes) -> int:
