@@ -47,15 +47,17 @@ def recover(target: Path) -> list[str]:
     journal = stage / JOURNAL
     notes = []
     if journal.exists() and not (stage / COMMITTED).exists():
-        for name in reversed(_journal_names(journal)):
+        names, replaced = _journal_names(journal)
+        for name in reversed(names):
             backup = stage / (name + BACKUP_SUFFIX)
             if backup.exists():
                 os.replace(backup, target / name)
                 notes.append(f"restored {name}")
-            elif (target / name).exists():
-                (target / name).unlink()
+            elif name not in replaced and (target / name).exists():  # a replaced file without backup: restored
+                (target / name).unlink()                                # by an earlier, interrupted recovery
                 notes.append(f"removed {name} (written by an interrupted run)")
         fsync_path(target)
+        journal.unlink()  # first: whatever rmtree leaves behind is then plain leftovers, never a journal to obey
         notes.insert(0, f"rolled back an interrupted commit in {target}")
     else:
         notes.append(f"removed leftover staging folder {stage}")
@@ -63,16 +65,20 @@ def recover(target: Path) -> list[str]:
     return notes
 
 
-def _journal_names(journal: Path) -> list[str]:
-    """The journal's file names; a journal not written by a commit (names with a path) is refused, not obeyed."""
+def _journal_names(journal: Path) -> tuple[list[str], list[str]]:
+    """(files moved in, files that had an original); a journal not written by a commit is refused, not obeyed."""
     try:
-        names = json.loads(journal.read_text(encoding="utf-8"))
+        entry = json.loads(journal.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError):
-        names = None
-    if not (isinstance(names, list) and all(isinstance(n, str) and _plain(n) for n in names)):
-        raise OutputError(f"{journal}: not a journal irsurgeon wrote (expected a list of plain file names); "
+        entry = None
+    if isinstance(entry, list):  # the earlier form, a bare list: a file with its backup still here had an original
+        entry = {"files": entry, "replaced": [n for n in entry if isinstance(n, str) and _plain(n)
+                                              and (journal.parent / (n + BACKUP_SUFFIX)).exists()]}
+    lists = [entry.get("files"), entry.get("replaced")] if isinstance(entry, dict) else [None]
+    if not all(isinstance(names, list) and all(isinstance(n, str) and _plain(n) for n in names) for names in lists):
+        raise OutputError(f"{journal}: not a journal irsurgeon wrote (expected lists of plain file names); "
                           f"inspect and remove {journal.parent} by hand")
-    return names
+    return lists[0], lists[1]
 
 
 def _plain(name: str) -> bool:
@@ -106,14 +112,19 @@ class DirectoryTransaction:
 
     def __enter__(self) -> "DirectoryTransaction":
         self._lock()
+        made = False
         try:
-            for note in recover(self.target):
-                self.echo(note)
-            self.stage_dir.mkdir()
+            with _deferred_sigint():  # a Ctrl-C here would stop a rollback halfway or orphan the new folder
+                for note in recover(self.target):
+                    self.echo(note)
+                self.stage_dir.mkdir()
+                made = True
         except OSError as e:
             self._unlock()
             raise OutputError(f"{self.target}: cannot prepare staging folder: {e.strerror}") from None
         except BaseException:
+            if made:
+                shutil.rmtree(self.stage_dir, ignore_errors=True)
             self._unlock()
             raise
         return self
@@ -175,7 +186,8 @@ class DirectoryTransaction:
                 os.link(self.target / name, self.stage_dir / (name + BACKUP_SUFFIX))
         journal = self.stage_dir / JOURNAL
         partial = self.stage_dir / (JOURNAL + ".tmp")  # renamed into place whole: a journal is never half-written
-        partial.write_text(json.dumps(self.names))
+        replaced = [n for n in self.names if (self.stage_dir / (n + BACKUP_SUFFIX)).exists()]
+        partial.write_text(json.dumps({"files": self.names, "replaced": replaced}))
         fsync_path(partial)
         os.replace(partial, journal)
         fsync_path(self.stage_dir)
@@ -185,6 +197,7 @@ class DirectoryTransaction:
         (self.stage_dir / COMMITTED).touch()
         fsync_path(self.stage_dir)
         self.committed = True
+        journal.unlink()  # before rmtree, which may take `committed` first and leave a journal that reads as undone
         shutil.rmtree(self.stage_dir)
 
 
