@@ -29,6 +29,9 @@ bench: install
 bench-optimum: install
 	$(PYTHON) scripts/bench_vs_optimum.py
 
+reliability: install
+	$(PYTHON) scripts/bench_reliability.py
+
 fixtures:
 	$(PYTHON) scripts/make_demo_fixture.py
 	$(PYTHON) scripts/make_fixtures.py

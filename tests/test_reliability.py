@@ -50,12 +50,20 @@ def inside(p):
         return False
     return p == TARGET or p.startswith(TARGET + os.sep)
 
+def at_fd(path, dir_fd):
+    """shutil.rmtree removes entries relative to a directory descriptor: resolve them through /proc."""
+    if isinstance(dir_fd, int) and dir_fd >= 0 and not os.path.isabs(os.fsdecode(path)):
+        return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fsdecode(path))
+    return path
+
 def writing(event, args):
     if event == "open":
         path, mode, flags = args
         if mode is not None:
             return any(c in mode for c in "wax+") and [path]
         return isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and [path]
+    if event in ("os.remove", "os.rmdir") and len(args) == 2:
+        return [at_fd(*args)]
     return event in WRITES and [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
 
 def hook(event, args):
@@ -134,6 +142,11 @@ class Sweep:
     problems: list[str] = field(default_factory=list)
 
 
+def files_only(state: dict[str, str]) -> dict[str, str]:
+    """A snapshot without the staging folder: what a reader of the directory sees."""
+    return {k: v for k, v in state.items() if not k.startswith(STAGE_DIR) and k != "<dirs>"}
+
+
 class KillLab:
     """A pristine copy of the demo target, the snapshot of its patched form, and the numbered write points."""
 
@@ -166,18 +179,20 @@ class KillLab:
         expected_rc = -signal.SIGKILL if sig == signal.SIGKILL else 130
         if proc.returncode not in (expected_rc, 0):
             sweep.problems.append(f"{where}: exit {proc.returncode}: {proc.stderr[-300:]}")
-        sweep.tracebacks += "Traceback" in proc.stderr
+        if "Traceback" in proc.stderr:
+            sweep.tracebacks += 1
+            sweep.problems.append(f"{where}: traceback: {proc.stderr.strip().splitlines()[-1]}")
         self.judge(target, where, sig, sweep)
 
     def judge(self, target: Path, where: str, sig: int, sweep: Sweep) -> None:
-        state = snapshot(target)
         leftover = (target / STAGE_DIR).exists()
-        core = {k: v for k, v in state.items() if not k.startswith(STAGE_DIR) and k != "<dirs>"}
-        if core == {k: v for k, v in self.before.items() if k != "<dirs>"}:
+        half_done = (target / STAGE_DIR / "journal.json").exists() and not (target / STAGE_DIR / "committed").exists()
+        core = files_only(snapshot(target))
+        if core == files_only(self.before):
             sweep.intact += 1
-        elif state == self.after:
+        elif core == files_only(self.after):
             sweep.completed += 1
-        elif leftover and (target / STAGE_DIR / "journal.json").exists():
+        elif half_done:
             sweep.interrupted_commits += 1
             check = run_cli("verify", str(target))
             if check.returncode == 0:
@@ -187,7 +202,9 @@ class KillLab:
         if sig == signal.SIGINT and leftover:
             sweep.problems.append(f"{where}: Ctrl-C left {STAGE_DIR} behind")
         again = run_cli(*patch_args(target))
-        sweep.tracebacks += "Traceback" in again.stderr
+        if "Traceback" in again.stderr:
+            sweep.tracebacks += 1
+            sweep.problems.append(f"{where}: traceback in the next run: {again.stderr.strip().splitlines()[-1]}")
         if again.returncode != 0:
             sweep.problems.append(f"{where}: the next run failed: {again.stderr.strip()[-300:]}")
         elif snapshot(target) != self.after:
@@ -601,3 +618,35 @@ def test_hostile_ir_is_refused_by_every_command(tmp_path, kind, command):
     err = one_line_error(invoke(*args))
     assert ("DOCTYPE" in err) if kind != "short-bin" else ("openvino_language_model.bin" in err and "truncated" in err)
     assert snapshot(target) == before
+
+
+def test_recovery_killed_halfway_never_deletes_a_restored_original(tmp_path):
+    """Killed while rolling back: a.xml's original is already restored (its backup consumed); the next recovery must
+    keep it and still remove the new b.xml. Under the earlier journal a missing backup meant 'delete the file'."""
+    from irsurgeon.transaction import recover
+
+    target = tmp_path / "target"
+    (target / STAGE_DIR).mkdir(parents=True)
+    (target / "a.xml").write_text("original a")
+    (target / "b.xml").write_text("new b")
+    (target / STAGE_DIR / "journal.json").write_text(json.dumps({"files": ["a.xml", "b.xml"], "replaced": ["a.xml"]}))
+    notes = recover(target)
+    assert (target / "a.xml").read_text() == "original a" and not (target / "b.xml").exists(), notes
+    assert not (target / STAGE_DIR).exists()
+
+
+def test_commit_removes_its_journal_before_the_staging_folder(tmp_path, monkeypatch):
+    """rmtree may delete `committed` before `journal.json`; killed there, a journal must not remain to be undone."""
+    import irsurgeon.transaction as t
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "a.xml").write_text("old")
+    seen = []
+    real = t.shutil.rmtree
+    monkeypatch.setattr(t.shutil, "rmtree", lambda p, *a, **k: (seen.append(sorted(os.listdir(p))), real(p, *a, **k)))
+    with t.DirectoryTransaction(target) as tx:
+        tx.stage("a.xml").write_text("new")
+        tx.commit()
+    assert seen and "journal.json" not in seen[0] and "committed" in seen[0]
+    assert (target / "a.xml").read_text() == "new"

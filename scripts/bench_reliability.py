@@ -1,0 +1,120 @@
+"""Reliability figures for `irsurgeon patch` and the readers: kill-point sweep, timed kills, long fuzz run.
+
+    python scripts/bench_reliability.py [--fuzz-examples 300] [--timed-kills 24] [--work DIR]
+
+1. Kill-point sweep: patch on a copy of fixtures/demo/target is stopped (SIGKILL, then SIGINT) just before each
+   numbered filesystem write it makes in the target (tests/test_reliability.py: KILLER); after each kill the
+   directory is judged (as before / completely patched / interrupted commit that verify reports) and patched again.
+2. Timed kills: the same, but the signal comes from outside after a delay spread over the whole run (imports,
+   checkpoint load, build, compression, staging, commit), alternating SIGKILL and SIGINT.
+3. Fuzz: tests/test_fuzz.py's mutators, --fuzz-examples seeds per input kind, each through a command reading it.
+Prints the figures and exits 1 if any rule was broken (the broken rules are listed).
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from test_fuzz import KINDS, Bench, Tally  # noqa: E402
+from test_reliability import CLI, KillLab, Sweep, child_env, patch_args  # noqa: E402
+
+
+def point_sweep(lab: KillLab) -> Sweep:
+    sweep = Sweep()
+    for sig in (signal.SIGKILL, signal.SIGINT):
+        for at in range(1, len(lab.points) + 1):
+            lab.kill(at, sig, sweep)
+    return sweep
+
+
+def timed_kills(lab: KillLab, count: int, run_seconds: float) -> Sweep:
+    """Signals sent from outside after delays spread evenly over one uninterrupted run's wall time."""
+    sweep = Sweep()
+    for k in range(count):
+        sig = signal.SIGKILL if k % 2 == 0 else signal.SIGINT
+        delay = run_seconds * (k + 0.5) / count
+        target = lab.fresh(f"timed{k}")
+        proc = subprocess.Popen([sys.executable, "-c", CLI, *patch_args(target)], env=child_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=300)
+        sweep.kills += 1
+        if "Traceback" in err:
+            sweep.tracebacks += 1
+            sweep.problems.append(f"{sig.name} after {delay:.2f} s: traceback: {err.strip().splitlines()[-1]}")
+        where = f"{sig.name} after {delay:.2f} s"
+        if proc.returncode not in (0, -sig, 130, 1):
+            sweep.problems.append(f"{where}: exit {proc.returncode}: {err[-300:]}")
+        lab.judge(target, where, sig, sweep)
+    return sweep
+
+
+def fuzz(root: Path, examples: int) -> Tally:
+    import random
+
+    bench, total = Bench(root), Tally()
+    rng = random.Random(20261129)
+    for kind, (_, _, commands) in sorted(KINDS.items()):
+        for _ in range(examples):
+            bench.example(kind, rng.randrange(2 ** 32), rng.choice(commands), total)
+    return total
+
+
+def timed_run(lab: KillLab) -> float:
+    target = lab.fresh("timing")
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", CLI, *patch_args(target)], env=child_env(), capture_output=True, check=True)
+    return time.perf_counter() - start
+
+
+def report(name: str, sweep: Sweep, seconds: float) -> None:
+    print(f"{name}: {sweep.kills} kills in {seconds:.0f} s; left as before {sweep.intact}, completely patched "
+          f"{sweep.completed}, interrupted commit reported by verify and rolled back by the next run "
+          f"{sweep.interrupted_commits}; leftovers reported by the next run {sweep.leftovers_reported}; "
+          f"tracebacks {sweep.tracebacks}; broken rules {len(sweep.problems)}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fuzz-examples", type=int, default=300, help="seeds per input kind (default 300)")
+    parser.add_argument("--timed-kills", type=int, default=24, help="externally timed kills (default 24)")
+    parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="irsurgeon-reliability-", dir=args.work) as tmp:
+        work = Path(tmp)
+        start = time.perf_counter()
+        lab = KillLab(work / "kills")
+        print(f"patch makes {len(lab.points)} filesystem writes in the target: {', '.join(lab.points)}")
+        points = point_sweep(lab)
+        report("kill-point sweep", points, time.perf_counter() - start)
+        start, wall = time.perf_counter(), timed_run(lab)
+        timed = timed_kills(lab, args.timed_kills, wall)
+        report(f"timed kills over a {wall:.1f} s run", timed, time.perf_counter() - start)
+        start = time.perf_counter()
+        tally = fuzz(work / "fuzz", args.fuzz_examples)
+        print(f"fuzz: {tally.inputs} inputs in {time.perf_counter() - start:.0f} s over {len(KINDS)} kinds; "
+              f"accepted {tally.accepted}, refused with one Error: line {tally.refused - tally.unexpected}; "
+              f"tracebacks {tally.tracebacks}; unexpected-error fallbacks {tally.unexpected}; "
+              f"runs that changed files outside their output {tally.outside_changes}")
+    problems = points.problems + timed.problems + tally.problems
+    intact = points.intact + points.completed + points.interrupted_commits + timed.intact + timed.completed \
+        + timed.interrupted_commits
+    print(f"total: {tally.inputs} inputs tried, {points.kills + timed.kills} kills performed, {intact} targets left "
+          f"intact or recoverable, {points.tracebacks + timed.tracebacks + tally.tracebacks} tracebacks seen")
+    for line in problems:
+        print(f"BROKEN: {line}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
