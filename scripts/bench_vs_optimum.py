@@ -207,8 +207,8 @@ def table(results: dict) -> str:
 
 
 # Public sizes (model cards' parameter counts) and head shapes from the released configs; bf16 = 2 bytes/parameter.
-REAL = {"Qwen3.5-27B": dict(params=27e9, hidden=5120, heads=24, kv_heads=4, head_dim=256, intermediate=17408),
-        "Qwen3.6-35B-A3B": dict(params=35e9, hidden=2048, heads=16, kv_heads=2, head_dim=256, experts=256,
+REAL = {"Qwen3.5-27B": dict(kind="dense", params=27e9, hidden=5120, heads=24, kv_heads=4, head_dim=256, intermediate=17408),
+        "Qwen3.6-35B-A3B": dict(kind="moe", params=35e9, hidden=2048, heads=16, kv_heads=2, head_dim=256, experts=256,
                                 expert_size=512)}
 
 
@@ -230,11 +230,14 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 
 def estimate(results: dict, fmt: str = "fp16") -> dict:
-    """Cost = a + b * bytes, fitted over the measured sizes (optimum against the checkpoint, irsurgeon against the
-    head, the bytes each reads), then applied to the real models. A paper estimate, not a measurement."""
-    rows = [(e, e["formats"][fmt]) for e in results.values() if fmt in e["formats"]]
+    """Cost = a + b * bytes, fitted over the measured sizes of the same family (optimum against the checkpoint,
+    irsurgeon against the head: the bytes each must read), then applied to the real models. A paper estimate."""
     out = {}
     for name, spec in REAL.items():
+        rows = [(e, e["formats"][fmt]) for size, e in results.items()
+                if size.endswith(spec["kind"]) and fmt in e["formats"]]
+        if not rows:
+            continue
         sizes = {"optimum": 2 * spec["params"], "irsurgeon": 2 * head_params(**spec)}
         out[name] = {"ckpt_bytes": sizes["optimum"], "head_bytes": sizes["irsurgeon"]}
         for tool, x_key in (("optimum", "ckpt_bytes"), ("irsurgeon", "head_bytes")):
@@ -245,7 +248,7 @@ def estimate(results: dict, fmt: str = "fp16") -> dict:
 
 
 def print_estimate(est: dict) -> None:
-    print("\npaper estimate (linear fit of the fp16 rows, bf16 checkpoints; not measured):")
+    print("\npaper estimate (linear fit of the same family's fp16 rows, bf16 checkpoints; not measured):")
     for name, e in est.items():
         print(f"  {name}: checkpoint {e['ckpt_bytes'] / 1e9:.0f} GB, head {e['head_bytes'] / 1e9:.2f} GB | "
               f"optimum reads {e['optimum_read_bytes'] / 1e9:.1f} GB, peak RSS {e['optimum_rss'] / 1e9:.1f} GB | "
