@@ -39,7 +39,9 @@ class TensorInfo:
 
 def bf16_to_f32(raw: np.ndarray) -> np.ndarray:
     """bfloat16 bit patterns (uint16) -> float32: bf16 is the top half of an f32."""
-    return (raw.astype(np.uint32) << 16).view(np.float32)
+    bits = raw.astype(np.uint32)
+    bits <<= 16  # in place: one float32-sized buffer per tensor, not two
+    return bits.view(np.float32)
 
 
 def _fp8_table(exp_bits: int, man_bits: int, bias: int, e4m3fn: bool) -> np.ndarray:
@@ -141,7 +143,21 @@ class SafetensorsFile:
     def get(self, name: str) -> np.ndarray:
         """The tensor decoded to a numpy dtype (bf16 and fp8 -> float32)."""
         info = self.tensors[name]
-        return decode(self.raw(name), info.dtype)
+        raw = self.raw(name)
+        out = decode(raw, info.dtype)
+        if out is not raw:  # decoded into new memory: the mapped pages are no longer needed in this process
+            self._release(self.data_start + info.begin, info.end - info.begin)
+        return out
+
+    def _release(self, offset: int, length: int) -> None:
+        """Drop mapped pages from this process's resident set (they stay in the page cache)."""
+        if not isinstance(self._map, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        start = offset - offset % mmap.PAGESIZE
+        end = offset + length
+        end -= end % mmap.PAGESIZE  # only pages wholly inside the tensor: neighbours may still be in use
+        if end > start:
+            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
 
     def close(self) -> None:
         self._map = None  # views may still reference the mapping; it is released when they are
