@@ -79,6 +79,8 @@ def _annotation(xml: Path, num_layers: int | None) -> tuple[bool, str]:
         layers = json.loads(value)["layers"]
     except (ValueError, KeyError, TypeError):
         return False, f"not the expected JSON: {value[:60]}"
+    if not isinstance(layers, dict):
+        return False, f"'layers' is {type(layers).__name__}, not an object of layers"
     if num_layers and len(layers) != num_layers:
         return False, f"{len(layers)} layers annotated, config has {num_layers}"
     return True, f"{len(layers)} layers"
