@@ -115,9 +115,10 @@ def finite(name: str, w: np.ndarray, allow_nonfinite: bool, warn) -> np.ndarray:
 
 
 def transform(name: str, w: np.ndarray) -> np.ndarray:
-    for matches, fn in TRANSFORMS:
-        if matches(name):
-            w = fn(w)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf are reported by `finite`, not as numpy warnings
+        for matches, fn in TRANSFORMS:
+            if matches(name):
+                w = fn(w)
     return w
 
 
