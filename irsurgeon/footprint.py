@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+from irsurgeon.errors import IRError
 from irsurgeon.rtinfo import KV_CACHE_PRECISION
 
 CPU_DEFAULT_KV = "u8"
@@ -56,7 +57,7 @@ def parse_shape(text: str) -> list[int | None]:
 
 def element_bytes(etype: str, count: int) -> int:
     if etype not in BITS:
-        raise ValueError(f"no byte size known for element type {etype!r}")
+        raise IRError(f"no byte size known for element type {etype!r} (read from the IR's states or rt_info)")
     return math.ceil(count * BITS[etype] / 8)
 
 
