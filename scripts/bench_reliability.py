@@ -36,20 +36,41 @@ def point_sweep(lab: KillLab) -> Sweep:
     return sweep
 
 
-def timed_kills(lab: KillLab, count: int, run_seconds: float) -> Sweep:
+STACKS = "import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+
+
+def during_import(err: str) -> bool:
+    """A Ctrl-C traceback raised while Python was still importing irsurgeon.cli (every frame a module body),
+    before the CLI's own handler exists: Python's start-up, counted apart from irsurgeon's tracebacks."""
+    frames = [ln for ln in err.splitlines() if ln.strip().startswith("File ")]
+    return err.strip().endswith("KeyboardInterrupt") and bool(frames) and all(
+        "in <module>" in f or "importlib" in f for f in frames)
+
+
+def timed_kills(lab: KillLab, count: int, run_seconds: float, startup: list[str]) -> Sweep:
     """Signals sent from outside after delays spread evenly over one uninterrupted run's wall time."""
     sweep = Sweep()
     for k in range(count):
         sig = signal.SIGKILL if k % 2 == 0 else signal.SIGINT
         delay = run_seconds * (k + 0.5) / count
         target = lab.fresh(f"timed{k}")
-        proc = subprocess.Popen([sys.executable, "-c", CLI, *patch_args(target)], env=child_env(),
+        proc = subprocess.Popen([sys.executable, "-c", STACKS + CLI, *patch_args(target)], env=child_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(delay)
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=300)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # record where it hangs, then SIGKILL it and judge what it left
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            proc.kill()
+            _, err = proc.communicate()
+            frames = [ln.strip() for ln in err.splitlines() if ln.strip().startswith("File ")][:6]
+            sweep.problems.append(f"{sig.name} after {delay:.2f} s: still running 60 s later; stacks: {frames}")
         sweep.kills += 1
-        if "Traceback" in err:
+        if "Traceback" in err and during_import(err):
+            startup.append(f"{sig.name} after {delay:.2f} s")
+        elif "Traceback" in err:
             sweep.tracebacks += 1
             sweep.problems.append(f"{sig.name} after {delay:.2f} s: traceback: {err.strip().splitlines()[-1]}")
         where = f"{sig.name} after {delay:.2f} s"
@@ -98,8 +119,11 @@ def main() -> int:
         points = point_sweep(lab)
         report("kill-point sweep", points, time.perf_counter() - start)
         start, wall = time.perf_counter(), timed_run(lab)
-        timed = timed_kills(lab, args.timed_kills, wall)
+        startup: list[str] = []
+        timed = timed_kills(lab, args.timed_kills, wall, startup)
         report(f"timed kills over a {wall:.1f} s run", timed, time.perf_counter() - start)
+        print(f"Ctrl-C while Python was still importing irsurgeon.cli (KeyboardInterrupt traceback from the "
+              f"interpreter, before irsurgeon handles signals): {len(startup)} ({', '.join(startup) or 'none'})")
         start = time.perf_counter()
         tally = fuzz(work / "fuzz", args.fuzz_examples)
         print(f"fuzz: {tally.inputs} inputs in {time.perf_counter() - start:.0f} s over {len(KINDS)} kinds; "
@@ -110,7 +134,8 @@ def main() -> int:
     intact = points.intact + points.completed + points.interrupted_commits + timed.intact + timed.completed \
         + timed.interrupted_commits
     print(f"total: {tally.inputs} inputs tried, {points.kills + timed.kills} kills performed, {intact} targets left "
-          f"intact or recoverable, {points.tracebacks + timed.tracebacks + tally.tracebacks} tracebacks seen")
+          f"intact or recoverable, {points.tracebacks + timed.tracebacks + tally.tracebacks} tracebacks seen from irsurgeon "
+          f"(+{len(startup)} from Ctrl-C during interpreter start-up)")
     for line in problems:
         print(f"BROKEN: {line}")
     return 1 if problems else 0
