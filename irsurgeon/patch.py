@@ -197,7 +197,7 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
             ckpt.close()  # the model owns its weights now: release the mapped shards before the next steps
             model = finish_head(model, choice, options, source, echo)
             name_anonymous_nodes(model)
-            ov.save_model(model, tx.stage(contract.MTP_XML), compress_to_fp16=False)
+            write_staged(tx.stage(contract.MTP_XML), lambda xml: ov.save_model(model, xml, compress_to_fp16=False))
             tx.stage(contract.MTP_BIN)
             del model
             smoke_test(tx.stage_dir / contract.MTP_XML, cfg)
