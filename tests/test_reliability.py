@@ -89,7 +89,7 @@ main()
 '''
 
 
-CLI = "import sys; from irsurgeon.cli import main; sys.argv[0] = 'irsurgeon'; main()"
+CLI = "import sys; from irsurgeon.entry import run; sys.argv[0] = 'irsurgeon'; run()"  # the console script
 
 
 def snapshot(d: Path) -> dict[str, str]:

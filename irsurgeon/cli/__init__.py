@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import click
@@ -16,6 +17,7 @@ class Group(click.Group):
     """Runs a command and turns every failure into `Error: ...` on one line and a non-zero exit."""
 
     def invoke(self, ctx: click.Context):
+        interrupted = _watch_sigint()
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -28,10 +30,27 @@ class Group(click.Group):
             where = f"{e.filename}: " if e.filename else ""
             fail(f"{where}{e.strerror or e}", 1)
         except Exception as e:  # the last line of defence: report, never hide, and point at the traceback switch
+            if interrupted:  # a Ctrl-C that a library turned into its own error (e.g. ImportError during init)
+                fail("interrupted", 130)
             if os.environ.get(DEBUG_ENV):
                 raise
             fail(f"unexpected {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
                  f"(set {DEBUG_ENV}=1 for the traceback)", 2)
+
+
+def _watch_sigint() -> list:
+    """Record Ctrl-C (then raise KeyboardInterrupt as Python does), so that a library that converts it into an
+    error of its own is still reported as an interruption. Returns the record (non-empty once interrupted)."""
+    seen: list = []
+
+    def handler(signum, frame):
+        seen.append(signum)
+        raise KeyboardInterrupt
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread (embedded use): leave signal handling to the host
+        pass
+    return seen
 
 
 def fail(message: str, code: int) -> None:
