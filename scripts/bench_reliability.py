@@ -40,11 +40,13 @@ STACKS = "import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all
 
 
 def during_import(err: str) -> bool:
-    """A Ctrl-C traceback raised while Python was still importing irsurgeon.cli (every frame a module body),
-    before the CLI's own handler exists: Python's start-up, counted apart from irsurgeon's tracebacks."""
-    frames = [ln for ln in err.splitlines() if ln.strip().startswith("File ")]
-    return err.strip().endswith("KeyboardInterrupt") and bool(frames) and all(
-        "in <module>" in f or "importlib" in f for f in frames)
+    """A Ctrl-C traceback raised before irsurgeon's entry point could guard anything: no frame runs irsurgeon code
+    beyond its package and entry module bodies (Python's own start-up: site, .pth finders, the stdlib imports
+    they pull in). Counted apart from irsurgeon's tracebacks."""
+    frames = [ln.strip() for ln in err.splitlines() if ln.strip().startswith("File ")]
+    ours = [f for f in frames if "/irsurgeon/" in f and not any(
+        f"/irsurgeon/{m}.py" in f and "in <module>" in f for m in ("__init__", "entry"))]
+    return err.strip().endswith("KeyboardInterrupt") and not ours
 
 
 def timed_kills(lab: KillLab, count: int, run_seconds: float, startup: list[str]) -> Sweep:
