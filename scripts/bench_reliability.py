@@ -124,8 +124,8 @@ def main() -> int:
         startup: list[str] = []
         timed = timed_kills(lab, args.timed_kills, wall, startup)
         report(f"timed kills over a {wall:.1f} s run", timed, time.perf_counter() - start)
-        print(f"Ctrl-C while Python was still importing irsurgeon.cli (KeyboardInterrupt traceback from the "
-              f"interpreter, before irsurgeon handles signals): {len(startup)} ({', '.join(startup) or 'none'})")
+        print(f"Ctrl-C during Python's own start-up (KeyboardInterrupt traceback from the interpreter, before "
+              f"irsurgeon's entry point runs): {len(startup)} ({', '.join(startup) or 'none'})")
         start = time.perf_counter()
         tally = fuzz(work / "fuzz", args.fuzz_examples)
         print(f"fuzz: {tally.inputs} inputs in {time.perf_counter() - start:.0f} s over {len(KINDS)} kinds; "
