@@ -158,57 +158,72 @@ def already_patched(target: Target) -> str | None:
 
 def patch(target_dir: str | Path, source: str | Path, options: Options = Options(), echo: Echo = print) -> PatchResult:
     """The whole in-place flow (see the module docstring); returns what was written."""
-    from irsurgeon.build import build_model, load_mtp, name_anonymous_nodes
-    from irsurgeon.precision import choose_format
+    from irsurgeon.build import load_mtp
     from irsurgeon.weights.hub import resolve_source
 
     start = time.perf_counter()
     target = inspect_target(target_dir)
     result = PatchResult(target.path)
+    choice = plan(target, source, options, echo)
+    if choice is None:
+        result.skipped = True
+        return result
+    cfg, weights, ckpt = load_mtp(resolve_source(source, echo), allow_nonfinite=options.allow_nonfinite, warn=echo)
+    try:
+        check_source_matches(target, cfg)
+        result.written = stage_and_commit(target, cfg, weights, ckpt, choice, options, source, echo)
+    finally:
+        ckpt.close()
+    echo(f"{target.path}: wrote {', '.join(result.written)} in {elapsed(start)}")
+    return result
+
+
+def plan(target: Target, source, options: Options, echo: Echo):
+    """The format choice for the head, or None when there is nothing to write (already patched, or --dry-run)."""
+    from irsurgeon.precision import choose_format
+
     interrupted = (target.path / STAGE_DIR).exists()
     if interrupted and not options.dry_run:  # before judging the directory: it may hold a half-done commit
         clear_interrupted(target.path, options.wait, echo)
     if target.has_mtp and not options.force:
         done = already_patched(target)
         if done:
-            result.skipped = True
             echo(f"{target.path}: already MTP-ready ({done}); nothing to do (--force rebuilds)")
-            return result
+            return None
         echo(f"{target.path}: has {contract.MTP_XML} but does not pass verify; rebuilding it")
     choice = choose_format(options.weight_format, target.path if options.weight_format == "auto" else None)
     if choice.note:
         echo(choice.note)
-    plan = [f"build the MTP head from {source} as {choice.weight_format}", f"annotate {LANGUAGE_MODEL}"]
+    if not options.dry_run:
+        return choice
+    steps = [f"build the MTP head from {source} as {choice.weight_format}", f"annotate {LANGUAGE_MODEL}"]
     if choice.params and (target.path / "openvino_config.json").is_file():
-        plan.append("record the head's quantization in openvino_config.json")
+        steps.append("record the head's quantization in openvino_config.json")
     if interrupted:
-        plan.insert(0, f"roll back or clear what an interrupted run left in {STAGE_DIR}")
-    if options.dry_run:
-        for step in plan:
-            echo(f"would {step}")
-        result.skipped = True
-        return result
-    local = resolve_source(source, echo)
-    cfg, weights, ckpt = load_mtp(local, allow_nonfinite=options.allow_nonfinite, warn=echo)
-    try:
-        check_source_matches(target, cfg)
-        with DirectoryTransaction(target.path, wait=options.wait, echo=echo) as tx:
-            model = build_model(cfg, weights, "f16" if choice.params else choice.weight_format)
-            ckpt.close()  # the model owns its weights now: release the mapped shards before the next steps
-            model = finish_head(model, choice, options, source, echo)
-            name_anonymous_nodes(model)
-            write_staged(tx.stage(contract.MTP_XML), lambda xml: ov.save_model(model, xml, compress_to_fp16=False))
-            tx.stage(contract.MTP_BIN)
-            del model
-            smoke_test(tx.stage_dir / contract.MTP_XML, cfg)
-            stage_annotation(tx, target, options.force, echo)
-            stage_openvino_config(tx, target, choice.params)
-            tx.commit()
-            result.written = list(tx.names)
-    finally:
-        ckpt.close()
-    echo(f"{target.path}: wrote {', '.join(result.written)} in {elapsed(start)}")
-    return result
+        steps.insert(0, f"roll back or clear what an interrupted run left in {STAGE_DIR}")
+    for step in steps:
+        echo(f"would {step}")
+    return None
+
+
+def stage_and_commit(target: Target, cfg: MTPConfig, weights, ckpt, choice, options: Options, source,
+                     echo: Echo) -> list[str]:
+    """Build, stage and check every new file inside the target, then move them in at once; returns their names."""
+    from irsurgeon.build import build_model, name_anonymous_nodes
+
+    with DirectoryTransaction(target.path, wait=options.wait, echo=echo) as tx:
+        model = build_model(cfg, weights, "f16" if choice.params else choice.weight_format)
+        ckpt.close()  # the model owns its weights now: release the mapped shards before the next steps
+        model = finish_head(model, choice, options, source, echo)
+        name_anonymous_nodes(model)
+        tx.stage(contract.MTP_BIN)
+        write_staged(tx.stage(contract.MTP_XML), lambda xml, m=model: ov.save_model(m, xml, compress_to_fp16=False))
+        model = None  # free the weights before the one-step check compiles the staged copy
+        smoke_test(tx.stage_dir / contract.MTP_XML, cfg)
+        stage_annotation(tx, target, options.force, echo)
+        stage_openvino_config(tx, target, choice.params)
+        tx.commit()
+        return list(tx.names)
 
 
 def finish_head(model: ov.Model, choice, options: Options, source, echo: Echo) -> ov.Model:
