@@ -5,7 +5,6 @@ it cannot read at all.
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +12,8 @@ from pathlib import Path
 import openvino as ov
 
 from irsurgeon import contract, rtinfo
-from irsurgeon.errors import IRSurgeonError
-from irsurgeon.ir import files
+from irsurgeon.errors import IRError, IRSurgeonError
+from irsurgeon.ir import files, xmlsafe
 from irsurgeon.transaction import COMMITTED, JOURNAL, STAGE_DIR
 
 
@@ -70,17 +69,19 @@ def verify_directory(target: str | Path) -> list[Check]:
 
 
 def _annotation(xml: Path, num_layers: int | None) -> tuple[bool, str]:
-    """Whether the language model carries a readable hidden-state annotation with one entry per layer."""
-    model = ov.Core().read_model(xml)
-    if not model.has_rt_info(rtinfo.HIDDEN_STATES_LAYERS):
+    """Whether the language model carries a readable hidden-state annotation with one entry per layer.
+
+    Read from the .xml's rt_info text: the graph was already read (and checked) by inspect_target.
+    """
+    from irsurgeon.annotate import parse_annotation
+
+    value = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.HIDDEN_STATES_LAYERS,), str(xml))
+    if value is None:
         return False, "absent"
-    value = model.get_rt_info(rtinfo.HIDDEN_STATES_LAYERS).astype(str)
     try:
-        layers = json.loads(value)["layers"]
-    except (ValueError, KeyError, TypeError):
-        return False, f"not the expected JSON: {value[:60]}"
-    if not isinstance(layers, dict):
-        return False, f"'layers' is {type(layers).__name__}, not an object of layers"
+        layers = parse_annotation(value, str(xml))
+    except IRError as e:
+        return False, str(e)
     if num_layers and len(layers) != num_layers:
         return False, f"{len(layers)} layers annotated, config has {num_layers}"
     return True, f"{len(layers)} layers"
