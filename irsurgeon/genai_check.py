@@ -92,15 +92,12 @@ class Report:
                 "runs": [asdict(r) for r in self.runs]}
 
 
-def has_int4_weights(target: Path) -> bool:
-    """Whether the language model stores 4-bit weights (a text scan of the XML; the weights are not read)."""
-    with open(target / LANGUAGE_MODEL, encoding="utf-8", errors="replace") as f:
-        return any('element_type="u4"' in line or 'element_type="i4"' in line for line in f)
-
-
 def equivalence_properties(target: Path) -> dict:
+    """f32 inference; plus an f16 KV cache and no dynamic quantization when the target is int4 (the contract, 5)."""
+    from irsurgeon.precision import detect_target_format
+
     props = {"INFERENCE_PRECISION_HINT": "f32"}
-    if has_int4_weights(target):
+    if detect_target_format(target).weight_format == "int4":
         props.update(KV_CACHE_PRECISION="f16", DYNAMIC_QUANTIZATION_GROUP_SIZE="0")
     return props
 
