@@ -275,9 +275,9 @@ def read_key(cfg: dict, key: Key, default: Any, where: dict[str, str], source: s
             raise ConfigError(f"{source}: missing required key {homes[0]!r}")
         value, path = default, None
     else:
-        path, value = found[0]
-        value = checked(key, path, value, source)
-    warnings = [disagreement(source, h, v, path, value) for h, v in found[1:] if v != value]
+        path, raw = found[0]
+        value = checked(key, path, raw, source)
+    warnings = [disagreement(source, h, v, path, raw) for h, v in found[1:] if v != value]
     for home in (h.format(**where) for h in key.ignored):
         if (v := lookup(cfg, home)) is not MISSING and v != value:
             warnings.append(f"warning: {source}: {home} {show(v)} is not read by transformers for this model; "
