@@ -104,8 +104,8 @@ def parse(cfg: dict):
 def test_stale_top_level_partial_rotary_factor_loses_to_rope_parameters():
     cfg = parse(vlm(edited(BASE_TEXT, partial_rotary_factor=0.5)))
     assert (cfg.partial_rotary_factor, cfg.rotary_dim) == (0.25, 64)
-    assert cfg.warnings == ("warning: config.json: text_config.partial_rotary_factor 0.5 disagrees with "
-                            "text_config.rope_parameters.partial_rotary_factor 0.25; using 0.25 (as transformers does)",)
+    assert cfg.warnings == ("warning: config.json: text_config.partial_rotary_factor 0.5 disagrees with text_config."
+                            "rope_parameters.partial_rotary_factor 0.25; using 0.25 (as transformers does)",)
 
 
 def test_stale_top_level_rope_theta_loses_to_rope_parameters():
@@ -189,7 +189,8 @@ def test_text_only_layout_reads_the_top_level():
     assert cfg.warnings == (
         "warning: config.json: partial_rotary_factor 0.5 disagrees with rope_parameters.partial_rotary_factor 0.25; "
         "using 0.25 (as transformers does)",
-        "warning: config.json: torch_dtype float32 disagrees with dtype bfloat16; using bfloat16 (as transformers does)")
+        "warning: config.json: torch_dtype float32 disagrees with dtype bfloat16; "
+        "using bfloat16 (as transformers does)")
     # a text-only model_type is its own text config: a stray text_config is not where its keys are read
     assert parse(top | {"text_config": {"hidden_size": 8}}).hidden_size == 1024
 
@@ -298,7 +299,8 @@ def test_conflicting_config_builds_the_clean_head_bitwise(dense_variants, golden
     calls = three_calls(np.random.default_rng(4), 64, batch=2)
     for a, b in zip(run_sequence(compile_f32(clean), calls), run_sequence(compile_f32(conflicting), calls)):
         np.testing.assert_array_equal(a, b)
-    for a, b in zip(golden_outputs(clean, golden("dense-fp16"))[0], golden_outputs(conflicting, golden("dense-fp16"))[0]):
+    on_golden = [golden_outputs(m, golden("dense-fp16"))[0] for m in (clean, conflicting)]
+    for a, b in zip(*on_golden):
         np.testing.assert_array_equal(a, b)
 
 
