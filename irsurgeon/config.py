@@ -132,8 +132,9 @@ QWEN35_KEYS: tuple[Key, ...] = (
     Key("num_heads", ("{text}num_attention_heads",), 16, bounds=_ints(MAX_HEADS)),
     Key("num_kv_heads", ("{text}num_key_value_heads",), {D: 4, M: 2}, bounds=_ints(MAX_HEADS)),
     Key("head_dim", ("{text}head_dim",), 256, bounds=_ints(MAX_WIDTH)),
-    Key("rms_norm_eps", ("{text}rms_norm_eps",), 1e-6, float, Range(0, 1, True, True)),
-    Key("rope_theta", ("{rope}rope_theta", "{text}rope_theta"), 10000.0, float, Range(1, math.inf, True, True)),
+    Key("rms_norm_eps", ("{text}rms_norm_eps",), 1e-6, float, Range(0, 1, lo_open=True, hi_open=True)),
+    Key("rope_theta", ("{rope}rope_theta", "{text}rope_theta"), 10000.0, float,
+        Range(1, math.inf, lo_open=True, hi_open=True)),
     Key("partial_rotary_factor", ("{rope}partial_rotary_factor", "{text}partial_rotary_factor"), 0.25, float,
         Range(0, 1, lo_open=True)),
     # Qwen3_5TextRotaryEmbedding uses ROPE_INIT_FUNCTIONS[rope_type] for anything but "default"; the head has only
@@ -142,9 +143,12 @@ QWEN35_KEYS: tuple[Key, ...] = (
     Key("intermediate_size", ("{text}intermediate_size",), 12288, bounds=_ints(MAX_WIDTH * 4), types=(D,)),
     Key("vocab_size", ("{text}vocab_size",), 248320, bounds=_ints(MAX_VOCAB)),
     Key("num_hidden_layers", ("{text}num_hidden_layers",), {D: 32, M: 40}, bounds=_ints(4096)),
-    # Not a transformers field (kept as an extra attribute of the text config; transformers drops mtp.* at load).
+    # The two mtp_* keys are not transformers fields (kept as extra attributes of the text config; transformers
+    # drops mtp.* at load). Dedicated embeddings would be a table of the head's own; it is fed the model's embeddings.
     Key("mtp_num_hidden_layers", ("{text}mtp_num_hidden_layers",), 0, bounds=Range(0, 4096)),
     Key("mtp_use_dedicated_embeddings", ("{text}mtp_use_dedicated_embeddings",), False, bool, allowed=(False,)),
+    # Qwen3_5Attention: nn.Linear(..., bias=config.attention_bias); Qwen3_5MLP: ACT2FN[config.hidden_act]. The head
+    # has no biases and only SiLU.
     Key("attention_bias", ("{text}attention_bias",), False, bool, allowed=(False,)),
     Key("hidden_act", ("{text}hidden_act",), "silu", str, allowed=("silu",)),
     Key("num_experts", ("{text}num_experts",), 256, bounds=_ints(MAX_EXPERTS), types=(M,)),
@@ -238,11 +242,11 @@ def rope_section(cfg: dict, text: str, source: str) -> tuple[str, list[str]]:
     rope_parameters; one flat dict, as Qwen3_5TextRotaryEmbedding reads it."""
     params, scaling = f"{text}rope_parameters", f"{text}rope_scaling"
     chosen, warnings = params, []
-    if lookup(cfg, scaling) not in (MISSING, None, {}):
+    if (replacing := lookup(cfg, scaling)) is not MISSING and replacing:
         chosen = scaling
         other = lookup(cfg, params)
-        if other not in (MISSING, None, {}) and other != lookup(cfg, scaling):
-            warnings.append(disagreement(source, params, other, scaling, lookup(cfg, scaling), label=scaling))
+        if other is not MISSING and other and other != replacing:
+            warnings.append(disagreement(source, params, other, scaling, replacing, label=scaling))
     rope = lookup(cfg, chosen)
     if rope not in (MISSING, None) and not isinstance(rope, dict):
         raise ConfigError(f"{source}: {chosen} must be a JSON object, found {type(rope).__name__}")
