@@ -72,6 +72,7 @@ class MTPConfig:
 
 
 REQUIRED = object()  # no default: the key must be present
+MISSING = object()  # lookup: no value at that path
 
 
 @dataclass(frozen=True)
@@ -256,8 +257,6 @@ def rope_section(cfg: dict, text: str, source: str) -> tuple[str, list[str]]:
                           f"(Qwen3.5 reads one flat {chosen.rsplit('.', 1)[-1]} dict)")
     return chosen + ".", warnings
 
-
-MISSING = object()
 
 
 def lookup(cfg: dict, path: str) -> Any:
