@@ -34,6 +34,8 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_non
     if ckpt.config_path is None or not ckpt.config_path.is_file():
         raise CheckpointError(f"{checkpoint}: no config.json beside the weights; pass --config")
     cfg = load_config(ckpt.config_path)
+    for line in cfg.warnings:
+        warn(line)
     if cfg.is_moe:
         from irsurgeon.weights.moe import load_moe_weights
         return cfg, load_moe_weights(ckpt, cfg, allow_nonfinite, warn), ckpt

@@ -163,6 +163,8 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
 
     start = time.perf_counter()
     target = inspect_target(target_dir)
+    for line in target.cfg.warnings:  # here, not in inspect_target: verify re-inspects the target
+        echo(line)
     result = PatchResult(target.path)
     choice = plan(target, source, options, echo)
     if choice is None:

@@ -1,0 +1,1 @@
+"""Helpers shared by test modules (importable as `helpers.*`: conftest.py puts tests/ on sys.path)."""
