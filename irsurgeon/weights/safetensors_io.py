@@ -66,14 +66,18 @@ FP8_E5M2 = _fp8_table(5, 2, 15, e4m3fn=False)
 
 
 def decode(raw: np.ndarray, dtype: str) -> np.ndarray:
-    """Storage view -> a numpy array in a numpy dtype (bf16/fp8 become float32)."""
+    """Storage view -> a writable numpy array in a numpy dtype (bf16/fp8 become float32).
+
+    A read-only view (of a read-only mapping) is copied: openvino shares only writable memory with a Constant, and
+    the copy lets the reader drop the mapped pages at once. A writable one is returned as it is, without a copy.
+    """
     if dtype == "BF16":
         return bf16_to_f32(raw)
     if dtype == "F8_E4M3":
         return FP8_E4M3FN[raw]
     if dtype == "F8_E5M2":
         return FP8_E5M2[raw]
-    return raw
+    return raw if raw.flags.writeable else raw.copy()
 
 
 class SafetensorsFile:
