@@ -126,7 +126,7 @@ def check_dtypes(ckpt: Checkpoint, names, stored: Stored, cfg: MTPConfig, warn) 
     """Every tensor must hold floats; one stored in another float dtype than config.json's is noted, not refused."""
     want = DECLARED.get(cfg.dtype or "")
     other: dict[str, list[str]] = {}
-    for name in names:
+    for name in sorted(names):
         if name in stored.scaled:
             continue
         dtype = ckpt.info(MTP_PREFIX + name).dtype

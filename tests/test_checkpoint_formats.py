@@ -1,0 +1,483 @@
+"""Checkpoint storage formats: F32 / F16 / BF16 (as declared or mixed), FP8 block-scaled (dense and MoE, BF16 or
+F32 scales, partial edge blocks, modules_to_not_convert), f16 builds of weights f16 cannot hold, and every other
+quantized layout refused by name."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+from click.testing import CliRunner
+
+from dirsnap import snapshot
+from helpers.checkpoints import (as_float, dequantized, fp8_config, fp8_tensors, fused_view, read_tensors,
+                                 split_per_expert, write_variant)
+from helpers.heads import max_diff, run_head, run_reference, scale, three_calls
+from irsurgeon import contract
+from irsurgeon.build import build_mtp_model, load_mtp
+from irsurgeon.cli import main
+from irsurgeon.errors import CheckpointError
+from irsurgeon.ops.core import WeightFormat, weight
+from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
+from irsurgeon.synth.strip import strip_mtp
+from irsurgeon.verify import verify_directory
+from irsurgeon.weights.fp8 import dequantize_blocks, unconverted_by
+from irsurgeon.weights.safetensors_io import FP8_E4M3FN, decode
+
+Q = "mtp.layers.0.self_attn.q_proj.weight"
+DOWN = "mtp.layers.0.mlp.down_proj.weight"
+
+
+def run(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return result.exit_code, result.output
+
+
+def one_line_error(code: int, out: str) -> str:
+    assert code == 1 and out.startswith("Error: ") and out.count("\n") == 1, out
+    return out
+
+
+# ---- float storage dtypes ----------------------------------------------------------------------------------------
+
+def declare(dtype: str):
+    def edit(config: dict) -> None:
+        config["dtype"] = config["text_config"]["dtype"] = dtype
+    return edit
+
+
+@pytest.fixture(scope="module")
+def floats(ckpt, tmp_path_factory):
+    """name -> checkpoint: the reference bf16 and f32 ones, an f16 copy, and a bf16 one with two tensors in other
+    float dtypes than config.json declares."""
+    root, src = tmp_path_factory.mktemp("floats"), ckpt("qwen35-dense")
+    t = read_tensors(src)
+    mixed = as_float(as_float(t, "F32", lambda n: n == "mtp.fc.weight"), "F16",
+                     lambda n: n.endswith(("q_norm.weight", "k_norm.weight")))
+    return {"bf16": src, "f32": ckpt("qwen35-dense-f32"),
+            "f16": write_variant(src, root / "f16", as_float(t, "F16"), declare("float16")),
+            "mixed": write_variant(src, root / "mixed", mixed)}
+
+
+@pytest.mark.parametrize("name", ["bf16", "f16", "f32", "mixed"])
+def test_float_checkpoint_matches_numpy_on_its_stored_values(floats, name):
+    """f32 head vs the float64 numpy layer on the values as stored: f32 rounding only (see test_build), 1e-4."""
+    d = floats[name]
+    cfg, _, _ = load_mtp(d)
+    calls = three_calls(cfg.hidden_size)
+    want = run_reference(dequantized(read_tensors(d)), cfg, calls)
+    assert max_diff(run_head(build_mtp_model(d, weight_format="f32"), calls), want) <= 1e-4 * scale(want)
+
+
+@pytest.mark.parametrize("fmt", ["f16", "f32", "int8", "int4"])
+@pytest.mark.parametrize("name", ["bf16", "f16", "f32", "mixed"])
+def test_float_checkpoint_builds_in_every_weight_format(floats, name, fmt, tmp_path):
+    code, out = run("build-mtp", floats[name], "-o", tmp_path, "--weight-format", fmt)
+    assert code == 0, out
+    assert (tmp_path / contract.MTP_XML).is_file() and "warning" not in out
+
+
+def test_other_float_dtypes_than_declared_are_noted_once_per_dtype(floats, tmp_path):
+    code, out = run("build-mtp", floats["mixed"], "-o", tmp_path)
+    assert code == 0, out
+    notes = [line for line in out.splitlines() if line.startswith("note: ")]
+    config = floats["mixed"] / "config.json"
+    assert notes == [
+        f"note: mtp.layers.0.self_attn.k_norm.weight and 1 more stored as F16, not the bfloat16 {config} declares; "
+        "read as stored",
+        f"note: mtp.fc.weight stored as F32, not the bfloat16 {config} declares; read as stored"]
+
+
+def test_read_only_arrays_become_weights_and_decoded_tensors_are_writable():
+    """A read-only (memory-mapped) float32 array cannot back a shared openvino Constant: it is copied once."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a.setflags(write=False)
+    for fmt in WeightFormat:
+        node = weight(a, "w", fmt).get_node()
+        const = node if node.get_type_name() == "Constant" else node.input_value(0).get_node()
+        np.testing.assert_array_equal(const.get_data().astype(np.float32), a)
+    assert decode(a, "F32").flags.writeable and not np.shares_memory(decode(a, "F32"), a)
+    b = np.arange(4, dtype=np.float32)
+    assert decode(b, "F32") is b  # writable memory is used as it is: no second copy
+
+
+@pytest.mark.parametrize("name, raw, dtype, needle", [
+    ("mtp.fc.weight", np.zeros((64, 128), np.int8), "I8", "stored as I8, which cannot hold a float weight"),
+    ("mtp.norm.weight", np.zeros(64, bool), "BOOL", "stored as BOOL, which cannot hold a float weight"),
+    (DOWN, np.zeros((64, 128), np.uint8), "F8_E5M2", "stored as F8_E5M2, which cannot hold a float weight"),
+    (DOWN, np.zeros((64, 128), np.uint8), "F8_E4M3", "_scale_inv (its block scales) is missing"),
+    (DOWN, np.zeros((64, 64), np.uint16), "BF16", "expected shape [64, 128]"),
+])
+def test_tensors_that_cannot_be_weights_are_refused(floats, tmp_path, name, raw, dtype, needle):
+    t = read_tensors(floats["bf16"])
+    t[name] = (raw, dtype)
+    d = write_variant(floats["bf16"], tmp_path / "ckpt", t)
+    out = one_line_error(*run("build-mtp", d, "-o", tmp_path / "out"))
+    assert name in out and needle in out
+    assert not (tmp_path / "out").exists()
+
+
+# ---- f16 builds of weights f16 cannot hold -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def out_of_f16_range(tmp_path_factory):
+    """A synthetic head whose o_proj / down_proj have std 1.5e-6 (below f16's normal range), whose fc is scaled
+    by 1e7 (beyond f16's largest) and whose k_proj holds one value of 1e5 among ordinary ones; stored F32."""
+    d = tmp_path_factory.mktemp("range")
+    write_checkpoint(d / "src", SynthSpec(), seed=3)
+    t = as_float(read_tensors(d / "src"), "F32")
+    rng = np.random.default_rng(0)
+    for n in ("mtp.layers.0.self_attn.o_proj.weight", DOWN):
+        t[n] = ((rng.standard_normal(t[n][0].shape) * 1.5e-6).astype(np.float32), "F32")
+    t["mtp.fc.weight"] = (t["mtp.fc.weight"][0] * np.float32(1e7), "F32")
+    k = t["mtp.layers.0.self_attn.k_proj.weight"][0].copy()
+    k[0, 0] = 1e5
+    t["mtp.layers.0.self_attn.k_proj.weight"] = (k, "F32")
+    return write_variant(d / "src", d / "ckpt", t, declare("float32"))
+
+
+KEPT = {"mtp.fc.weight", "mtp.layers.0.self_attn.k_proj.weight", "mtp.layers.0.self_attn.o_proj.weight", DOWN}
+
+
+def test_f16_build_keeps_what_f16_cannot_hold_as_f32_with_one_warning_each(out_of_f16_range, tmp_path):
+    code, out = run("build-mtp", out_of_f16_range, "-o", tmp_path)
+    assert code == 0, out
+    warnings = [line for line in out.splitlines() if line.startswith("warning: ")]
+    assert sorted(w.split()[2].rstrip(":") for w in warnings) == sorted(KEPT)
+    assert all("kept as f32" in w and "values in [" in w for w in warnings)
+    assert any("1e+05]" in w for w in warnings if "k_proj" in w)  # the range names the offending value
+    assert any("e-06" in w for w in warnings if "o_proj" in w)
+    head = ov.Core().read_model(tmp_path / contract.MTP_XML)
+    consts = {op.get_friendly_name(): op.get_element_type().get_type_name() for op in head.get_ops()
+              if op.get_type_name() == "Constant" and op.get_friendly_name().startswith("mtp.")}
+    assert {n: consts[n] for n in KEPT} == {n: "f32" for n in KEPT}
+    assert consts[Q] == "f16"  # the rest stays compressed
+
+
+def test_f16_build_of_out_of_range_weights_equals_the_f32_build(out_of_f16_range):
+    """Kept tensors are exact; the others carry f16 rounding (2^-11 relative): 1e-2 of the output scale. Clamping
+    fc at 65504 or flushing o_proj to f16 subnormals would move the output by far more."""
+    cfg, _, _ = load_mtp(out_of_f16_range)
+    calls = three_calls(cfg.hidden_size)
+    f32 = run_head(build_mtp_model(out_of_f16_range, weight_format="f32", warn=lambda _: None), calls)
+    f16 = run_head(build_mtp_model(out_of_f16_range, weight_format="f16", warn=lambda _: None), calls)
+    assert max_diff(f16, f32) <= 1e-2 * scale(f32)
+
+
+# ---- FP8 block-scaled --------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fp8_copy(ckpt, tmp_path_factory):
+    """fp8_copy(source, block, scale_dtype, per_expert=False) -> (dir, stored tensors, block used)."""
+    made = {}
+
+    def get(source: str, block, scale_dtype: str, per_expert: bool = False):
+        key = (source, block, scale_dtype, per_expert)
+        if key not in made:
+            src = ckpt(source)
+            t = read_tensors(src)
+            if per_expert:
+                t = split_per_expert(t)
+            used = block or (128, 128)
+            q = fp8_tensors(t, used, scale_dtype)
+            d = tmp_path_factory.mktemp(f"{source}-fp8")
+            made[key] = write_variant(src, d / "ckpt", q, fp8_config(block)), q, used, t
+        return made[key]
+    return get
+
+
+FP8_CASES = [  # (source, block in quantization_config (None: absent, so 128 x 128), scale dtype, per expert)
+    ("qwen35-dense", None, "BF16", False),
+    ("qwen35-dense", (48, 40), "BF16", False),
+    ("qwen35-dense", (48, 40), "F32", False),
+    ("qwen35-moe", (48, 40), "BF16", True),
+    ("qwen35-moe", (48, 40), "F32", False),
+]
+
+
+@pytest.mark.parametrize("case", FP8_CASES, ids=lambda c: f"{c[0]}-{c[1] and 'x'.join(map(str, c[1]))}-{c[2]}"
+                         + ("-per-expert" if c[3] else ""))
+def test_fp8_head_matches_numpy_on_the_dequantized_weights_and_the_bf16_head_within_fp8_error(fp8_copy, case):
+    """(a) vs the float64 numpy layer on codes x block scales (computed here with np.repeat): f32 rounding only,
+    1e-4 of the output scale, as for float checkpoints.
+    (b) vs the bf16 head: e4m3 keeps 3 mantissa bits, so rounding to nearest changes each weight by at most 2^-4 of
+    its magnitude (block scales bring every block's largest value to 448, inside the normal range). To first order
+    each quantized projection perturbs its output by at most that relative error, the perturbations add along the
+    residual stream, and the final RMSNorm keeps the output scale: bound = (number of FP8 matrices) x 2^-4 of the
+    output scale. It must also be a real quantization: more than 1e-3 of the scale.
+    """
+    d, q, block, original = fp8_copy(*case)
+    cfg, _, _ = load_mtp(d)
+    calls = three_calls(cfg.hidden_size)
+    got = run_head(build_mtp_model(d, weight_format="f32"), calls)
+    want = run_reference(fused_view(dequantized(q, block)), cfg, calls)
+    bf16 = run_reference(fused_view(dequantized(original)), cfg, calls)
+    assert max_diff(got, want) <= 1e-4 * scale(want)
+    matrices = sum(n.endswith("_scale_inv") for n in q)
+    assert 1e-3 * scale(bf16) < max_diff(got, bf16) <= matrices * 2 ** -4 * scale(bf16)
+
+
+@pytest.mark.parametrize("source, fmt", [("qwen35-dense", "int4"), ("qwen35-moe", "int4"), ("qwen35-dense", "f16")])
+def test_fp8_checkpoint_compresses(fp8_copy, source, fmt, tmp_path):
+    d, *_ = fp8_copy(source, None, "BF16", source == "qwen35-moe")
+    code, out = run("build-mtp", d, "-o", tmp_path, "--weight-format", fmt)
+    assert code == 0, out
+    head = ov.Core().read_model(tmp_path / contract.MTP_XML)
+    types = {op.get_element_type().get_type_name() for op in head.get_ops() if op.get_type_name() == "Constant"}
+    assert ("u4" if fmt == "int4" else "f16") in types
+
+
+def test_fp8_dequantization_scales_partial_edge_blocks_in_place():
+    codes = np.random.default_rng(0).integers(0, 0x7E, (2, 5, 7)).astype(np.uint8)
+    values, scale_inv = FP8_E4M3FN[codes], np.arange(1, 2 * 3 * 3 + 1, dtype=np.float32).reshape(2, 3, 3)
+    want = values * np.repeat(np.repeat(scale_inv, 2, 1), 3, 2)[:, :5, :7]
+    got = dequantize_blocks(values.copy(), scale_inv, (2, 3), "x")
+    np.testing.assert_array_equal(got, want)
+    per_tensor = dequantize_blocks(values.copy(), np.float32([2.0, 3.0]), None, "x")
+    np.testing.assert_array_equal(per_tensor, values * np.float32([2.0, 3.0])[:, None, None])
+    with pytest.raises(CheckpointError, match=r"x_scale_inv: expected shape \[2, 3, 3\].*2x3 blocks.*\[2, 3, 2\]"):
+        dequantize_blocks(values.copy(), scale_inv[..., :2], (2, 3), "x")
+
+
+@pytest.mark.parametrize("module, patterns, match", [
+    ("mtp.fc", ("mtp.fc",), "mtp.fc"),
+    ("mtp.layers.0.self_attn.q_proj", ("q_proj",), "q_proj"),                        # suffix
+    ("mtp.layers.0.self_attn.q_proj", ("mtp.layers.0.self_attn",), "mtp.layers.0.self_attn"),  # prefix at a boundary
+    ("mtp.layers.0.self_attn.q_proj", ("mtp.layers.0.self_att",), None),             # not at a module boundary
+    ("mtp.layers.0.mlp.gate_proj", ("mtp.layers.0.mlp.gate",), None),                # mlp.gate is not mlp.gate_proj
+    ("mtp.layers.10.mlp.up_proj", ("mtp.layers.1",), None),
+    ("mtp.layers.0.mlp.experts", (r"mtp\.layers\.\d+\.mlp",), r"mtp\.layers\.\d+\.mlp"),  # a regex
+])
+def test_modules_to_not_convert_matches_like_transformers(module, patterns, match):
+    assert unconverted_by(module, patterns) == match
+
+
+def test_modules_to_not_convert_is_honoured(ckpt, tmp_path):
+    """Listed modules kept BF16 build; a listed module stored as FP8 is refused (transformers would load it as a
+    plain Linear, without its scales)."""
+    src = ckpt("qwen35-dense")
+    q = fp8_tensors(read_tensors(src), (128, 128), "BF16")
+    ok = write_variant(src, tmp_path / "ok", q, fp8_config(modules_to_not_convert=["lm_head", "mtp.fc"]))
+    assert run("build-mtp", ok, "-o", tmp_path / "ok-out")[0] == 0
+    bad = write_variant(src, tmp_path / "bad", q, fp8_config(modules_to_not_convert=["self_attn.q_proj"]))
+    out = one_line_error(*run("build-mtp", bad, "-o", tmp_path / "bad-out"))
+    assert f"tensor {Q}: stored as F8_E4M3" in out and "modules_to_not_convert lists 'self_attn.q_proj'" in out
+
+
+def fp8_edit(src: Path, dst: Path, mutate_tensors=None, **qc) -> Path:
+    q = fp8_tensors(read_tensors(src), (128, 128), "BF16")
+    if mutate_tensors:
+        mutate_tensors(q)
+    return write_variant(src, dst, q, fp8_config(**qc))
+
+
+BAD_FP8 = {
+    "scale-shape": (lambda q: q.__setitem__(Q + "_scale_inv", (np.zeros((1, 1), np.float32), "F32")), {},
+                    [Q + "_scale_inv", "expected shape [4, 1]", "[512, 64]", "128x128 blocks", "found [1, 1]"]),
+    "scale-dtype": (lambda q: q.__setitem__(Q + "_scale_inv", (np.zeros((4, 1), np.int32), "I32")), {},
+                    [Q + "_scale_inv", "scales stored as I32"]),
+    "orphan-scale": (lambda q: q.__setitem__("mtp.fc.weight_scale_inv", (np.ones((1, 1), np.float32), "F32")), {},
+                     ["mtp.fc.weight_scale_inv", "without a F8_E4M3 tensor"]),
+    "block-size": (None, {"weight_block_size": [0, 128]}, ["weight_block_size must be two positive integers"]),
+    "e5m2": (None, {"fmt": "e5m2"}, ["fmt 'e5m2'", "supported: fmt 'e4m3'"]),
+    "ue8m0-scales": (None, {"scale_fmt": "ue8m0"}, ["scale_fmt 'ue8m0'"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FP8))
+def test_bad_fp8_layouts_are_one_line_errors(ckpt, tmp_path, case):
+    mutate, qc, needles = BAD_FP8[case]
+    d = fp8_edit(ckpt("qwen35-dense"), tmp_path / "ckpt", mutate, **qc)
+    out = one_line_error(*run("build-mtp", d, "-o", tmp_path / "out"))
+    for needle in needles:
+        assert needle in out
+    assert not (tmp_path / "out").exists()
+
+
+# ---- patch from F32 / F16 / FP8 checkpoints, and openvino-genai on the result ----------------------------------
+
+@pytest.fixture(scope="module")
+def patch_sources(ckpt, floats, fp8_copy):
+    return {"f32": ("dense-f32ckpt-fp32", ckpt("qwen35-dense-f32")),
+            "f16": ("dense-fp16", floats["f16"]),
+            "fp8-dense": ("dense-fp16", fp8_copy("qwen35-dense", None, "BF16")[0]),
+            "fp8-moe": ("moe-fp16", fp8_copy("qwen35-moe", None, "BF16", True)[0])}
+
+
+@pytest.fixture(scope="module")
+def patched_from(patch_sources, export, tmp_path_factory):
+    done = {}
+
+    def get(name):
+        if name not in done:
+            export_name, source = patch_sources[name]
+            target = strip_mtp(export(export_name), tmp_path_factory.mktemp(name) / "target")
+            code, out = run("patch", target, "--checkpoint", source)
+            assert code == 0, out
+            done[name] = target
+        return done[name]
+    return get
+
+
+@pytest.mark.parametrize("name", ["f32", "f16", "fp8-dense", "fp8-moe"])
+def test_patch_from_each_checkpoint_format_passes_verify(patched_from, name):
+    target = patched_from(name)
+    assert [c.name for c in verify_directory(target) if not c.ok] == []
+
+
+@pytest.mark.genai
+@pytest.mark.parametrize("name", ["f32", "f16", "fp8-dense", "fp8-moe"])
+def test_genai_mtp_decoding_equals_plain_greedy(patched_from, name):
+    from irsurgeon.genai_check import run_equivalence
+
+    report = run_equivalence(patched_from(name), prompts=3, nats=(1, 2, 3, 4), echo=lambda _: None)
+    assert len(report.runs) == 12 and report.identical, [r for r in report.runs if not r.identical]
+
+
+# ---- other quantized layouts: refused by name -------------------------------------------------------------------
+
+REAL = "real-configs"
+
+
+def real_config(reference: Path, name: str, quantization_config=None) -> dict:
+    config = json.loads((reference / REAL / name / "config.json").read_text())
+    if quantization_config is not None:
+        config["quantization_config"] = quantization_config
+    return config
+
+
+def layout(config: dict, scheme: str) -> dict[str, tuple[str, list[int]]]:
+    """The head's tensors at the config's real sizes as `scheme` stores them (name -> (dtype, shape))."""
+    from irsurgeon.build import expected_shapes
+    from irsurgeon.config import parse_config
+
+    out = {}
+    for rel, shape in expected_shapes(parse_config(config)).items():
+        name, (O, I) = "mtp." + rel, (shape if len(shape) == 2 else (0, 0))
+        m = name[: -len(".weight")]
+        if len(shape) == 1 or (name == "mtp.fc.weight" and scheme in ("compressed-tensors", "fp8")):
+            out[name] = ("BF16", list(shape))  # norms; fc is in the AWQ build's ignore list, BF16 in FP8 releases
+        elif scheme == "compressed-tensors":  # pack-quantized int4, group 32 (the build's group_mtp)
+            out.update({m + ".weight_packed": ("I32", [O, I // 8]), m + ".weight_scale": ("BF16", [O, I // 32]),
+                        m + ".weight_zero_point": ("I32", [O // 8, I // 32]), m + ".weight_shape": ("I64", [2])})
+        elif scheme in ("gptq", "awq"):
+            packed = [I // 8, O] if scheme == "gptq" else [I, O // 8]
+            out.update({m + ".qweight": ("I32", packed), m + ".qzeros": ("I32", [I // 128, O // 8]),
+                        m + ".scales": ("F16", [I // 128, O])})
+            if scheme == "gptq":
+                out[m + ".g_idx"] = ("I32", [I])
+        elif scheme == "mlx-mxfp4":
+            out.update({name: ("U32", [O, I * 4 // 32]), m + ".scales": ("U8", [O, I // 32])})
+        elif scheme == "mlx-affine":
+            out.update({name: ("U32", [O, I // 8]), m + ".scales": ("BF16", [O, I // 64]),
+                        m + ".biases": ("BF16", [O, I // 64])})
+        elif scheme == "bnb-nf4":
+            out.update({name: ("U8", [O * I // 2, 1]), name + ".absmax": ("F32", [O * I // 64]),
+                        name + ".quant_map": ("F32", [16]), name + ".quant_state.bitsandbytes__nf4": ("U8", [96])})
+        elif scheme == "bnb-int8":
+            out.update({name: ("I8", [O, I]), m + ".SCB": ("F32", [O])})
+        elif scheme == "hqq":
+            out.update({m + ".W_q": ("U8", [O * I // 2]), m + ".meta": ("U8", [64])})
+        elif scheme == "fp8":
+            out.update({name: ("F8_E4M3", [O, I]), name + "_scale_inv": ("BF16", [-(-O // 128), -(-I // 128)])})
+    return out
+
+
+def header_only_checkpoint(d: Path, config: dict, tensors: dict) -> Path:
+    from helpers.checkpoints import write_header_only
+
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps(config))
+    write_header_only(d / "model.safetensors", tensors)
+    return d
+
+
+SMALL = "qwen3.5-0.8B"
+FOREIGN = {  # case -> (real config, quantization_config to set (None: its own), layout, words the error must hold)
+    "compressed-tensors": ("qwen3.6-27B-awq-community", None, "compressed-tensors",
+                           ["quantized as compressed-tensors", "weight_packed"]),
+    "gptq": (SMALL, {"quant_method": "gptq", "bits": 4, "group_size": 128}, "gptq",
+             ["quantized as gptq (bits 4, group_size 128)", ".g_idx"]),
+    "awq": (SMALL, {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}, "awq",
+            ["quantized as awq (bits 4, group_size 128)", ".qweight"]),
+    "mlx-mxfp4": ("qwen3.5-2B-mlx-mxfp4", None, "mlx-mxfp4",
+                  ["quantized as MLX (bits 4, group_size 32, mode mxfp4)", ".scales"]),
+    "mlx-affine": (SMALL, {"group_size": 64, "bits": 4}, "mlx-affine",
+                   ["quantized as MLX (bits 4, group_size 64)", ".biases"]),
+    "bnb-nf4": (SMALL, {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"},
+                "bnb-nf4", ["quantized as bitsandbytes", "weight.absmax"]),
+    "bnb-int8-no-config": (SMALL, {}, "bnb-int8", ["quantized as bitsandbytes", ".SCB"]),
+    "unknown-method": (SMALL, {"quant_method": "hqq", "nbits": 4}, "hqq", ["quantized as hqq", ".W_q"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOREIGN))
+def test_other_quantized_layouts_are_refused_naming_the_scheme(reference, tmp_path, case):
+    """Real configs with `mtp.*` tensors of that scheme at the config's sizes (header-only files: the refusal
+    comes from names, dtypes and config, before any data is read)."""
+    config_name, qc, scheme, needles = FOREIGN[case]
+    config = real_config(reference, config_name, qc)
+    d = header_only_checkpoint(tmp_path / "ckpt", config, layout(config, scheme))
+    out = one_line_error(*run("build-mtp", d, "-o", tmp_path / "out"))
+    for needle in needles + ["supported: bf16, f16, f32, and FP8 e4m3 with block scales"]:
+        assert needle in out
+    assert not (tmp_path / "out").exists()
+
+
+def test_patch_refuses_a_foreign_layout_and_leaves_the_target_as_it_was(reference, export, tmp_path):
+    config = real_config(reference, "qwen3.6-27B-awq-community")
+    d = header_only_checkpoint(tmp_path / "ckpt", config, layout(config, "compressed-tensors"))
+    target = strip_mtp(export("dense-fp16"), tmp_path / "target")
+    before = snapshot(target)
+    code, out = run("patch", target, "--checkpoint", d)
+    last = out.splitlines()[-1]  # after the line saying which format `auto` chose
+    assert code == 1 and last.startswith("Error: ") and "quantized as compressed-tensors" in last
+    assert snapshot(target) == before
+
+
+def test_a_foreign_quantization_config_with_a_float_head_builds(reference, ckpt, tmp_path):
+    """Quantizers often leave the MTP head unquantized: the tensors, not the config, decide."""
+    qc = real_config(reference, "qwen3.6-27B-awq-community")["quantization_config"]
+    d = write_variant(ckpt("qwen35-dense"), tmp_path / "ckpt", read_tensors(ckpt("qwen35-dense")),
+                      lambda c: c.__setitem__("quantization_config", qc))
+    code, out = run("build-mtp", d, "-o", tmp_path / "out")
+    assert code == 0, out
+
+
+@pytest.mark.parametrize("config_name, qc", [
+    ("qwen3.6-35B-A3B-FP8", None),  # per-expert FP8 experts with BF16 scales, 1560 mtp.* tensors
+    ("qwen3.6-27B-awq-community", {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                   "weight_block_size": [128, 128]}),  # a 27B-class dense FP8 head: 22 tensors
+])
+def test_real_fp8_release_layouts_pass_every_check(reference, tmp_path, config_name, qc):
+    """At the releases' sizes (header-only files): tensor set, shapes, dtypes, scale shapes all accepted."""
+    config = real_config(reference, config_name, qc)
+    tensors = layout(config, "fp8")
+    if "moe" in config["model_type"]:
+        tensors = per_expert_fp8(tensors, config)
+        assert len(tensors) == 1560
+    else:
+        assert len(tensors) == 22
+    d = header_only_checkpoint(tmp_path / "ckpt", config, tensors)
+    cfg, weights, ck = load_mtp(d)
+    ck.close()
+    from irsurgeon.build import expected_shapes
+    assert sorted(weights) == sorted(k for k in expected_shapes(cfg))
+
+
+def per_expert_fp8(tensors: dict, config: dict) -> dict:
+    """Canonical stacked experts -> the release's per-expert FP8 tensors; router and shared-expert gate BF16."""
+    tc = config["text_config"]
+    E, I, H = tc["num_experts"], tc["moe_intermediate_size"], tc["hidden_size"]
+    out = {n: v for n, v in tensors.items() if ".experts." not in n}
+    for gate in ("mtp.layers.0.mlp.gate.weight", "mtp.layers.0.mlp.shared_expert_gate.weight"):
+        out.pop(gate + "_scale_inv")
+        out[gate] = ("BF16", tensors[gate][1])
+    for e in range(E):
+        for p, (o, i) in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+            name = f"mtp.layers.0.mlp.experts.{e}.{p}.weight"
+            out[name], out[name + "_scale_inv"] = ("F8_E4M3", [o, i]), ("BF16", [-(-o // 128), -(-i // 128)])
+    return out
