@@ -1,10 +1,10 @@
 """Checkpoint storage formats: F32 / F16 / BF16 (as declared or mixed), FP8 block-scaled (dense and MoE, BF16 or
-F32 scales, partial edge blocks, modules_to_not_convert), f16 builds of weights f16 cannot hold, and every other
-quantized layout refused by name."""
+F32 scales, partial edge blocks, modules_to_not_convert), f16 builds of weights f16 cannot hold; each builds, and
+patches an export that then decodes like plain greedy in openvino-genai. Other quantized layouts:
+test_quantized_layouts.py."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +12,6 @@ import openvino as ov
 import pytest
 from click.testing import CliRunner
 
-from dirsnap import snapshot
 from helpers.checkpoints import (as_float, dequantized, fp8_config, fp8_tensors, fused_view, read_tensors,
                                  split_per_expert, write_variant)
 from helpers.heads import max_diff, run_head, run_reference, scale, three_calls
@@ -25,7 +24,7 @@ from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.synth.strip import strip_mtp
 from irsurgeon.verify import verify_directory
 from irsurgeon.weights.fp8 import dequantize_blocks, unconverted_by
-from irsurgeon.weights.safetensors_io import FP8_E4M3FN, decode
+from irsurgeon.weights.safetensors_io import FP8_E4M3FN, decode, write_safetensors
 
 Q = "mtp.layers.0.self_attn.q_proj.weight"
 DOWN = "mtp.layers.0.mlp.down_proj.weight"
@@ -337,147 +336,24 @@ def test_genai_mtp_decoding_equals_plain_greedy(patched_from, name):
     assert len(report.runs) == 12 and report.identical, [r for r in report.runs if not r.identical]
 
 
-# ---- other quantized layouts: refused by name -------------------------------------------------------------------
-
-REAL = "real-configs"
-
-
-def real_config(reference: Path, name: str, quantization_config=None) -> dict:
-    config = json.loads((reference / REAL / name / "config.json").read_text())
-    if quantization_config is not None:
-        config["quantization_config"] = quantization_config
-    return config
-
-
-def layout(config: dict, scheme: str) -> dict[str, tuple[str, list[int]]]:
-    """The head's tensors at the config's real sizes as `scheme` stores them (name -> (dtype, shape))."""
-    from irsurgeon.build import expected_shapes
-    from irsurgeon.config import parse_config
-
-    out = {}
-    for rel, shape in expected_shapes(parse_config(config)).items():
-        name, (O, I) = "mtp." + rel, (shape if len(shape) == 2 else (0, 0))
-        m = name[: -len(".weight")]
-        if len(shape) == 1 or (name == "mtp.fc.weight" and scheme in ("compressed-tensors", "fp8")):
-            out[name] = ("BF16", list(shape))  # norms; fc is in the AWQ build's ignore list, BF16 in FP8 releases
-        elif scheme == "compressed-tensors":  # pack-quantized int4, group 32 (the build's group_mtp)
-            out.update({m + ".weight_packed": ("I32", [O, I // 8]), m + ".weight_scale": ("BF16", [O, I // 32]),
-                        m + ".weight_zero_point": ("I32", [O // 8, I // 32]), m + ".weight_shape": ("I64", [2])})
-        elif scheme in ("gptq", "awq"):
-            packed = [I // 8, O] if scheme == "gptq" else [I, O // 8]
-            out.update({m + ".qweight": ("I32", packed), m + ".qzeros": ("I32", [I // 128, O // 8]),
-                        m + ".scales": ("F16", [I // 128, O])})
-            if scheme == "gptq":
-                out[m + ".g_idx"] = ("I32", [I])
-        elif scheme == "mlx-mxfp4":
-            out.update({name: ("U32", [O, I * 4 // 32]), m + ".scales": ("U8", [O, I // 32])})
-        elif scheme == "mlx-affine":
-            out.update({name: ("U32", [O, I // 8]), m + ".scales": ("BF16", [O, I // 64]),
-                        m + ".biases": ("BF16", [O, I // 64])})
-        elif scheme == "bnb-nf4":
-            out.update({name: ("U8", [O * I // 2, 1]), name + ".absmax": ("F32", [O * I // 64]),
-                        name + ".quant_map": ("F32", [16]), name + ".quant_state.bitsandbytes__nf4": ("U8", [96])})
-        elif scheme == "bnb-int8":
-            out.update({name: ("I8", [O, I]), m + ".SCB": ("F32", [O])})
-        elif scheme == "hqq":
-            out.update({m + ".W_q": ("U8", [O * I // 2]), m + ".meta": ("U8", [64])})
-        elif scheme == "fp8":
-            out.update({name: ("F8_E4M3", [O, I]), name + "_scale_inv": ("BF16", [-(-O // 128), -(-I // 128)])})
-    return out
-
-
-def header_only_checkpoint(d: Path, config: dict, tensors: dict) -> Path:
-    from helpers.checkpoints import write_header_only
-
-    d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps(config))
-    write_header_only(d / "model.safetensors", tensors)
-    return d
-
-
-SMALL = "qwen3.5-0.8B"
-FOREIGN = {  # case -> (real config, quantization_config to set (None: its own), layout, words the error must hold)
-    "compressed-tensors": ("qwen3.6-27B-awq-community", None, "compressed-tensors",
-                           ["quantized as compressed-tensors", "weight_packed"]),
-    "gptq": (SMALL, {"quant_method": "gptq", "bits": 4, "group_size": 128}, "gptq",
-             ["quantized as gptq (bits 4, group_size 128)", ".g_idx"]),
-    "awq": (SMALL, {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}, "awq",
-            ["quantized as awq (bits 4, group_size 128)", ".qweight"]),
-    "mlx-mxfp4": ("qwen3.5-2B-mlx-mxfp4", None, "mlx-mxfp4",
-                  ["quantized as MLX (bits 4, group_size 32, mode mxfp4)", ".scales"]),
-    "mlx-affine": (SMALL, {"group_size": 64, "bits": 4}, "mlx-affine",
-                   ["quantized as MLX (bits 4, group_size 64)", ".biases"]),
-    "bnb-nf4": (SMALL, {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"},
-                "bnb-nf4", ["quantized as bitsandbytes", "weight.absmax"]),
-    "bnb-int8-no-config": (SMALL, {}, "bnb-int8", ["quantized as bitsandbytes", ".SCB"]),
-    "unknown-method": (SMALL, {"quant_method": "hqq", "nbits": 4}, "hqq", ["quantized as hqq", ".W_q"]),
-}
-
-
-@pytest.mark.parametrize("case", sorted(FOREIGN))
-def test_other_quantized_layouts_are_refused_naming_the_scheme(reference, tmp_path, case):
-    """Real configs with `mtp.*` tensors of that scheme at the config's sizes (header-only files: the refusal
-    comes from names, dtypes and config, before any data is read)."""
-    config_name, qc, scheme, needles = FOREIGN[case]
-    config = real_config(reference, config_name, qc)
-    d = header_only_checkpoint(tmp_path / "ckpt", config, layout(config, scheme))
-    out = one_line_error(*run("build-mtp", d, "-o", tmp_path / "out"))
-    for needle in needles + ["supported: bf16, f16, f32, and FP8 e4m3 with block scales"]:
-        assert needle in out
-    assert not (tmp_path / "out").exists()
-
-
-def test_patch_refuses_a_foreign_layout_and_leaves_the_target_as_it_was(reference, export, tmp_path):
-    config = real_config(reference, "qwen3.6-27B-awq-community")
-    d = header_only_checkpoint(tmp_path / "ckpt", config, layout(config, "compressed-tensors"))
-    target = strip_mtp(export("dense-fp16"), tmp_path / "target")
-    before = snapshot(target)
-    code, out = run("patch", target, "--checkpoint", d)
-    last = out.splitlines()[-1]  # after the line saying which format `auto` chose
-    assert code == 1 and last.startswith("Error: ") and "quantized as compressed-tensors" in last
-    assert snapshot(target) == before
-
-
-def test_a_foreign_quantization_config_with_a_float_head_builds(reference, ckpt, tmp_path):
-    """Quantizers often leave the MTP head unquantized: the tensors, not the config, decide."""
-    qc = real_config(reference, "qwen3.6-27B-awq-community")["quantization_config"]
-    d = write_variant(ckpt("qwen35-dense"), tmp_path / "ckpt", read_tensors(ckpt("qwen35-dense")),
-                      lambda c: c.__setitem__("quantization_config", qc))
-    code, out = run("build-mtp", d, "-o", tmp_path / "out")
-    assert code == 0, out
-
-
-@pytest.mark.parametrize("config_name, qc", [
-    ("qwen3.6-35B-A3B-FP8", None),  # per-expert FP8 experts with BF16 scales, 1560 mtp.* tensors
-    ("qwen3.6-27B-awq-community", {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                   "weight_block_size": [128, 128]}),  # a 27B-class dense FP8 head: 22 tensors
-])
-def test_real_fp8_release_layouts_pass_every_check(reference, tmp_path, config_name, qc):
-    """At the releases' sizes (header-only files): tensor set, shapes, dtypes, scale shapes all accepted."""
-    config = real_config(reference, config_name, qc)
-    tensors = layout(config, "fp8")
-    if "moe" in config["model_type"]:
-        tensors = per_expert_fp8(tensors, config)
-        assert len(tensors) == 1560
-    else:
-        assert len(tensors) == 22
-    d = header_only_checkpoint(tmp_path / "ckpt", config, tensors)
-    cfg, weights, ck = load_mtp(d)
+def test_sharded_fp8_checkpoint_with_scales_in_another_shard_builds_the_same_head(fp8_copy, tmp_path):
+    """Index + shards: FP8 codes in one shard, their scales in another, the rest of the model in a third that is
+    corrupt (opening it would be an error): the head equals the single-file one exactly."""
+    single, q, _, _ = fp8_copy("qwen35-dense", None, "BF16")
+    d = tmp_path / "sharded"
+    d.mkdir()
+    (d / "config.json").write_bytes((single / "config.json").read_bytes())
+    groups = {"codes.safetensors": [n for n in q if n.startswith("mtp.") and not n.endswith("_scale_inv")],
+              "scales.safetensors": [n for n in q if n.endswith("_scale_inv")]}
+    for shard, names in groups.items():
+        write_safetensors(d / shard, {n: q[n][0] for n in names}, {n: q[n][1] for n in names})
+    (d / "rest.safetensors").write_bytes(b"\xff" * 64)
+    weight_map = {n: s for s, names in groups.items() for n in names}
+    weight_map.update({n: "rest.safetensors" for n in q if not n.startswith("mtp.")})
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    cfg, _, ck = load_mtp(d)
+    assert sorted(p.name for p in ck.opened) == ["codes.safetensors", "scales.safetensors"]
     ck.close()
-    from irsurgeon.build import expected_shapes
-    assert sorted(weights) == sorted(k for k in expected_shapes(cfg))
-
-
-def per_expert_fp8(tensors: dict, config: dict) -> dict:
-    """Canonical stacked experts -> the release's per-expert FP8 tensors; router and shared-expert gate BF16."""
-    tc = config["text_config"]
-    E, I, H = tc["num_experts"], tc["moe_intermediate_size"], tc["hidden_size"]
-    out = {n: v for n, v in tensors.items() if ".experts." not in n}
-    for gate in ("mtp.layers.0.mlp.gate.weight", "mtp.layers.0.mlp.shared_expert_gate.weight"):
-        out.pop(gate + "_scale_inv")
-        out[gate] = ("BF16", tensors[gate][1])
-    for e in range(E):
-        for p, (o, i) in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
-            name = f"mtp.layers.0.mlp.experts.{e}.{p}.weight"
-            out[name], out[name + "_scale_inv"] = ("F8_E4M3", [o, i]), ("BF16", [-(-o // 128), -(-i // 128)])
-    return out
+    calls = three_calls(cfg.hidden_size)
+    got = run_head(build_mtp_model(d, weight_format="f32"), calls)
+    assert max_diff(got, run_head(build_mtp_model(single, weight_format="f32"), calls)) == 0.0
