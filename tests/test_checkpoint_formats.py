@@ -12,8 +12,8 @@ import openvino as ov
 import pytest
 from click.testing import CliRunner
 
-from helpers.checkpoints import (as_float, dequantized, fp8_config, fp8_tensors, fused_view, read_tensors,
-                                 split_per_expert, write_variant)
+from helpers.checkpoints import (PER_TENSOR, as_float, dequantized, fp8_config, fp8_tensors, fused_view,
+                                 read_tensors, split_per_expert, write_variant)
 from helpers.heads import max_diff, run_head, run_reference, scale, three_calls
 from irsurgeon import contract
 from irsurgeon.build import build_mtp_model, load_mtp
@@ -192,13 +192,18 @@ FP8_CASES = [  # (source, block in quantization_config (None: absent, so 128 x 1
     ("qwen35-dense", None, "BF16", False),
     ("qwen35-dense", (48, 40), "BF16", False),
     ("qwen35-dense", (48, 40), "F32", False),
+    ("qwen35-dense", PER_TENSOR, "F32", False),
     ("qwen35-moe", (48, 40), "BF16", True),
     ("qwen35-moe", (48, 40), "F32", False),
 ]
 
 
-@pytest.mark.parametrize("case", FP8_CASES, ids=lambda c: f"{c[0]}-{c[1] and 'x'.join(map(str, c[1]))}-{c[2]}"
-                         + ("-per-expert" if c[3] else ""))
+def case_id(case) -> str:
+    block = case[1] if case[1] in (None, PER_TENSOR) else "x".join(map(str, case[1]))
+    return f"{case[0]}-{block}-{case[2]}" + ("-per-expert" if case[3] else "")
+
+
+@pytest.mark.parametrize("case", FP8_CASES, ids=case_id)
 def test_fp8_head_matches_numpy_on_the_dequantized_weights_and_the_bf16_head_within_fp8_error(fp8_copy, case):
     """(a) vs the float64 numpy layer on codes x block scales (computed here with np.repeat): f32 rounding only,
     1e-4 of the output scale, as for float checkpoints.
@@ -357,3 +362,20 @@ def test_sharded_fp8_checkpoint_with_scales_in_another_shard_builds_the_same_hea
     calls = three_calls(cfg.hidden_size)
     got = run_head(build_mtp_model(d, weight_format="f32"), calls)
     assert max_diff(got, run_head(build_mtp_model(single, weight_format="f32"), calls)) == 0.0
+
+
+def test_static_activation_scales_are_dropped_and_an_orphan_one_is_refused(fp8_copy, tmp_path):
+    """activation_scheme static: each FP8 linear also stores `activation_scale` (input quantization only)."""
+    single, q, _, _ = fp8_copy("qwen35-dense", None, "BF16")
+    static = dict(q)
+    for name in (n for n in q if n.endswith(".weight_scale_inv")):
+        static[name[: -len(".weight_scale_inv")] + ".activation_scale"] = (np.float32([0.5]).reshape(()), "F32")
+    d = write_variant(single, tmp_path / "static", static, fp8_config(activation_scheme="static"))
+    cfg, _, _ = load_mtp(d)
+    calls = three_calls(cfg.hidden_size)
+    got = run_head(build_mtp_model(d, weight_format="f32"), calls)
+    assert max_diff(got, run_head(build_mtp_model(single, weight_format="f32"), calls)) == 0.0
+    static["mtp.fc.activation_scale"] = (np.float32([0.5]).reshape(()), "F32")  # fc is BF16: nothing to go with
+    bad = write_variant(single, tmp_path / "orphan", static, fp8_config(activation_scheme="static"))
+    out = one_line_error(*run("build-mtp", bad, "-o", tmp_path / "out"))
+    assert "mtp.fc.activation_scale: activation scale without a block-scaled F8_E4M3 mtp.fc.weight" in out

@@ -5,8 +5,12 @@ one scale per b0 x b1 block, `quantization_config.weight_block_size = [b0, b1]` 
 
     W[..., i, j] = fp8(W)[..., i, j] * scale_inv[..., i // b0, j // b1]       scale_inv [..., ceil(O/b0), ceil(I/b1)]
 
-Edge blocks may be partial (O or I not a multiple of the block). `weight_block_size: null` means one scale per
-matrix. Tensors a release keeps in BF16 (fc, norms, router and gates) carry no scale and are read as they are.
+Edge blocks may be partial (O or I not a multiple of the block): the scale grid is ceil-divided as transformers
+5.23.0's `FP8Linear` allocates it (integrations/finegrained_fp8.py; its CPU `Fp8Dequantize` path instead derives the
+block from the grid and rejects such shapes). `weight_block_size: null` means one scale per matrix (FP8Linear's scalar
+`weight_scale_inv`). Tensors a release keeps in BF16 (fc, norms, router and gates) carry no scale and are read as
+they are. With `activation_scheme: static` each FP8 linear also stores an `activation_scale`, which only quantizes
+its input at run time; dequantizing drops it, as transformers' `Fp8Dequantize` does ("consumed by the dequant").
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from irsurgeon.errors import CheckpointError
 
 FP8_DTYPE = "F8_E4M3"
 SCALE_SUFFIX = "_scale_inv"
+ACTIVATION_SCALE = ".activation_scale"
 SCALE_DTYPES = ("BF16", "F16", "F32")
 DEFAULT_BLOCK = (128, 128)  # transformers 5.23.0 FineGrainedFP8Config: weight_block_size defaults to (128, 128)
 
@@ -68,29 +73,41 @@ def unconverted_by(module: str, patterns: tuple[str, ...]) -> str | None:
 
 
 def split_scales(names: set[str], dtype_of: Callable[[str], str], scheme: FP8Scheme) -> tuple[set[str], set[str]]:
-    """(weight names, names carrying an FP8 scale): every FP8 tensor needs its scale, every scale its FP8 tensor.
-
-    Honouring modules_to_not_convert: transformers 5.23.0 (integrations/finegrained_fp8.py `replace_with_fp8_linear`)
-    leaves a listed module a plain nn.Linear, which would load FP8 codes without their scale; so a listed module must
-    be stored unquantized here, and one stored as FP8 is refused rather than silently scaled.
-    """
+    """(weight names, names carrying an FP8 scale): every FP8 tensor needs its scale, every scale its FP8 tensor;
+    activation scales are dropped."""
     scales = {n for n in names if n.endswith(SCALE_SUFFIX)}
-    weights = names - scales
+    activations = {n for n in names if n.endswith(ACTIVATION_SCALE)}
+    weights = names - scales - activations
+    for a in sorted(activations):
+        base = a[: -len(ACTIVATION_SCALE)] + ".weight"
+        if base + SCALE_SUFFIX not in scales:
+            raise CheckpointError(f"tensor {a}: activation scale without a block-scaled {FP8_DTYPE} {base}")
     for s in sorted(scales):
-        base = s[: -len(SCALE_SUFFIX)]
-        if base not in weights or dtype_of(base) != FP8_DTYPE:
-            raise CheckpointError(f"tensor {s}: block scale without a {FP8_DTYPE} tensor {base} to scale")
-        if dtype_of(s) not in SCALE_DTYPES:
-            raise CheckpointError(f"tensor {s}: scales stored as {dtype_of(s)}; expected one of {', '.join(SCALE_DTYPES)}")
-        listed = unconverted_by(base.rpartition(".")[0], scheme.not_convert)
-        if listed is not None:
-            raise CheckpointError(f"tensor {base}: stored as {FP8_DTYPE}, but quantization_config."
-                                  f"modules_to_not_convert lists {listed!r} (that module must be unquantized)")
+        check_pair(s[: -len(SCALE_SUFFIX)], weights, dtype_of, scheme)
     for w in sorted(weights):
         if dtype_of(w) == FP8_DTYPE and w + SCALE_SUFFIX not in scales:
             raise CheckpointError(f"tensor {w}: stored as {FP8_DTYPE} but {w}{SCALE_SUFFIX} (its block scales) "
                                   f"is missing")
     return weights, {s[: -len(SCALE_SUFFIX)] for s in scales}
+
+
+def check_pair(base: str, weights: set[str], dtype_of: Callable[[str], str], scheme: FP8Scheme) -> None:
+    """A scale needs an FP8 weight, a float dtype, and a module quantization_config lets be quantized.
+
+    Honouring modules_to_not_convert: transformers 5.23.0 (integrations/finegrained_fp8.py `replace_with_fp8_linear`)
+    leaves a listed module a plain nn.Linear, which would load FP8 codes without their scale; so a listed module must
+    be stored unquantized, and one stored as FP8 is refused rather than silently scaled.
+    """
+    scale = base + SCALE_SUFFIX
+    if base not in weights or dtype_of(base) != FP8_DTYPE:
+        raise CheckpointError(f"tensor {scale}: block scale without a {FP8_DTYPE} tensor {base} to scale")
+    if dtype_of(scale) not in SCALE_DTYPES:
+        raise CheckpointError(f"tensor {scale}: scales stored as {dtype_of(scale)}; expected one of "
+                              f"{', '.join(SCALE_DTYPES)}")
+    listed = unconverted_by(base.rpartition(".")[0], scheme.not_convert)
+    if listed is not None:
+        raise CheckpointError(f"tensor {base}: stored as {FP8_DTYPE}, but quantization_config."
+                              f"modules_to_not_convert lists {listed!r} (that module must be unquantized)")
 
 
 def scale_shape(shape: tuple[int, ...], block: tuple[int, int] | None) -> tuple[int, ...]:

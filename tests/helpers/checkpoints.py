@@ -23,6 +23,7 @@ FP8_LEAVES = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"
               "up_proj.weight", "down_proj.weight", "experts.gate_up_proj", "experts.down_proj")
 MLP = "mtp.layers.0.mlp."
 NUMPY = {"F32": np.float32, "F16": np.float16}
+PER_TENSOR = "per-tensor"  # block argument: one scale per matrix (quantization_config weight_block_size null)
 
 
 def read_tensors(ckpt_dir: Path) -> dict[str, tuple[np.ndarray, str]]:
@@ -88,17 +89,21 @@ def fp8_tensors(tensors: dict, block=(128, 128), scale_dtype="BF16") -> dict:
         if not (name.startswith("mtp.") and name.endswith(FP8_LEAVES)):
             out[name] = (raw, dt)
             continue
-        codes, scale = quantize_fp8(decode(raw, dt).astype(np.float32), block, scale_dtype)
+        w = decode(raw, dt).astype(np.float32)
+        codes, scale = quantize_fp8(w, w.shape[-2:] if block == PER_TENSOR else block, scale_dtype)
+        if block == PER_TENSOR:
+            scale = scale.reshape(scale.shape[:-2])  # FP8Linear's per-tensor weight_scale_inv is a scalar
         out[name], out[name + "_scale_inv"] = (codes, "F8_E4M3"), (scale, scale_dtype)
     return out
 
 
 def fp8_config(block=None, **extra):
-    """A config_edit adding the FP8 releases' quantization_config (block None: key absent, so the default)."""
+    """A config_edit adding the FP8 releases' quantization_config (block None: key absent, so the default;
+    PER_TENSOR: null)."""
     def edit(config: dict) -> None:
         qc = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", **extra}
         if block is not None:
-            qc["weight_block_size"] = list(block)
+            qc["weight_block_size"] = None if block == PER_TENSOR else list(block)
         config["quantization_config"] = qc
     return edit
 
@@ -112,7 +117,10 @@ def dequantized(tensors: dict, block=(128, 128)) -> dict[str, np.ndarray]:
         w = decode(raw, dt).astype(np.float64)
         if dt == "F8_E4M3":
             s = decode(*tensors[name + "_scale_inv"]).astype(np.float64)
-            w = w * np.repeat(np.repeat(s, block[0], -2), block[1], -1)[..., :w.shape[-2], :w.shape[-1]]
+            if block == PER_TENSOR:
+                w = w * s[..., None, None]
+            else:
+                w = w * np.repeat(np.repeat(s, block[0], -2), block[1], -1)[..., :w.shape[-2], :w.shape[-1]]
         out[name[len("mtp."):]] = w
     return out
 
