@@ -51,13 +51,18 @@ def make_parameters(cfg: MTPConfig) -> tuple[list[ov.Node], Inputs]:
     return params, Inputs(*(p.output(0) for p in params))
 
 
-def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: str | WeightFormat = WeightFormat.F16) -> ov.Model:
-    """The stateful MTP head as an ov.Model from float32 weights keyed by their names relative to `mtp.`."""
+def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: str | WeightFormat = WeightFormat.F16,
+                warn=None) -> ov.Model:
+    """The stateful MTP head as an ov.Model from float32 weights keyed by their names relative to `mtp.`.
+
+    warn: where a weight kept f32 in an f16 build is reported (default: the loader's channel, else print).
+    """
     fmt = WeightFormat(fmt)
+    warn = warn or getattr(weights, "warn", print)
     params, inputs = make_parameters(cfg)
 
     def w(name: str) -> ov.Output:
-        return weight(weights[name[len(MTP_PREFIX):]], name, fmt)
+        return weight(weights[name[len(MTP_PREFIX):]], name, fmt, warn)
 
     out, sinks = mtp_head(inputs, w, cfg)
     result = ops.result(out)
@@ -76,7 +81,7 @@ def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
     fmt = WeightFormat(weight_format)
     cfg, weights, ckpt = load_mtp(checkpoint, config, allow_nonfinite, warn)
     try:
-        model = build_model(cfg, weights, fmt)
+        model = build_model(cfg, weights, fmt, warn)
     finally:
         ckpt.close()
     rtinfo.set_provenance(model, version=irsurgeon.__version__, source=str(checkpoint), weight_format=fmt.value,

@@ -145,7 +145,6 @@ CASES = {
     "other-model": (lambda d: edit_config(d / "config.json", model_type="llama"), ["llama"]),
     "config-not-json": (lambda d: (d / "config.json").write_text("{"), ["config.json", "JSON"]),
     "no-config": (lambda d: (d / "config.json").unlink(), ["config.json"]),
-    "dtype-mismatch": (lambda d: edit_config(d / "config.json", dtype="float32"), ["BF16", "float32"]),
     "nan-weight": (lambda d: rewrite(d / "model.safetensors", add={"mtp.norm.weight": np.full(64, 0x7FC0, np.uint16)}),
                    ["mtp.norm.weight", "NaN", "--allow-nonfinite"]),
 }
