@@ -99,12 +99,13 @@ def name_anonymous_nodes(model: ov.Model) -> None:
         node.set_friendly_name(f"{kind}_{counts[kind]}")
 
 
-def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False) -> Path:
+def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None) -> Path:
     """Write openvino_mtp_model.xml/.bin into out_dir (created if missing) under its directory lock.
 
     The files go through the same staged transaction as `patch` (irsurgeon.transaction): written into a staging
     folder inside out_dir, then moved in under a rollback journal. Weights are written exactly as built (no implicit
-    fp16 compression). On failure out_dir is as it was (a folder this call created is removed again).
+    fp16 compression). On failure out_dir is as it was (a folder this call created is removed again). echo gets
+    one line per thing done to what an interrupted run left there.
     """
     from irsurgeon.transaction import DirectoryTransaction, shown
 
@@ -115,7 +116,7 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False) -> 
     except OSError as e:
         raise OutputError(f"{out_dir}: cannot create output directory: {e.strerror}") from None
     try:
-        with DirectoryTransaction(out_dir, wait=wait) as tx:
+        with DirectoryTransaction(out_dir, wait=wait, echo=echo) as tx:
             tx.stage(contract.MTP_BIN)
             xml = tx.stage(contract.MTP_XML)
             name_anonymous_nodes(model)

@@ -42,16 +42,15 @@ def verify_directory(target: str | Path) -> list[Check]:
     from irsurgeon.patch import inspect_target
 
     target = Path(target)
-    checks = []
+    leftovers = leftover_state(target) if target.is_dir() else None  # a half-done commit mixes two versions
+    checks = [Check("interrupted run", *leftovers)] if leftovers is not None else []  # a foreign journal is named
     try:
         info = inspect_target(target)
     except IRSurgeonError as e:
-        return [Check("target layout", False, str(e))]
+        return [Check("target layout", False, str(e)), *checks]
     cfg = info.cfg
-    checks.append(Check("target layout", True, f"{cfg.model_type}, hidden {info.hidden_size}, vocab {info.vocab_size}"))
-    leftovers = leftover_state(target)  # a half-done commit mixes two versions; a foreign journal is named
-    if leftovers is not None:
-        checks.append(Check("interrupted run", *leftovers))
+    checks.insert(0, Check("target layout", True, f"{cfg.model_type}, hidden {info.hidden_size}, "
+                                                  f"vocab {info.vocab_size}"))
     if not info.has_mtp:
         return checks + [Check("MTP head present", False, f"no {contract.MTP_XML}/.bin")]
     try:

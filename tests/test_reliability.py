@@ -335,6 +335,26 @@ def test_second_run_is_refused_or_waits_while_the_first_holds_the_lock(lab, tmp_
     assert snapshot(target) == lab.after
 
 
+def test_other_writers_are_refused_while_patch_commits(lab, tmp_path):
+    """build-mtp -o and annotate into a directory whose patch is between moving the head's .bin and its .xml: both
+    are refused at once (before, build-mtp's .xml met patch's .bin); patch then finishes and verify passes."""
+    target = lab.fresh("mixed")
+    gate = tmp_path / "gate"
+    gate.write_text("")
+    at = next(i for i, p in enumerate(lab.points, 1) if "os.rename openvino_mtp_model.xml" in p)
+    a = run_killer(lab.script, target, at, pause=gate, wait=False)
+    while not Path(str(gate) + ".here").exists():
+        assert a.poll() is None, a.communicate()
+        time.sleep(0.05)
+    for args in (["build-mtp", str(DEMO_CKPT), "-o", str(target)], ["annotate", str(target)]):
+        other = run_cli(*args)
+        assert "another irsurgeon run holds" in one_line_error(other), other.stderr
+    gate.unlink()
+    assert a.wait(120) == 0, a.communicate()
+    assert run_cli("verify", str(target)).returncode == 0
+    assert snapshot(target) == lab.after
+
+
 def test_lock_holder_killed_is_detected_and_cleaned_up(lab, tmp_path):
     target = lab.fresh("stale")
     gate = tmp_path / "gate"

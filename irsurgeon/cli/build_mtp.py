@@ -55,7 +55,7 @@ def command(checkpoint: Path, out_dir: Path, config: Path | None, weight_format:
         for line in report.lines():
             click.echo(line)
     set_kv_cache_precision(model, kv_cache_precision)
-    xml = save_mtp_model(model, out_dir, wait=wait)
+    xml = save_mtp_model(model, out_dir, wait=wait, echo=click.echo)
     size = xml.with_suffix(".bin").stat().st_size
     click.echo(f"wrote {xml} ({size / 1e6:.2f} MB of {choice.weight_format} weights) "
                f"in {time.perf_counter() - start:.1f} s")

@@ -86,7 +86,7 @@ class Checkpoint:
         single = path / SINGLE_FILE
         if single.is_file():
             ckpt = cls({}, cfg, path)
-            ckpt._index_single(single)
+            ckpt._index_single(_shard_path(path, SINGLE_FILE, path))  # the same link rule as an index's shards
             return ckpt
         raise CheckpointError(f"{path}: neither {SINGLE_FILE} nor {INDEX_FILE} found (only safetensors are read)")
 
