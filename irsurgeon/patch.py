@@ -163,6 +163,8 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     from irsurgeon.weights.hub import resolve_source
 
     start = time.perf_counter()
+    if not options.dry_run and os.path.lexists(Path(target_dir) / STAGE_DIR):  # a half-done commit mixes versions:
+        clear_interrupted(target_dir, options.wait, echo)                     # undo it before judging the target
     target = inspect_target(target_dir)
     result = PatchResult(target.path)
     choice = plan(target, source, options, echo)
@@ -183,9 +185,7 @@ def plan(target: Target, source, options: Options, echo: Echo):
     """The format choice for the head, or None when there is nothing to write (already patched, or --dry-run)."""
     from irsurgeon.precision import choose_format
 
-    interrupted = os.path.lexists(target.path / STAGE_DIR)  # a link there is refused, not skipped
-    if interrupted and not options.dry_run:  # before judging the directory: it may hold a half-done commit
-        clear_interrupted(target.path, options.wait, echo)
+    interrupted = os.path.lexists(target.path / STAGE_DIR)  # only a dry run gets here with leftovers
     if target.has_mtp and not options.force:
         done = already_patched(target)
         if done:
