@@ -216,6 +216,22 @@ def _plain_link_out(indexed: bool) -> Callable[[Path, Path], Path]:
     return setup
 
 
+def _ckpt_file_out(name: str) -> Callable[[Path, Path], Path]:
+    def setup(box: Path, outside: Path) -> Path:
+        ckpt = box / "ckpt"
+        shutil.copytree(DEMO_CKPT, ckpt)
+        if name == "config.json":
+            shutil.move(ckpt / name, outside / name)
+        else:
+            from irsurgeon.weights.safetensors_io import SafetensorsFile
+            st = SafetensorsFile(ckpt / "model.safetensors")
+            (outside / name).write_text(json.dumps({"weight_map": {n: "model.safetensors" for n in st.tensors}}))
+            st.close()
+        (ckpt / name).symlink_to(outside / name)
+        return ckpt
+    return setup
+
+
 CHECKPOINTS = {
     "HF layout, blobs a link to any folder": (lambda box, outside: hub_snapshot(box, outside / "any"), False),
     "HF layout, snapshot link into another repo's blobs": (_tweak_hub("other-repo"), False),
@@ -223,6 +239,8 @@ CHECKPOINTS = {
     "HF layout, shared store without its marker": (_tweak_hub("no-marker"), False),
     "model.safetensors a link out of the checkpoint": (_plain_link_out(False), False),
     "index shard a link out of the checkpoint": (_plain_link_out(True), False),
+    "config.json a link out of the checkpoint": (_ckpt_file_out("config.json"), False),
+    "index file a link out of the checkpoint": (_ckpt_file_out("model.safetensors.index.json"), False),
     "control: real HF cache layout": (_hub(), True),
     "control: real HF cache with the shared blob store": (_hub(shared_store=True), True),
 }
@@ -241,6 +259,34 @@ def checkpoints(bench: Bench) -> None:
                 return ["build-mtp", ckpt, "-o", str(target.parent / "out")] if writer == "build-mtp" \
                     else ["patch", str(target), "--checkpoint", ckpt]
             (bench.accepted if legit else bench.refused)(f"{name} / {writer}", args, setup)
+
+
+def _link_out(names: tuple[str, ...], hard: bool = False) -> Callable[[Path, Path], None]:
+    """Target files moved outside and linked back (symbolic, or hard links sharing the outside inode)."""
+    def setup(target: Path, outside: Path) -> None:
+        for name in names:
+            if not (target / name).exists():
+                (target / name).write_bytes(b"garbage")
+            os.replace(target / name, outside / name)
+            (os.link if hard else os.symlink)(outside / name, target / name)
+    return setup
+
+
+def target_links(bench: Bench) -> None:
+    """Files of the target that are links out of it: read through, but every write replaces the link itself."""
+    lm, head = (LM,), (HEAD, "openvino_mtp_model.bin")
+    for name, writer, setup in (
+            ("language model .xml a symlink to outside", "patch", _link_out(lm)),
+            ("language model .xml a symlink to outside", "annotate", _link_out(lm)),
+            ("language model .xml a hard link of an outside file", "patch", _link_out(lm, hard=True)),
+            ("language model .xml a hard link of an outside file", "annotate", _link_out(lm, hard=True)),
+            ("head .xml/.bin symlinks to outside files", "patch", _link_out(head)),
+            ("head .xml/.bin symlinks to outside files", "build-mtp -o", _link_out(head)),
+            ("head .xml/.bin hard links of outside files", "build-mtp -o", _link_out(head, hard=True)),
+            ("an empty staging folder left behind", "patch", lambda t, o: (t / STAGE).mkdir())):
+        bench.accepted(f"{name} / {writer}", WRITERS[writer], setup)
+    bench.refused("synth OUT whose target/ is a link to outside / synth", WRITERS["synth"],
+                  lambda t, o: (t / "target").symlink_to(o))
 
 
 def _paused_patch(bench: Bench, target: Path, point: str, gate: Path) -> subprocess.Popen:
@@ -324,6 +370,6 @@ def concurrent(bench: Bench) -> None:
 
 def run_all(root: Path) -> AttackTally:
     bench = Bench(root)
-    for section in (leftovers, checkpoints, swaps, concurrent):
+    for section in (leftovers, target_links, checkpoints, swaps, concurrent):
         section(bench)
     return bench.tally

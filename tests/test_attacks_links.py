@@ -157,7 +157,7 @@ def test_blobs_that_is_a_link_to_any_folder_is_refused(tmp_path):
     snap = hub_snapshot(tmp_path, blobs_elsewhere=elsewhere)
     around = snapshot(tmp_path / "outside")
     code, text = build(snap, tmp_path / "out")
-    assert code == 1 and "outside the checkpoint" in text and "model.safetensors" in text, text
+    assert code == 1 and "outside the checkpoint" in text and "config.json" in text, text  # the first file read
     assert snapshot(tmp_path / "outside") == around and not (tmp_path / "out").exists()
 
 
@@ -182,3 +182,24 @@ def test_links_that_only_look_like_the_cache_are_refused(tmp_path, where):
         (repo.parent / "blobs" / ".huggingface-shared-blobs").unlink()
     code, text = build(snap, tmp_path / "out")
     assert code == 1 and "outside the checkpoint" in text, text
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json", "model.safetensors"])
+def test_checkpoint_files_linked_out_of_the_checkpoint_are_refused(tmp_path, name):
+    """Not only the shards an index names: config.json, the index and a lone model.safetensors follow one rule."""
+    from irsurgeon.weights.safetensors_io import SafetensorsFile
+
+    ckpt, outside = tmp_path / "ckpt", tmp_path / "outside"
+    shutil.copytree(DEMO_CKPT, ckpt)
+    outside.mkdir()
+    if name == "model.safetensors.index.json":
+        st = SafetensorsFile(ckpt / "model.safetensors")
+        (outside / name).write_text(json.dumps({"weight_map": {n: "model.safetensors" for n in st.tensors}}))
+        st.close()
+    else:
+        shutil.move(ckpt / name, outside / name)
+    (ckpt / name).symlink_to(outside / name)
+    around = snapshot(outside)
+    code, text = build(ckpt, tmp_path / "out")
+    assert code == 1 and "outside the checkpoint" in text and name in text, text
+    assert snapshot(outside) == around and not (tmp_path / "out").exists()

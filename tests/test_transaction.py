@@ -235,3 +235,15 @@ def test_target_swapped_for_a_link_mid_run_redirects_nothing(target, outside):
         tx.commit()
     assert snapshot(outside) == around
     assert (real / LM).read_text() == "new" and not (real / STAGE_DIR).exists()
+
+
+def test_a_linked_original_is_replaced_never_written_through_and_restored_as_the_link(target, outside):
+    """target/LM links to a file outside: the commit replaces the link (the outside file keeps its bytes), and a
+    rollback puts the very link back (its backup is a hard link of the link itself)."""
+    os.replace(target / LM, outside / "lm.xml")
+    (target / LM).symlink_to(outside / "lm.xml")
+    before, around = snapshot(target), snapshot(outside)
+    assert killed_commit(target, {LM: "new", HEAD: "head"}, 4) == -9
+    assert snapshot(outside) == around and (target / LM).read_text() == "new" and not (target / LM).is_symlink()
+    recover(target)
+    assert snapshot(target) == before and snapshot(outside) == around and (target / LM).is_symlink()

@@ -24,14 +24,18 @@ CONFIG_FILE = "config.json"
 def _shard_path(root: Path, shard: object, index: Path) -> Path:
     if not isinstance(shard, str) or not shard or "/" in shard or "\\" in shard or shard in (".", ".."):
         raise CheckpointError(f"{index}: shard name {shard!r} is not a plain file name in the checkpoint directory")
-    path = root / shard
-    real, roots = path.resolve(), _link_roots(root)  # the resolved path counts, not the spelling
-    inside = roots[0] in real.parents or real.parent in roots[1:2] or real.parent.parent in roots[2:]
-    if not inside:
-        raise CheckpointError(f"{index}: shard {shard!r} is a link pointing outside the checkpoint directory "
-                              f"(to {real})")
+    path = _inside(root, shard, index, f"shard {shard!r}")
     if path.suffix != ".safetensors":
         raise CheckpointError(f"{index}: shard {shard!r} is not a .safetensors file (only safetensors are read)")
+    return path
+
+
+def _inside(root: Path, name: str, where: Path, what: str) -> Path:
+    """root/name, refused when it resolves outside the checkpoint directory and its real Hugging Face cache."""
+    path = root / name
+    real, roots = path.resolve(), _link_roots(root)  # the resolved path counts, not the spelling
+    if not (roots[0] in real.parents or real.parent in roots[1:2] or real.parent.parent in roots[2:]):
+        raise CheckpointError(f"{where}: {what} is a link pointing outside the checkpoint directory (to {real})")
     return path
 
 
@@ -73,16 +77,16 @@ class Checkpoint:
         if path.is_file():
             if path.suffix != ".safetensors":
                 raise CheckpointError(f"{path}: expected a .safetensors file or a checkpoint directory")
-            cfg = Path(config) if config else path.parent / CONFIG_FILE
+            cfg = Path(config) if config else _inside(path.parent, CONFIG_FILE, path.parent, CONFIG_FILE)
             ckpt = cls({}, cfg, path.parent)
             ckpt._index_single(path)
             return ckpt
         if not path.is_dir():
             raise CheckpointError(f"{path}: no such checkpoint file or directory")
-        cfg = Path(config) if config else path / CONFIG_FILE
+        cfg = Path(config) if config else _inside(path, CONFIG_FILE, path, CONFIG_FILE)  # --config: the user's
         index = path / INDEX_FILE
         if index.is_file():
-            return cls(cls._read_index(index, path), cfg, path)
+            return cls(cls._read_index(_inside(path, INDEX_FILE, path, INDEX_FILE), path), cfg, path)
         single = path / SINGLE_FILE
         if single.is_file():
             ckpt = cls({}, cfg, path)
