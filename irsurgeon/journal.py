@@ -138,11 +138,13 @@ def _is_new(dir_fd: int, name: str, st: os.stat_result, new: dict) -> bool:
 
 
 def check_entries(stage_fd: int, where: str) -> list[str]:
-    """The staging folder's entries, each a regular file with a name irsurgeon writes there; else ForeignLeftovers."""
+    """The staging folder's entries, each a regular file with a name irsurgeon writes there (a backup may be the
+    hard link of an original that is itself a symbolic link); else ForeignLeftovers."""
     names = sorted(os.listdir(stage_fd))
     for name in names:
         st = lstat_at(stage_fd, name)
-        if name not in STAGE_NAMES or (st is not None and not stat.S_ISREG(st.st_mode)):
+        kind_ok = st is None or stat.S_ISREG(st.st_mode) or (name.endswith(BACKUP_SUFFIX) and stat.S_ISLNK(st.st_mode))
+        if name not in STAGE_NAMES or not kind_ok:
             raise ForeignLeftovers(f"{where}/{name}: not a file irsurgeon writes there; nothing was touched: "
                                    f"inspect and remove {where} by hand")
     if JOURNAL in names and COMMITTED in names:
