@@ -108,18 +108,29 @@ def _remove_stage(target_fd: int, stage_fd: int, names: list[str]) -> None:
         os.rmdir(STAGE_DIR, dir_fd=target_fd)
 
 
+def _examine(target_fd: int, stage_fd: int, stage: str) -> tuple[list[str], dict | None, list[journal.Step]]:
+    """Check everything recovery would act on, reading only: the entries, the commit mark, the journal and each
+    rollback step. Returns (entries, journal or None, steps)."""
+    names = journal.check_entries(stage_fd, stage)
+    if COMMITTED in names:
+        journal.read(stage_fd, COMMITTED, stage)
+    if JOURNAL not in names:
+        return names, None, []
+    record = journal.read(stage_fd, JOURNAL, stage)
+    return names, record, journal.plan_rollback(record, target_fd, stage_fd, stage)
+
+
 def _recover_at(target_fd: int, where: Path) -> list[str]:
     stage_fd = _open_stage(target_fd, where)
     if stage_fd is None:
         return []
     stage = where / STAGE_DIR
     try:
-        names = journal.check_entries(stage_fd, str(stage))
+        names, record, steps = _examine(target_fd, stage_fd, str(stage))
         notes = [f"removed leftover staging folder {stage}"]
-        if COMMITTED in names:
-            journal.read(stage_fd, COMMITTED, str(stage))
-        elif JOURNAL in names:
-            notes = _roll_back(target_fd, stage_fd, where)
+        if record is not None:
+            notes = [f"rolled back an interrupted commit in {where} (run {record['run']})"]
+            notes += _roll_back(target_fd, stage_fd, steps)
             names.remove(JOURNAL)
         _remove_stage(target_fd, stage_fd, names)
         return notes
@@ -127,11 +138,9 @@ def _recover_at(target_fd: int, where: Path) -> list[str]:
         os.close(stage_fd)
 
 
-def _roll_back(target_fd: int, stage_fd: int, where: Path) -> list[str]:
-    """Undo a half-done commit: every entry is checked against the disk before the first file moves."""
-    record = journal.read(stage_fd, JOURNAL, str(where / STAGE_DIR))
-    steps = journal.plan_rollback(record, target_fd, stage_fd, str(where / STAGE_DIR))
-    notes = [f"rolled back an interrupted commit in {where} (run {record['run']})"]
+def _roll_back(target_fd: int, stage_fd: int, steps: list[journal.Step]) -> list[str]:
+    """Undo a half-done commit whose every step _examine checked against the disk."""
+    notes = []
     for step in steps:
         if step.action == "restore":
             os.replace(step.name + BACKUP_SUFFIX, step.name, src_dir_fd=stage_fd, dst_dir_fd=target_fd)
@@ -151,15 +160,15 @@ def recover(target: str | Path, target_fd: int | None = None) -> list[str]:
     Call it holding the directory lock (target_fd: the locked descriptor). Anything irsurgeon cannot prove it
     wrote raises ForeignLeftovers before a single file is touched. Ctrl-C is held until it is done.
     """
-    where = Path(target)
+    where, fd = Path(target), target_fd
     with _deferred_sigint():
-        fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY) if target_fd is None else target_fd
         try:
+            fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY) if target_fd is None else target_fd
             return _recover_at(fd, where)
         except OSError as e:
             raise OutputError(f"{where}: cannot clear an interrupted run's {STAGE_DIR}: {e.strerror or e}") from None
         finally:
-            if target_fd is None:
+            if target_fd is None and fd is not None:
                 os.close(fd)
 
 
@@ -172,25 +181,23 @@ def clear_interrupted(target: str | Path, wait: bool = False, echo: Callable[[st
 
 def leftover_state(target: str | Path) -> tuple[bool, str] | None:
     """For verify, without changing anything: None when target has no staging folder, else (ok, what it holds)."""
-    where = Path(target)
-    fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
+    where, fd, stage_fd = Path(target), None, None
     try:
+        fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
         stage_fd = _open_stage(fd, where)
         if stage_fd is None:
             return None
-        try:
-            names = journal.check_entries(stage_fd, str(where / STAGE_DIR))
-            if JOURNAL not in names:
-                return True, f"{where / STAGE_DIR} holds leftovers; the next patch clears them"
-            record = journal.read(stage_fd, JOURNAL, str(where / STAGE_DIR))
-            journal.plan_rollback(record, fd, stage_fd, str(where / STAGE_DIR))
-            return False, f"{where / STAGE_DIR} holds a half-done commit; the next patch rolls it back"
-        finally:
-            os.close(stage_fd)
+        if _examine(fd, stage_fd, str(where / STAGE_DIR))[1] is None:
+            return True, f"{where / STAGE_DIR} holds leftovers; the next patch clears them"
+        return False, f"{where / STAGE_DIR} holds a half-done commit; the next patch rolls it back"
     except ForeignLeftovers as e:
         return False, str(e)
+    except OSError as e:
+        return False, f"{where / STAGE_DIR}: cannot inspect it: {e.strerror or e}"
     finally:
-        os.close(fd)
+        for held in (stage_fd, fd):
+            if held is not None:
+                os.close(held)
 
 
 class DirectoryTransaction:

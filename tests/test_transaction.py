@@ -247,3 +247,11 @@ def test_a_linked_original_is_replaced_never_written_through_and_restored_as_the
     assert snapshot(outside) == around and (target / LM).read_text() == "new" and not (target / LM).is_symlink()
     recover(target)
     assert snapshot(target) == before and snapshot(outside) == around and (target / LM).is_symlink()
+
+
+def test_forged_commit_mark_is_refused_like_a_forged_journal(target, outside):
+    """`committed` is the journal renamed; a garbled one would let recovery clear backups it cannot vouch for."""
+    (target / STAGE_DIR).mkdir()
+    (target / STAGE_DIR / "committed").write_text("[]")
+    (target / STAGE_DIR / (LM + BACKUP_SUFFIX)).write_text("someone's only copy")
+    refused_untouched(target, outside, "committed: not a journal irsurgeon wrote")
