@@ -89,7 +89,7 @@ def _open_stage(target_fd: int, where: Path) -> int | None:
         return os.open(STAGE_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=target_fd)
     except FileNotFoundError:
         return None
-    except (NotADirectoryError, OSError) as e:
+    except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
             raise ForeignLeftovers(f"{where / STAGE_DIR}: a link or a file, not a staging folder irsurgeon made; "
                                    f"nothing was touched: inspect and remove it by hand") from None
@@ -223,16 +223,22 @@ class DirectoryTransaction:
             for note in recover(self.target, self._fd):
                 self.echo(note)
             with _deferred_sigint():  # a Ctrl-C here would orphan the new folder
-                os.mkdir(STAGE_DIR, 0o700, dir_fd=self._fd)
-                self._stage_fd = os.open(STAGE_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self._fd)
-        except OSError as e:
+                self._make_stage()
+        except BaseException as e:
+            if self._stage_fd is not None:  # made, then Ctrl-C (delivered when the block ended)
+                _remove_stage(self._fd, self._stage_fd, os.listdir(self._stage_fd))
             self._release()
-            raise OutputError(f"{self.target}: cannot prepare staging folder: {e.strerror}") from None
-        except BaseException:
-            self._release()
+            if isinstance(e, OSError):
+                raise OutputError(f"{self.target}: cannot prepare staging folder: {e.strerror or e}") from None
             raise
-        _SPELLED[str(self.stage_dir)] = str(self.target / STAGE_DIR)
         return self
+
+    def _make_stage(self) -> None:
+        os.mkdir(STAGE_DIR, 0o700, dir_fd=self._fd)
+        self._stage_fd = os.open(STAGE_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self._fd)
+        _SPELLED[str(self.stage_dir)] = str(self.target / STAGE_DIR)
+        if os.listdir(self._stage_fd):  # swapped between mkdir and open for a folder that is not ours
+            raise OSError(errno.EEXIST, f"{STAGE_DIR} was replaced while being created")
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
@@ -253,7 +259,7 @@ class DirectoryTransaction:
 
     def _release(self) -> None:
         if self._stage_fd is not None:
-            _SPELLED.pop(str(fd_path(self._stage_fd, Path())), None)
+            _SPELLED.pop(str(self.stage_dir), None)
             os.close(self._stage_fd)
             self._stage_fd = None
         if self._fd is not None:
@@ -297,7 +303,10 @@ class DirectoryTransaction:
         os.replace(JOURNAL, COMMITTED, src_dir_fd=self._stage_fd, dst_dir_fd=self._stage_fd)
         os.fsync(self._stage_fd)
         self.committed = True
-        _remove_stage(self._fd, self._stage_fd, os.listdir(self._stage_fd))
+        try:
+            _remove_stage(self._fd, self._stage_fd, os.listdir(self._stage_fd))
+        except OSError as e:  # the commit is complete: what is left holds no journal, and the next run clears it
+            self.echo(f"{self.target / STAGE_DIR}: not removed after the commit ({e.strerror or e})")
 
     def _prepare(self, name: str) -> dict:
         """fsync the staged file, keep the original as a hard link beside it; the file's journal entry."""
