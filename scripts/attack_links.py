@@ -210,7 +210,8 @@ def _plain_link_out(indexed: bool) -> Callable[[Path, Path], Path]:
         if indexed:
             from irsurgeon.weights.safetensors_io import SafetensorsFile
             st = SafetensorsFile(outside / "w.safetensors")
-            (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: name for n in st.tensors}}))
+            weight_map = {n: name for n in st.tensors}
+            (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
             st.close()
         return ckpt
     return setup

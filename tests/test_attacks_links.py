@@ -99,7 +99,8 @@ def test_staging_link_to_an_outside_journal_is_reported_and_refused(sandbox):
     before, around = snapshot(target), snapshot(outside)
     code, out, _ = invoke("verify", target)
     assert code == 1 and "interrupted run" in out and "a link" in out and str(target / STAGE_DIR) in out, out
-    for args in (["patch", target, "--checkpoint", DEMO_CKPT], ["annotate", target], ["build-mtp", DEMO_CKPT, "-o", target]):
+    for args in (["patch", target, "--checkpoint", DEMO_CKPT], ["annotate", target],
+                 ["build-mtp", DEMO_CKPT, "-o", target]):
         code, _, err = invoke(*args)
         one_line_error(code, err, str(target / STAGE_DIR), "remove it by hand")
     assert snapshot(target) == before and snapshot(outside) == around
