@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -108,31 +106,34 @@ def name_anonymous_nodes(model: ov.Model) -> None:
         node.set_friendly_name(f"{kind}_{counts[kind]}")
 
 
-def save_mtp_model(model: ov.Model, out_dir: str | Path, stem: str = "openvino_mtp_model") -> Path:
-    """Write `<stem>.xml/.bin` into out_dir: staged in a temporary folder there, then renamed into place.
+def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None) -> Path:
+    """Write openvino_mtp_model.xml/.bin into out_dir (created if missing) under its directory lock.
 
-    Weights are written exactly as built (no implicit fp16 compression). On failure nothing is left behind.
+    The files go through the same staged transaction as `patch` (irsurgeon.transaction): written into a staging
+    folder inside out_dir, then moved in under a rollback journal. Weights are written exactly as built (no implicit
+    fp16 compression). On failure out_dir is as it was (a folder this call created is removed again). echo gets
+    one line per thing done to what an interrupted run left there.
     """
+    from irsurgeon.transaction import DirectoryTransaction, shown
+
     out_dir = Path(out_dir)
-    created = not out_dir.exists()
+    created = not os.path.lexists(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=".irsurgeon-", dir=out_dir))
     except OSError as e:
         raise OutputError(f"{out_dir}: cannot create output directory: {e.strerror}") from None
     try:
-        xml = stage / f"{stem}.xml"
-        name_anonymous_nodes(model)
-        ov.save_model(model, xml, compress_to_fp16=False)
-        for f in (xml, xml.with_suffix(".bin")):
-            with open(f, "rb+") as fh:
-                os.fsync(fh.fileno())
-        os.replace(xml.with_suffix(".bin"), out_dir / f"{stem}.bin")
-        os.replace(xml, out_dir / f"{stem}.xml")
-    except (OSError, RuntimeError) as e:
-        if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
-        raise OutputError(f"{out_dir}: cannot write {stem}.xml/.bin: {e}") from None
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return out_dir / f"{stem}.xml"
+        with DirectoryTransaction(out_dir, wait=wait, echo=echo) as tx:
+            tx.stage(contract.MTP_BIN)
+            xml = tx.stage(contract.MTP_XML)
+            name_anonymous_nodes(model)
+            try:
+                ov.save_model(model, xml, compress_to_fp16=False)
+            except RuntimeError as e:  # a full disk comes back as a bare iostream error
+                raise OutputError(f"{shown(xml)}: cannot write it: {str(e).splitlines()[0]}") from None
+            tx.commit()
+    except BaseException:
+        if created and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()
+        raise
+    return out_dir / contract.MTP_XML

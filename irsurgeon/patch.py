@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from irsurgeon.config import MTPConfig, parse_config, read_json
 from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
-from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, clear_interrupted
+from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, clear_interrupted, shown
 
 LANGUAGE_MODEL = "openvino_language_model.xml"
 REQUIRED = (LANGUAGE_MODEL, "openvino_language_model.bin", "openvino_text_embeddings_model.xml",
@@ -125,7 +126,7 @@ def write_staged(path: Path, write: Callable[[Path], object]) -> None:
     except (OSError, RuntimeError) as e:  # ov.save_model reports a full disk as a bare iostream RuntimeError
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
         free = shutil.disk_usage(path.parent).free
-        raise OutputError(f"{path}: cannot write it: {reason} ({free / 1e6:.1f} MB free there)") from None
+        raise OutputError(f"{shown(path)}: cannot write it: {reason} ({free / 1e6:.1f} MB free there)") from None
 
 
 def elapsed(start: float) -> str:
@@ -162,6 +163,8 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     from irsurgeon.weights.hub import resolve_source
 
     start = time.perf_counter()
+    if not options.dry_run and os.path.lexists(Path(target_dir) / STAGE_DIR):  # a half-done commit mixes versions:
+        clear_interrupted(target_dir, options.wait, echo)                     # undo it before judging the target
     target = inspect_target(target_dir)
     for line in target.cfg.warnings:  # here, not in inspect_target: verify re-inspects the target
         echo(line)
@@ -184,9 +187,7 @@ def plan(target: Target, source, options: Options, echo: Echo):
     """The format choice for the head, or None when there is nothing to write (already patched, or --dry-run)."""
     from irsurgeon.precision import choose_format
 
-    interrupted = (target.path / STAGE_DIR).exists()
-    if interrupted and not options.dry_run:  # before judging the directory: it may hold a half-done commit
-        clear_interrupted(target.path, options.wait, echo)
+    interrupted = os.path.lexists(target.path / STAGE_DIR)  # only a dry run gets here with leftovers
     if target.has_mtp and not options.force:
         done = already_patched(target)
         if done:

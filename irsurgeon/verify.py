@@ -14,7 +14,7 @@ import openvino as ov
 from irsurgeon import contract, rtinfo
 from irsurgeon.errors import IRError, IRSurgeonError
 from irsurgeon.ir import files, xmlsafe
-from irsurgeon.transaction import COMMITTED, JOURNAL, STAGE_DIR
+from irsurgeon.transaction import leftover_state
 
 
 @dataclass
@@ -42,18 +42,15 @@ def verify_directory(target: str | Path) -> list[Check]:
     from irsurgeon.patch import inspect_target
 
     target = Path(target)
-    checks = []
+    leftovers = leftover_state(target) if target.is_dir() else None  # a half-done commit mixes two versions
+    checks = [Check("interrupted run", *leftovers)] if leftovers is not None else []  # a foreign journal is named
     try:
         info = inspect_target(target)
     except IRSurgeonError as e:
-        return [Check("target layout", False, str(e))]
+        return [Check("target layout", False, str(e)), *checks]
     cfg = info.cfg
-    checks.append(Check("target layout", True, f"{cfg.model_type}, hidden {info.hidden_size}, vocab {info.vocab_size}"))
-    stage = target / STAGE_DIR
-    if stage.exists():  # files may be a mix of two versions until the next patch rolls the commit back
-        half_done = (stage / JOURNAL).exists() and not (stage / COMMITTED).exists()
-        checks.append(Check("interrupted run", not half_done, f"{stage} holds "
-                            + ("a half-done commit" if half_done else "leftovers") + "; the next patch clears it"))
+    checks.insert(0, Check("target layout", True, f"{cfg.model_type}, hidden {info.hidden_size}, "
+                                                  f"vocab {info.vocab_size}"))
     if not info.has_mtp:
         return checks + [Check("MTP head present", False, f"no {contract.MTP_XML}/.bin")]
     try:

@@ -177,7 +177,7 @@ def test_write_failure_is_one_line_error_and_leaves_nothing(tmp_path, monkeypatc
     out = tmp_path / "out"
     out.mkdir()
 
-    def deny(src, dst):
+    def deny(src, dst, **dir_fds):
         raise PermissionError(13, "Permission denied", str(dst))
     monkeypatch.setattr("irsurgeon.build.os.replace", deny)
     code, text = run("build-mtp", tmp_path / "ckpt", "-o", out)

@@ -14,7 +14,8 @@ from irsurgeon.errors import IRError
 @click.option("--dry-run", is_flag=True, help="Print the annotation that would be written; write nothing.")
 @click.option("--num-layers", type=click.IntRange(min=1), default=None,
               help="Decoder layer count, when config.json is absent or wrong.")
-def command(target: Path, force: bool, dry_run: bool, num_layers: int | None) -> None:
+@click.option("--wait", is_flag=True, help="Wait for another irsurgeon run writing into the directory to finish.")
+def command(target: Path, force: bool, dry_run: bool, num_layers: int | None, wait: bool) -> None:
     """Annotate TARGET (an exported model directory or an .xml) with its decoder layers' hidden states.
 
     Only the .xml's net-level <rt_info> changes; the .bin is never touched.
@@ -22,7 +23,9 @@ def command(target: Path, force: bool, dry_run: bool, num_layers: int | None) ->
     from irsurgeon.annotate import annotate_ir
     from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 
-    result = annotate_ir(target, force=force, dry_run=dry_run, num_layers=num_layers)
+    result = annotate_ir(target, force=force, dry_run=dry_run, num_layers=num_layers, wait=wait)
+    for note in result.notes:
+        click.echo(note)
     click.echo(f"{result.xml}: {result.num_layers} decoder layers (from {result.layer_source}), "
                f"hidden size {result.hidden_size}")
     for layer, (producer, index) in sorted(result.layers.items()):

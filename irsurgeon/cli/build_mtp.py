@@ -34,9 +34,10 @@ FORMATS = "f32|f16|int4|int8|auto"
               help="int4: also put the last MatMul (mlp.down_proj) in 4 bits (default: kept at backup).")
 @click.option("--kv-cache-precision", default="f16", show_default=True, metavar="[f16|bf16|f32|u8|u4]",
               help="KV cache precision recorded in the head's rt_info runtime_options.")
+@click.option("--wait", is_flag=True, help="Wait for another irsurgeon run writing into OUT_DIR to finish.")
 def command(checkpoint: Path, out_dir: Path, config: Path | None, weight_format: str, target: Path | None,
             group_size: int | None, ratio: float | None, backup: str | None, sym: bool | None,
-            all_layers: bool | None, kv_cache_precision: str) -> None:
+            all_layers: bool | None, kv_cache_precision: str, wait: bool) -> None:
     """Build the MTP head of CHECKPOINT (a Hugging Face checkpoint directory or .safetensors file)."""
     from irsurgeon.build import build_mtp_model, save_mtp_model
     from irsurgeon.compress import check_kv_cache_precision, compress_model, set_kv_cache_precision
@@ -54,7 +55,7 @@ def command(checkpoint: Path, out_dir: Path, config: Path | None, weight_format:
         for line in report.lines():
             click.echo(line)
     set_kv_cache_precision(model, kv_cache_precision)
-    xml = save_mtp_model(model, out_dir)
+    xml = save_mtp_model(model, out_dir, wait=wait, echo=click.echo)
     size = xml.with_suffix(".bin").stat().st_size
     click.echo(f"wrote {xml} ({size / 1e6:.2f} MB of {choice.weight_format} weights) "
                f"in {time.perf_counter() - start:.1f} s")

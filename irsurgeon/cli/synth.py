@@ -28,7 +28,9 @@ def size_options(f):
               help="Write the checkpoint's mtp.* tensors [default: with for qwen35 kinds, without for llama].")
 @click.option("--weight-format", type=click.Choice(["f32", "f16", "int4"]), default="f32", show_default=True,
               help="Storage of the IR weights (int4: the language model's MatMuls, through nncf).")
-def command(out_dir: Path, kind: str, seed: int, with_mtp: bool | None, weight_format: str, **sizes) -> None:
+@click.option("--wait", is_flag=True, help="Wait for another irsurgeon run writing into OUT_DIR to finish.")
+def command(out_dir: Path, kind: str, seed: int, with_mtp: bool | None, weight_format: str, wait: bool,
+            **sizes) -> None:
     """Write a seeded synthetic model: OUT_DIR/target (OpenVINO IRs) and OUT_DIR/ckpt (Hugging Face checkpoint)."""
     from irsurgeon.synth.registry import default_spec, synthesize
 
@@ -38,7 +40,7 @@ def command(out_dir: Path, kind: str, seed: int, with_mtp: bool | None, weight_f
     if {"hidden", "heads"} & given.keys() and "head_dim" not in given and spec.hidden % spec.heads == 0:
         spec = spec.with_(head_dim=spec.hidden // spec.heads)
     with_mtp = kind != "llama" if with_mtp is None else with_mtp
-    out = synthesize(out_dir, kind, spec, seed=seed, with_mtp=with_mtp, weight_format=weight_format)
+    out = synthesize(out_dir, kind, spec, seed=seed, with_mtp=with_mtp, weight_format=weight_format, wait=wait)
     size = sum(f.stat().st_size for f in Path(out_dir).rglob("*") if f.is_file())
     click.echo(f"wrote {out.target} and {out.ckpt} ({kind}, layers {spec.layers}, hidden {spec.hidden}, "
                f"{size / 1e6:.2f} MB) in {time.perf_counter() - start:.1f} s")

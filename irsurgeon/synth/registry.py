@@ -84,19 +84,34 @@ def validate(kind: str, s: SynthSpec, with_mtp: bool, weight_format: str) -> Non
 
 
 def synthesize(out_dir: str | Path, kind: str = "qwen35", spec: SynthSpec | None = None, seed: int = 0,
-               with_mtp: bool = True, weight_format: str = "f32") -> Synthesized:
-    """Write out_dir/target and out_dir/ckpt for `kind`; see the module docstring."""
+               with_mtp: bool = True, weight_format: str = "f32", wait: bool = False) -> Synthesized:
+    """Write out_dir/target and out_dir/ckpt for `kind` (see the module docstring), holding out_dir's lock."""
+    from irsurgeon.transaction import directory_lock
+
     s = spec or default_spec(kind)
     validate(kind, s, with_mtp, weight_format)
     out = Path(out_dir)
-    target, ckpt = out / "target", out / "ckpt"
-    for d in (target, ckpt):
-        if d.exists() and any(d.iterdir()):
-            raise OutputError(f"{d}: exists and is not empty")
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise OutputError(f"{d}: cannot create directory: {e.strerror}") from None
+    _make_dir(out)
+    with directory_lock(out, wait):
+        target, ckpt = out / "target", out / "ckpt"
+        for d in (target, ckpt):
+            if d.is_symlink():  # written into as a new folder: a link would send the files elsewhere
+                raise OutputError(f"{d}: is a link; synth writes only into folders of its own")
+            if d.exists() and any(d.iterdir()):
+                raise OutputError(f"{d}: exists and is not empty")
+            _make_dir(d)
+        return _write(kind, s, seed, with_mtp, weight_format, target, ckpt)
+
+
+def _make_dir(d: Path) -> None:
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{d}: cannot create directory: {e.strerror}") from None
+
+
+def _write(kind: str, s: SynthSpec, seed: int, with_mtp: bool, weight_format: str, target: Path,
+           ckpt: Path) -> Synthesized:
     tensors = checkpoint_tensors(kind, s, seed, with_mtp)
     write_tensors(ckpt / "model.safetensors", tensors)
     cfg = configs.config_json(kind, s, VisionSpec(), with_mtp)
