@@ -155,7 +155,7 @@ def _storage(table: ov.Output) -> str:
 
 def embedding_shard(root: Path, source: str | Path, hub: HubOptions | None):
     """A ByteSource for the file holding the checkpoint's embedding table: local when present, else the hub's."""
-    from irsurgeon.weights.hub import is_repo_id
+    from irsurgeon.weights.hub import is_offline, is_repo_id
 
     if root.is_file():
         return LocalBytes(root)
@@ -165,22 +165,26 @@ def embedding_shard(root: Path, source: str | Path, hub: HubOptions | None):
         shard_of = Checkpoint._read_index(index, root)  # validated shard names (plain files in the directory)
         shard = next((shard_of[n].name for n in EMBED_NAMES if n in shard_of), None)
         if shard is None:
-            return None
+            return f"not checked: {index} lists no {' / '.join(EMBED_NAMES)} to compare"
     if (root / shard).is_file():
         return LocalBytes(root / shard)
     commit = snapshot_commit(root)
     if commit and is_repo_id(source):
+        if is_offline():
+            return "not checked: the token embeddings' shard is not in the local cache and HF_HUB_OFFLINE is set"
         return HubBytes(str(source), shard, commit, hub or HubOptions())
     raise CheckpointError(f"{root / shard}: the file holding the token embeddings does not exist")
 
 
 def checkpoint_rows(root: Path, source: str | Path, hub: HubOptions | None):
-    """The checkpoint's embedding rows at sample_ids(its vocab), and the byte source read, or (None, None)."""
+    """The checkpoint's embedding rows at sample_ids(its vocab) and the byte source read, or (None, why not)."""
     src = embedding_shard(root, source, hub)
-    if src is None:
-        return None, None
+    if isinstance(src, str):
+        return None, src
     try:
-        return read_rows(src, EMBED_NAMES, sample_ids), src
+        rows = read_rows(src, EMBED_NAMES, sample_ids)
+        return (rows, src) if rows is not None else (None, f"not checked: {src.label} holds no "
+                                                           f"{' / '.join(EMBED_NAMES)} to compare")
     finally:
         if isinstance(src, LocalBytes):
             src.close()
@@ -192,7 +196,7 @@ def check_identity(target: str | Path, source: str | Path, root: str | Path | No
     target, root = Path(target), Path(root if root is not None else source)
     got, src = checkpoint_rows(root, source, hub)
     if got is None:
-        return Identity(None, f"not checked: {root} holds no {' / '.join(EMBED_NAMES)} to compare")
+        return Identity(None, src)
     table, vocab, hidden = target_table(target)
     if (vocab, hidden) != got.shape:
         return Identity(False, f"the checkpoint's {got.name} is {list(got.shape)}, the target's table "
@@ -236,7 +240,7 @@ def require_identity(target: Path, source: str | Path, root: Path, hub: HubOptio
         echo(f"checkpoint identity: {result.detail}")
         return f"verified: {result.detail}"
     if result.ok is None:
-        echo(f"warning: checkpoint identity {result.detail}")
+        echo(f"warning: checkpoint identity {result.detail}: nothing proves the head belongs to this target")
         return result.detail
     if not allow_foreign:
         raise CheckpointError(f"checkpoint {source} does not belong to target {target}: {result.detail}; "
