@@ -137,7 +137,7 @@ def hub_error(repo_id: str, filename: str, hub: HubOptions, e: Exception) -> Che
         return CheckpointError(f"{at}: repo not found at {endpoint()}, or private and the token (--token, HF_TOKEN or "
                                f"`hf auth login`) does not give access (HTTP {e.response.status_code})")
     if isinstance(e, RevisionNotFoundError):
-        return CheckpointError(f"{at}: no revision {hub.revision!r} in the repo")
+        return CheckpointError(f"{at}: no revision {hub.revision or 'main'!r} in the repo")
     if isinstance(e, RemoteEntryNotFoundError):
         return CheckpointError(f"{at}: {filename} is not in the repo")
     if isinstance(e, LocalEntryNotFoundError):
