@@ -51,6 +51,7 @@ class HubServer:
     def __post_init__(self):
         self.log: list[tuple[str, str, str | None, int]] = []
         self.blobs: dict[str, Path] = {}
+        self._sums: dict[Path, str] = {}
         self._lock = threading.Lock()
         self._servers = [ThreadingHTTPServer(("127.0.0.1", 0), self._handler()) for _ in range(2)]
         for s in self._servers:
@@ -74,6 +75,12 @@ class HubServer:
         for s in self._servers:
             threading.Thread(target=s.shutdown, daemon=True).start()  # shutdown() blocks: not from a handler
             s.socket.close()
+
+    def sha256(self, path: Path) -> str:
+        with self._lock:
+            if path not in self._sums:
+                self._sums[path] = hashlib.sha256(path.read_bytes()).hexdigest()
+            return self._sums[path]
 
     def record(self, method: str, path: str, rng: str | None, sent: int) -> None:
         with self._lock:
@@ -118,7 +125,7 @@ class HubServer:
                 path = found.files.get(filename)
                 if path is None:
                     return self.error(404, "EntryNotFound", found.commit)
-                sha = hashlib.sha256(path.read_bytes()).hexdigest()
+                sha = hub.sha256(path)
                 meta = {"X-Repo-Commit": found.commit}
                 if filename.endswith(".safetensors"):  # LFS-like: metadata here, bytes from the CDN origin
                     hub.blobs[sha] = path
@@ -130,15 +137,17 @@ class HubServer:
                 return self.send_file(path, body, meta)
 
             def send_file(self, path: Path, body: bool, meta: dict):
-                data = path.read_bytes()
+                size = path.stat().st_size
                 rng = self.headers.get("Range")
-                status, part = 200, data
+                status, start, end = 200, 0, size - 1
                 m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
                 if m:
-                    start, end = int(m.group(1)), int(m.group(2) or len(data) - 1)
-                    part, status = data[start:end + 1], 206
-                    meta["Content-Range"] = f"bytes {start}-{start + len(part) - 1}/{len(data)}"
-                meta.update({"Content-Length": str(len(part)), "Accept-Ranges": "bytes"})
+                    start, end, status = int(m.group(1)), min(int(m.group(2) or size - 1), size - 1), 206
+                    meta["Content-Range"] = f"bytes {start}-{end}/{size}"
+                with open(path, "rb") as f:  # only the bytes asked for
+                    f.seek(start)
+                    part = f.read(end - start + 1) if body else b""
+                meta.update({"Content-Length": str(end - start + 1), "Accept-Ranges": "bytes"})
                 if not body:
                     hub.record("HEAD", self.path, rng, 0)
                     return self.reply(status, meta)
