@@ -58,12 +58,13 @@ def resolve_source(source: str | Path, echo: Echo = print, hub: HubOptions | Non
 
 
 def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, echo: Echo = print) -> Path:
-    """After resolve_source(weights=False): the `mtp.*` shards of the same commit (a local path is returned as is)."""
+    """After resolve_source(weights=False): the `mtp.*` shards of that same commit (a local path is returned as is),
+    so a branch that moves between the two steps cannot mix files of two commits."""
     commit = snapshot_commit(root)
     if not (commit and is_repo_id(source)):
         return root
     pinned = HubOptions(commit, (hub or HubOptions()).token, (hub or HubOptions()).cache_dir)
-    return fetch_checkpoint(str(source), pinned, echo, weights=True, checked=True)
+    return fetch_checkpoint(str(source), pinned, echo, weights=True)
 
 
 def probe_timeout() -> float:
@@ -155,17 +156,16 @@ def hub_error(repo_id: str, filename: str, hub: HubOptions, e: Exception) -> Che
     return CheckpointError(f"{at}: cannot fetch {filename}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
 
 
-def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, weights: bool = True,
-                     checked: bool = False) -> Path:
+def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, weights: bool = True) -> Path:
     """The cache snapshot directory holding config.json, the index and (weights=True) the `mtp.*` shards.
 
-    checked: the hub was already probed and `hub.revision` is the commit then resolved (files already in the cache
-    are then taken without a request: huggingface_hub shortcuts a commit hash whose file is on disk).
+    With a commit hash as revision, files already in the cache are taken without a request (huggingface_hub 2.4.0
+    file_download.py: "if user provides a commit_hash and they already have the file on disk, shortcut everything").
     """
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import RemoteEntryNotFoundError
 
-    online = (not is_offline()) if checked else probe(repo_id, hub, echo)
+    online = probe(repo_id, hub, echo)
 
     def fetch(filename: str, optional: bool = False) -> Path | None:
         try:

@@ -53,9 +53,10 @@ class HubServer:
         self.blobs: dict[str, Path] = {}
         self._sums: dict[Path, str] = {}
         self._lock = threading.Lock()
-        self._servers = [ThreadingHTTPServer(("127.0.0.1", 0), self._handler()) for _ in range(2)]
+        self._servers = [ThreadingHTTPServer(("127.0.0.1", 0), Handler) for _ in range(2)]
         for s in self._servers:
             s.daemon_threads = True
+            s.hub = self
         self.url = f"http://127.0.0.1:{self._servers[0].server_port}"
         self.cdn = f"http://127.0.0.1:{self._servers[1].server_port}"
 
@@ -92,92 +93,93 @@ class HubServer:
         hits = [e for e in self.log if e[1].endswith("/" + filename) or e[1].rsplit("/", 1)[-1] in blobs]
         return len(hits), sum(e[3] for e in hits)
 
-    def _handler(self):
-        hub = self
+class Handler(BaseHTTPRequestHandler):
+    """One request of the look-alike; the HubServer it serves is `self.server.hub`."""
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args):  # keep test output clean; the log list records every request
-                pass
+    @property
+    def hub(self) -> "HubServer":
+        return self.server.hub
 
-            def do_HEAD(self):
-                self.answer(body=False)
+    def log_message(self, *args):  # keep test output clean; the log list records every request
+        pass
 
-            def do_GET(self):
-                self.answer(body=True)
+    def do_HEAD(self):
+        self.answer(body=False)
 
-            def answer(self, body: bool):
-                cdn = re.fullmatch(r"/cdn/([0-9a-f]{64})", self.path)
-                if cdn and cdn.group(1) in hub.blobs:
-                    return self.send_file(hub.blobs[cdn.group(1)], body, {})
-                m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", self.path)
-                if not m:
-                    return self.error(404, "EntryNotFound")
-                repo, rev, filename = m.groups()
-                revisions = hub.repos.get(repo)
-                token = hub.private.get(repo)
-                if revisions is None or (token and self.headers.get("authorization") != f"Bearer {token}"):
-                    return self.error(401, "RepoNotFound")
-                found = revisions.get(rev) or next((r for r in revisions.values() if r.commit == rev), None)
-                if found is None:
-                    return self.error(404, "RevisionNotFound")
-                path = found.files.get(filename)
-                if path is None:
-                    return self.error(404, "EntryNotFound", found.commit)
-                sha = hub.sha256(path)
-                meta = {"X-Repo-Commit": found.commit}
-                if filename.endswith(".safetensors"):  # LFS-like: metadata here, bytes from the CDN origin
-                    hub.blobs[sha] = path
-                    meta.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(path.stat().st_size),
-                                 "Location": f"{hub.cdn}/cdn/{sha}", "Content-Length": "0"})
-                    hub.record(self.command, self.path, self.headers.get("Range"), 0)
-                    return self.reply(302, meta)
-                meta["ETag"] = f'"{sha}"'
-                return self.send_file(path, body, meta)
+    def do_GET(self):
+        self.answer(body=True)
 
-            def send_file(self, path: Path, body: bool, meta: dict):
-                size = path.stat().st_size
-                rng = self.headers.get("Range")
-                status, start, end = 200, 0, size - 1
-                m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
-                if m:
-                    start, end, status = int(m.group(1)), min(int(m.group(2) or size - 1), size - 1), 206
-                    meta["Content-Range"] = f"bytes {start}-{end}/{size}"
-                with open(path, "rb") as f:  # only the bytes asked for
-                    f.seek(start)
-                    part = f.read(end - start + 1) if body else b""
-                meta.update({"Content-Length": str(end - start + 1), "Accept-Ranges": "bytes"})
-                if not body:
-                    hub.record("HEAD", self.path, rng, 0)
-                    return self.reply(status, meta)
-                if hub.faults.die_mid_file and path.name == hub.faults.die_mid_file:
-                    self.reply(status, meta, part[: len(part) // 2])
-                    hub.record("GET", self.path, rng, len(part) // 2)
-                    hub.stop()
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                self.reply(status, meta, part)
-                hub.record("GET", self.path, rng, len(part))
+    def answer(self, body: bool):
+        cdn = re.fullmatch(r"/cdn/([0-9a-f]{64})", self.path)
+        if cdn and cdn.group(1) in self.hub.blobs:
+            return self.send_file(self.hub.blobs[cdn.group(1)], body, {})
+        m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", self.path)
+        if not m:
+            return self.error(404, "EntryNotFound")
+        repo, rev, filename = m.groups()
+        revisions = self.hub.repos.get(repo)
+        token = self.hub.private.get(repo)
+        if revisions is None or (token and self.headers.get("authorization") != f"Bearer {token}"):
+            return self.error(401, "RepoNotFound")
+        found = revisions.get(rev) or next((r for r in revisions.values() if r.commit == rev), None)
+        if found is None:
+            return self.error(404, "RevisionNotFound")
+        path = found.files.get(filename)
+        if path is None:
+            return self.error(404, "EntryNotFound", found.commit)
+        sha = self.hub.sha256(path)
+        meta = {"X-Repo-Commit": found.commit}
+        if filename.endswith(".safetensors"):  # LFS-like: metadata here, bytes from the CDN origin
+            self.hub.blobs[sha] = path
+            meta.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(path.stat().st_size),
+                         "Location": f"{self.hub.cdn}/cdn/{sha}", "Content-Length": "0"})
+            self.hub.record(self.command, self.path, self.headers.get("Range"), 0)
+            return self.reply(302, meta)
+        meta["ETag"] = f'"{sha}"'
+        return self.send_file(path, body, meta)
 
-            def error(self, status: int, code: str, commit: str | None = None):
-                hub.record(self.command, self.path, self.headers.get("Range"), 0)
-                meta = {"X-Error-Code": code, "Content-Length": "0"}
-                if commit:
-                    meta["X-Repo-Commit"] = commit
-                self.reply(status, meta)
+    def send_file(self, path: Path, body: bool, meta: dict):
+        size = path.stat().st_size
+        rng = self.headers.get("Range")
+        status, start, end = 200, 0, size - 1
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
+        if m:
+            start, end, status = int(m.group(1)), min(int(m.group(2) or size - 1), size - 1), 206
+            meta["Content-Range"] = f"bytes {start}-{end}/{size}"
+        with open(path, "rb") as f:  # only the bytes asked for
+            f.seek(start)
+            part = f.read(end - start + 1) if body else b""
+        meta.update({"Content-Length": str(end - start + 1), "Accept-Ranges": "bytes"})
+        if not body:
+            self.hub.record("HEAD", self.path, rng, 0)
+            return self.reply(status, meta)
+        if self.hub.faults.die_mid_file and path.name == self.hub.faults.die_mid_file:
+            self.reply(status, meta, part[: len(part) // 2])
+            self.hub.record("GET", self.path, rng, len(part) // 2)
+            self.hub.stop()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.reply(status, meta, part)
+        self.hub.record("GET", self.path, rng, len(part))
 
-            def reply(self, status: int, headers: dict, payload: bytes = b""):
-                self.send_response(status)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                if payload:
-                    self.wfile.write(payload)
-                    self.wfile.flush()
+    def error(self, status: int, code: str, commit: str | None = None):
+        self.hub.record(self.command, self.path, self.headers.get("Range"), 0)
+        meta = {"X-Error-Code": code, "Content-Length": "0"}
+        if commit:
+            meta["X-Repo-Commit"] = commit
+        self.reply(status, meta)
 
-        return Handler
+    def reply(self, status: int, headers: dict, payload: bytes = b""):
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if payload:
+            self.wfile.write(payload)
+            self.wfile.flush()
 
 
 def free_port() -> int:
