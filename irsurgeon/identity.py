@@ -181,7 +181,8 @@ def _storage(table: ov.Output) -> str:
 # ---- checkpoint side: the same rows, read without reading the shard ----
 
 def embedding_shard(root: Path, source: str | Path, hub: HubOptions | None):
-    """A ByteSource for the file holding the checkpoint's embedding table: local when present, else the hub's."""
+    """A ByteSource for the file holding the checkpoint's embedding table (local when present, else the hub's), or
+    why the table cannot be read."""
     from irsurgeon.weights.hub import is_offline, is_repo_id
 
     if root.is_file():
@@ -189,7 +190,7 @@ def embedding_shard(root: Path, source: str | Path, hub: HubOptions | None):
     index = root / INDEX_FILE
     shard = SINGLE_FILE
     if index.is_file():
-        shard_of = Checkpoint._read_index(index, root)  # validated shard names (plain files in the directory)
+        shard_of = Checkpoint.open(root).shard_of  # shard names validated: plain files in the directory
         shard = next((shard_of[n].name for n in EMBED_NAMES if n in shard_of), None)
         if shard is None:
             return f"not checked: {index} lists no {' / '.join(EMBED_NAMES)} to compare"
@@ -200,7 +201,7 @@ def embedding_shard(root: Path, source: str | Path, hub: HubOptions | None):
         if is_offline():
             return "not checked: the token embeddings' shard is not in the local cache and HF_HUB_OFFLINE is set"
         return HubBytes(str(source), shard, commit, hub or HubOptions())
-    raise CheckpointError(f"{root / shard}: the file holding the token embeddings does not exist")
+    return f"not checked: {root / shard}, which holds the token embeddings, is not there"
 
 
 def checkpoint_rows(root: Path, source: str | Path, hub: HubOptions | None):

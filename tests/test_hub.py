@@ -70,7 +70,8 @@ def test_patch_from_a_repo_id_fetches_config_index_and_the_mtp_shard_only(models
     size = files[EMBED_SHARD].stat().st_size
     ranged = [e for e in hub.log if e[0] == "GET" and e[2] and e[1].startswith("/cdn/")]
     assert ranged and all(e[2].startswith("bytes=") for e in ranged)
-    assert 0 < sent < size / 50, (sent, size)  # 8 + header + 16 rows of 128 bytes, of a 512 KiB shard
+    # a first read of 1/64 of the shard (length + header), then 16 rows of 64 bf16 values: 10 KiB of 512 KiB
+    assert 0 < sent <= size // 64 + 16 * 64 * 2, (sent, size)
     assert len(full) >= 1 and "checkpoint identity" in proc.stdout and "range requests" in proc.stdout
     assert "100%|" in proc.stderr  # huggingface_hub's own progress bars for the downloads
     assert all(c.ok for c in verify_directory(target))

@@ -220,8 +220,16 @@ def snapshot_commit(path: Path) -> str | None:
 
 
 class HubBytes:
-    """Byte ranges of one file of a repo at one commit, by GET with a Range header (huggingface_hub's session,
-    headers and retries); a server that answers with the whole file (200) is refused rather than read."""
+    """Byte ranges of one file of a repo at one commit, by GET with a Range header, through huggingface_hub's
+    session, headers and retries. One HEAD (get_hf_file_metadata) gives the size and where the bytes are (the
+    hub's redirect to its CDN), so each range is one request; the token is not sent to another origin (as
+    huggingface_hub 2.4.0 file_download.py drops `authorization` for a location off the hub). The first read
+    fetches HEADER_GUESS bytes (at most 1/64 of the file), which hold the length and, usually, the whole
+    safetensors header (tens of KiB for a shard of hundreds of tensors); the rows are
+    then fetched in parallel. A server that answers a range with the whole file (200) is refused, not read."""
+
+    HEADER_GUESS = 64 << 10
+    PARALLEL = 8
 
     def __init__(self, repo_id: str, filename: str, commit: str, hub: HubOptions):
         from huggingface_hub import hf_hub_url
@@ -231,36 +239,60 @@ class HubBytes:
         self.url = hf_hub_url(repo_id, filename, revision=commit)
         self.headers = build_hf_headers(token=hub.token)
         self.hub, self.repo_id, self.filename = hub, repo_id, filename
-        self._size: int | None = None
-        self._first: bytes = b""
+        self.location: str | None = None
+        self._size = 0
+        self._prefix = b""
         self.requests = 0
         self.bytes = 0
 
     def size(self) -> int:
-        if self._size is None:
-            self._first = self._get(0, 8)
+        if self.location is None:
+            self._locate()
         return self._size
 
     def read(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        return [self._first if (o, n) == (0, 8) and self._first else self._get(o, n) for o, n in ranges]
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.size()
+        if not self._prefix and ranges and ranges[0][0] == 0:
+            self._prefix = self._get(0, min(self.HEADER_GUESS, max(self._size // 64, 8), self._size))
+        todo = [(o, n) for o, n in ranges if o + n > len(self._prefix)]
+        with ThreadPoolExecutor(min(self.PARALLEL, max(len(todo), 1))) as pool:
+            fetched = dict(zip(todo, pool.map(lambda r: self._get(*r), todo)))
+        return [fetched.get((o, n)) or self._prefix[o:o + n] for o, n in ranges]
+
+    def _locate(self) -> None:
+        from urllib.parse import urlsplit
+
+        from huggingface_hub import get_hf_file_metadata
+
+        try:
+            meta = get_hf_file_metadata(self.url, token=self.hub.token, timeout=probe_timeout())
+        except hub_failures() as e:
+            raise hub_error(self.repo_id, self.filename, self.hub, e) from None
+        self.requests += 1
+        if meta.size is None:
+            raise CheckpointError(f"{self.label}: the hub did not tell the file's size")
+        self._size, self.location = meta.size, meta.location
+        if urlsplit(self.location)[:2] != urlsplit(self.url)[:2]:
+            self.headers = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
 
     def _get(self, offset: int, length: int) -> bytes:
         from huggingface_hub.utils import hf_raise_for_status, http_stream_backoff
 
         headers = {**self.headers, "Range": f"bytes={offset}-{offset + length - 1}", "Accept-Encoding": "identity"}
-        self.requests += 1
         try:
-            with http_stream_backoff("GET", self.url, headers=headers, timeout=probe_timeout(), max_retries=2) as r:
+            with http_stream_backoff("GET", self.location, headers=headers, timeout=probe_timeout(),
+                                     max_retries=2) as r:
                 hf_raise_for_status(r)
                 if r.status_code != 206:  # a server ignoring Range would send the whole shard
                     raise CheckpointError(f"{self.label}: the server ignored the byte range (HTTP {r.status_code}); "
                                           f"not downloading the whole file for a few rows")
-                total = r.headers.get("Content-Range", "").rpartition("/")[2]
-                self._size = int(total) if total.isdigit() else self._size
                 data = r.read()
         except hub_failures() as e:
             raise hub_error(self.repo_id, self.filename, self.hub, e) from None
-        if len(data) != length or self._size is None:
+        if len(data) != length:
             raise CheckpointError(f"{self.label}: asked for {length} bytes at {offset}, got {len(data)}")
+        self.requests += 1  # counters: int += under the GIL, one per finished request
         self.bytes += len(data)
         return data
