@@ -8,7 +8,6 @@ file_download.py: a failed HEAD without a cached copy is retried with `_ETAG_RET
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +67,12 @@ def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, echo: 
 
 
 def probe_timeout() -> float:
-    return float(os.environ["HF_HUB_ETAG_TIMEOUT"]) if os.environ.get("HF_HUB_ETAG_TIMEOUT") else PROBE_TIMEOUT
+    """PROBE_TIMEOUT, unless HF_HUB_ETAG_TIMEOUT is set (huggingface_hub 2.4.0 hf_hub_download lets that variable
+    override any etag_timeout passed in; so does this)."""
+    from huggingface_hub import constants
+
+    etag = constants.HF_HUB_ETAG_TIMEOUT
+    return float(etag) if etag != constants.DEFAULT_ETAG_TIMEOUT else PROBE_TIMEOUT
 
 
 def endpoint() -> str:
