@@ -4,11 +4,13 @@ which revision, and how each failure reads. huggingface_hub itself runs unmodifi
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import openvino as ov
 import pytest
 
 from dirsnap import snapshot
@@ -35,10 +37,9 @@ def models(tmp_path_factory):
 
 
 def run_cli(*args, endpoint: str, home: Path, extra_env: dict | None = None, timeout: float = 120):
-    env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HOME": str(home), "PYTHONPATH": str(ROOT),
-           "HF_HUB_DISABLE_TELEMETRY": "1", **(extra_env or {})}
-    env.pop("HF_HUB_OFFLINE", None) if "HF_HUB_OFFLINE" not in (extra_env or {}) else None
-    env.pop("HF_TOKEN", None)
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_HUB_ETAG_TIMEOUT")}
+    env.update({"HF_ENDPOINT": endpoint, "HF_HOME": str(home), "PYTHONPATH": str(ROOT),
+                "HF_HUB_DISABLE_TELEMETRY": "1", **(extra_env or {})})
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "irsurgeon.cli", *map(str, args)], env=env, capture_output=True,
                           text=True, timeout=timeout)
@@ -46,7 +47,6 @@ def run_cli(*args, endpoint: str, home: Path, extra_env: dict | None = None, tim
 
 
 def copy_target(src: Path, dest: Path) -> Path:
-    import shutil
     shutil.copytree(src, dest)
     return dest
 
@@ -62,7 +62,9 @@ def test_patch_from_a_repo_id_fetches_config_index_and_the_mtp_shard_only(models
         proc, _ = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf",
                           extra_env={"TQDM_POSITION": "-1"})  # bars even without a TTY (huggingface_hub utils/tqdm.py)
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    full = {e[1].rsplit("/", 1)[-1] for e in hub.log if e[0] == "GET" and e[2] is None}
+    whole = [e for e in hub.log if e[0] == "GET" and e[2] is None]
+    assert len(whole) == 3  # config.json, the index, the mtp shard (from the CDN origin), each once
+    assert hub.served(MTP_SHARD)[1] == files[MTP_SHARD].stat().st_size
     fetched = {name for name in files if hub.served(name)[1] and name != EMBED_SHARD}
     assert fetched == {"config.json", "model.safetensors.index.json", MTP_SHARD}
     assert REST_SHARD not in str(hub.log)
@@ -72,11 +74,12 @@ def test_patch_from_a_repo_id_fetches_config_index_and_the_mtp_shard_only(models
     assert ranged and all(e[2].startswith("bytes=") for e in ranged)
     # a first read of 1/64 of the shard (length + header), then 16 rows of 64 bf16 values: 10 KiB of 512 KiB
     assert 0 < sent <= size // 64 + 16 * 64 * 2, (sent, size)
-    assert len(full) >= 1 and "checkpoint identity" in proc.stdout and "range requests" in proc.stdout
+    assert "checkpoint identity: 16 rows" in proc.stdout and "range requests" in proc.stdout
     assert "100%|" in proc.stderr  # huggingface_hub's own progress bars for the downloads
     assert all(c.ok for c in verify_directory(target))
-    print(f"repo-id patch: {len(hub.log)} requests, {sum(e[3] for e in hub.log)} bytes served; embedding shard: "
-          f"{requests} requests, {sent} of {size} bytes")
+    per_file = {name: hub.served(name) for name in sorted(files)}
+    print(f"repo-id patch: {len(hub.log)} requests, {sum(e[3] for e in hub.log)} bytes served; per file "
+          f"(requests, bytes): {per_file}")
 
 
 def test_revision_selects_the_files_and_identity_tells_them_apart(models, tmp_path):
@@ -92,7 +95,6 @@ def test_revision_selects_the_files_and_identity_tells_them_apart(models, tmp_pa
         right, _ = run_cli("patch", target, "--checkpoint", REPO, "--revision", "v2", endpoint=hub.url,
                            home=tmp_path / "hf")
     assert right.returncode == 0, right.stderr + right.stdout
-    import openvino as ov
     head = ov.Core().read_model(target / "openvino_mtp_model.xml")
     assert head.get_rt_info(["irsurgeon", "revision"]).astype(str) == "v2"
     assert head.get_rt_info(["irsurgeon", "checkpoint_identity"]).astype(str).startswith("verified")
