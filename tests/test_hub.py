@@ -177,3 +177,15 @@ def test_unreachable_hub_fails_fast_naming_offline_mode(models, tmp_path, kind):
     assert took < 15, took  # interpreter start-up (~3 s here) + at most the 5 s probe; was 24 s of retries
     assert snapshot(target) == before
     print(f"{kind}: failed after {took:.1f} s (process start-up included)")
+
+
+@pytest.mark.slow
+def test_a_slow_download_is_not_cut_short(models, tmp_path):
+    """The mtp shard stalls for 7 s mid-body: longer than the 5 s the first HEAD may take, shorter than
+    huggingface_hub's own read timeout (HF_HUB_DOWNLOAD_TIMEOUT, 10 s): the patch completes."""
+    target_src, files = models[1]
+    target = copy_target(target_src, tmp_path / "t")
+    with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(slow_file=MTP_SHARD, pause=7.0)) as hub:
+        proc, took = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
+    assert proc.returncode == 0, proc.stderr
+    assert took > 7 and all(c.ok for c in verify_directory(target))

@@ -18,6 +18,7 @@ import hashlib
 import re
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -39,6 +40,8 @@ class Revision:
 @dataclass
 class Faults:
     die_mid_file: str | None = None  # file name: send half of it, then stop both servers
+    slow_file: str | None = None  # file name: pause `pause` seconds after its first half (a slow, legit download)
+    pause: float = 0.0
 
 
 @dataclass
@@ -162,7 +165,12 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        self.reply(status, meta, part)
+        if self.hub.faults.slow_file and path.name == self.hub.faults.slow_file:
+            self.reply(status, meta, part[: len(part) // 2])
+            time.sleep(self.hub.faults.pause)
+            self.wfile.write(part[len(part) // 2:])
+        else:
+            self.reply(status, meta, part)
         self.hub.record("GET", self.path, rng, len(part))
 
     def error(self, status: int, code: str, commit: str | None = None):
