@@ -5,6 +5,9 @@ Everything goes through huggingface_hub's cache (its own progress bars, token di
 to the head. Before any download, one HEAD request with a short timeout asks whether the hub answers at all: an
 unreachable hub is one line within seconds, not huggingface_hub's minute of retries (huggingface_hub 2.4.0,
 file_download.py: a failed HEAD without a cached copy is retried with `_ETAG_RETRY_TIMEOUT = 60` and backoff).
+A hub that accepts connections but never answers costs the probe's 5 s, plus, with telemetry on, up to 3 s that
+huggingface_hub itself spends once a day fetching `{ENDPOINT}/api/agent-harnesses` for its user agent
+(utils/_detect_agent.py, `_REGISTRY_FETCH_TIMEOUT = 3`).
 """
 from __future__ import annotations
 
