@@ -25,7 +25,7 @@ import openvino as ov
 from irsurgeon.errors import CheckpointError, IRError
 from irsurgeon.ir import files
 from irsurgeon.weights.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint
-from irsurgeon.weights.hub import HubBytes, HubOptions, snapshot_commit
+from irsurgeon.weights.hub import HubBytes, HubOptions, HubUnreachable, snapshot_commit
 from irsurgeon.weights.rows import LocalBytes, read_rows
 from irsurgeon.weights.safetensors_io import bf16_to_f32
 
@@ -213,6 +213,8 @@ def checkpoint_rows(root: Path, source: str | Path, hub: HubOptions | None):
         rows = read_rows(src, EMBED_NAMES, sample_ids)
         return (rows, src) if rows is not None else (None, f"not checked: {src.label} holds no "
                                                            f"{' / '.join(EMBED_NAMES)} to compare")
+    except HubUnreachable:  # the cache served the rest; the rows could only come from the hub
+        return None, "not checked: the hub is unreachable and the cache does not hold the token embeddings"
     finally:
         if isinstance(src, LocalBytes):
             src.close()

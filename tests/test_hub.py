@@ -125,6 +125,20 @@ def test_offline_after_an_online_patch_uses_the_cache(models, tmp_path):
     assert "not checked" in again.stdout  # the embedding shard was never cached: no range requests offline
 
 
+def test_unreachable_hub_falls_back_to_a_filled_cache(models, tmp_path):
+    """Not offline mode, just no answer: what the cache holds is used, and said so, in seconds."""
+    target_src, files = models[1]
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        first, _ = run_cli("patch", copy_target(target_src, tmp_path / "a"), "--checkpoint", REPO,
+                           endpoint=hub.url, home=tmp_path / "hf")
+    assert first.returncode == 0, first.stderr
+    again, took = run_cli("patch", copy_target(target_src, tmp_path / "b"), "--checkpoint", REPO,
+                          endpoint=hub.url, home=tmp_path / "hf")  # that server is gone: connection refused
+    assert again.returncode == 0, again.stderr
+    assert "using the local Hugging Face cache" in again.stdout and "identity not checked" in again.stdout
+    assert all(c.ok for c in verify_directory(tmp_path / "b")) and took < 15
+
+
 FAILURES = {  # case -> (server set-up, words the one error line must hold)
     "unknown repo (401)": (lambda files: {"acme/other": {"main": Revision(files)}}, None, ["repo not found", "token"]),
     "private, no token (401)": (lambda files: {REPO: {"main": Revision(files)}}, {REPO: "s3cret"}, ["token"]),

@@ -27,6 +27,10 @@ OFFLINE_HINT = "set HF_HUB_OFFLINE=1 to use the local Hugging Face cache only"
 Echo = Callable[[str], None]
 
 
+class HubUnreachable(CheckpointError):
+    """The hub did not answer (connection refused, timeout, DNS): the local cache may still serve."""
+
+
 @dataclass(frozen=True)
 class HubOptions:
     """Where and as whom to fetch: revision (branch, tag or commit), token (None: the hub's own discovery)."""
@@ -66,7 +70,7 @@ def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, echo: 
     if not (commit and is_repo_id(source)):
         return root
     pinned = HubOptions(commit, (hub or HubOptions()).token, (hub or HubOptions()).cache_dir)
-    return fetch_checkpoint(str(source), pinned, echo, weights=True)
+    return fetch_checkpoint(str(source), pinned, echo, weights=True, quiet_probe=True)
 
 
 def probe_timeout() -> float:
@@ -158,12 +162,13 @@ def hub_error(repo_id: str, filename: str, hub: HubOptions, e: Exception) -> Che
         status = e.response.status_code if e.response is not None else "?"
         return CheckpointError(f"{at}: cannot fetch {filename}: HTTP {status} from {endpoint()}")
     if is_network_error(e):
-        return CheckpointError(f"{at}: connection to {endpoint()} lost while fetching {filename} "
+        return HubUnreachable(f"{at}: connection to {endpoint()} lost while fetching {filename} "
                                f"({network_reason(e)}); {OFFLINE_HINT}")
     return CheckpointError(f"{at}: cannot fetch {filename}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
 
 
-def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, weights: bool = True) -> Path:
+def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, weights: bool = True,
+                     quiet_probe: bool = False) -> Path:
     """The cache snapshot directory holding config.json, the index and (weights=True) the `mtp.*` shards.
 
     With a commit hash as revision, files already in the cache are taken without a request (huggingface_hub 2.4.0
@@ -172,7 +177,7 @@ def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, weights:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import RemoteEntryNotFoundError
 
-    online = probe(repo_id, hub, echo)
+    online = probe(repo_id, hub, (lambda _: None) if quiet_probe else echo)  # quiet: said by the first probe
 
     def fetch(filename: str, optional: bool = False) -> Path | None:
         try:
