@@ -9,9 +9,10 @@ apart; their weights can. The check compares 16 rows of the token-embedding tabl
     ok   <=>  |ckpt - tgt| <= bound  for every element
 
 `bound` is the rounding the two storages can add to one original weight, propagated through the target's
-decompression graph: half an ulp of each float storage (f32 2^-24, f16 2^-11, bf16 2^-8, relative), half a
-quantisation step for integer codes (0.5 * |scale|; a whole step for a code clipped at either end of its range), times 1.1 for the float arithmetic of the quantiser. Another
-model's rows differ by the size of the weights themselves, hundreds of times that.
+decompression graph: half an ulp of each float storage or float Convert (f32 2^-24, f16 2^-11, bf16 2^-8,
+relative), half a quantisation step for integer codes (0.5 * |scale|; a whole step for a code clipped at either end
+of its range), times 1.1 for the float arithmetic of the quantiser. Another model's rows differ by the size of the
+weights themselves: tens (int4) to millions (f32) of times that.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ TINY = {"f16": 2.0 ** -25, "F16": 2.0 ** -25}  # half the smallest f16 subnormal
 
 @dataclass
 class Identity:
-    ok: bool | None  # None: could not be checked (the checkpoint holds no embedding table)
+    ok: bool | None  # None: could not be checked (no embedding table, or its shard out of reach)
     detail: str
     max_difference: float = float("nan")
     worst_ratio: float = float("nan")  # max |difference| / bound: <= 1 passes
