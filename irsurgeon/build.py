@@ -74,10 +74,13 @@ def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: str | Weigh
 
 def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
                     weight_format: str | WeightFormat = WeightFormat.F16, allow_nonfinite: bool = False,
-                    warn=print) -> ov.Model:
-    """Build the MTP head of a checkpoint directory (or a .safetensors file with its config.json)."""
+                    warn=print, hub=None) -> ov.Model:
+    """Build the MTP head of a checkpoint directory, a .safetensors file with its config.json, or a Hugging Face
+    repo id (only config.json, the index and the `mtp.*` shards are fetched; `hub`: weights.hub.HubOptions)."""
+    from irsurgeon.weights.hub import resolve_source
+
     fmt = WeightFormat(weight_format)
-    cfg, weights, ckpt = load_mtp(checkpoint, config, allow_nonfinite, warn)
+    cfg, weights, ckpt = load_mtp(resolve_source(checkpoint, warn, hub), config, allow_nonfinite, warn)
     try:
         model = build_model(cfg, weights, fmt, warn)
     finally:

@@ -1,7 +1,8 @@
 """Make an exported target directory MTP-ready in place: check, build, compress, annotate, verify, commit.
 
     check target  (layout genai needs, config with a one-layer MTP head, LM `logits` fed by the lm_head MatMul)
-    check source  (the checkpoint's config describes the same model: hidden, heads, head_dim, vocab)
+    check source  (16 token-embedding rows equal the target's, within its storage's rounding: irsurgeon.identity;
+                   the checkpoint's config describes the same model: hidden, heads, head_dim, vocab)
     build head    -> compress (auto = mirror the target) -> stage openvino_mtp_model.xml/.bin
     annotate LM   -> stage openvino_language_model.xml (rt_info only; the .bin is never rewritten)
     update openvino_config.json (when the target has one) -> staged
@@ -25,6 +26,7 @@ from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, clear_interrupted, shown
+from irsurgeon.weights.hub import HubOptions
 
 LANGUAGE_MODEL = "openvino_language_model.xml"
 REQUIRED = (LANGUAGE_MODEL, "openvino_language_model.bin", "openvino_text_embeddings_model.xml",
@@ -144,6 +146,8 @@ class Options:
     dry_run: bool = False
     wait: bool = False
     allow_nonfinite: bool = False
+    allow_foreign_checkpoint: bool = False
+    hub: HubOptions | None = None  # revision, token, cache dir for a repo id
 
 
 def already_patched(target: Target) -> str | None:
@@ -160,7 +164,8 @@ def already_patched(target: Target) -> str | None:
 def patch(target_dir: str | Path, source: str | Path, options: Options = Options(), echo: Echo = print) -> PatchResult:
     """The whole in-place flow (see the module docstring); returns what was written."""
     from irsurgeon.build import load_mtp
-    from irsurgeon.weights.hub import resolve_source
+    from irsurgeon.identity import require_identity
+    from irsurgeon.weights.hub import fetch_weights, resolve_source
 
     start = time.perf_counter()
     if not options.dry_run and os.path.lexists(Path(target_dir) / STAGE_DIR):  # a half-done commit mixes versions:
@@ -173,10 +178,13 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     if choice is None:
         result.skipped = True
         return result
-    cfg, weights, ckpt = load_mtp(resolve_source(source, echo), allow_nonfinite=options.allow_nonfinite, warn=echo)
+    root = resolve_source(source, echo, options.hub, weights=False)  # a repo id: config.json and the index only
+    identity = require_identity(target.path, source, root, options.hub, options.allow_foreign_checkpoint, echo)
+    root = fetch_weights(source, root, options.hub, echo)
+    cfg, weights, ckpt = load_mtp(root, allow_nonfinite=options.allow_nonfinite, warn=echo)
     try:
         check_source_matches(target, cfg)
-        result.written = stage_and_commit(target, cfg, weights, ckpt, choice, options, source, echo)
+        result.written = stage_and_commit(target, cfg, weights, ckpt, choice, options, source, echo, identity)
     finally:
         ckpt.close()
     echo(f"{target.path}: wrote {', '.join(result.written)} in {elapsed(start)}")
@@ -210,14 +218,14 @@ def plan(target: Target, source, options: Options, echo: Echo):
 
 
 def stage_and_commit(target: Target, cfg: MTPConfig, weights, ckpt, choice, options: Options, source,
-                     echo: Echo) -> list[str]:
+                     echo: Echo, identity: str = "") -> list[str]:
     """Build, stage and check every new file inside the target, then move them in at once; returns their names."""
     from irsurgeon.build import build_model, name_anonymous_nodes
 
     with DirectoryTransaction(target.path, wait=options.wait, echo=echo) as tx:
         model = build_model(cfg, weights, "f16" if choice.params else choice.weight_format)
         ckpt.close()  # the model owns its weights now: release the mapped shards before the next steps
-        model = finish_head(model, choice, options, source, echo)
+        model = finish_head(model, choice, options, source, echo, identity)
         name_anonymous_nodes(model)
         tx.stage(contract.MTP_BIN)
         write_staged(tx.stage(contract.MTP_XML), lambda xml, m=model: ov.save_model(m, xml, compress_to_fp16=False))
@@ -229,7 +237,7 @@ def stage_and_commit(target: Target, cfg: MTPConfig, weights, ckpt, choice, opti
         return list(tx.names)
 
 
-def finish_head(model: ov.Model, choice, options: Options, source, echo: Echo) -> ov.Model:
+def finish_head(model: ov.Model, choice, options: Options, source, echo: Echo, identity: str = "") -> ov.Model:
     """Compress (when the choice says so) and record runtime options and provenance."""
     import irsurgeon
     from irsurgeon import rtinfo
@@ -241,7 +249,9 @@ def finish_head(model: ov.Model, choice, options: Options, source, echo: Echo) -
             echo(line)
     set_kv_cache_precision(model, options.kv_cache_precision)
     rtinfo.set_provenance(model, version=irsurgeon.__version__, source=str(source),
-                          weight_format=choice.weight_format)
+                          weight_format=choice.weight_format, checkpoint_identity=identity)
+    if options.hub and options.hub.revision:
+        rtinfo.set_provenance(model, revision=options.hub.revision)
     return model
 
 

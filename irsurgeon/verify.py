@@ -38,7 +38,8 @@ def paged_attention_converts(model: ov.Model) -> tuple[bool, str]:
     return ok, f"{ops['PagedAttentionExtension']} PagedAttention, {ops['ReadValue']} ReadValue left"
 
 
-def verify_directory(target: str | Path) -> list[Check]:
+def verify_directory(target: str | Path, checkpoint: str | Path | None = None, hub=None, echo=print) -> list[Check]:
+    """The contract checks; with `checkpoint` (a path or repo id; `hub`: weights.hub.HubOptions) also its identity."""
     from irsurgeon.patch import inspect_target
 
     target = Path(target)
@@ -48,6 +49,8 @@ def verify_directory(target: str | Path) -> list[Check]:
         info = inspect_target(target)
     except IRSurgeonError as e:
         return [Check("target layout", False, str(e)), *checks]
+    if checkpoint is not None:
+        checks.append(identity_check(target, checkpoint, hub, echo))
     cfg = info.cfg
     checks.insert(0, Check("target layout", True, f"{cfg.model_type}, hidden {info.hidden_size}, "
                                                   f"vocab {info.vocab_size}"))
@@ -82,3 +85,16 @@ def _annotation(xml: Path, num_layers: int | None) -> tuple[bool, str]:
     if num_layers and len(layers) != num_layers:
         return False, f"{len(layers)} layers annotated, config has {num_layers}"
     return True, f"{len(layers)} layers"
+
+
+def identity_check(target: Path, checkpoint: str | Path, hub, echo) -> Check:
+    """Whether the checkpoint is the one the target was exported from (irsurgeon.identity)."""
+    from irsurgeon.identity import check_identity
+    from irsurgeon.weights.hub import resolve_source
+
+    try:
+        root = resolve_source(checkpoint, echo, hub, weights=False)
+        result = check_identity(target, checkpoint, root, hub)
+    except IRSurgeonError as e:
+        return Check("checkpoint identity", False, str(e))
+    return Check("checkpoint identity", bool(result.ok), result.detail)

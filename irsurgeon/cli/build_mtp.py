@@ -11,11 +11,13 @@ from pathlib import Path
 
 import click
 
+from irsurgeon.cli.hub_options import hub_options, make_hub
+
 FORMATS = "f32|f16|int4|int8|auto"
 
 
 @click.command("build-mtp")
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Directory that receives openvino_mtp_model.xml/.bin.")
 @click.option("--config", type=click.Path(path_type=Path), default=None,
@@ -35,10 +37,12 @@ FORMATS = "f32|f16|int4|int8|auto"
 @click.option("--kv-cache-precision", default="f16", show_default=True, metavar="[f16|bf16|f32|u8|u4]",
               help="KV cache precision recorded in the head's rt_info runtime_options.")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run writing into OUT_DIR to finish.")
-def command(checkpoint: Path, out_dir: Path, config: Path | None, weight_format: str, target: Path | None,
+@hub_options
+def command(checkpoint: str, out_dir: Path, config: Path | None, weight_format: str, target: Path | None,
             group_size: int | None, ratio: float | None, backup: str | None, sym: bool | None,
-            all_layers: bool | None, kv_cache_precision: str, wait: bool) -> None:
-    """Build the MTP head of CHECKPOINT (a Hugging Face checkpoint directory or .safetensors file)."""
+            all_layers: bool | None, kv_cache_precision: str, wait: bool, revision: str | None, token: str | None,
+            cache_dir: Path | None) -> None:
+    """Build the MTP head of CHECKPOINT (a checkpoint directory, a .safetensors file, or a Hugging Face repo id)."""
     from irsurgeon.build import build_mtp_model, save_mtp_model
     from irsurgeon.compress import check_kv_cache_precision, compress_model, set_kv_cache_precision
     from irsurgeon.precision import choose_format
@@ -49,7 +53,8 @@ def command(checkpoint: Path, out_dir: Path, config: Path | None, weight_format:
                            all_layers=all_layers)
     if choice.note:
         click.echo(choice.note)
-    model = build_mtp_model(checkpoint, config, "f16" if choice.params else choice.weight_format)
+    model = build_mtp_model(checkpoint, config, "f16" if choice.params else choice.weight_format, warn=click.echo,
+                            hub=make_hub(revision, token, cache_dir))
     if choice.params:
         model, report = compress_model(model, choice.params)
         for line in report.lines():

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import click
 
+from irsurgeon.cli.hub_options import hub_options, make_hub
+
 
 @click.command("patch")
 @click.argument("target", type=click.Path(path_type=Path))
@@ -19,12 +21,18 @@ import click
 @click.option("--force", is_flag=True, help="Rebuild even when the directory is already MTP-ready.")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run on the same directory to finish.")
 @click.option("--allow-nonfinite", is_flag=True, help="Build even if the head's weights hold NaN or Inf (warns).")
+@click.option("--allow-foreign-checkpoint", is_flag=True,
+              help="Build even if the checkpoint's token embeddings differ from the target's (a fine-tune that "
+                   "knowingly reuses its base model's head); recorded in the head's rt_info.")
+@hub_options
 def command(target: Path, source: str, weight_format: str, kv_cache_precision: str, dry_run: bool, force: bool,
-            wait: bool, allow_nonfinite: bool) -> None:
+            wait: bool, allow_nonfinite: bool, allow_foreign_checkpoint: bool, revision: str | None,
+            token: str | None, cache_dir: Path | None) -> None:
     """Add openvino_mtp_model.xml/.bin to TARGET and annotate its language model, verified before anything moves."""
     from irsurgeon.patch import Options, patch
 
-    options = Options(weight_format, kv_cache_precision, force, dry_run, wait, allow_nonfinite)
+    options = Options(weight_format, kv_cache_precision, force, dry_run, wait, allow_nonfinite,
+                      allow_foreign_checkpoint, make_hub(revision, token, cache_dir))
     result = patch(target, source, options, echo=click.echo)
     if not result.skipped:
         click.echo(f"run it: irsurgeon verify {target} --genai   (or openvino_genai.VLMPipeline(dir, 'CPU', "

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from irsurgeon.cli.hub_options import hub_options, make_hub
+
 
 class PromptsParam(click.ParamType):
     """A number N (the first N built-in prompts) or a text file with one prompt per line."""
@@ -60,16 +62,21 @@ class SweepParam(click.ParamType):
 @click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True,
               help="With --genai: timed passes over the prompts per configuration (the median is reported).")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Write the results here.")
+@click.option("--checkpoint", default=None,
+              help="Also check that this checkpoint (path or Hugging Face repo id) is the one TARGET was exported "
+                   "from: 16 rows of its token embeddings against the target's (a repo id: read by range requests).")
+@hub_options
 @click.pass_context
 def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, nats: tuple[int, ...],
-            max_new_tokens: int, device: str, rounds: int, json_out: Path | None) -> None:
+            max_new_tokens: int, device: str, rounds: int, json_out: Path | None, checkpoint: str | None,
+            revision: str | None, token: str | None, cache_dir: Path | None) -> None:
     """Check TARGET (an exported model directory) is ready for MTP speculative decoding."""
     from irsurgeon.errors import IRSurgeonError
     from irsurgeon.verify import verify_directory
 
     if sweep and ctx.get_parameter_source("nats") != click.core.ParameterSource.DEFAULT:
         raise click.UsageError("give either --sweep or --num-assistant-tokens, not both")
-    checks = verify_directory(target)
+    checks = verify_directory(target, checkpoint, make_hub(revision, token, cache_dir), echo=click.echo)
     for c in checks:
         click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
     results = {"checks": [c.__dict__ for c in checks]}
