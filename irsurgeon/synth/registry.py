@@ -76,6 +76,8 @@ def validate(kind: str, s: SynthSpec, with_mtp: bool, weight_format: str) -> Non
                           f"rotary dims: expected an even number >= 2")
     if kind != "llama":
         validate_layer_types(s)
+    elif s.layer_types or s.full_attention_interval != 1:
+        raise ConfigError("--layer-types: --kind llama has full-attention layers only")
     if s.vocab < MIN_VOCAB:
         raise ConfigError(f"--vocab {s.vocab}: expected at least {MIN_VOCAB} ({SPECIAL} special tokens + bytes)")
     if s.num_experts and s.top_k > s.num_experts:
@@ -86,6 +88,21 @@ def validate(kind: str, s: SynthSpec, with_mtp: bool, weight_format: str) -> Non
         raise ConfigError(f"--weight-format {weight_format!r}: expected one of {', '.join(WEIGHT_FORMATS)}")
     if weight_format == "int4" and s.hidden % 16:
         raise ConfigError(f"--weight-format int4 needs --hidden divisible by 16 (the group size), got {s.hidden}")
+
+
+def layer_pattern(text: str) -> dict:
+    """`--layer-types`: an interval N (every N-th layer full attention, 1: all) or a comma list of full / linear
+    (or their config spellings full_attention / linear_attention); returns SynthSpec fields."""
+    text = text.strip()
+    if text.isdigit():
+        return {"full_attention_interval": int(text), "layer_types": ()}
+    names = {"full": FULL, FULL: FULL, "linear": LINEAR, LINEAR: LINEAR}
+    items = [t.strip() for t in text.split(",")]
+    bad = [t for t in items if t not in names]
+    if bad or not text:
+        raise ConfigError(f"--layer-types {text!r}: expected an interval (a positive integer) or a comma list of "
+                          f"full / linear, got {bad[0] if bad else 'nothing'!r}")
+    return {"layer_types": tuple(names[t] for t in items)}
 
 
 def validate_layer_types(s: SynthSpec) -> None:
