@@ -130,7 +130,8 @@ def scheduler_size(target: Path, sequences: int = SEQUENCES, context: int = CONT
     from irsurgeon.footprint import kv_cache
     from irsurgeon.show import show_ir
 
-    kv = [kv_cache(f, show_ir(target / f), 1, "f32") for f in (LANGUAGE_MODEL, MTP_MODEL) if (target / f).is_file()]
+    files = [f for f in (LANGUAGE_MODEL, MTP_MODEL) if (target / f).is_file()]
+    kv = [kv_cache(f, {**show_ir(target / f), "runtime_options": {}}, 1, "f32") for f in files]  # f32 whatever rt_info says
     per_sequence = sum(k["constant_bytes"] + context * k["bytes_per_token"] for k in kv)
     return sequences, max(1, -(-sequences * per_sequence // GIB))
 

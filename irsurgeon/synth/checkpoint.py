@@ -112,6 +112,24 @@ def text_config(s: SynthSpec) -> dict:
     return cfg
 
 
+def spec_from_config(tc: dict, **overrides) -> SynthSpec:
+    """The SynthSpec of a Qwen3.5 text_config (layer kinds, sizes, linear-attention heads), to synthesize a model
+    shaped like a published one; keys and defaults as transformers 5.23.0 Qwen3_5TextConfig reads them."""
+    rope = tc.get("rope_parameters") or {}
+    moe = ({"num_experts": tc["num_experts"], "top_k": tc["num_experts_per_tok"],
+            "expert_size": tc["moe_intermediate_size"], "shared_expert_size": tc["shared_expert_intermediate_size"]}
+           if tc.get("num_experts") else {"intermediate": tc["intermediate_size"]})
+    return SynthSpec(
+        hidden=tc["hidden_size"], heads=tc["num_attention_heads"], kv_heads=tc["num_key_value_heads"],
+        head_dim=tc.get("head_dim", 256), vocab=tc["vocab_size"], layers=tc["num_hidden_layers"],
+        partial_rotary_factor=rope.get("partial_rotary_factor", 0.25), rope_theta=rope.get("rope_theta", 10000.0),
+        rms_norm_eps=tc.get("rms_norm_eps", 1e-6), full_attention_interval=tc.get("full_attention_interval", 4),
+        layer_types=tuple(tc.get("layer_types") or ()), linear_key_heads=tc.get("linear_num_key_heads", 16),
+        linear_value_heads=tc.get("linear_num_value_heads", 32), linear_key_head_dim=tc.get("linear_key_head_dim", 128),
+        linear_value_head_dim=tc.get("linear_value_head_dim", 128), linear_conv_kernel=tc.get("linear_conv_kernel_dim", 4),
+        **moe).with_(**overrides)
+
+
 def config_json(s: SynthSpec) -> dict:
     tc = text_config(s)
     if not s.vlm:

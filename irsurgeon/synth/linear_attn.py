@@ -94,6 +94,18 @@ def to_bhs(x: ov.Output) -> ov.Output:
     return ops.transpose(x, const([0, 2, 1, 3], I32)).output(0)
 
 
+def name_body(body: ov.Model, prefix: str) -> None:
+    """Name every body node after its position: default names embed a process-wide counter, and the outer
+    model's naming pass does not reach into a Loop body, so two identical builds would serialize differently."""
+    counts: dict[str, int] = {}
+    for node in body.get_ordered_ops():
+        kind = node.get_type_name()
+        counts[kind] = counts.get(kind, 0) + 1
+        node.set_friendly_name(f"{prefix}/{kind}_{counts[kind]}")
+        for out in node.outputs():
+            out.get_tensor().set_names(set())
+
+
 def recurrence_body(Vh: int, Kd: int, Vd: int) -> ov.Model:
     """One token of the gated delta rule; body of the Loop, ports in optimum's order."""
     it = ops.parameter([], ov.Type.i32)
@@ -121,6 +133,7 @@ def gated_delta_rule(q, k, v, g, beta, h0, s: SynthSpec, m: str) -> tuple[ov.Out
     trips = ops.convert(seq, ov.Type.i32).output(0)
     loop = ops5.loop(trips, const(True, np.bool_))
     body = recurrence_body(Vh, Kd, Vd)
+    name_body(body, f"{m}/gated_delta_rule")
     loop.set_function(body)
     loop.set_special_body_ports([0, 0])  # current iteration: parameter 0; condition: result 0
     p = body.get_parameters()
