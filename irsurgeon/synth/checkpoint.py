@@ -126,7 +126,8 @@ def spec_from_config(tc: dict, **overrides) -> SynthSpec:
         rms_norm_eps=tc.get("rms_norm_eps", 1e-6), full_attention_interval=tc.get("full_attention_interval", 4),
         layer_types=tuple(tc.get("layer_types") or ()), linear_key_heads=tc.get("linear_num_key_heads", 16),
         linear_value_heads=tc.get("linear_num_value_heads", 32), linear_key_head_dim=tc.get("linear_key_head_dim", 128),
-        linear_value_head_dim=tc.get("linear_value_head_dim", 128), linear_conv_kernel=tc.get("linear_conv_kernel_dim", 4),
+        linear_value_head_dim=tc.get("linear_value_head_dim", 128),
+        linear_conv_kernel=tc.get("linear_conv_kernel_dim", 4),
         **moe).with_(**overrides)
 
 

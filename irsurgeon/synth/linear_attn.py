@@ -77,7 +77,8 @@ def causal_conv(qkv: ov.Output, past: ov.Output, weight: ov.Output, K: int, m: s
 def l2norm(x: ov.Output, name: str) -> ov.Output:
     """x * rsqrt(sum(x^2, -1) + eps), in optimum's Multiply / ReduceSum / Sqrt / Divide form."""
     s = named(ops.reduce_sum(ops.multiply(x, x), const([-1], I64), keep_dims=True), f"{name}/aten::sum/ReduceSum")
-    inv = ops.divide(const(np.ones((1, 1, 1, 1), np.float32)), ops.sqrt(ops.add(s, const(np.full((1, 1, 1, 1), L2_EPS, np.float32)))))
+    eps = const(np.full((1, 1, 1, 1), L2_EPS, np.float32))
+    inv = ops.divide(const(np.ones((1, 1, 1, 1), np.float32)), ops.sqrt(ops.add(s, eps)))  # FuseL2NormIntoGDN's form
     return named(ops.multiply(x, inv), f"{name}/aten::mul/Multiply")
 
 
@@ -156,7 +157,8 @@ def gated_delta_rule(q, k, v, g, beta, h0, s: SynthSpec, m: str) -> tuple[ov.Out
 def gated_norm(o: ov.Output, z: ov.Output, gain: ov.Output, eps: float, m: str) -> ov.Output:
     """rmsnorm(o) * gain * silu(z) over each value head; o, z [N, Vd]."""
     mean = ops.reduce_mean(ops.power(o, const(np.full((1, 1), 2.0, np.float32))), const([-1], I64), keep_dims=True)
-    inv = ops.divide(const(np.ones((1, 1), np.float32)), ops.sqrt(ops.add(mean, const(np.full((1, 1), eps, np.float32)))))
+    eps_c = const(np.full((1, 1), eps, np.float32))
+    inv = ops.divide(const(np.ones((1, 1), np.float32)), ops.sqrt(ops.add(mean, eps_c)))
     normed = named(ops.multiply(gain, ops.multiply(o, inv)), f"{m}.norm/aten::mul/Multiply_1")
     return named(ops.multiply(normed, ops.swish(z)), f"{m}.norm/aten::mul/Multiply_2")
 

@@ -6,7 +6,9 @@
     out/ckpt/     config.json + model.safetensors (bf16): every tensor the IRs hold, plus `mtp.*` with with_mtp
 
 The IR weights are the checkpoint's bf16 values, so the checkpoint rebuilds exactly what the IRs compute. qwen35
-kinds are bigram models by default (see checkpoint.mtp_tensors), so an MTP head built from ckpt/ gets drafts accepted.
+kinds are bigram models by default (see checkpoint.mtp_tensors), so an MTP head built from ckpt/ gets drafts accepted,
+and hybrid like Qwen3.5: by default every 4th layer full attention, the others Gated DeltaNet linear attention
+(synth.linear_attn; `layer_types` / `full_attention_interval` of the spec, `--layer-types` on the command line).
 Everything is a function of (kind, spec, seed, with_mtp, weight_format): files are byte-identical across runs.
 """
 from __future__ import annotations
