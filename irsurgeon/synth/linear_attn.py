@@ -15,8 +15,13 @@ tokens, C = 2 Kh Kd + Vh Vd conv channels, Kh/Vh key/value heads, Kd/Vd their si
 The op pattern is what optimum-intel 2.2.0 emits and what openvino 2026.4's paged conversion fuses into
 PagedCausalConv1D and PagedGatedDeltaNet (read from the reference exports: Concat(Gather(ReadValue), Transpose) ->
 GroupConvolution -> Slice(-S) -> Swish; a Loop slicing q/k/v/g/beta on axis 2 with ScatterUpdate accumulation,
-its two outputs flattened into one Concat and sliced back). openvino's GatedDeltaNetFusion header documents the
-Concat(Reshape(Loop.out0, [-1]), Reshape(Loop.out1, [-1])) wrapping it matches. State ids are optimum's:
+its two outputs flattened into one Concat and sliced back). openvino's own passes define what matches
+(src/common/transformations, fuse_gated_delta_net.cpp and the paged fusions, read for this): RemoveConcatSliceAfterLoop
+wants that Concat/Slice/Reshape wrapping, FuseGDNLoop a Loop whose inputs are Divide(q, Power(Convert(Gather(
+ShapeOf(q), 3)), 0.5)), k, v, g, beta and the state, and PagedCausalConv1DFusion Concat(state, Transpose) ->
+GroupConvolution(Constant [C, 1, 1, K]) -> Slice on axis 2 -> Swish. Compiling for CPU fuses the Loop into openvino's
+GatedDeltaNet op; the body's own arithmetic runs only where no fusion applies (tests run it alone). State ids are
+optimum's:
 `cache_params.past.conv.<j>cache_params.present.conv.<j>` f32 [?, C, K] and `...ssm.<j>...` f32 [?, Vh, Kd, Vd],
 j counting linear-attention layers only.
 """
@@ -82,12 +87,13 @@ def l2norm(x: ov.Output, name: str) -> ov.Output:
     return named(ops.multiply(x, inv), f"{name}/aten::mul/Multiply")
 
 
-def heads_first(x: ov.Output, heads: int, size: int, repeat: int, name: str) -> ov.Output:
-    """[B, S, heads*size] -> [B, Vh, S, size], each head repeated `repeat` times in a row (repeat_interleave)."""
+def split_heads(x: ov.Output, heads: int, size: int, repeat: int = 1) -> ov.Output:
+    """[B, S, heads*size] -> [B, S, heads*repeat, size], each head repeated `repeat` times in a row, as
+    transformers' repeat_interleave (every key head serves `repeat` consecutive value heads)."""
     x = ops.reshape(x, const([0, 0, heads, size], I64), special_zero=True)
     if repeat > 1:
         x = ops.gather(x, const(np.repeat(np.arange(heads), repeat), I32), const(2, I32))
-    return x if name is None else named(x, name)
+    return x.output(0)
 
 
 def to_bhs(x: ov.Output) -> ov.Output:
@@ -178,14 +184,14 @@ def gated_delta_net(a: ov.Output, i: int, j: int, ctx, w, s: SynthSpec, arch) ->
     mixed, conv_next = causal_conv(qkv, conv_past, conv_w, K, m)
     mixed = ops.transpose(mixed, const([0, 2, 1], I32))
     q, k, v = ops.variadic_split(mixed, const(-1, I64), const([Kh * Kd, Kh * Kd, Vh * Vd], I64)).outputs()
-    q = to_bhs(l2norm(heads_first(q, Kh, Kd, Vh // Kh, None), f"{m}/q_l2norm"))
+    q = to_bhs(l2norm(split_heads(q, Kh, Kd, Vh // Kh), f"{m}/q_l2norm"))  # [B, Vh, S, Kd]
     # sqrt(Kd) as Power(Convert(Gather(ShapeOf(q), 3)), 0.5): the form openvino's FuseGDNLoop matches to fold the
     # q scale into its GatedDeltaNet op (openvino fuse_gated_delta_net.cpp: "GDN spec assumes it's sqrt(qk_head_size)")
     head = ops.gather(ops.shape_of(q, ov.Type.i64), const(3, I64), const(0, I64))
     scale = ops.power(ops.convert(head, ov.Type.f32), const(0.5))
     q = named(ops.divide(q, scale), f"{m}/aten::mul/Multiply_3")
-    k = to_bhs(l2norm(heads_first(k, Kh, Kd, Vh // Kh, None), f"{m}/k_l2norm"))
-    v = to_bhs(heads_first(v, Vh, Vd, 1, None))
+    k = to_bhs(l2norm(split_heads(k, Kh, Kd, Vh // Kh), f"{m}/k_l2norm"))
+    v = to_bhs(split_heads(v, Vh, Vd))  # [B, Vh, S, Vd]
     neg_a = const(-np.exp(w.tensors[c + "A_log"].astype(np.float64)).astype(np.float32), name=f"{m}/neg_A")
     g = ops.multiply(neg_a, ops.softplus(ops.add(proj(a, "in_proj_a"), const(w.tensors[c + "dt_bias"]))))
     beta = ops.sigmoid(proj(a, "in_proj_b"))
