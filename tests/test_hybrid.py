@@ -104,8 +104,9 @@ def hybrid(request, tmp_path_factory):
 
 
 def test_logits_equal_numpy_reference_with_states_carried(hybrid):
-    """f32 inference against float64: 1e-5 of the logit scale is ~50x the f32 rounding seen, far below a wiring
-    error (a conv window off by one token or a state not carried moves logits by ~1e-2)."""
+    """f32 inference against float64: the largest difference seen is 2.5e-6 of the logit scale (dense 5.9e-6, MoE
+    9.2e-6 at scales ~4); 5e-5 of it leaves room for other CPUs' kernels and is still ~100x below a wiring error
+    (a conv window off by one token, a state not carried or a wrong dt_bias move logits by ~1e-2)."""
     out, t = hybrid
     assert layer_types(out.spec) == [LINEAR, LINEAR, LINEAR, FULL]
     ids = np.random.default_rng(1).integers(8, out.spec.vocab, SPLITS[-1])
@@ -115,7 +116,7 @@ def test_logits_equal_numpy_reference_with_states_carried(hybrid):
         want.append(ref.step(ids[start:stop]))
         start = stop
     want = np.concatenate(want)
-    np.testing.assert_allclose(got, want, atol=1e-5 * np.abs(want).max(), rtol=0)
+    np.testing.assert_allclose(got, want, atol=5e-5 * np.abs(want).max(), rtol=0)
 
 
 def test_loop_body_alone_computes_the_gated_delta_rule():
