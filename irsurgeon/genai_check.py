@@ -4,7 +4,9 @@ Both pipelines are `VLMPipeline`s with the paged-attention backend and prefix ca
 that); the MTP one gets `draft_model(dir)`, which loads `dir/openvino_mtp_model.xml`. Token ids are collected with a
 streamer. The equivalence check runs at INFERENCE_PRECISION_HINT=f32, plus KV_CACHE_PRECISION=f16 and
 DYNAMIC_QUANTIZATION_GROUP_SIZE=0 for int4 targets: at the CPU defaults even two plain backends disagree on tiny
-models whose top-2 logits differ by ~1e-4, so only the f32 run can demand identical tokens.
+models whose top-2 logits differ by ~1e-4, so only the f32 run can demand identical tokens. The scheduler is sized
+from the directory (scheduler_size): one sequence at a time and a cache budget that holds the linear-attention
+states genai reserves per sequence, which its 256-sequence default does not fit for real hybrid models.
 
 The speed sweep (`run_speed`) runs afterwards at the device's default precision (no properties: the IRs'
 rt_info runtime_options and the plugin defaults apply), plain greedy first, then MTP for each num_assistant_tokens K
@@ -111,10 +113,37 @@ def _genai():
     return openvino_genai
 
 
-def _scheduler(g):
+GIB = 1 << 30
+SEQUENCES = 1  # every generate() here decodes one prompt greedily: one sequence at a time
+CONTEXT_TOKENS = 4096  # KV budget per sequence: built-in prompts are short; a --prompts FILE may be long
+
+
+def scheduler_size(target: Path, sequences: int = SEQUENCES, context: int = CONTEXT_TOKENS) -> tuple[int, int]:
+    """(max_num_seqs, cache_size in GiB) that fit `sequences` sequences of `context` tokens of this directory.
+
+    openvino-genai 2026.4's cache orchestrator (src/cpp/src/continuous_batching/cache/cache_orchestrator.hpp,
+    normalize_block_counts; the file its refusal names)
+    reserves, with prefix caching off and cache_size set, one linear-attention block (every linear-attention
+    layer's conv + recurrent state of one sequence) per schedulable sequence, max_num_seqs of them, out of the
+    cache_size budget before any KV block, and refuses the pipeline when `reserved_la_bytes <= budget_in_bytes`
+    fails. Its default max_num_seqs of 256 does not fit a real hybrid model in a few GiB (Qwen3.5-0.8B: 18 x 1.1
+    MiB per sequence), so both follow the model and the batch used: the constant-size states and the KV growth per
+    token of the language model and the head (footprint.kv_cache, at f32, an upper bound of any runtime precision).
+    """
+    from irsurgeon.footprint import kv_cache
+    from irsurgeon.show import show_ir
+
+    files = [f for f in (LANGUAGE_MODEL, MTP_MODEL) if (target / f).is_file()]
+    # f32 whatever rt_info says: an upper bound of the precision the runtime picks
+    kv = [kv_cache(f, {**show_ir(target / f), "runtime_options": {}}, 1, "f32") for f in files]
+    per_sequence = sum(k["constant_bytes"] + context * k["bytes_per_token"] for k in kv)
+    return sequences, max(1, -(-sequences * per_sequence // GIB))
+
+
+def _scheduler(g, target: Path):
     sc = g.SchedulerConfig()
     sc.enable_prefix_caching = False
-    sc.cache_size = 1
+    sc.max_num_seqs, sc.cache_size = scheduler_size(target)
     return sc
 
 
@@ -130,7 +159,7 @@ def _pipeline(g, target: Path, device: str, props: dict, draft: bool):
     """A VLMPipeline on the paged backend, with the directory's MTP head as draft model when `draft`."""
     try:
         extra = {"draft_model": g.draft_model(str(target), device, **props)} if draft else {}
-        return g.VLMPipeline(str(target), device, scheduler_config=_scheduler(g), **extra, **props)
+        return g.VLMPipeline(str(target), device, scheduler_config=_scheduler(g, target), **extra, **props)
     except RuntimeError as e:
         raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory: {str(e).splitlines()[0]}") from None
 

@@ -23,20 +23,26 @@ def size_options(f):
 @click.option("--kind", type=click.Choice(KINDS), default="qwen35", show_default=True,
               help="qwen35 / qwen35-moe: the VLM layout openvino-genai loads; llama: a text-only openvino_model.xml.")
 @size_options
+@click.option("--layer-types", default=None,
+              help="qwen35 kinds: N (every N-th layer full attention, the rest Gated DeltaNet linear attention; 1: "
+                   "full attention only) or a comma list of full/linear, one per layer [default: 4, as Qwen3.5].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, byte-identical files.")
 @click.option("--with-mtp/--no-mtp", default=None,
               help="Write the checkpoint's mtp.* tensors [default: with for qwen35 kinds, without for llama].")
 @click.option("--weight-format", type=click.Choice(["f32", "f16", "int4"]), default="f32", show_default=True,
               help="Storage of the IR weights (int4: the language model's MatMuls, through nncf).")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run writing into OUT_DIR to finish.")
-def command(out_dir: Path, kind: str, seed: int, with_mtp: bool | None, weight_format: str, wait: bool,
-            **sizes) -> None:
+def command(out_dir: Path, kind: str, layer_types: str | None, seed: int, with_mtp: bool | None, weight_format: str,
+            wait: bool, **sizes) -> None:
     """Write a seeded synthetic model: OUT_DIR/target (OpenVINO IRs) and OUT_DIR/ckpt (Hugging Face checkpoint)."""
-    from irsurgeon.synth.registry import default_spec, synthesize
+    from irsurgeon.synth.registry import default_spec, layer_pattern, synthesize
 
     start = time.perf_counter()
     given = {k: v for k, v in sizes.items() if v is not None}
-    spec = default_spec(kind).with_(**given)
+    pattern = layer_pattern(layer_types) if layer_types is not None else {}
+    if pattern.get("layer_types") and "layers" not in given:
+        given["layers"] = len(pattern["layer_types"])
+    spec = default_spec(kind).with_(**given, **pattern)
     if {"hidden", "heads"} & given.keys() and "head_dim" not in given and spec.hidden % spec.heads == 0:
         spec = spec.with_(head_dim=spec.hidden // spec.heads)
     with_mtp = kind != "llama" if with_mtp is None else with_mtp
