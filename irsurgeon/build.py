@@ -13,7 +13,7 @@ from irsurgeon import contract, rtinfo
 from irsurgeon.config import MTPConfig, load_config
 from irsurgeon.errors import CheckpointError, OutputError
 from irsurgeon.models.qwen35_mtp import Inputs, mtp_head
-from irsurgeon.ops.core import WeightFormat, weight
+from irsurgeon.ops.core import WeightFormat, half_weight, weight
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.spec import MTP_PREFIX, dense_shapes, load_weights
 
@@ -60,7 +60,11 @@ def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: str | Weigh
     params, inputs = make_parameters(cfg)
 
     def w(name: str) -> ov.Output:
-        return weight(weights[name[len(MTP_PREFIX):]], name, fmt, warn)
+        key = name[len(MTP_PREFIX):]
+        half = weights.half(key) if fmt is WeightFormat.F16 and hasattr(weights, "half") else None
+        if half is not None:  # decoded straight to f16 (no float32 copy); None: the f32 path decides and reports
+            return half_weight(half, name)
+        return weight(weights[key], name, fmt, warn)
 
     out, sinks = mtp_head(inputs, w, cfg)
     result = ops.result(out)

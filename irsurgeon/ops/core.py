@@ -12,9 +12,9 @@ import openvino as ov
 import openvino.opset13 as ops
 from openvino._offline_transformations import compress_model_transformation
 
+from irsurgeon.ops.half import F16_MAX, F16_NORMAL, half_constant, to_half
+
 F32 = ov.Type.f32
-F16_MAX = 65504.0  # largest finite float16
-F16_NORMAL = 2.0 ** -14  # smallest normal float16: below it, precision drops bit by bit
 
 
 class WeightFormat(str, Enum):
@@ -52,12 +52,27 @@ def f16_range_note(data: np.ndarray, name: str) -> str:
 def weight(array: np.ndarray, name: str, fmt: WeightFormat, warn=print) -> ov.Output:
     """A float weight stored as `fmt`, produced as f32.
 
-    f16 goes through openvino's own compression pass on a one-constant model, so the Convert carries the
-    `decompression` mark the plugins key on to keep the weight compressed in memory. A weight f16 cannot hold stays
-    f32, reported through `warn`: one with values beyond f16's largest (the pass would clamp them), or one the pass
-    itself keeps f32 (openvino's compress_float_constants.cpp: when at least 75% of the values are out of f16's
-    range or lose precision in it, such as weights mostly below f16's normal range).
+    f16: rounded slice by slice into its final buffer (`half.py`), stored as openvino's compression pass stores it
+    (f16 Constant + Convert marked `decompression`, which the plugins key on to keep the weight compressed). A weight
+    f16 cannot hold stays f32, reported through `warn`: one with values beyond f16's largest (the pass would clamp
+    them), or one the pass itself keeps f32 (half.py: a value off by more than 1, or at least 75% of the values out
+    of f16's range or losing precision in it, such as weights mostly below f16's normal range).
     """
+    if fmt is WeightFormat.F16:
+        data, tally = to_half(array)
+        if tally.fits:
+            return half_constant(data, name)
+        del data
+    return f32_weight(array, name, fmt, warn)
+
+
+def half_weight(data: np.ndarray, name: str) -> ov.Output:
+    """An f16 array whose values already passed `Tally.fits`, as the f16 build stores it (memory shared)."""
+    return half_constant(data, name)
+
+
+def f32_weight(array: np.ndarray, name: str, fmt: WeightFormat, warn=print) -> ov.Output:
+    """The f32 path: an f32 constant, or for f16 whatever openvino's own compression pass makes of it."""
     data = owned_f32(array)
     node = ov.op.Constant(data, shared_memory=True)  # no copy
     node.set_friendly_name(name)

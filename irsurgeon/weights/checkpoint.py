@@ -132,6 +132,17 @@ class Checkpoint:
         self.info(name)
         return self._file(self.shard_of[name]).get(name)
 
+    def raw(self, name: str) -> tuple[np.ndarray, str]:
+        """The tensor's stored bytes as a read-only mapped view, and its safetensors dtype (to decode in slices)."""
+        info = self.info(name)
+        return self._file(self.shard_of[name]).raw(name), info.dtype
+
+    def release(self, name: str) -> None:
+        """Drop the tensor's mapped pages from this process's resident set once it has been decoded."""
+        info = self.info(name)
+        f = self._file(self.shard_of[name])
+        f._release(f.data_start + info.begin, info.end - info.begin)
+
     def close(self) -> None:
         for f in self._files.values():
             f.close()

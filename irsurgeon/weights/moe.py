@@ -20,8 +20,9 @@ import numpy as np
 from irsurgeon.config import MTPConfig
 from irsurgeon.errors import CheckpointError
 from irsurgeon.weights.checkpoint import Checkpoint
-from irsurgeon.weights.spec import (LAYER, MTP_PREFIX, LazyWeights, _common_shapes, check_dtypes, check_tensor_set,
-                                    inspect_stored, read_tensor)
+from irsurgeon.ops.half import Tally, round_slice
+from irsurgeon.weights.spec import (LAYER, MTP_PREFIX, LazyWeights, Stored, _common_shapes, check_dtypes,
+                                    check_tensor_set, inspect_stored, read_half, read_tensor, round_rows)
 
 MLP = f"{LAYER}mlp."
 EXPERTS = f"{MLP}experts."
@@ -115,12 +116,14 @@ def load_moe_weights(ckpt: Checkpoint, cfg: MTPConfig, allow_nonfinite: bool = F
         return lambda: read_tensor(ckpt, name, stored, allow_nonfinite, warn)
 
     readers = {n: read(n) for n in expected if not n.startswith(EXPERTS)}
+    halves = {n: (lambda n=n: read_half(ckpt, n, stored)) for n in readers}
     if layout == "fused":
         gate_up, I = read(f"{EXPERTS}gate_up_proj"), cfg.moe.expert_size
         readers[f"{EXPERTS}gate_proj.weight"] = lambda: np.ascontiguousarray(gate_up()[:, :I])
         readers[f"{EXPERTS}up_proj.weight"] = lambda: np.ascontiguousarray(gate_up()[:, I:])
         readers[f"{EXPERTS}down_proj.weight"] = read(f"{EXPERTS}down_proj")
-        return LazyWeights(readers, warn)
+        halves.update(fused_halves(ckpt, cfg, stored))
+        return LazyWeights(readers, warn, halves)
 
     def stacked(p: str, shape: tuple[int, int]) -> Callable[[], np.ndarray]:
         def make() -> np.ndarray:
@@ -131,4 +134,41 @@ def load_moe_weights(ckpt: Checkpoint, cfg: MTPConfig, allow_nonfinite: bool = F
         return make
     for p, shape in expert_shapes(cfg).items():
         readers[f"{EXPERTS}{p}.weight"] = stacked(p, shape)
-    return LazyWeights(readers, warn)
+        halves[f"{EXPERTS}{p}.weight"] = lambda p=p, shape=shape: stacked_half(ckpt, cfg, stored, p, shape)
+    return LazyWeights(readers, warn, halves)
+
+
+def fused_halves(ckpt: Checkpoint, cfg: MTPConfig, stored: Stored) -> dict[str, Callable[[], np.ndarray | None]]:
+    """float16 readers of the fused layout's projections, each decoded expert by expert into its final array."""
+    E, I, H = cfg.moe.num_experts, cfg.moe.expert_size, cfg.hidden_size
+    gate_up, down = f"{EXPERTS}gate_up_proj", f"{EXPERTS}down_proj"
+
+    def part(stored_name: str, shape: tuple[int, ...], select) -> Callable[[], np.ndarray | None]:
+        def make() -> np.ndarray | None:
+            if stored_name in stored.scaled:
+                return None
+            out, tally = np.empty(shape, np.float16), Tally()
+            round_rows(ckpt, stored_name, out, tally, select)
+            ckpt.release(MTP_PREFIX + stored_name)
+            return out if tally.fits else None
+        return make
+    return {f"{EXPERTS}gate_proj.weight": part(gate_up, (E, I, H), lambda raw: raw[:, :I]),
+            f"{EXPERTS}up_proj.weight": part(gate_up, (E, I, H), lambda raw: raw[:, I:]),
+            f"{EXPERTS}down_proj.weight": part(down, (E, H, I), lambda raw: raw)}
+
+
+def stacked_half(ckpt: Checkpoint, cfg: MTPConfig, stored: Stored, p: str,
+                 shape: tuple[int, int]) -> np.ndarray | None:
+    """One projection of the per-expert layout stacked over the experts, built directly in float16 (each expert
+    decoded to float32 alone, FP8 through its scales), or None when openvino would keep the stack f32."""
+    out, tally = np.empty((cfg.moe.num_experts, *shape), np.float16), Tally()
+    for e in range(cfg.moe.num_experts):
+        name = f"{EXPERTS}{e}.{p}.weight"
+        if name in stored.scaled:
+            round_slice(read_tensor(ckpt, name, stored, allow_nonfinite=True, warn=lambda _: None), out[e], tally)
+        else:
+            round_rows(ckpt, name, out[e], tally)
+            ckpt.release(MTP_PREFIX + name)
+        if tally.veto or tally.beyond or tally.nonfinite:
+            return None  # the f32 path reads it again and reports
+    return out if tally.fits else None

@@ -18,9 +18,11 @@ import numpy as np
 
 from irsurgeon.config import MTPConfig
 from irsurgeon.errors import CheckpointError
+from irsurgeon.ops.half import SLICE, Tally, round_slice
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, check_scale, dequantize_blocks, split_scales
 from irsurgeon.weights.quant import SUPPORTED, fp8_scheme
+from irsurgeon.weights.safetensors_io import bf16_to_f32
 
 MTP_PREFIX = "mtp."
 LAYER = "layers.0."
@@ -162,22 +164,57 @@ def transform(name: str, w: np.ndarray) -> np.ndarray:
 class LazyWeights(Mapping):
     """name -> float32 array, decoded from the (memory-mapped) checkpoint each time it is asked for.
 
-    The graph turns each weight into a constant as it goes, so at most one float32 tensor is alive at a time
-    besides what the model keeps; the checkpoint must stay open until the model is built.
+    `half(name)` gives the f16 build its tensor as float16 decoded slice by slice (no float32 copy of the tensor),
+    or None when the tensor must take the float32 path (FP8 block scales, or values openvino's compression would
+    keep f32: ops/half.py). The graph turns each weight into a constant as it goes, so besides what the model keeps
+    at most one tensor being decoded is alive; the checkpoint must stay open until the model is built.
     """
 
-    def __init__(self, readers: dict[str, Callable[[], np.ndarray]], warn=print):
+    def __init__(self, readers: dict[str, Callable[[], np.ndarray]], warn=print,
+                 halves: dict[str, Callable[[], np.ndarray | None]] | None = None):
         self.readers = readers
+        self.halves = halves or {}
         self.warn = warn  # where loading reports, and building after it (a weight kept f32, ...)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.readers[name]()
+
+    def half(self, name: str) -> np.ndarray | None:
+        reader = self.halves.get(name)
+        return reader() if reader else None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.readers)
 
     def __len__(self) -> int:
         return len(self.readers)
+
+
+def decode_slice(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """Stored values (a slice of the mapped view) as a new float32 array; FP8 never comes here."""
+    return bf16_to_f32(raw) if dtype == "BF16" else np.array(raw, dtype=np.float32)
+
+
+def round_rows(ckpt: Checkpoint, name: str, dst: np.ndarray, tally: Tally, select=lambda raw: raw) -> None:
+    """Decode `select(stored view)` into dst (float16, same shape) a few leading-axis rows at a time (one slice of
+    about `SLICE` values, or one expert), transforms applied."""
+    raw, dtype = ckpt.raw(MTP_PREFIX + name)
+    src = select(raw)
+    step = max(1, SLICE // max(1, int(np.prod(src.shape[1:], dtype=np.int64))))
+    for lo in range(0, src.shape[0], step):
+        part = transform(name, decode_slice(src[lo:lo + step], dtype))
+        round_slice(part, dst[lo:lo + step], tally)
+
+
+def read_half(ckpt: Checkpoint, name: str, stored: Stored) -> np.ndarray | None:
+    """One tensor as float16 exactly as the f16 build stores it, or None for the float32 path (see LazyWeights)."""
+    if name in stored.scaled:
+        return None
+    out = np.empty(ckpt.info(MTP_PREFIX + name).shape, np.float16)
+    tally = Tally()
+    round_rows(ckpt, name, out, tally)
+    ckpt.release(MTP_PREFIX + name)
+    return out if tally.fits else None
 
 
 def read_tensor(ckpt: Checkpoint, name: str, stored: Stored, allow_nonfinite: bool = False,
@@ -199,4 +236,7 @@ def load_weights(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], cfg: MT
 
     def reader(name: str) -> Callable[[], np.ndarray]:
         return lambda: read_tensor(ckpt, name, stored, allow_nonfinite, warn)
-    return LazyWeights({name: reader(name) for name in expected}, warn)
+
+    def half(name: str) -> Callable[[], np.ndarray | None]:
+        return lambda: read_half(ckpt, name, stored)
+    return LazyWeights({name: reader(name) for name in expected}, warn, {name: half(name) for name in expected})

@@ -1,0 +1,107 @@
+"""f16 weights without a float32 model: round slice by slice, decide as openvino's compression pass decides.
+
+openvino's `compress_model_transformation` (CompressFloatConstantsImpl, openvino 2026.4 src/common/transformations/
+.../compress_float_constants.cpp with reference/convert.hpp `check_f16_compression`) turns an f32 Constant into an
+f16 Constant + a Convert marked `decompression`, unless
+    - any in-range value's f16 round trip is off by more than 1.0 (`f16_compression_max_abs_error`), or
+    - at least 75% of the values are rejected: beyond f16's largest, or off by a relative error above the threshold
+      after rounding (the build shipped with openvino 2026.4.1 rejects above 1e-3: measured against the pass, see
+      tests/test_half.py; in f16's normal range the relative error is at most 2^-11, so only values below
+      2^-14 can be rejected).
+Rounding is to nearest even, the same as numpy's float32 -> float16 cast (checked against the pass on every bf16
+bit pattern in tests/test_half.py). `Tally` collects what the rule looks at while each slice is rounded straight
+into the final f16 buffer, so the largest temporary is one slice, never a float32 copy of the tensor.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import openvino as ov
+import openvino.opset13 as ops
+from openvino._offline_transformations import compress_model_transformation
+
+F16_MAX = 65504.0            # largest finite float16
+F16_NORMAL = 2.0 ** -14      # smallest normal float16
+MAX_ABS_ERROR = 1.0          # openvino's tensor-wide veto
+MAX_REL_ERROR = 1e-3         # relative error above which openvino counts a value as not fitting (measured)
+KEEP_THRESHOLD = np.float32(0.75)
+SLICE = 1 << 20              # elements rounded at a time
+
+
+@dataclass
+class Tally:
+    """What openvino's rule counts over a tensor, gathered slice by slice."""
+
+    size: int = 0
+    rejected: int = 0
+    veto: bool = False       # a value whose round trip is off by more than MAX_ABS_ERROR
+    beyond: bool = False     # a value beyond f16's largest: openvino would clamp it; irsurgeon keeps the tensor f32
+    nonfinite: bool = False  # NaN/Inf: left to the f32 path, which reports them
+
+    @property
+    def fits(self) -> bool:
+        """True when the f16 rounding is what openvino's pass would store (and no value needs the f32 path)."""
+        if self.veto or self.beyond or self.nonfinite:
+            return False
+        return not self.size or np.float32(self.rejected) / np.float32(self.size) < KEEP_THRESHOLD
+
+
+def round_slice(src: np.ndarray, dst: np.ndarray, tally: Tally) -> None:
+    """src (float32, one slice) rounded into dst (float16, same shape); tally updated with openvino's counts."""
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond-range and NaN values are tallied, not warned
+        np.copyto(dst, src, casting="unsafe")
+    tally.size += src.size
+    mag = np.abs(src)
+    if not np.isfinite(mag).all():
+        tally.nonfinite = True
+        return
+    if mag.max(initial=0.0) > F16_MAX:
+        tally.beyond = True
+        return
+    small = (mag < F16_NORMAL) & (mag > 0)  # only here can the relative error exceed 2^-11
+    if small.any():
+        v = src[small].astype(np.float64)
+        rel = np.abs(v - dst[small].astype(np.float64)) / np.abs(v)
+        tally.rejected += int((rel > MAX_REL_ERROR).sum())
+    large = mag >= 4096.0  # below 4096 the f16 spacing is at most 2: an error of at most 1
+    if large.any():
+        err = np.abs(src[large].astype(np.float64) - dst[large].astype(np.float64))
+        tally.veto = tally.veto or bool((err > MAX_ABS_ERROR).any())
+
+
+def to_half(data: np.ndarray) -> tuple[np.ndarray, Tally]:
+    """A float array as float16, slice by slice, with its tally (the caller checks `tally.fits`)."""
+    out = np.empty(data.shape, np.float16)
+    tally = Tally()
+    flat_in, flat_out = data.reshape(-1), out.reshape(-1)
+    for lo in range(0, flat_in.size, SLICE):
+        part = np.asarray(flat_in[lo:lo + SLICE], dtype=np.float32)
+        round_slice(part, flat_out[lo:lo + SLICE], tally)
+    return out, tally
+
+
+def decompression_convert() -> ov.Node:
+    """A Convert(f32) carrying openvino's own `decompression` mark, made by the compression pass on one value.
+
+    Python cannot create the mark (ov::mark_as_decompression is not bound), so the pass makes the node and the
+    caller rewires its input to the real f16 constant: the same graph the pass builds for a full-size weight.
+    """
+    holder = ov.Model([ops.result(ops.constant(np.zeros(1, np.float32)))], [], "decompression")
+    compress_model_transformation(holder)
+    node = holder.get_results()[0].input_value(0).get_node()
+    if node.get_type_name() != "Convert":  # pragma: no cover - openvino changed its pass
+        raise RuntimeError("openvino's compression pass no longer makes a decompression Convert")
+    return node
+
+
+def half_constant(data: np.ndarray, name: str) -> ov.Output:
+    """An f16 weight (the array's memory shared, not copied) decompressed to f32, as the pass would store it."""
+    const = ov.op.Constant(np.ascontiguousarray(data, dtype=np.float16), shared_memory=True)
+    const.set_friendly_name(name)
+    convert = decompression_convert()
+    convert.input(0).replace_source_output(const.output(0))
+    convert.validate_and_infer_types()
+    convert.set_friendly_name(f"{name}/decompress")
+    convert.output(0).get_tensor().set_names(set())
+    return convert.output(0)
