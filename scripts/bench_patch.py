@@ -29,18 +29,22 @@ ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 2048
 
 
-def make_inputs(work: Path, big_gib: float) -> tuple[Path, Path]:
-    ckpt, synth = work / "ckpt", work / "synth"
+def make_inputs(work: Path, big_gib: float, moe: bool = False) -> tuple[Path, Path]:
+    """The checkpoint (bench_build.py's, dense or --moe) and a synthesized target of the same attention geometry
+    (for --moe a qwen35-moe target: patch compares hidden size, heads, head_dim and model_type, not the experts)."""
+    ckpt, synth = work / ("ckpt-moe" if moe else "ckpt"), work / ("synth-moe" if moe else "synth")
     if not (ckpt / "model.safetensors.index.json").is_file():
         made = run_child([str(Path(__file__).parent / "bench_build.py"), "--write-checkpoint", str(ckpt),
-                          "--big-shard-gib", str(big_gib)])
+                          "--big-shard-gib", str(big_gib)] + (["--moe"] if moe else []))
         if made["rc"]:
             raise SystemExit(f"writing the checkpoint failed:\n{made['out']}")
-        cfg = json.loads((ckpt / "config.json").read_text())
+    cfg = json.loads((ckpt / "config.json").read_text())  # also for a checkpoint bench_build.py left behind
+    if cfg.get("text_config", cfg)["vocab_size"] != VOCAB:
         cfg.get("text_config", cfg)["vocab_size"] = VOCAB
         (ckpt / "config.json").write_text(json.dumps(cfg, indent=1))
     if not (synth / "target").is_dir():
-        made = run_child(["-m", "irsurgeon.cli", "synth", str(synth), "--kind", "qwen35", "--layers", "1",
+        made = run_child(["-m", "irsurgeon.cli", "synth", str(synth), "--kind", "qwen35-moe" if moe else "qwen35",
+                          "--layers", "1",
                           "--layer-types", "1", "--hidden", str(SPEC["hidden"]), "--heads", str(SPEC["heads"]),
                           "--kv-heads", str(SPEC["kv_heads"]), "--head-dim", str(SPEC["head_dim"]), "--vocab", str(VOCAB),
                           "--with-mtp", "--weight-format", "f16"])
@@ -119,24 +123,28 @@ def main() -> None:
     ap.add_argument("--formats", default="f16,int4")
     ap.add_argument("--big-shard-gib", type=float, default=4.0)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--moe", action="store_true", help="the Qwen3.6-35B-A3B-sized MoE head of bench_build.py --moe")
+    ap.add_argument("--no-latency", action="store_true", help="skip the draft-step latency comparison")
     ap.add_argument("--reference", type=Path,
                     default=Path(os.environ.get("IRSURGEON_REFERENCE", ROOT.parent / "shared" / "reference")))
     a = ap.parse_args()
     work = a.work or Path(tempfile.mkdtemp(prefix="irsurgeon-bench-patch-"))
     try:
-        ckpt, target = make_inputs(work, a.big_shard_gib)
+        ckpt, target = make_inputs(work, a.big_shard_gib, a.moe)
         mtp = (ckpt / "model-00002-of-00002.safetensors").stat().st_size
         big = (ckpt / "model-00001-of-00002.safetensors").stat().st_size
         print(f"checkpoint shards: mtp {mb(mtp).strip()} MB, non-MTP {mb(big).strip()} MB; target {target}")
         run_child(["-c", "import openvino, nncf"])
         base = run_child(["-c", "import openvino"])
-        print(f"import-only baseline: peak RSS {mb(base['rss']).strip()} MB")
-        print(f"{'format':8}{'wall s':>8}{'peak RSS MB':>13}{'read MB':>10}{'read/mtp shard':>16}{'head .bin MB':>14}")
+        print(f"import-only baseline: peak RSS {mb(base['rss']).strip()} MB; load {os.getloadavg()[0]:.1f}")
+        print(f"{'format':8}{'wall s':>8}{'peak RSS MB':>13}{'RSS/mtp shard':>15}{'read MB':>10}{'read/mtp shard':>16}"
+              f"{'head .bin MB':>14}")
         for fmt in a.formats.split(","):
             r = patch(ckpt, target, work / f"patched-{fmt}", fmt)
-            print(f"{fmt:8}{r['wall']:8.1f}{mb(r['rss']):>13}{mb(r['read_bytes']):>10}{r['read_bytes'] / mtp:16.2f}"
-                  f"{mb(r['bin']):>14}")
-        draft_step_latency(a.reference, work)
+            print(f"{fmt:8}{r['wall']:8.1f}{mb(r['rss']):>13}{r['rss'] / mtp:15.2f}{mb(r['read_bytes']):>10}"
+                  f"{r['read_bytes'] / mtp:16.2f}{mb(r['bin']):>14}")
+        if not a.no_latency:
+            draft_step_latency(a.reference, work)
     finally:
         if not a.keep and a.work is None:
             shutil.rmtree(work, ignore_errors=True)
