@@ -1,0 +1,52 @@
+"""patch's one-step check runs the staged head with its feed-forward matrices narrowed: still the staged graph, and
+still failing on a broken one."""
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from irsurgeon.build import build_model, load_mtp
+from irsurgeon.errors import IRError
+from irsurgeon.patch import SMOKE_WIDTH, narrow_feed_forward, smoke_test
+
+
+def staged(ckpt_dir, tmp_path, fmt="f16", edit=None):
+    """The head of a reference checkpoint written as patch stages it; `edit(weights)` changes float32 tensors first."""
+    cfg, lazy, handle = load_mtp(ckpt_dir)
+    weights = {name: lazy[name] for name in lazy}
+    handle.close()
+    if edit:
+        edit(weights)
+    xml = tmp_path / "openvino_mtp_model.xml"
+    ov.save_model(build_model(cfg, weights, fmt), xml, compress_to_fp16=False)
+    return xml, cfg
+
+
+@pytest.mark.parametrize("name, cut", [("qwen35-dense", 3), ("qwen35-moe", 6)])
+def test_narrowing_keeps_every_op_and_cuts_only_the_feed_forward(ckpt, tmp_path, name, cut):
+    xml, cfg = staged(ckpt(name), tmp_path)
+    model = ov.Core().read_model(xml)
+    before = {op.get_friendly_name(): op.get_type_name() for op in model.get_ops()}
+    assert narrow_feed_forward(model) == cut
+    assert {op.get_friendly_name(): op.get_type_name() for op in model.get_ops()} == before
+    widths = [op.get_output_shape(0) for op in model.get_ops()
+              if op.get_type_name() == "Constant" and op.get_friendly_name().endswith("proj.weight")
+              and ".mlp." in op.get_friendly_name()]
+    assert len(widths) == cut and all(SMOKE_WIDTH in list(s) for s in widths)
+    smoke_test(xml, cfg)  # a sound head passes
+
+
+@pytest.mark.parametrize("name, tensor", [("qwen35-dense", "layers.0.self_attn.q_proj.weight"),
+                                          ("qwen35-dense", "layers.0.mlp.down_proj.weight"),
+                                          ("qwen35-moe", "layers.0.mlp.experts.gate_proj.weight"),
+                                          ("qwen35-moe", "fc.weight")])
+def test_a_non_finite_weight_still_fails_the_check(ckpt, tmp_path, name, tensor):
+    """NaN at the start of a matrix (inside what the narrowed check runs) makes the step non-finite. An f32 head: in
+    an f16 one openvino's compression would clamp NaN to f16's largest value."""
+    def poison(weights):
+        weights[tensor] = weights[tensor].copy()
+        weights[tensor].reshape(-1)[:4] = np.nan
+    xml, cfg = staged(ckpt(name), tmp_path, fmt="f32", edit=poison)
+    with pytest.raises(IRError, match="non-finite"):
+        smoke_test(xml, cfg)
