@@ -155,14 +155,14 @@ def main() -> None:
         run_child(["-c", "import openvino, nncf"])  # warm the page cache for the libraries, not measured
         base = run_child(["-c", "import openvino"])
         print(f"import-only baseline (python -c 'import openvino'): peak RSS {mb(base['rss']).strip()} MB, "
-              f"{base['wall']:.2f} s")
-        print(f"{'format':8}{'wall s':>8}{'peak RSS MB':>13}{'(VmHWM)':>9}{'read_bytes MB':>15}{'rchar MB':>10}"
-              f"{'.bin MB':>10}")
+              f"{base['wall']:.2f} s; load {os.getloadavg()[0]:.1f}")
+        print(f"{'format':8}{'wall s':>8}{'peak RSS MB':>13}{'(VmHWM)':>9}{'RSS/mtp':>9}{'read_bytes MB':>15}"
+              f"{'rchar MB':>10}{'.bin MB':>10}")
         results = {}
         for fmt in a.formats.split(","):
             r = results[fmt] = build(ckpt, work / f"out-{fmt}", fmt)
-            print(f"{fmt:8}{r['wall']:8.1f}{mb(r['rss']):>13}{mb(r['hwm']):>9}{mb(r['read_bytes']):>15}{mb(r['rchar']):>10}"
-                  f"{mb(r['bin']):>10}")
+            print(f"{fmt:8}{r['wall']:8.1f}{mb(r['rss']):>13}{mb(r['hwm']):>9}{r['rss'] / sizes[MTP_SHARD]:9.2f}"
+                  f"{mb(r['read_bytes']):>15}{mb(r['rchar']):>10}{mb(r['bin']):>10}")
         if "int4" in results and "f16" in results:
             print(f"int4/f16 .bin size ratio: {results['int4']['bin'] / results['f16']['bin']:.3f}")
         if a.moe:

@@ -82,7 +82,8 @@ def draft_step_latency(reference: Path, work: Path) -> None:
         raise SystemExit(f"patching the reference export failed:\n{made['out']}")
     ours, theirs = step_ms([target / "openvino_mtp_model.xml", export / "openvino_mtp_model.xml"])
     print(f"draft step (tiny reference head, f32 inference, median of 50 after a 128-token prefill, best of 5 "
-          f"interleaved rounds): irsurgeon {ours:.3f} ms, optimum-intel {theirs:.3f} ms, ratio {ours / theirs:.2f}")
+          f"interleaved rounds, load {os.getloadavg()[0]:.1f}): irsurgeon {ours:.3f} ms, optimum-intel "
+          f"{theirs:.3f} ms, ratio {ours / theirs:.2f}")
 
 
 def step_ms(xmls: list[Path], prefill: int = 128, steps: int = 50, rounds: int = 5) -> list[float]:
