@@ -52,20 +52,22 @@ def round_slice(src: np.ndarray, dst: np.ndarray, tally: Tally) -> None:
     with np.errstate(over="ignore", invalid="ignore"):  # beyond-range and NaN values are tallied, not warned
         np.copyto(dst, src, casting="unsafe")
     tally.size += src.size
-    mag = np.abs(src)
-    if not np.isfinite(mag).all():
+    lo, hi = (float(src.min()), float(src.max())) if src.size else (0.0, 0.0)
+    if not (np.isfinite(lo) and np.isfinite(hi)):  # NaN propagates through min/max
         tally.nonfinite = True
         return
-    if mag.max(initial=0.0) > F16_MAX:
+    if max(-lo, hi) > F16_MAX:
         tally.beyond = True
         return
-    small = (mag < F16_NORMAL) & (mag > 0)  # only here can the relative error exceed 2^-11
+    exponent = dst.view(np.uint16) & 0x7C00
+    small = exponent == 0  # zero or subnormal in f16: only these can be off by more than 2^-11 relatively
     if small.any():
         v = src[small].astype(np.float64)
-        rel = np.abs(v - dst[small].astype(np.float64)) / np.abs(v)
+        nonzero = v != 0
+        rel = np.abs(v[nonzero] - dst[small][nonzero].astype(np.float64)) / np.abs(v[nonzero])
         tally.rejected += int((rel > MAX_REL_ERROR).sum())
-    large = mag >= 4096.0  # below 4096 the f16 spacing is at most 2: an error of at most 1
-    if large.any():
+    if max(-lo, hi) >= 4096.0:  # below 4096 the f16 spacing is at most 2: an error of at most 1
+        large = np.abs(src) >= 4096.0
         err = np.abs(src[large].astype(np.float64) - dst[large].astype(np.float64))
         tally.veto = tally.veto or bool((err > MAX_ABS_ERROR).any())
 
