@@ -8,12 +8,15 @@ machine may be shared); the result is the median over rounds, with the best roun
     f32      INFERENCE_PRECISION_HINT=f32, KV_CACHE_PRECISION=f32, DYNAMIC_QUANTIZATION_GROUP_SIZE=0 for every head
              (the setting under which speculative output equals plain greedy: the graphs alone are compared)
     default  nothing set: the CPU's defaults plus whatever the IR's rt_info runtime_options ask for
-The compiled precisions of each (inference, KV cache, dynamic quantization group) are reported with the times.
+The compiled precisions of each (inference, KV cache, dynamic quantization group) are reported with the times, and
+the machine's load average. --profile compiles with PERF_COUNT and adds, per head and mode, the plugin's per-op time
+of one one-token step after the prefill (request.profiling_info), summed by node type and executed kernel.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -51,14 +54,31 @@ def text(value) -> str:
     return value.to_string() if isinstance(value, ov.Type) else str(value)
 
 
-def compile_all(heads: dict[str, str]) -> dict[tuple[str, str], tuple[ov.InferRequest, int, dict]]:
+def op_split(request: ov.InferRequest, hidden: int, prefill: int) -> dict[str, float]:
+    """Microseconds per `node_type/exec_type` of one one-token step after a prefill, largest first."""
+    rng = np.random.default_rng(2)
+    request.reset_state()
+    request.infer(feeds(rng, hidden, 0, prefill))
+    request.infer(feeds(rng, hidden, prefill, 1))
+    split: dict[str, float] = {}
+    for info in request.profiling_info:
+        if info.status == ov.ProfilingInfo.Status.EXECUTED:
+            key = f"{info.node_type}/{info.exec_type}"
+            split[key] = split.get(key, 0.0) + info.real_time.total_seconds() * 1e6
+    return dict(sorted(((k, round(v, 1)) for k, v in split.items()), key=lambda kv: -kv[1]))
+
+
+Compiled = dict[tuple[str, str], tuple[ov.InferRequest, int, dict]]
+
+
+def compile_all(heads: dict[str, str], profile: bool = False) -> Compiled:
     core = ov.Core()
     out = {}
     for name, xml in heads.items():
         model = core.read_model(xml)
         hidden = model.input("hidden_states").get_partial_shape()[2].get_length()
         for mode, props in MODES.items():
-            compiled = core.compile_model(model, "CPU", props)
+            compiled = core.compile_model(model, "CPU", {**props, **({"PERF_COUNT": True} if profile else {})})
             info = {k: text(compiled.get_property(k)) for k in REPORTED}
             out[(name, mode)] = (compiled.create_infer_request(), hidden, info)
     return out
@@ -70,9 +90,10 @@ def main() -> None:
     ap.add_argument("--prefill", type=int, default=128)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile", action="store_true", help="add the per-op time split of one step (PERF_COUNT)")
     a = ap.parse_args()
     heads = dict(h.split("=", 1) for h in a.heads)
-    compiled = compile_all(heads)
+    compiled = compile_all(heads, a.profile)
     for request, hidden, _ in compiled.values():  # warm-up: first inferences allocate and pick kernels
         one_run(request, hidden, a.prefill, 3)
     rounds = {key: [] for key in compiled}
@@ -82,6 +103,10 @@ def main() -> None:
     result = {name: {mode: {"ms": statistics.median(rounds[(name, mode)]), "best_ms": min(rounds[(name, mode)]),
                             "rounds_ms": rounds[(name, mode)], **compiled[(name, mode)][2]} for mode in MODES}
               for name in heads}
+    if a.profile:
+        for (name, mode), (request, hidden, _) in compiled.items():
+            result[name][mode]["op_us"] = op_split(request, hidden, a.prefill)
+    result["load"] = os.getloadavg()[0]
     print(json.dumps(result))
 
 
