@@ -10,7 +10,7 @@ machine may be shared); the result is the median over rounds, with the best roun
     default  nothing set: the CPU's defaults plus whatever the IR's rt_info runtime_options ask for
 The compiled precisions of each (inference, KV cache, dynamic quantization group) are reported with the times, and
 the machine's load average. --profile compiles with PERF_COUNT and adds, per head and mode, the plugin's per-op time
-of one one-token step after the prefill (request.profiling_info), summed by node type and executed kernel.
+of a one-token step after the prefill (median of 10) (request.profiling_info), summed by node type and executed kernel.
 """
 from __future__ import annotations
 
@@ -54,18 +54,23 @@ def text(value) -> str:
     return value.to_string() if isinstance(value, ov.Type) else str(value)
 
 
-def op_split(request: ov.InferRequest, hidden: int, prefill: int) -> dict[str, float]:
-    """Microseconds per `node_type/exec_type` of one one-token step after a prefill, largest first."""
+def op_split(request: ov.InferRequest, hidden: int, prefill: int, steps: int = 10) -> dict[str, float]:
+    """Microseconds per `node_type/exec_type`, the median over `steps` one-token steps after a prefill."""
     rng = np.random.default_rng(2)
     request.reset_state()
     request.infer(feeds(rng, hidden, 0, prefill))
-    request.infer(feeds(rng, hidden, prefill, 1))
-    split: dict[str, float] = {}
-    for info in request.profiling_info:
-        if info.status == ov.ProfilingInfo.Status.EXECUTED:
-            key = f"{info.node_type}/{info.exec_type}"
-            split[key] = split.get(key, 0.0) + info.real_time.total_seconds() * 1e6
-    return dict(sorted(((k, round(v, 1)) for k, v in split.items()), key=lambda kv: -kv[1]))
+    per_step: dict[str, list[float]] = {}
+    for i in range(steps):
+        request.infer(feeds(rng, hidden, prefill + i, 1))
+        split: dict[str, float] = {}
+        for info in request.profiling_info:
+            if info.status == ov.ProfilingInfo.Status.EXECUTED:
+                key = f"{info.node_type}/{info.exec_type}"
+                split[key] = split.get(key, 0.0) + info.real_time.total_seconds() * 1e6
+        for key, us in split.items():
+            per_step.setdefault(key, []).append(us)
+    median = {key: round(statistics.median(v), 1) for key, v in per_step.items()}
+    return dict(sorted(median.items(), key=lambda kv: -kv[1]))
 
 
 Compiled = dict[tuple[str, str], tuple[ov.InferRequest, int, dict]]
