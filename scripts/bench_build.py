@@ -9,7 +9,8 @@ model.safetensors.index.json, so a build that reads only what it needs touches ~
 Per format, for the child process: wall time; peak RSS (os.wait4's rusage); bytes read, from /proc/self/io as the
 child exits (with VmHWM, the same peak seen from inside): `read_bytes` came from the device (the checkpoint is evicted from the page cache with posix_fadvise
 before each run, so it counts the shards really read), `rchar` went through read() calls (mmap reads are not in it);
-the .bin size. Then the int4/f16 .bin ratio and the import-only baseline, `python -c "import openvino"`.
+the .bin size; peak RSS per byte of the head's shard (RSS/mtp). Then the int4/f16 .bin ratio and the import-only
+baseline, `python -c "import openvino"`, with the machine's load average.
 """
 from __future__ import annotations
 
