@@ -1,6 +1,7 @@
 """The only place an MTP `ov.Model` is made and written: checkpoint -> weights -> graph -> model -> files."""
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -11,7 +12,7 @@ import openvino as ov
 import openvino.opset13 as ops
 
 import irsurgeon
-from irsurgeon import contract, rtinfo
+from irsurgeon import contract, limits, rtinfo
 from irsurgeon.config import MTPConfig, load_config
 from irsurgeon.errors import CheckpointError, OutputError
 from irsurgeon.models.qwen35_mtp import Inputs, mtp_head
@@ -33,11 +34,27 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_non
     ckpt = Checkpoint.open(checkpoint, config)
     if ckpt.config_path is None or not ckpt.config_path.is_file():
         raise CheckpointError(f"{checkpoint}: no config.json beside the weights; pass --config")
-    cfg = load_config(ckpt.config_path)
-    if cfg.is_moe:
-        from irsurgeon.weights.moe import load_moe_weights
-        return cfg, load_moe_weights(ckpt, cfg, allow_nonfinite, warn), ckpt
-    return cfg, load_weights(ckpt, expected_shapes(cfg), cfg, allow_nonfinite, warn), ckpt
+    try:
+        cfg = load_config(ckpt.config_path)
+        if cfg.is_moe:
+            from irsurgeon.weights.moe import load_moe_weights
+            weights = load_moe_weights(ckpt, cfg, allow_nonfinite, warn)
+        else:
+            weights = load_weights(ckpt, expected_shapes(cfg), cfg, allow_nonfinite, warn)
+        # the headers now match the config; no tensor is read yet, and none is if the head cannot fit
+        limits.check_memory(memory_need(expected_shapes(cfg)), f"{checkpoint}: building its MTP head",
+                            CheckpointError)
+    except BaseException:
+        ckpt.close()
+        raise
+    return cfg, weights, ckpt
+
+
+def memory_need(shapes: dict[str, tuple[int, ...]]) -> int:
+    """A lower bound of a build's peak memory: every weight kept at 2 bytes (f16 is the smallest form a head is
+    built in; int4/int8 are compressed from it) and the largest one decoded to float32 at the same time."""
+    sizes = [math.prod(s) for s in shapes.values()]
+    return 2 * sum(sizes) + 4 * max(sizes, default=0)
 
 
 def make_parameters(cfg: MTPConfig) -> tuple[list[ov.Node], Inputs]:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from irsurgeon.config import read_json
-from irsurgeon.errors import CheckpointError, ConfigError
+from irsurgeon import limits
+from irsurgeon.errors import CheckpointError
 from irsurgeon.weights.safetensors_io import SafetensorsFile, TensorInfo
 
 SINGLE_FILE = "model.safetensors"
@@ -74,10 +74,8 @@ class Checkpoint:
 
     @staticmethod
     def _read_index(index: Path, root: Path) -> dict[str, Path]:
-        try:
-            weight_map = read_json(index).get("weight_map")
-        except ConfigError as e:  # re-labelled: a bad index is a checkpoint problem
-            raise CheckpointError(str(e)) from None
+        data = limits.read_json(index, CheckpointError, limits.INDEX_JSON_BYTES)
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index}: 'weight_map' is missing or empty")
         return {str(name): _shard_path(root, shard, index) for name, shard in weight_map.items()}
