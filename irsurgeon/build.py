@@ -32,7 +32,7 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_non
              warn=print) -> tuple[MTPConfig, dict[str, np.ndarray], Checkpoint]:
     """Open a checkpoint, validate its config, and load the `mtp.*` tensors (only their shards are opened)."""
     ckpt = Checkpoint.open(checkpoint, config)
-    if ckpt.config_path is None or not ckpt.config_path.is_file():
+    if ckpt.config_path is None or not ckpt.config_path.exists():  # a FIFO or device is refused by its reader
         raise CheckpointError(f"{checkpoint}: no config.json beside the weights; pass --config")
     try:
         cfg = load_config(ckpt.config_path)

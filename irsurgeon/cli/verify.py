@@ -11,6 +11,9 @@ from pathlib import Path
 
 import click
 
+from irsurgeon import limits
+from irsurgeon.errors import IRSurgeonError
+
 
 class PromptsParam(click.ParamType):
     """A number N (the first N built-in prompts) or a text file with one prompt per line."""
@@ -22,11 +25,15 @@ class PromptsParam(click.ParamType):
             return value
         path = Path(value)
         if path.is_file():
-            prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            try:
+                text = limits.read_text(path, limits.TEXT_BYTES, IRSurgeonError, "prompts file")
+            except IRSurgeonError as e:
+                self.fail(str(e), param, ctx)
+            prompts = [line.strip() for line in text.splitlines() if line.strip()]
             if not prompts:
                 self.fail(f"{path}: no prompts (one per line expected)", param, ctx)
             return prompts
-        if value.isdigit() and 1 <= int(value) <= 6:
+        if value.isascii() and value.isdigit() and len(value) == 1 and 1 <= int(value) <= 6:
             return int(value)
         self.fail(f"{value!r} is neither a number from 1 to 6 nor a prompts file", param, ctx)
 

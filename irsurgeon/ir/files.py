@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from irsurgeon import limits
 from irsurgeon.errors import IRError, OutputError
 from irsurgeon.ir import xmlsafe
 
@@ -51,16 +52,12 @@ def list_irs(directory: Path) -> list[Path]:
 
 def read_ir_bytes(xml: Path) -> bytes:
     """The `.xml` bytes after checking they are an OpenVINO IR whose `.bin` holds every Constant it names."""
-    try:
-        data = xml.read_bytes()
-    except FileNotFoundError:
-        raise IRError(f"{xml}: file not found") from None
-    except OSError as e:
-        raise IRError(f"{xml}: cannot read: {e.strerror or e}") from None
+    data = limits.read_bytes(xml, limits.IR_XML_BYTES, IRError, "OpenVINO IR .xml")
     xmlsafe.check_ir_bytes(data, str(xml))
-    need = xmlsafe.weights_extent(data)
+    need = xmlsafe.weights_extent(data, str(xml))
+    bin_path = xml.with_suffix(".bin")
+    limits.check_regular(bin_path, IRError)  # OpenVINO opens the .bin by this name itself: never a FIFO or device
     if need:
-        bin_path = xml.with_suffix(".bin")
         size = bin_path.stat().st_size if bin_path.is_file() else None
         if size is None:
             raise IRError(f"{bin_path}: not found; {xml.name} needs {need} bytes of weights from it")

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from irsurgeon.errors import IRError
 
 _FORBIDDEN = (b"<!DOCTYPE", b"<!ENTITY")
-_ROOT = re.compile(rb'<net\s[^>]*?version="(\d+)"')
+_ROOT = re.compile(rb'<net\s[^>]*?version="(\d{1,9})"')
 _DATA_EXTENT = re.compile(rb'\boffset="(\d+)"\s+size="(\d+)"')
+MAX_EXTENT_DIGITS = 20  # a 64-bit offset or size has at most 20 digits; more would exceed Python's int parsing
+_CHAR_REF = re.compile(r"&#(\d{1,7});")
 _ATTR = r'\s+[^\s=/>]+\s*=\s*(?:"[^"]*"|\'[^\']*\')'
 _TAG = re.compile(rf'<(/?)([A-Za-z_][\w.\-:]*)((?:{_ATTR})*)\s*(/?)>'.encode())
 _NAME_ATTR = re.compile(rb'\bname="([^"]*)"')
@@ -58,9 +60,15 @@ def _check_utf8(data: bytes, source: str, chunk: int = 1 << 20) -> None:
         raise IRError(f"{source}: not UTF-8 text near byte {at + e.start}; an OpenVINO IR .xml is UTF-8") from None
 
 
-def weights_extent(data: bytes) -> int:
+def weights_extent(data: bytes, source: str = "IR") -> int:
     """Bytes of the `.bin` the IR refers to (the largest offset + size of its Constants)."""
-    return max((int(o) + int(s) for o, s in _DATA_EXTENT.findall(data)), default=0)
+    extent = 0
+    for offset, size in _DATA_EXTENT.findall(data):
+        if max(len(offset), len(size)) > MAX_EXTENT_DIGITS:
+            raise IRError(f"{source}: a Constant's offset or size has more than {MAX_EXTENT_DIGITS} digits; "
+                          f"expected a byte position in its .bin")
+        extent = max(extent, int(offset) + int(size))
+    return extent
 
 
 def escape_attr(text: str) -> str:
@@ -71,9 +79,15 @@ def escape_attr(text: str) -> str:
 
 def unescape_attr(raw: bytes) -> str:
     text = raw.decode("utf-8")
-    text = re.sub(r"&#(\d+);", lambda m: chr(int(m.group(1))), text)
+    text = _CHAR_REF.sub(_char, text)
     return text.replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&apos;", "'") \
         .replace("&amp;", "&")
+
+
+def _char(ref: re.Match) -> str:
+    """A decimal character reference; one naming no Unicode character stays as written (as pugixml keeps it)."""
+    code = int(ref.group(1))
+    return chr(code) if code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else ref.group(0)
 
 
 @dataclass(frozen=True)
