@@ -29,7 +29,7 @@ def language_model_xml(target: str | Path) -> Path:
     target = Path(target)
     if target.is_dir():
         for name in (LANGUAGE_MODEL, TEXT_ONLY_MODEL):
-            if (target / name).is_file():
+            if (target / name).exists():  # not is_file(): a FIFO or device there is refused by name when read
                 return target / name
         raise IRError(f"{target}: no language model found (expected {LANGUAGE_MODEL} or {TEXT_ONLY_MODEL})")
     if not target.exists():

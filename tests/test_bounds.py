@@ -1,0 +1,387 @@
+"""Hostile input files: every reader is bounded, nothing crashes, hangs or exhausts memory.
+
+Each class of input is made for real and cheaply: FIFOs with os.mkfifo, devices as links to /dev/zero, 2 GiB files
+as sparse files, a checkpoint truncated by another process while a build reads it, and an absurd checkpoint whose
+header matches its config and whose (sparse) file really holds 128 GiB and more. Expected: exit 1 with one `Error:`
+line naming the file and what was expected, never the file's bytes; no traceback, no hang, no large allocation.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from helpers.hostile import (CANARY, CLI, DEMO_CKPT, DEMO_TARGET, OPENVINO_CONFIG_FORMS, Case, Lab, absurd_checkpoint,
+                             env, secret_link)
+from irsurgeon import limits
+from irsurgeon.cli import main
+from irsurgeon.errors import CheckpointError, ConfigError, IRError
+from irsurgeon.precision import detect_target_format
+from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
+from irsurgeon.weights.safetensors_io import SafetensorsFile
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """A read that blocks (a FIFO opened without O_NONBLOCK) fails the test instead of hanging the suite."""
+    def expired(signum, frame):
+        raise TimeoutError("blocked for 60 s")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def one_error(result) -> str:
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), \
+        (result.exit_code, result.output, result.exception)
+    return lines[0]
+
+
+def invoke(*args) -> object:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+# --- the bounded readers ------------------------------------------------------------------------------------------
+
+def special(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / "config.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("kind, word", [("fifo", "FIFO"), ("dev-zero", "character device"),
+                                        ("directory", "directory")])
+def test_special_files_are_refused_without_reading(tmp_path, kind, word):
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=f"config.json: is (a|an) {word}.*expected a regular file"):
+        limits.read_json(special(tmp_path, kind), ConfigError)
+    assert time.perf_counter() - start < 5
+
+
+def test_sparse_2gib_json_is_refused_by_its_size_before_reading(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"a": 1}')
+    os.truncate(path, 2 << 30)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match=f"{2 << 30} bytes; a JSON file is expected to be at most "
+                                              f"{limits.CONFIG_JSON_BYTES}"):
+            limits.read_json(path, ConfigError)
+        assert tracemalloc.get_traced_memory()[1] < 1 << 20
+    finally:
+        tracemalloc.stop()
+
+
+def test_index_files_get_the_larger_limit(tmp_path):
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {f"t{i}": "x" * 200 for i in range(100_000)}}))  # ~21 MB
+    assert limits.CONFIG_JSON_BYTES < index.stat().st_size < limits.INDEX_JSON_BYTES
+    assert len(limits.read_json(index, ConfigError)["weight_map"]) == 100_000
+
+
+@pytest.mark.parametrize("text", ["[" * 200_000 + "]" * 200_000, '{"a":' * 65 + "1" + "}" * 65])
+def test_deep_json_is_refused(tmp_path, text):
+    with pytest.raises(ConfigError, match="nested deeper than 64 levels"):
+        limits.parse_json(text, "x.json", ConfigError)
+
+
+def test_json_at_the_depth_limit_is_read():
+    text = '{"a":' * 64 + "1" + "}" * 64
+    assert limits.json_depth(limits.parse_json(text, "x.json", ConfigError)) == 64
+
+
+@pytest.mark.parametrize("digits", [41, 5000])
+def test_huge_integers_are_refused(digits):
+    with pytest.raises(ConfigError, match=f"an integer of {digits} digits"):
+        limits.parse_json('{"hidden_size": ' + "9" * digits + "}", "config.json", ConfigError)
+    assert limits.parse_json('{"x": -' + "9" * 40 + "}", "c", ConfigError)["x"] == -int("9" * 40)
+
+
+def test_errors_never_quote_the_file(tmp_path):
+    """A config.json that links to another file: the error names the path, not a byte of what it points to."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEMO_CKPT, ckpt)
+    for content in (f"{CANARY} not json".encode(), b"\xff\xfe" + CANARY.encode()):
+        (tmp_path / "secret.txt").write_bytes(content)
+        (ckpt / "config.json").unlink()
+        (ckpt / "config.json").symlink_to(tmp_path / "secret.txt")
+        err = one_error(invoke("build-mtp", ckpt, "-o", tmp_path / "out"))
+        assert "config.json" in err and CANARY not in err and "\\x" not in err
+
+
+def test_safetensors_header_length_is_not_echoed(tmp_path):
+    """The first 8 bytes of a linked-to text file are its 'header length': printing it would print those bytes."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEMO_CKPT, ckpt)
+    secret_link(ckpt / "model.safetensors")
+    leaked = str(struct.unpack("<Q", CANARY.encode()[:8])[0])
+    err = one_error(invoke("build-mtp", ckpt, "-o", tmp_path / "out"))
+    assert "model.safetensors" in err and leaked not in err and CANARY not in err
+
+
+# --- safetensors --------------------------------------------------------------------------------------------------
+
+def rewrite_header(path: Path, raw: bytes) -> None:
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+
+
+@pytest.mark.parametrize("form, expected", [
+    ("fifo", "is a FIFO"), ("dev-zero", "is a character device"),
+    ("deep", "nested deeper than 64"), ("huge-int", "an integer of 5000 digits"),
+])
+def test_hostile_safetensors_are_refused(tmp_path, form, expected):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEMO_CKPT, ckpt)
+    st = ckpt / "model.safetensors"
+    if form in ("fifo", "dev-zero"):
+        st.unlink()
+        os.mkfifo(st) if form == "fifo" else st.symlink_to("/dev/zero")
+        with pytest.raises(CheckpointError, match=expected):
+            SafetensorsFile(st)
+        return
+    raw = b"[" * 100_000 + b"]" * 100_000 if form == "deep" else \
+        b'{"mtp.fc.weight": {"dtype": "F32", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 4]}}'
+    rewrite_header(st, raw)
+    err = one_error(invoke("build-mtp", ckpt, "-o", tmp_path / "out"))
+    assert "model.safetensors" in err and expected in err
+
+
+def test_a_checkpoint_truncated_after_opening_is_a_clean_error(tmp_path):
+    """Deterministic half of the race: the header was read, then the file shrank. With a memory map this was SIGBUS."""
+    write_checkpoint(tmp_path, SynthSpec(hidden=256, intermediate=512), seed=1)
+    st = SafetensorsFile(tmp_path / "model.safetensors")
+    try:
+        info = st.tensors["mtp.fc.weight"]
+        os.truncate(st.path, st.data_start + info.begin + 100)
+        for read in (st.get, st.raw):
+            with pytest.raises(CheckpointError, match=r"tensor 'mtp.fc.weight'.*truncated while being read"):
+                read("mtp.fc.weight")
+    finally:
+        st.close()
+
+
+def test_reading_by_pread_matches_the_stored_values(tmp_path):
+    stored = write_checkpoint(tmp_path, SynthSpec(), seed=3)
+    st = SafetensorsFile(tmp_path / "model.safetensors")
+    try:
+        for name, value in stored.items():
+            got = st.get(name)
+            assert got.dtype == np.float32 and np.array_equal(got, value), name
+        assert not st.raw("mtp.fc.weight").flags.writeable
+    finally:
+        st.close()
+
+
+def test_bf16_is_decoded_in_pieces(tmp_path, monkeypatch):
+    import irsurgeon.weights.safetensors_io as sio
+
+    stored = write_checkpoint(tmp_path, SynthSpec(), seed=4)
+    monkeypatch.setattr(sio, "DECODE_CHUNK", 1000)  # fc.weight has 64 x 128: nine pieces, the last one short
+    st = SafetensorsFile(tmp_path / "model.safetensors")
+    try:
+        assert np.array_equal(st.get("mtp.fc.weight"), stored["mtp.fc.weight"])
+    finally:
+        st.close()
+
+
+def test_concurrent_truncation_during_a_build_never_kills_the_process(tmp_path):
+    """A real race: build-mtp in a subprocess, the checkpoint truncated from here once the build has it open."""
+    spec = SynthSpec(hidden=1024, heads=8, kv_heads=2, head_dim=128, intermediate=3072)
+    codes = []
+    for keep in (0.9, 0.5, 0.1):
+        ckpt = tmp_path / f"ckpt{keep}"
+        write_checkpoint(ckpt, spec, seed=2)
+        st = ckpt / "model.safetensors"
+        proc = subprocess.Popen([sys.executable, "-c", CLI, "build-mtp", str(ckpt), "-o", str(tmp_path / "out")],
+                                env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_until_open(proc.pid, st)
+        os.truncate(st, int(st.stat().st_size * keep))
+        _, err = proc.communicate(timeout=120)
+        codes.append(proc.returncode)
+        assert proc.returncode == 1, (proc.returncode, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: ") and "model.safetensors" in lines[0], err
+        assert "truncated" in lines[0], err
+        assert not (tmp_path / "out").exists()
+    assert codes == [1, 1, 1]
+
+
+def wait_until_open(pid: int, path: Path, timeout: float = 60) -> None:
+    target = str(path.resolve())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd")):
+                return
+        except OSError:  # an fd closed between listing and reading it
+            pass
+        time.sleep(0.002)
+    raise AssertionError(f"the build never opened {path}")
+
+
+# --- memory budget ------------------------------------------------------------------------------------------------
+
+def test_available_memory_is_what_the_kernel_reports():
+    available = limits.available_memory()
+    fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    total = (int(fields["MemTotal"].split()[0]) + int(fields["SwapTotal"].split()[0])) * 1024
+    assert 0 < available <= total
+
+
+def test_absurd_but_consistent_checkpoint_is_refused_by_the_memory_budget(tmp_path):
+    """hidden_size at config.py's bound, headers that match it, a sparse file that holds it: before the budget this
+    tried to decode a 128 GiB fc.weight."""
+    size = absurd_checkpoint(tmp_path / "ckpt")
+    assert size > 128 << 30
+    tracemalloc.start()
+    try:
+        err = one_error(invoke("build-mtp", tmp_path / "ckpt", "-o", tmp_path / "out"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "building its MTP head needs" in err and "GiB of memory, but only" in err, err
+    assert peak < 32 << 20
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tensor_read_checks_the_budget_too(tmp_path):
+    absurd_checkpoint(tmp_path / "ckpt", hidden=1 << 16)
+    st = SafetensorsFile(tmp_path / "ckpt" / "model.safetensors")
+    try:
+        with pytest.raises(CheckpointError, match=r"tensor 'mtp.fc.weight' \(BF16 \[65536, 131072\]\) needs 32.0 GiB"):
+            st.get("mtp.fc.weight")
+    finally:
+        st.close()
+
+
+def test_the_budget_refuses_only_what_does_not_fit(tmp_path, monkeypatch):
+    from irsurgeon.build import build_mtp_model, expected_shapes, memory_need
+    from irsurgeon.config import load_config
+
+    need = memory_need(expected_shapes(load_config(DEMO_CKPT / "config.json")))
+    monkeypatch.setattr(limits, "available_memory", lambda: need - 1)
+    with pytest.raises(CheckpointError, match="building its MTP head needs"):
+        build_mtp_model(DEMO_CKPT)
+    monkeypatch.setattr(limits, "available_memory", lambda: need)
+    assert build_mtp_model(DEMO_CKPT).get_parameters()
+
+
+# --- IR and openvino_config.json ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def target(tmp_path) -> Path:
+    shutil.copytree(DEMO_TARGET, tmp_path / "target")
+    return tmp_path / "target"
+
+
+@pytest.mark.parametrize("form, expected", [
+    ("fifo", "is a FIFO"), ("dev-zero", "is a character device"), ("sparse", "bytes; a OpenVINO IR .xml is expected"),
+    ("bin-fifo", "openvino_language_model.bin: is a FIFO"), ("bin-dev-zero", ".bin: is a character device"),
+    ("offset-digits", "more than 20 digits"),
+])
+def test_hostile_ir_files_are_refused(target, form, expected):
+    xml = target / "openvino_language_model.xml"
+    victim = xml.with_suffix(".bin") if form.startswith("bin-") else xml
+    if form.endswith("fifo"):
+        victim.unlink()
+        os.mkfifo(victim)
+    elif form.endswith("dev-zero"):
+        victim.unlink()
+        victim.symlink_to("/dev/zero")
+    elif form == "sparse":
+        os.truncate(xml, limits.IR_XML_BYTES + 1)
+    else:
+        xml.write_bytes(xml.read_bytes().replace(b'offset="', b'offset="' + b"9" * 5000, 1))
+    with pytest.raises(IRError, match=expected):
+        from irsurgeon.ir.files import read_ir_bytes
+        read_ir_bytes(xml)
+    err = one_error(invoke("annotate", target))
+    assert expected in err
+
+
+def test_character_references_outside_unicode_are_kept_as_written():
+    from irsurgeon.ir.xmlsafe import unescape_attr
+
+    assert unescape_attr(b"a&#65;&#99999999;&#55296;&#" + b"9" * 5000 + b";") == "aA&#99999999;&#55296;&#" + "9" * 5000 + ";"
+
+
+@pytest.mark.parametrize("form", sorted(k for k in OPENVINO_CONFIG_FORMS if k.startswith("lm_model-")))
+def test_wrong_types_in_openvino_config_are_config_errors(target, form):
+    path = target / "openvino_config.json"
+    OPENVINO_CONFIG_FORMS[form](path)
+    try:
+        found = detect_target_format(target)
+    except ConfigError as e:
+        assert "openvino_config.json: quantization_configs.lm_model" in str(e) and CANARY not in str(e)
+        return
+    # what is accepted is a valid reading: an integer number of bits, a checked group size and ratio
+    assert form in ("lm_model-list", "lm_model-group_size=48", "lm_model-ratio=-1") or found.params is not None
+    assert found.weight_format in ("int4", "int8", "f16", "f32")
+
+
+@pytest.mark.parametrize("value, message", [
+    ('"4"', "bits must be 4 or 8, found a string"), ("4.0", "bits must be 4 or 8, found a number"),
+    ("true", "bits must be 4 or 8, found a boolean"), ('"64"', None), ("1e300", None),
+])
+def test_openvino_config_errors_say_what_was_expected(target, value, message):
+    key = "bits" if message else "group_size"
+    entry = '{"bits": 4, "group_size": 32}'.replace(f'"{key}": {4 if key == "bits" else 32}', f'"{key}": {value}')
+    (target / "openvino_config.json").write_text('{"quantization_config": {"quantization_configs": {"lm_model": '
+                                                 + entry + "}}}")
+    with pytest.raises(ConfigError) as e:
+        detect_target_format(target)
+    assert (message or "group_size must be an integer or null") in str(e.value)
+
+
+def test_prompts_from_a_fifo_or_device_never_block(tmp_path, target):
+    fifo = tmp_path / "prompts.txt"
+    os.mkfifo(fifo)
+    result = invoke("verify", target, "--prompts", fifo)
+    assert result.exit_code == 2 and "neither a number" in result.output
+    big = tmp_path / "big.txt"
+    big.write_text("hello\n")
+    os.truncate(big, 2 << 30)
+    result = invoke("verify", target, "--prompts", big)
+    assert result.exit_code == 2 and "a prompts file is expected to be at most" in result.output
+
+
+# --- the command matrix (a slice; scripts/bench_reliability.py --attack runs all of it) ------------------------------
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Lab:
+    return Lab(tmp_path_factory.mktemp("hostile"))
+
+
+@pytest.mark.parametrize("case", [
+    Case("ckpt config.json", "fifo", "build-mtp"), Case("index", "dev-zero", "patch"),
+    Case("model.safetensors", "sparse-2GiB", "build-mtp"), Case("shard", "header-deep", "build-mtp"),
+    Case("target config.json", "huge-int", "show"), Case("language model .xml", "fifo", "show-xml"),
+    Case("language model .bin", "fifo", "show-xml"), Case("tokenizer .xml", "dev-zero", "show"),
+    Case("patched language model .xml", "annotation-huge-int", "verify"),
+    Case("mtp .xml", "name-superscript-digit", "verify"), Case("openvino_config.json", "lm_model-bits=\"4\"", "patch"),
+], ids=str)
+def test_hostile_inputs_through_the_commands(lab, case):
+    outcome = lab.run(case)
+    assert not outcome.problems, (outcome.problems, outcome.stderr)
+    assert outcome.code == 1 and outcome.seconds < 30
