@@ -12,8 +12,6 @@ import os
 import shutil
 import signal
 import struct
-import subprocess
-import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -22,8 +20,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from helpers.hostile import (CANARY, CLI, DEMO_CKPT, DEMO_TARGET, OPENVINO_CONFIG_FORMS, Case, Lab, absurd_checkpoint,
-                             env, secret_link)
+from helpers.hostile import (CANARY, DEMO_CKPT, DEMO_TARGET, OPENVINO_CONFIG_FORMS, Case, Lab, absurd_checkpoint,
+                             secret_link, truncation_race)
 from irsurgeon import limits
 from irsurgeon.cli import main
 from irsurgeon.errors import CheckpointError, ConfigError, IRError
@@ -205,39 +203,13 @@ def test_bf16_is_decoded_in_pieces(tmp_path, monkeypatch):
         st.close()
 
 
-def test_concurrent_truncation_during_a_build_never_kills_the_process(tmp_path):
+@pytest.mark.parametrize("keep", [0.9, 0.5, 0.1])
+def test_concurrent_truncation_during_a_build_never_kills_the_process(tmp_path, keep):
     """A real race: build-mtp in a subprocess, the checkpoint truncated from here once the build has it open."""
-    spec = SynthSpec(hidden=1024, heads=8, kv_heads=2, head_dim=128, intermediate=3072)
-    codes = []
-    for keep in (0.9, 0.5, 0.1):
-        ckpt = tmp_path / f"ckpt{keep}"
-        write_checkpoint(ckpt, spec, seed=2)
-        st = ckpt / "model.safetensors"
-        proc = subprocess.Popen([sys.executable, "-c", CLI, "build-mtp", str(ckpt), "-o", str(tmp_path / "out")],
-                                env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_until_open(proc.pid, st)
-        os.truncate(st, int(st.stat().st_size * keep))
-        _, err = proc.communicate(timeout=120)
-        codes.append(proc.returncode)
-        assert proc.returncode == 1, (proc.returncode, err)
-        lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("Error: ") and "model.safetensors" in lines[0], err
-        assert "truncated" in lines[0], err
-        assert not (tmp_path / "out").exists()
-    assert codes == [1, 1, 1]
-
-
-def wait_until_open(pid: int, path: Path, timeout: float = 60) -> None:
-    target = str(path.resolve())
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd")):
-                return
-        except OSError:  # an fd closed between listing and reading it
-            pass
-        time.sleep(0.002)
-    raise AssertionError(f"the build never opened {path}")
+    outcome = truncation_race(tmp_path, keep)
+    assert outcome.code == 1 and not outcome.problems, (outcome.problems, outcome.stderr)
+    assert "model.safetensors" in outcome.stderr and "truncated" in outcome.stderr, outcome.stderr
+    assert not (tmp_path / "out").exists()
 
 
 # --- memory budget ------------------------------------------------------------------------------------------------

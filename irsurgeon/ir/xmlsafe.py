@@ -26,6 +26,7 @@ _ROOT = re.compile(rb'<net\s[^>]*?version="(\d{1,9})"')
 _DATA_EXTENT = re.compile(rb'\boffset="(\d+)"\s+size="(\d+)"')
 MAX_EXTENT_DIGITS = 20  # a 64-bit offset or size has at most 20 digits; more would exceed Python's int parsing
 _CHAR_REF = re.compile(r"&#(\d{1,7});")
+_ANY_CHAR_REF = re.compile(rb"&#(x[0-9A-Fa-f]{1,7}|[0-9]{1,8});|&#")
 _ATTR = r'\s+[^\s=/>]+\s*=\s*(?:"[^"]*"|\'[^\']*\')'
 _TAG = re.compile(rf'<(/?)([A-Za-z_][\w.\-:]*)((?:{_ATTR})*)\s*(/?)>'.encode())
 _NAME_ATTR = re.compile(rb'\bname="([^"]*)"')
@@ -40,6 +41,7 @@ def check_ir_bytes(data: bytes, source: str) -> int:
             raise IRError(f"{source}: contains a {bad[2:].decode()} declaration; refusing to parse it "
                           f"(OpenVINO IR never has one)")
     _check_utf8(data, source)
+    _check_char_refs(data, source)
     head = data[:4096].lstrip()
     if head.startswith(b"<?xml"):
         head = head[head.find(b"?>") + 2:].lstrip()
@@ -58,6 +60,17 @@ def _check_utf8(data: bytes, source: str, chunk: int = 1 << 20) -> None:
             decoder.decode(view[at:at + chunk], final=at + chunk >= len(data))
     except UnicodeDecodeError as e:
         raise IRError(f"{source}: not UTF-8 text near byte {at + e.start}; an OpenVINO IR .xml is UTF-8") from None
+
+
+def _check_char_refs(data: bytes, source: str) -> None:
+    """A character reference naming no Unicode scalar value would reach Python as bytes that are not UTF-8 inside
+    OpenVINO's strings (names, rt_info) and fail far from here; pugixml writes only valid ones."""
+    for ref in _ANY_CHAR_REF.finditer(data):
+        body = ref.group(1)
+        code = None if body is None else int(body[1:], 16) if body.startswith(b"x") else int(body)
+        if code is None or not 0 < code <= 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+            raise IRError(f"{source}: the character reference at byte {ref.start()} names no Unicode character; "
+                          f"an OpenVINO IR .xml holds only valid ones")
 
 
 def weights_extent(data: bytes, source: str = "IR") -> int:

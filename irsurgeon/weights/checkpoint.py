@@ -63,10 +63,10 @@ class Checkpoint:
             raise CheckpointError(f"{path}: no such checkpoint file or directory")
         cfg = Path(config) if config else path / CONFIG_FILE
         index = path / INDEX_FILE
-        if index.is_file():
+        if index.exists():  # exists, not is_file: a FIFO or device there is refused by name when read
             return cls(cls._read_index(index, path), cfg, path)
         single = path / SINGLE_FILE
-        if single.is_file():
+        if single.exists():
             ckpt = cls({}, cfg, path)
             ckpt._index_single(single)
             return ckpt
@@ -86,7 +86,7 @@ class Checkpoint:
 
     def _file(self, path: Path) -> SafetensorsFile:
         if path not in self._files:
-            if not path.is_file():
+            if not path.exists():
                 raise CheckpointError(f"{path}: shard listed in the index does not exist")
             self._files[path] = SafetensorsFile(path)
         return self._files[path]

@@ -160,9 +160,19 @@ XML_FORMS = {
     "annotation-huge-int": lambda p: _rt_info(p, b'<hidden_states_decoder_layers value="{&quot;layers&quot;:{&quot;'
                                               + b"9" * 5000 + b'&quot;:{&quot;producer&quot;:&quot;x&quot;,'
                                               b'&quot;output_index&quot;:0}}}" />\n'),
-    "name-5000-digits": lambda p: xml_edit(p, b'name="__module.', b'name="__module.' + b"9" * 5000 + b"."),
-    "name-superscript-digit": lambda p: xml_edit(p, b'name="__module.', "name=\"__module.²".encode() + b"."),
+    "name-5000-digits": lambda p: _layer_name(p, b"9" * 5000 + b"."),
+    "name-superscript-digit": lambda p: _layer_name(p, "².".encode()),
+    "name-char-ref-huge": lambda p: _layer_name(p, b"&#99999999999999;"),
+    "name-char-ref-hex-surrogate": lambda p: _layer_name(p, b"&#xD800;"),
 }
+
+
+def _layer_name(path: Path, insert: bytes) -> None:
+    """Insert bytes into the first layer's name after the `__module.` prefix of layer names (if it has one)."""
+    data = path.read_bytes()
+    at = data.find(b'name="__module.')
+    at = at + len(b'name="__module.') if at >= 0 else data.index(b'name="', data.index(b"<layer ")) + len(b'name="')
+    path.write_bytes(data[:at] + insert + data[at:])
 
 BIN_FORMS = {"fifo": fifo, "dev-zero": dev_zero, "directory": directory, "sparse-2GiB": sparse}
 
@@ -411,3 +421,45 @@ def absurd_checkpoint(directory: Path, hidden: int = 1 << 17) -> int:
     path.write_bytes(struct.pack("<Q", len(raw)) + raw)
     os.truncate(path, 8 + len(raw) + offset)
     return 8 + len(raw) + offset
+
+
+# --- a checkpoint truncated while a build reads it ------------------------------------------------------------------
+
+def truncation_race(directory: Path, keep: float) -> Outcome:
+    """build-mtp in a subprocess on a hidden-1024 bf16 checkpoint; once the build has the file open, it is truncated
+    from here to `keep` of its size. With a memory-mapped reader this died of SIGBUS (exit -7)."""
+    from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
+
+    ckpt = directory / "ckpt"
+    write_checkpoint(ckpt, SynthSpec(hidden=1024, heads=8, kv_heads=2, head_dim=128, intermediate=3072), seed=2)
+    st = ckpt / "model.safetensors"
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-c", CLI, "build-mtp", str(ckpt), "-o", str(directory / "out")],
+                                env=env(), stdout=subprocess.DEVNULL, stderr=err, text=True)
+        wait_until_open(proc.pid, st)
+        os.truncate(st, int(st.stat().st_size * keep))
+        try:
+            code = proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = None
+        err.seek(0)
+        text = err.read()
+    changed = ["out"] if (directory / "out").exists() and code != 0 else []
+    return judge(f"checkpoint truncated to {keep:.0%} during build-mtp", code, "", text,
+                 time.perf_counter() - start, 0, changed)
+
+
+def wait_until_open(pid: int, path: Path, timeout: float = TIMEOUT) -> None:
+    target = str(path.resolve())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd")):
+                return
+        except OSError:  # an fd closed between listing and reading it
+            pass
+        time.sleep(0.002)
+    raise AssertionError(f"process {pid} never opened {path}")
