@@ -108,6 +108,11 @@ def attack_inputs(root: Path) -> dict:
     code, out, err, seconds, peak = hostile.run_cli(["build-mtp", str(absurd / "ckpt"), "-o", str(absurd / "out")])
     outcomes.append(hostile.judge("absurd consistent checkpoint (128 GiB, sparse) / build-mtp", code, out, err, seconds,
                                   peak, ["out"] if (absurd / "out").exists() else []))
+    code, out, err, seconds, peak = hostile.run_cli(["synth", str(root / "synth"), "--hidden", "8192", "--vocab",
+                                                      "262144", "--layers", "64", "--heads", "64", "--kv-heads", "8",
+                                                      "--head-dim", "128"])
+    outcomes.append(hostile.judge("synth at its largest sizes", code, out, err, seconds, peak,
+                                  ["synth"] if (root / "synth").exists() and code != 0 else []))
     outcomes += [hostile.truncation_race(root / f"race{k}", keep) for k, keep in enumerate((0.95, 0.7, 0.4, 0.1))]
     bad = [o for o in outcomes if o.problems]
     kinds = ("hung", "killed by signal", "traceback", "not one Error", "echoed", "peak RSS", "changed outside")

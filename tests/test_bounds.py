@@ -345,15 +345,30 @@ def lab(tmp_path_factory) -> Lab:
     return Lab(tmp_path_factory.mktemp("hostile"))
 
 
-@pytest.mark.parametrize("case", [
-    Case("ckpt config.json", "fifo", "build-mtp"), Case("index", "dev-zero", "patch"),
-    Case("model.safetensors", "sparse-2GiB", "build-mtp"), Case("shard", "header-deep", "build-mtp"),
-    Case("target config.json", "huge-int", "show"), Case("language model .xml", "fifo", "show-xml"),
-    Case("language model .bin", "fifo", "show-xml"), Case("tokenizer .xml", "dev-zero", "show"),
-    Case("patched language model .xml", "annotation-huge-int", "verify"),
-    Case("mtp .xml", "name-superscript-digit", "verify"), Case("openvino_config.json", "lm_model-bits=\"4\"", "patch"),
-], ids=str)
-def test_hostile_inputs_through_the_commands(lab, case):
+# (case, exit code): show reports a broken config.json inside its output and goes on
+MATRIX = [
+    (Case("ckpt config.json", "fifo", "build-mtp"), 1), (Case("index", "dev-zero", "patch"), 1),
+    (Case("model.safetensors", "header-huge-int", "build-mtp"), 1), (Case("shard", "header-deep", "build-mtp"), 1),
+    (Case("target config.json", "huge-int", "show"), 0), (Case("target config.json", "deep-object", "annotate"), 1),
+    (Case("language model .xml", "fifo", "show-xml"), 1), (Case("language model .bin", "fifo", "show-xml"), 1),
+    (Case("tokenizer .xml", "name-char-ref-huge", "show"), 0),
+    (Case("patched language model .xml", "annotation-huge-int", "verify"), 1),
+    (Case("language model .xml", "name-superscript-digit", "annotate"), 0),
+    (Case("mtp .xml", "name-char-ref-hex-surrogate", "verify"), 1),
+    (Case("openvino_config.json", 'lm_model-bits="4"', "patch"), 1),
+]
+
+
+@pytest.mark.parametrize("case, code", MATRIX, ids=[str(c) for c, _ in MATRIX])
+def test_hostile_inputs_through_the_commands(lab, case, code):
     outcome = lab.run(case)
     assert not outcome.problems, (outcome.problems, outcome.stderr)
-    assert outcome.code == 1 and outcome.seconds < 30
+    assert outcome.code == code and outcome.seconds < 30, outcome
+
+
+def test_synth_at_its_largest_sizes_is_refused_by_the_memory_budget(tmp_path):
+    """Every size at synth's own bound: ~86 GiB of float32 weights, refused before a folder is made."""
+    err = one_error(invoke("synth", tmp_path / "out", "--hidden", 8192, "--vocab", 1 << 18, "--layers", 64,
+                           "--heads", 64, "--kv-heads", 8, "--head-dim", 128))
+    assert "needs" in err and "GiB of memory, but only" in err
+    assert not (tmp_path / "out").exists()

@@ -145,7 +145,14 @@ def xml_edit(path: Path, old: bytes, new: bytes) -> None:
 
 
 def _rt_info(path: Path, element: bytes) -> None:
-    xml_edit(path, b"<rt_info>", b"<rt_info>\n\t\t" + element)
+    """Add an element first in the net-level rt_info (the one after </edges>), replacing one of the same name."""
+    data = path.read_bytes()
+    at = data.index(b"<rt_info>", data.rindex(b"</edges>")) + len(b"<rt_info>")
+    name = element.split(b" ", 1)[0]
+    old = data.find(b"\t\t" + name + b" ", at)
+    if old >= 0:
+        data = data[:old] + data[data.index(b"\n", old) + 1:]
+    path.write_bytes(data[:at] + b"\n\t\t" + element + data[at:])
 
 
 XML_FORMS = {
