@@ -97,8 +97,8 @@ def deep_object(path: Path) -> None:
 
 def huge_int(path: Path) -> None:
     """A 5000-digit integer: Python's int() refuses more than 4300 digits with a ValueError."""
-    text = path.read_text()
-    path.write_text(text[:text.rindex("}")] + ', "x_huge": ' + "9" * 5000 + "}")
+    text = path.read_text().rstrip()[:-1].rstrip()
+    path.write_text(text + ("" if text.endswith("{") else ",") + ' "x_huge": ' + "9" * 5000 + "}")
 
 
 JSON_FORMS = {"fifo": fifo, "dev-zero": dev_zero, "sparse-2GiB": sparse, "directory": directory,
@@ -278,29 +278,45 @@ def snapshot(root: Path) -> dict[str, str]:
     return out
 
 
+# The child writes its own peak RSS (VmHWM) as it exits: the rusage of a child counts the parent's pages it started
+# from (Linux records the pre-exec mm's high-water mark), so it cannot measure a small child of a large parent.
+MEASURED = ("import atexit, os\n"
+            "def _hwm(path=os.environ['HOSTILE_HWM']):\n"
+            "    with open('/proc/self/status') as s, open(path, 'w') as f:\n"
+            "        f.write(next(l for l in s if l.startswith('VmHWM')).split()[1])\n"
+            "atexit.register(_hwm)\n") + CLI
+
+
 def run_cli(args: list[str], timeout: float = TIMEOUT) -> tuple[int | None, str, str, float, int]:
     """(exit code or None when it hung, stdout, stderr, seconds, peak RSS bytes) of the CLI in a subprocess;
-    a negative code is the signal that ended it."""
+    a negative code is the signal that ended it (then the peak is the last one seen while it ran)."""
     start = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-c", CLI, *args], env=env(), stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, text=True, start_new_session=True)
-        status, usage = 0, None
-        while time.perf_counter() - start < timeout:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            time.sleep(0.02)
-        else:
-            os.killpg(proc.pid, signal.SIGKILL)
-            _, status, usage = os.wait4(proc.pid, 0)
-            usage = None
-        proc.returncode = 0  # reaped here: keep Popen from waiting again
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
+            tempfile.NamedTemporaryFile("r") as hwm:
+        proc = subprocess.Popen([sys.executable, "-c", MEASURED, *args], env={**env(), "HOSTILE_HWM": hwm.name},
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, text=True)
+        seen = 0
+        try:
+            proc.wait(timeout=timeout)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            seen = _vm_hwm(proc.pid)
+            proc.kill()
+            proc.wait()
+            code = None
         out.seek(0)
         err.seek(0)
-        code = None if usage is None else os.waitstatus_to_exitcode(status)
-        peak = usage.ru_maxrss * 1024 if usage is not None else 0
+        reported = hwm.read().strip()
+        peak = int(reported) * 1024 if reported.isdigit() else seen
         return code, out.read(), err.read(), time.perf_counter() - start, peak
+
+
+def _vm_hwm(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return int(next(ln for ln in status if ln.startswith("VmHWM")).split()[1]) * 1024
+    except (OSError, StopIteration, ValueError):
+        return 0
 
 
 def judge(case: str, code: int | None, out: str, err: str, seconds: float, peak: int, changed: list[str],
