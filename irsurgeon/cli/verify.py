@@ -26,7 +26,7 @@ class PromptsParam(click.ParamType):
         path = Path(value)
         if path.is_file():
             try:
-                text = limits.read_text(path, limits.TEXT_BYTES, IRSurgeonError, "prompts file")
+                text = limits.read_text(path, limits.TEXT_BYTES, IRSurgeonError, "prompts")
             except IRSurgeonError as e:
                 self.fail(str(e), param, ctx)
             prompts = [line.strip() for line in text.splitlines() if line.strip()]

@@ -70,8 +70,8 @@ def read_model(xml: Path, checked: bool = False):
     """ov.Model of an IR, checked first unless the caller already did (the `.bin` is memory-mapped, not read)."""
     import openvino as ov
 
-    if not checked:
-        read_ir_bytes(xml)
+    size = len(read_ir_bytes(xml)) if not checked else xml.stat().st_size
+    limits.check_memory(size * limits.IR_XML_MEMORY_FACTOR, f"{xml}: reading it with OpenVINO", IRError)
     return _read(ov, xml, xml.with_suffix(".bin"))
 
 

@@ -27,6 +27,10 @@ _DATA_EXTENT = re.compile(rb'\boffset="(\d+)"\s+size="(\d+)"')
 MAX_EXTENT_DIGITS = 20  # a 64-bit offset or size has at most 20 digits; more would exceed Python's int parsing
 _CHAR_REF = re.compile(r"&#(\d{1,7});")
 _ANY_CHAR_REF = re.compile(rb"&#(x[0-9A-Fa-f]{1,7}|[0-9]{1,8});|&#")
+_ANY_TAG = re.compile(rb"<(/?)[A-Za-z_][^<>]*?(/?)>")
+# OpenVINO writes the model's rt_info a few sections deep; its Python binding converts that tree recursively (a
+# 100000-deep one crashed the process), so deeper nesting is refused before OpenVINO reads the file
+MAX_RT_INFO_DEPTH = 32
 _ATTR = r'\s+[^\s=/>]+\s*=\s*(?:"[^"]*"|\'[^\']*\')'
 _TAG = re.compile(rf'<(/?)([A-Za-z_][\w.\-:]*)((?:{_ATTR})*)\s*(/?)>'.encode())
 _NAME_ATTR = re.compile(rb'\bname="([^"]*)"')
@@ -42,6 +46,7 @@ def check_ir_bytes(data: bytes, source: str) -> int:
                           f"(OpenVINO IR never has one)")
     _check_utf8(data, source)
     _check_char_refs(data, source)
+    _check_rt_info_depth(data, source)
     head = data[:4096].lstrip()
     if head.startswith(b"<?xml"):
         head = head[head.find(b"?>") + 2:].lstrip()
@@ -71,6 +76,22 @@ def _check_char_refs(data: bytes, source: str) -> None:
         if code is None or not 0 < code <= 0x10FFFF or 0xD800 <= code <= 0xDFFF:
             raise IRError(f"{source}: the character reference at byte {ref.start()} names no Unicode character; "
                           f"an OpenVINO IR .xml holds only valid ones")
+
+
+def _check_rt_info_depth(data: bytes, source: str) -> None:
+    edges = data.rfind(b"</edges>")
+    start = data.find(b"<rt_info>", max(edges, 0))
+    if edges < 0 or start < 0:
+        return  # no net-level block, or not an IR at all: the structure checks report that
+    depth = 0
+    for tag in _ANY_TAG.finditer(data, start):
+        closing, self_closing = tag.group(1), tag.group(2)
+        depth += -1 if closing else 0 if self_closing else 1
+        if depth > MAX_RT_INFO_DEPTH:
+            raise IRError(f"{source}: the model's rt_info is nested deeper than {MAX_RT_INFO_DEPTH} levels; "
+                          f"OpenVINO writes a few")
+        if depth <= 0:
+            return
 
 
 def weights_extent(data: bytes, source: str = "IR") -> int:

@@ -167,6 +167,8 @@ XML_FORMS = {
     "annotation-huge-int": lambda p: _rt_info(p, b'<hidden_states_decoder_layers value="{&quot;layers&quot;:{&quot;'
                                               + b"9" * 5000 + b'&quot;:{&quot;producer&quot;:&quot;x&quot;,'
                                               b'&quot;output_index&quot;:0}}}" />\n'),
+    "rt-info-deep-500": lambda p: _rt_info(p, b"<a>" * 500 + b'<b value="1" />' + b"</a>" * 500 + b"\n"),
+    "rt-info-deep-100000": lambda p: _rt_info(p, b"<a>" * 100_000 + b'<b value="1" />' + b"</a>" * 100_000 + b"\n"),
     "name-5000-digits": lambda p: _layer_name(p, b"9" * 5000 + b"."),
     "name-superscript-digit": lambda p: _layer_name(p, "².".encode()),
     "name-char-ref-huge": lambda p: _layer_name(p, b"&#99999999999999;"),
