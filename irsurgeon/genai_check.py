@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from irsurgeon import limits
 from irsurgeon.errors import IRSurgeonError
 
 PROMPTS = (
@@ -128,6 +129,7 @@ def _config(g, max_new_tokens: int, nat: int | None):
 
 def _pipeline(g, target: Path, device: str, props: dict, draft: bool):
     """A VLMPipeline on the paged backend, with the directory's MTP head as draft model when `draft`."""
+    limits.check_directory_files(target, IRSurgeonError)  # genai opens its files itself: a FIFO would block it
     try:
         extra = {"draft_model": g.draft_model(str(target), device, **props)} if draft else {}
         return g.VLMPipeline(str(target), device, scheduler_config=_scheduler(g), **extra, **props)

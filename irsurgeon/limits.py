@@ -5,6 +5,7 @@ the published Qwen3.5/3.6 configs in reference/real-configs and optimum-intel ex
 hurt a machine:
     config JSON (config.json, openvino_config.json, generation_config.json): real ones are 2-22 KB
     index JSON (model.safetensors.index.json): ~40 k entries for the largest MoE releases, a few MB
+    other JSON of a model directory (tokenizer.json): read by openvino-genai only, tens of MB at most
     IR .xml: a 4-layer export is 0.6 MB, so a 64-layer int4 language model is tens of MB
     safetensors header: 100 MB, the limit the safetensors format itself sets
     text (a prompts file): a few KB in practice
@@ -28,6 +29,7 @@ from irsurgeon.errors import IRSurgeonError
 MiB = 1 << 20
 CONFIG_JSON_BYTES = 16 * MiB
 INDEX_JSON_BYTES = 64 * MiB
+OTHER_JSON_BYTES = 256 * MiB  # tokenizer.json and the like, read only by openvino-genai: the largest are ~35 MB
 IR_XML_BYTES = 256 * MiB
 # OpenVINO's in-memory model is far larger than its .xml: 575 KB of the demo language model became 13.8 MB resident
 # after ov.Core().read_model (24x, openvino 2026.4.1); 16x is a lower bound for the memory budget
@@ -45,8 +47,17 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
 
 
 def json_limit(path: str | Path) -> int:
-    """The byte limit for a JSON file: an index gets more room than a config."""
-    return INDEX_JSON_BYTES if str(path).endswith(INDEX_SUFFIX) else CONFIG_JSON_BYTES
+    """The byte limit for a JSON file irsurgeon reads: an index gets more room than a config."""
+    return INDEX_JSON_BYTES if Path(path).name.endswith(INDEX_SUFFIX) else CONFIG_JSON_BYTES
+
+
+def directory_file_limit(name: str) -> int | None:
+    """The byte limit for a file of a model directory that another reader opens whole, or None (weights)."""
+    if name.endswith(".xml"):
+        return IR_XML_BYTES
+    if not name.endswith(".json"):
+        return None
+    return json_limit(name) if name.endswith((INDEX_SUFFIX, "config.json")) else OTHER_JSON_BYTES
 
 
 def not_regular(mode: int) -> str | None:
@@ -84,6 +95,26 @@ def check_regular(path: str | Path, error: type[IRSurgeonError]) -> None:
     what = not_regular(mode)
     if what:
         raise error(f"{path}: is {what}; expected a regular file")
+
+
+def check_directory_files(directory: str | Path, error: type[IRSurgeonError]) -> None:
+    """Refuse a directory another reader will open whole (openvino-genai reads config.json, generation_config.json,
+    tokenizer and model files itself, blocking on a FIFO): every entry must be a regular file or a folder, and
+    JSON and IR .xml files must be within their limits."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            path = Path(directory) / entry.name
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue  # a dangling link: the reader reports a missing file
+            what = not_regular(st.st_mode)
+            if what and what != "a directory":
+                raise error(f"{path}: is {what}; expected a regular file")
+            limit = directory_file_limit(entry.name)
+            if not what and limit is not None and st.st_size > limit:
+                raise error(f"{path}: {st.st_size} bytes; the limit for {path.suffix[1:].upper()} files is "
+                            f"{limit} bytes")
 
 
 def read_bytes(path: str | Path, limit: int, error: type[IRSurgeonError], what: str = "input") -> bytes:

@@ -357,6 +357,7 @@ MATRIX = [
     (Case("language model .xml", "name-superscript-digit", "annotate"), 0),
     (Case("mtp .xml", "name-char-ref-hex-surrogate", "verify"), 1),
     (Case("openvino_config.json", 'lm_model-bits="4"', "patch"), 1),
+    (Case("generation_config.json", "fifo", "verify-genai"), 1),  # hung inside openvino-genai
 ]
 
 
@@ -373,3 +374,23 @@ def test_synth_at_its_largest_sizes_is_refused_by_the_memory_budget(tmp_path):
                            "--heads", 64, "--kv-heads", 8, "--head-dim", 128))
     assert "needs" in err and "GiB of memory, but only" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_genai_never_gets_a_directory_holding_a_fifo(tmp_path):
+    """openvino-genai opens generation_config.json and the rest itself: a FIFO there made `verify --genai` hang."""
+    from irsurgeon.errors import IRSurgeonError
+
+    target = tmp_path / "target"
+    shutil.copytree(DEMO_TARGET, target)
+    limits.check_directory_files(target, IRSurgeonError)  # the real directory passes
+    os.truncate(target / "tokenizer.json", 40 << 20)  # a large tokenizer.json is a real one
+    limits.check_directory_files(target, IRSurgeonError)
+    (target / "generation_config.json").unlink()
+    os.mkfifo(target / "generation_config.json")
+    with pytest.raises(IRSurgeonError, match="generation_config.json: is a FIFO"):
+        limits.check_directory_files(target, IRSurgeonError)
+    (target / "generation_config.json").unlink()
+    (target / "generation_config.json").write_text("{}")
+    os.truncate(target / "generation_config.json", 2 << 30)
+    with pytest.raises(IRSurgeonError, match="generation_config.json: 2147483648 bytes; the limit for JSON"):
+        limits.check_directory_files(target, IRSurgeonError)

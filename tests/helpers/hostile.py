@@ -227,6 +227,7 @@ INPUTS = {
     "mtp .xml": ("patched/openvino_mtp_model.xml", XML_FORMS, ("show-xml", "verify", "patch")),
     "openvino_config.json": ("target/openvino_config.json", OPENVINO_CONFIG_FORMS, ("patch", "build-mtp-auto")),
     "prompts file": ("prompts.txt", PROMPT_FORMS, ("verify-prompts",)),
+    "generation_config.json": ("patched/generation_config.json", BIN_FORMS, ("verify-genai",)),  # genai reads it
 }
 
 
@@ -400,6 +401,8 @@ def command_args(command: str, work: Path, victim: Path) -> tuple[list[str], str
         "patch": (["patch", target, "--checkpoint", ckpt], target.name),
         "verify": (["verify", target], None),
         "verify-prompts": (["verify", work / "patched", "--prompts", victim], None),
+        "verify-genai": (["verify", target, "--genai", "--prompts", "1", "--sweep", "1", "--max-new-tokens", "4"],
+                         None),
     }
     args, output = table[command]
     return [str(a) for a in args], output
