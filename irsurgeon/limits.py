@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
+
+import numpy as np
 
 from irsurgeon.errors import IRSurgeonError
 
@@ -38,7 +41,7 @@ SAFETENSORS_HEADER_BYTES = 100 * MiB  # safetensors' own MAX_HEADER_SIZE (safete
 TEXT_BYTES = 16 * MiB
 
 JSON_MAX_DEPTH = 64          # real configs nest 4 deep (text_config / rope_parameters / ...)
-JSON_MAX_INT_DIGITS = 40     # an unsigned 128-bit integer has 39 digits; real values have at most 12
+JSON_MAX_INT_DIGITS = 40     # digits of a number: an unsigned 128-bit integer has 39; real values have 12
 
 INDEX_SUFFIX = ".index.json"
 
@@ -148,48 +151,43 @@ def read_text(path: str | Path, limit: int, error: type[IRSurgeonError], what: s
         raise error(f"{path}: not UTF-8 text (invalid byte at offset {e.start})") from None
 
 
-class _Refused(ValueError):
-    """Raised from inside json.loads by the integer hook; turned into the caller's error."""
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included (unrolled: linear)
+_LONG_NUMBER = re.compile(rb"[0-9]{%d,}" % (JSON_MAX_INT_DIGITS + 1))
+_NOT_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_SCAN_CHUNK = 1 << 22
 
 
-def _bounded_int(text: str) -> int:
-    if len(text) - text.startswith("-") > JSON_MAX_INT_DIGITS:
-        raise _Refused(f"an integer of {len(text)} digits (at most {JSON_MAX_INT_DIGITS} are accepted)")
-    return int(text)
+def json_excess(raw: bytes) -> str | None:
+    """What makes JSON text too deep or its numbers too long, found before parsing (json.loads recurses per level,
+    and int() refuses more than 4300 digits); None when it is within the limits. Strings are skipped."""
+    outside = _STRING.sub(b'""', raw)
+    if _LONG_NUMBER.search(outside):
+        return f"holds a number of more than {JSON_MAX_INT_DIGITS} digits"
+    brackets = outside.translate(None, _NOT_BRACKET)
+    depth = 0
+    for at in range(0, len(brackets), _SCAN_CHUNK):  # running depth, a few MB at a time
+        codes = np.frombuffer(brackets, np.uint8, count=min(_SCAN_CHUNK, len(brackets) - at), offset=at)
+        running = depth + np.cumsum(np.where((codes == ord("[")) | (codes == ord("{")), 1, -1), dtype=np.int64)
+        if running.max() > JSON_MAX_DEPTH:
+            return f"is JSON nested deeper than {JSON_MAX_DEPTH} levels"
+        depth = int(running[-1])
+    return None
 
 
 def parse_json(data: str | bytes, source: str, error: type[IRSurgeonError]):
-    """json.loads with the depth and integer-size limits; any failure is `error` naming source, never quoting it."""
+    """json.loads within the depth and number-size limits; any failure is `error` naming source, never quoting it."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    excess = json_excess(raw)
+    if excess:
+        raise error(f"{source}: {excess}")
     try:
-        value = json.loads(data, parse_int=_bounded_int)
-    except _Refused as e:
-        raise error(f"{source}: holds {e}") from None
-    except RecursionError:
-        raise error(f"{source}: JSON nested deeper than {JSON_MAX_DEPTH} levels") from None
+        return json.loads(data)
+    except RecursionError:  # unreachable after the scan; kept so that no input can turn it into a crash
+        raise error(f"{source}: is JSON nested deeper than {JSON_MAX_DEPTH} levels") from None
     except json.JSONDecodeError as e:
         raise error(f"{source}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     except UnicodeDecodeError as e:  # bytes given: json.loads detects UTF-8/16/32
         raise error(f"{source}: not valid JSON text (undecodable byte at offset {e.start})") from None
-    if json_depth(value) > JSON_MAX_DEPTH:
-        raise error(f"{source}: JSON nested deeper than {JSON_MAX_DEPTH} levels")
-    return value
-
-
-def json_depth(value) -> int:
-    """Nesting depth of parsed JSON (a scalar is 0), without recursion."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            node = node.values()
-        elif not isinstance(node, list):
-            continue
-        depth += 1
-        deepest = max(deepest, depth)
-        if deepest > JSON_MAX_DEPTH:
-            return deepest
-        stack.extend((child, depth) for child in node)
-    return deepest
 
 
 def read_json(path: str | Path, error: type[IRSurgeonError], limit: int | None = None):

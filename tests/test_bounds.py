@@ -96,22 +96,28 @@ def test_index_files_get_the_larger_limit(tmp_path):
     assert len(limits.read_json(index, ConfigError)["weight_map"]) == 100_000
 
 
-@pytest.mark.parametrize("text", ["[" * 200_000 + "]" * 200_000, '{"a":' * 65 + "1" + "}" * 65])
+@pytest.mark.parametrize("text", ["[" * 200_000 + "]" * 200_000, '{"a":' * 65 + "1" + "}" * 65,
+                                  '[{"a": [' * 22 + "]}]" * 22])
 def test_deep_json_is_refused(tmp_path, text):
     with pytest.raises(ConfigError, match="nested deeper than 64 levels"):
         limits.parse_json(text, "x.json", ConfigError)
 
 
-def test_json_at_the_depth_limit_is_read():
-    text = '{"a":' * 64 + "1" + "}" * 64
-    assert limits.json_depth(limits.parse_json(text, "x.json", ConfigError)) == 64
+def test_json_at_the_depth_limit_and_brackets_in_strings_are_read():
+    value = limits.parse_json('{"a":' * 64 + '"[[[[{{{{"' + "}" * 64, "x.json", ConfigError)
+    for _ in range(64):
+        value = value["a"]
+    assert value == "[[[[{{{{"
+    assert limits.parse_json(r'["\\\"[[[[", 1]', "x.json", ConfigError) == ['\\"[[[[', 1]  # escapes in strings
 
 
 @pytest.mark.parametrize("digits", [41, 5000])
-def test_huge_integers_are_refused(digits):
-    with pytest.raises(ConfigError, match=f"an integer of {digits} digits"):
-        limits.parse_json('{"hidden_size": ' + "9" * digits + "}", "config.json", ConfigError)
-    assert limits.parse_json('{"x": -' + "9" * 40 + "}", "c", ConfigError)["x"] == -int("9" * 40)
+def test_huge_numbers_are_refused(digits):
+    for number in ("9" * digits, "-" + "9" * digits, "1." + "0" * digits):
+        with pytest.raises(ConfigError, match="holds a number of more than 40 digits"):
+            limits.parse_json('{"hidden_size": ' + number + "}", "config.json", ConfigError)
+    assert limits.parse_json('{"x": -' + "9" * 40 + ', "' + "7" * 5000 + '": 1}', "c", ConfigError)["x"] == \
+        -int("9" * 40)
 
 
 def test_errors_never_quote_the_file(tmp_path):
@@ -146,7 +152,7 @@ def rewrite_header(path: Path, raw: bytes) -> None:
 
 @pytest.mark.parametrize("form, expected", [
     ("fifo", "is a FIFO"), ("dev-zero", "is a character device"),
-    ("deep", "nested deeper than 64"), ("huge-int", "an integer of 5000 digits"),
+    ("deep", "nested deeper than 64"), ("huge-int", "a number of more than 40 digits"),
 ])
 def test_hostile_safetensors_are_refused(tmp_path, form, expected):
     ckpt = tmp_path / "ckpt"
@@ -394,3 +400,11 @@ def test_genai_never_gets_a_directory_holding_a_fifo(tmp_path):
     os.truncate(target / "generation_config.json", 2 << 30)
     with pytest.raises(IRSurgeonError, match="generation_config.json: 2147483648 bytes; the limit for JSON"):
         limits.check_directory_files(target, IRSurgeonError)
+
+
+def test_a_megabyte_tensor_name_is_cut_short_in_errors(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEMO_CKPT, ckpt)
+    rewrite_header(ckpt / "model.safetensors", json.dumps({"x" * (1 << 20): {"dtype": "F32"}}).encode())
+    err = one_error(invoke("build-mtp", ckpt, "-o", tmp_path / "out"))
+    assert len(err) < 400 and f"({1 << 20} characters)" in err

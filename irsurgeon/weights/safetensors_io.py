@@ -7,6 +7,7 @@ bf16 and fp8 have no numpy dtype and are decoded to float32 in pieces, straight 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import struct
@@ -80,6 +81,11 @@ def decode(raw: np.ndarray, dtype: str) -> np.ndarray:
     return raw
 
 
+def shown(name: str, limit: int = 120) -> str:
+    """A tensor name for a message: quoted, and cut short when a hostile header makes it megabytes long."""
+    return repr(name) if len(name) <= limit else f"{name[:limit]!r}... ({len(name)} characters)"
+
+
 class SafetensorsFile:
     """One .safetensors file, header parsed and validated; tensor bytes read on request with pread.
 
@@ -114,7 +120,7 @@ class SafetensorsFile:
         return tensors, metadata
 
     def _check_entry(self, name: str, entry: object, data_size: int) -> TensorInfo:
-        where = f"{self.path}: tensor {name!r}"
+        where = f"{self.path}: tensor {shown(name)}"
         if not isinstance(entry, dict):
             raise CheckpointError(f"{where}: header entry is not an object")
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
@@ -127,7 +133,7 @@ class SafetensorsFile:
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
                 and 0 <= offsets[0] <= offsets[1]):
             raise CheckpointError(f"{where}: data_offsets are not [begin, end] with 0 <= begin <= end")
-        nbytes = int(np.prod(shape, dtype=object)) * STORAGE[dtype].itemsize
+        nbytes = math.prod(shape) * STORAGE[dtype].itemsize
         if offsets[1] - offsets[0] != nbytes:
             raise CheckpointError(f"{where}: data_offsets span {offsets[1] - offsets[0]} bytes, "
                                   f"but {dtype} {shape} needs {nbytes}")
@@ -165,7 +171,7 @@ class SafetensorsFile:
         return out.reshape(info.shape)
 
     def _check_memory(self, info: TensorInfo, nbytes: int) -> None:
-        limits.check_memory(nbytes, f"{self.path}: tensor {info.name!r} ({info.dtype} {list(info.shape)})",
+        limits.check_memory(nbytes, f"{self.path}: tensor {shown(info.name)} ({info.dtype} {list(info.shape)})",
                             CheckpointError)
 
     def _read_into(self, arr: np.ndarray, offset: int, name: str) -> None:
@@ -176,10 +182,10 @@ class SafetensorsFile:
             try:
                 n = os.preadv(self._fd, [view[got:got + READ_CHUNK]], offset + got)
             except OSError as e:
-                raise CheckpointError(f"{self.path}: tensor {name!r}: cannot read: "
+                raise CheckpointError(f"{self.path}: tensor {shown(name)}: cannot read: "
                                       f"{e.strerror or type(e).__name__}") from None
             if n == 0:
-                raise CheckpointError(f"{self.path}: tensor {name!r}: the file ends at byte {offset + got}, before "
+                raise CheckpointError(f"{self.path}: tensor {shown(name)}: the file ends at byte {offset + got}, before "
                                       f"the tensor's last byte {offset + len(view)}: truncated while being read")
             got += n
 
