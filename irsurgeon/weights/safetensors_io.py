@@ -81,7 +81,7 @@ def decode(raw: np.ndarray, dtype: str) -> np.ndarray:
     return raw
 
 
-def shown(name: str, limit: int = 120) -> str:
+def quoted_name(name: str, limit: int = 120) -> str:
     """A tensor name for a message: quoted, and cut short when a hostile header makes it megabytes long."""
     return repr(name) if len(name) <= limit else f"{name[:limit]!r}... ({len(name)} characters)"
 
@@ -120,7 +120,7 @@ class SafetensorsFile:
         return tensors, metadata
 
     def _check_entry(self, name: str, entry: object, data_size: int) -> TensorInfo:
-        where = f"{self.path}: tensor {shown(name)}"
+        where = f"{self.path}: tensor {quoted_name(name)}"
         if not isinstance(entry, dict):
             raise CheckpointError(f"{where}: header entry is not an object")
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
@@ -171,7 +171,7 @@ class SafetensorsFile:
         return out.reshape(info.shape)
 
     def _check_memory(self, info: TensorInfo, nbytes: int) -> None:
-        limits.check_memory(nbytes, f"{self.path}: tensor {shown(info.name)} ({info.dtype} {list(info.shape)})",
+        limits.check_memory(nbytes, f"{self.path}: tensor {quoted_name(info.name)} ({info.dtype} {list(info.shape)})",
                             CheckpointError)
 
     def _read_into(self, arr: np.ndarray, offset: int, name: str) -> None:
@@ -182,10 +182,10 @@ class SafetensorsFile:
             try:
                 n = os.preadv(self._fd, [view[got:got + READ_CHUNK]], offset + got)
             except OSError as e:
-                raise CheckpointError(f"{self.path}: tensor {shown(name)}: cannot read: "
+                raise CheckpointError(f"{self.path}: tensor {quoted_name(name)}: cannot read: "
                                       f"{e.strerror or type(e).__name__}") from None
             if n == 0:
-                raise CheckpointError(f"{self.path}: tensor {shown(name)}: the file ends at byte {offset + got}, before "
+                raise CheckpointError(f"{self.path}: tensor {quoted_name(name)}: the file ends at byte {offset + got}, before "
                                       f"the tensor's last byte {offset + len(view)}: truncated while being read")
             got += n
 
