@@ -185,8 +185,8 @@ class SafetensorsFile:
                 raise CheckpointError(f"{self.path}: tensor {quoted_name(name)}: cannot read: "
                                       f"{e.strerror or type(e).__name__}") from None
             if n == 0:
-                raise CheckpointError(f"{self.path}: tensor {quoted_name(name)}: the file ends at byte {offset + got}, before "
-                                      f"the tensor's last byte {offset + len(view)}: truncated while being read")
+                raise CheckpointError(f"{self.path}: tensor {quoted_name(name)}: the file ends at byte {offset + got}, "
+                                      f"before the tensor's last byte {offset + len(view)}: truncated while being read")
             got += n
 
     def _pread(self, n: int, offset: int, what: str) -> bytes:
