@@ -11,7 +11,8 @@
 4. Hostile inputs (attack_inputs; --attack-inputs-only runs just this): every input file (configs, index, safetensors,
    IR .xml/.bin, openvino_config.json, a prompts file) made a FIFO, a /dev/zero link, a sparse 2 GiB file, a
    directory, a link to a secret file, deep JSON, huge integers, absurd IR numbers, wrong-typed values, through
-   every command reading it (tests/helpers/hostile.py), plus a checkpoint truncated during a build.
+   every command reading it (tests/helpers/hostile_forms.py), an absurd but consistent 128 GiB checkpoint, synth at
+   its largest sizes, and a checkpoint truncated by another process during a build.
 Prints the figures and exits 1 if any rule was broken (the broken rules are listed).
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from helpers import hostile  # noqa: E402
+from helpers import hostile, hostile_forms  # noqa: E402
 from test_fuzz import KINDS, Bench, Tally  # noqa: E402
 from test_reliability import CLI, KillLab, Sweep, child_env, patch_args  # noqa: E402
 
@@ -101,10 +102,10 @@ def fuzz(root: Path, examples: int) -> Tally:
 def attack_inputs(root: Path) -> dict:
     """Every hostile-input case once, plus an absurd consistent checkpoint; figures and one line per broken rule."""
     lab, outcomes = hostile.Lab(root), []
-    for case in hostile.all_cases():
+    for case in hostile_forms.all_cases():
         outcomes.append(lab.run(case))
     absurd = root / "absurd"
-    hostile.absurd_checkpoint(absurd / "ckpt")
+    hostile_forms.absurd_checkpoint(absurd / "ckpt")
     code, out, err, seconds, peak = hostile.run_cli(["build-mtp", str(absurd / "ckpt"), "-o", str(absurd / "out")])
     outcomes.append(hostile.judge("absurd consistent checkpoint (128 GiB, sparse) / build-mtp", code, out, err, seconds,
                                   peak, ["out"] if (absurd / "out").exists() else []))

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from helpers.hostile import (CANARY, DEMO_CKPT, DEMO_TARGET, OPENVINO_CONFIG_FORMS, Case, Lab, absurd_checkpoint,
-                             secret_link, truncation_race)
+from helpers.hostile import DEMO_CKPT, DEMO_TARGET, Lab, truncation_race
+from helpers.hostile_forms import CANARY, OPENVINO_CONFIG_FORMS, Case, absurd_checkpoint, secret_link
 from irsurgeon import limits
 from irsurgeon.cli import main
 from irsurgeon.errors import CheckpointError, ConfigError, IRError
