@@ -192,9 +192,18 @@ def test_reading_by_pread_matches_the_stored_values(tmp_path):
         for name, value in stored.items():
             got = st.get(name)
             assert got.dtype == np.float32 and np.array_equal(got, value), name
-        assert not st.raw("mtp.fc.weight").flags.writeable
     finally:
         st.close()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_float_checkpoints_build(tmp_path, dtype):
+    """A float32 tensor is handed to openvino without a copy; a read-only (memory-mapped) one was refused with
+    'array is not writeable'."""
+    write_checkpoint(tmp_path / "ckpt", SynthSpec(), seed=5, dtype=dtype)
+    result = invoke("build-mtp", tmp_path / "ckpt", "-o", tmp_path / "out", "--weight-format", "f32")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "openvino_mtp_model.bin").stat().st_size > 0
 
 
 def test_bf16_is_decoded_in_pieces(tmp_path, monkeypatch):

@@ -143,13 +143,15 @@ class SafetensorsFile:
         return TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1])
 
     def raw(self, name: str) -> np.ndarray:
-        """The tensor's bytes as a read-only numpy array in its storage dtype (bf16/fp8 as unsigned ints)."""
+        """The tensor's bytes as a new numpy array in its storage dtype (bf16/fp8 as unsigned ints).
+
+        The array is the caller's own (writeable): openvino shares a float32 weight's memory only when it is.
+        """
         info = self.tensors[name]
         storage = STORAGE[info.dtype]
         self._check_memory(info, info.end - info.begin)
         arr = np.empty((info.end - info.begin) // storage.itemsize, storage)
         self._read_into(arr, self.data_start + info.begin, name)
-        arr.flags.writeable = False
         return arr.reshape(info.shape)
 
     def get(self, name: str) -> np.ndarray:
