@@ -419,3 +419,9 @@ def test_a_megabyte_tensor_name_is_cut_short_in_errors(tmp_path):
     rewrite_header(ckpt / "model.safetensors", json.dumps({"x" * (1 << 20): {"dtype": "F32"}}).encode())
     err = one_error(invoke("build-mtp", ckpt, "-o", tmp_path / "out"))
     assert len(err) < 400 and f"({1 << 20} characters)" in err
+
+
+def test_synth_refuses_a_negative_seed_before_writing(tmp_path):
+    result = invoke("synth", tmp_path / "out", "--seed", -1)
+    assert result.exit_code == 2 and "--seed" in result.output and "unexpected" not in result.output
+    assert not (tmp_path / "out").exists()

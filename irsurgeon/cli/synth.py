@@ -23,7 +23,8 @@ def size_options(f):
 @click.option("--kind", type=click.Choice(KINDS), default="qwen35", show_default=True,
               help="qwen35 / qwen35-moe: the VLM layout openvino-genai loads; llama: a text-only openvino_model.xml.")
 @size_options
-@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, byte-identical files.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
+              help="Same seed, byte-identical files (numpy seeds are non-negative).")
 @click.option("--with-mtp/--no-mtp", default=None,
               help="Write the checkpoint's mtp.* tensors [default: with for qwen35 kinds, without for llama].")
 @click.option("--weight-format", type=click.Choice(["f32", "f16", "int4"]), default="f32", show_default=True,
