@@ -78,7 +78,7 @@ MEASURED = ("import atexit, os\n"
             "atexit.register(_hwm)\n") + CLI
 
 
-def run_cli(args: list[str], timeout: float = TIMEOUT) -> tuple[int | None, str, str, float, int]:
+def run_cli(args: list[str], timeout: float | None = None) -> tuple[int | None, str, str, float, int]:
     """(exit code or None when it hung, stdout, stderr, seconds, peak RSS bytes) of the CLI in a subprocess;
     a negative code is the signal that ended it (then the peak is the last one seen while it ran)."""
     start = time.perf_counter()
@@ -88,7 +88,7 @@ def run_cli(args: list[str], timeout: float = TIMEOUT) -> tuple[int | None, str,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, text=True)
         seen = 0
         try:
-            proc.wait(timeout=timeout)
+            proc.wait(timeout=timeout or TIMEOUT)
             code = proc.returncode
         except subprocess.TimeoutExpired:
             seen = _vm_hwm(proc.pid)

@@ -44,14 +44,14 @@ def directory(path: Path) -> None:
 
 def secret_link(path: Path) -> None:
     """A link to another file whose bytes must never reach an error message."""
-    secret = path.parent.parent / "secret.txt"
+    secret = path.parent / f".{path.name}.secret.txt"  # beside it, inside the case folder
     secret.write_text(f"{CANARY}\n" * 4)
     path.unlink()
     path.symlink_to(secret)
 
 
 def secret_json_link(path: Path) -> None:
-    secret = path.parent.parent / "secret.json"
+    secret = path.parent / f".{path.name}.secret.json"
     secret.write_text(json.dumps({CANARY: CANARY, "token": CANARY}))
     path.unlink()
     path.symlink_to(secret)
