@@ -317,16 +317,13 @@ def test_character_references_outside_unicode_are_kept_as_written():
 
 @pytest.mark.parametrize("form", sorted(k for k in OPENVINO_CONFIG_FORMS if k.startswith("lm_model-")))
 def test_wrong_types_in_openvino_config_are_config_errors(target, form):
-    path = target / "openvino_config.json"
-    OPENVINO_CONFIG_FORMS[form](path)
-    try:
-        found = detect_target_format(target)
-    except ConfigError as e:
-        assert "openvino_config.json: quantization_configs.lm_model" in str(e) and CANARY not in str(e)
+    OPENVINO_CONFIG_FORMS[form](target / "openvino_config.json")
+    if form == "lm_model-list":  # no lm_model object: the format comes from the language model's weights
+        assert detect_target_format(target).source.endswith("openvino_language_model.xml")
         return
-    # what is accepted is a valid reading: an integer number of bits, a checked group size and ratio
-    assert form in ("lm_model-list", "lm_model-group_size=48", "lm_model-ratio=-1") or found.params is not None
-    assert found.weight_format in ("int4", "int8", "f16", "f32")
+    with pytest.raises(ConfigError) as e:
+        detect_target_format(target)
+    assert "openvino_config.json: quantization_configs.lm_model" in str(e.value) and CANARY not in str(e.value)
 
 
 @pytest.mark.parametrize("value, message", [
