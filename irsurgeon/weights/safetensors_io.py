@@ -205,6 +205,10 @@ class SafetensorsFile:
             os.close(self._fd)
             self._fd = -1
 
+    def __del__(self) -> None:  # a file object closed itself when collected; a bare descriptor must be closed here
+        if getattr(self, "_fd", -1) >= 0:
+            self.close()
+
 
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 bit patterns (uint16), rounding to nearest even."""
