@@ -181,7 +181,7 @@ def test_prompts_from_a_fifo_or_device_never_block(tmp_path, target):
     assert result.exit_code == 2 and "the limit for prompts files is" in result.output
 
 
-# --- the command matrix (a slice; scripts/bench_reliability.py --attack runs all of it) ------------------------------
+# --- the command matrix (a slice; scripts/bench_reliability.py --attack-inputs-only runs all of it) -----------------
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory) -> Lab:
