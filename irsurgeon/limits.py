@@ -11,8 +11,8 @@ hurt a machine:
     text (a prompts file): a few KB in practice
 Readers accept regular files only: a FIFO, a device (`/dev/zero`), a socket or a directory is refused before a byte
 is read (opened with O_NONBLOCK, so opening a FIFO never waits for a writer). The size is checked on the open
-descriptor, so the file checked is the file read. JSON is parsed with a nesting-depth limit and an integer-digit
-limit (Python's own limits would raise RecursionError / ValueError instead of a clear refusal).
+descriptor, so the file checked is the file read. JSON is checked for nesting depth and number length before it is
+parsed (Python's own limits would raise RecursionError / ValueError instead of a clear refusal).
 
 Errors name the file and what was expected, never the file's bytes: a path may link to a file that is not what it
 claims to be.
@@ -37,10 +37,12 @@ IR_XML_BYTES = 256 * MiB
 # OpenVINO's in-memory model is far larger than its .xml: 575 KB of the demo language model became 13.8 MB resident
 # after ov.Core().read_model (24x, openvino 2026.4.1); 16x is a lower bound for the memory budget
 IR_XML_MEMORY_FACTOR = 16
-SAFETENSORS_HEADER_BYTES = 100 * MiB  # safetensors' own MAX_HEADER_SIZE (safetensors 0.8.0, src/tensor.rs)
+# safetensors' own limit: huggingface/safetensors, safetensors/src/tensor.rs, `const MAX_HEADER_SIZE: usize =
+# 100_000_000` (a longer header is SafeTensorError::HeaderTooLarge), so no real file has a larger one
+SAFETENSORS_HEADER_BYTES = 100_000_000
 TEXT_BYTES = 16 * MiB
 
-JSON_MAX_DEPTH = 64          # real configs nest 4 deep (text_config / rope_parameters / ...)
+JSON_MAX_DEPTH = 64          # real configs nest 4-6 deep (text_config / rope_parameters / mrope_section)
 JSON_MAX_INT_DIGITS = 40     # digits of a number: an unsigned 128-bit integer has 39; real values have 12
 
 INDEX_SUFFIX = ".index.json"
