@@ -127,7 +127,7 @@ def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
 def config_facts(directory: Path) -> dict | None:
     """What config.json says about the text model (None when there is no config.json)."""
     path = directory / files.CONFIG
-    if not path.is_file():
+    if not path.exists():  # not is_file(): a FIFO or device there is reported as such by the reader
         return None
     facts = dict.fromkeys(CONFIG_KEYS)
     try:
