@@ -25,8 +25,6 @@ import re
 import stat
 from pathlib import Path
 
-import numpy as np
-
 from irsurgeon.errors import IRSurgeonError
 
 MiB = 1 << 20
@@ -162,6 +160,8 @@ _SCAN_CHUNK = 1 << 22
 def json_excess(raw: bytes) -> str | None:
     """What makes JSON text too deep or its numbers too long, found before parsing (json.loads recurses per level,
     and int() refuses more than 4300 digits); None when it is within the limits. Strings are skipped."""
+    import numpy as np  # here, not at the top: the CLI imports this module before it can guard against Ctrl-C
+
     outside = _STRING.sub(b'""', raw)
     if _LONG_NUMBER.search(outside):
         return f"holds a number of more than {JSON_MAX_INT_DIGITS} digits"

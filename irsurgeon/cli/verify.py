@@ -11,9 +11,6 @@ from pathlib import Path
 
 import click
 
-from irsurgeon import limits
-from irsurgeon.errors import IRSurgeonError
-
 
 class PromptsParam(click.ParamType):
     """A number N (the first N built-in prompts) or a text file with one prompt per line."""
@@ -25,6 +22,9 @@ class PromptsParam(click.ParamType):
             return value
         path = Path(value)
         if path.is_file():
+            from irsurgeon import limits
+            from irsurgeon.errors import IRSurgeonError
+
             try:
                 text = limits.read_text(path, limits.TEXT_BYTES, IRSurgeonError, "prompts")
             except IRSurgeonError as e:
