@@ -11,7 +11,7 @@ import openvino.opset13 as ops
 import irsurgeon
 from irsurgeon import contract, rtinfo
 from irsurgeon.config import MTPConfig, load_config
-from irsurgeon.errors import CheckpointError, OutputError
+from irsurgeon.errors import CheckpointError, CompressionError, OutputError, cause, with_hint
 from irsurgeon.models.qwen35_mtp import Inputs, mtp_head
 from irsurgeon.ops.core import WeightFormat, weight
 from irsurgeon.weights.checkpoint import Checkpoint
@@ -30,7 +30,8 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_non
     """Open a checkpoint, validate its config, and load the `mtp.*` tensors (only their shards are opened)."""
     ckpt = Checkpoint.open(checkpoint, config)
     if ckpt.config_path is None or not ckpt.config_path.is_file():
-        raise CheckpointError(f"{checkpoint}: no config.json beside the weights; pass --config")
+        raise with_hint(CheckpointError(f"{checkpoint}: no config.json beside the weights"), "--config",
+                        "pass --config with the checkpoint's config.json")
     cfg = load_config(ckpt.config_path)
     for line in cfg.warnings:
         warn(line)
@@ -55,7 +56,7 @@ def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: str | Weigh
 
     warn: where a weight kept f32 in an f16 build is reported (default: the loader's channel, else print).
     """
-    fmt = WeightFormat(fmt)
+    fmt = float_format(fmt)
     warn = warn or getattr(weights, "warn", print)
     params, inputs = make_parameters(cfg)
 
@@ -79,7 +80,7 @@ def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
     repo id (only config.json, the index and the `mtp.*` shards are fetched; `hub`: weights.hub.HubOptions)."""
     from irsurgeon.weights.hub import resolve_source
 
-    fmt = WeightFormat(weight_format)
+    fmt = float_format(weight_format)
     cfg, weights, ckpt = load_mtp(resolve_source(checkpoint, warn, hub), config, allow_nonfinite, warn)
     try:
         model = build_model(cfg, weights, fmt, warn)
@@ -88,6 +89,16 @@ def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
     rtinfo.set_provenance(model, version=irsurgeon.__version__, source=str(checkpoint), weight_format=fmt.value,
                           model_type=cfg.model_type)
     return model
+
+
+def float_format(weight_format: str | WeightFormat) -> WeightFormat:
+    """The float storage build_mtp_model writes; anything else is a CompressionError naming what it takes."""
+    try:
+        return WeightFormat(str(getattr(weight_format, "value", weight_format)).lower())
+    except ValueError:
+        choices = ", ".join(f.value for f in WeightFormat)
+        raise CompressionError(f"weight_format {weight_format!r}: build_mtp_model writes {choices} "
+                               "(int4/int8: compress the result with irsurgeon.compress.compress_model)") from None
 
 
 def name_anonymous_nodes(model: ov.Model) -> None:
@@ -133,7 +144,7 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, ech
             try:
                 ov.save_model(model, xml, compress_to_fp16=False)
             except RuntimeError as e:  # a full disk comes back as a bare iostream error
-                raise OutputError(f"{shown(xml)}: cannot write it: {str(e).splitlines()[0]}") from None
+                raise OutputError(f"{shown(xml)}: cannot write it: {cause(e)}") from None
             tx.commit()
     except BaseException:
         if created and out_dir.is_dir() and not any(out_dir.iterdir()):

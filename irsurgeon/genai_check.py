@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from irsurgeon.errors import IRSurgeonError
+from irsurgeon.errors import IRSurgeonError, cause
 
 PROMPTS = (
     "Hello world, the quick brown fox",
@@ -132,7 +132,7 @@ def _pipeline(g, target: Path, device: str, props: dict, draft: bool):
         extra = {"draft_model": g.draft_model(str(target), device, **props)} if draft else {}
         return g.VLMPipeline(str(target), device, scheduler_config=_scheduler(g), **extra, **props)
     except RuntimeError as e:
-        raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory: {str(e).splitlines()[0]}") from None
+        raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory on {device}: {cause(e)}") from None
 
 
 def _generate(g, pipe, prompt: str, config) -> tuple[list[int], object, float]:

@@ -22,7 +22,7 @@ import openvino as ov
 
 from irsurgeon import contract
 from irsurgeon.config import MTPConfig, parse_config, read_json
-from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError
+from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError, cause
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, clear_interrupted, shown
@@ -126,7 +126,7 @@ def write_staged(path: Path, write: Callable[[Path], object]) -> None:
     try:
         write(path)
     except (OSError, RuntimeError) as e:  # ov.save_model reports a full disk as a bare iostream RuntimeError
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else cause(e)
         free = shutil.disk_usage(path.parent).free
         raise OutputError(f"{shown(path)}: cannot write it: {reason} ({free / 1e6:.1f} MB free there)") from None
 
@@ -277,7 +277,7 @@ def stage_annotation(tx: DirectoryTransaction, target: Target, force: bool, echo
     try:
         ov.Core().read_model(str(staged), str(xml.with_suffix(".bin")))
     except RuntimeError as e:
-        raise IRError(f"{xml}: the annotated copy does not read back: {str(e).splitlines()[0]}") from None
+        raise IRError(f"{xml}: the annotated copy does not read back: {cause(e)}") from None
     echo(f"{LANGUAGE_MODEL}: annotated {len(layers)} decoder layers")
 
 
