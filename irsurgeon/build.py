@@ -101,6 +101,11 @@ def float_format(weight_format: str | WeightFormat) -> WeightFormat:
                                "(int4/int8: compress the result with irsurgeon.compress.compress_model)") from None
 
 
+def existing_head(out_dir: Path) -> OutputError:
+    return with_hint(OutputError(f"{out_dir}: already holds {contract.MTP_XML}; not replaced"), "--force",
+                     "pass --force to replace it")
+
+
 def name_anonymous_nodes(model: ov.Model) -> None:
     """Name every node left with openvino's default name after its position; keep only the I/O tensor names.
 
@@ -120,13 +125,14 @@ def name_anonymous_nodes(model: ov.Model) -> None:
         node.set_friendly_name(f"{kind}_{counts[kind]}")
 
 
-def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None) -> Path:
+def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:
     """Write openvino_mtp_model.xml/.bin into out_dir (created if missing) under its directory lock.
 
     The files go through the same staged transaction as `patch` (irsurgeon.transaction): written into a staging
     folder inside out_dir, then moved in under a rollback journal. Weights are written exactly as built (no implicit
     fp16 compression). On failure out_dir is as it was (a folder this call created is removed again). echo gets
-    one line per thing done to what an interrupted run left there.
+    one line per thing done to what an interrupted run left there. replace=False refuses an out_dir that holds a
+    head once what an interrupted run left there is undone.
     """
     from irsurgeon.transaction import DirectoryTransaction, shown
 
@@ -138,6 +144,8 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, ech
         raise OutputError(f"{out_dir}: cannot create output directory: {e.strerror}") from None
     try:
         with DirectoryTransaction(out_dir, wait=wait, echo=echo) as tx:
+            if not replace and os.path.lexists(out_dir / contract.MTP_XML):
+                raise existing_head(out_dir)
             tx.stage(contract.MTP_BIN)
             xml = tx.stage(contract.MTP_XML)
             name_anonymous_nodes(model)

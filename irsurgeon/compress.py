@@ -32,7 +32,7 @@ from pathlib import Path
 from irsurgeon import rtinfo
 from irsurgeon.errors import CompressionError, cause
 
-WEIGHT_FORMATS = ("f32", "f16", "int4", "int8", "auto")
+WEIGHT_FORMATS = ("auto", "f32", "f16", "int8", "int4")  # one order in every message and help text
 QUANTIZED_FORMATS = ("int4", "int8")
 BACKUP_PRECISIONS = ("none", "int8_sym", "int8_asym")
 KV_CACHE_PRECISIONS = ("f16", "bf16", "f32", "u8", "u4")
