@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from irsurgeon.cli.options import choice, weight_format_option
+from irsurgeon.cli.options import choice, echo_for, json_flag, print_json, weight_format_option
 
 KINDS = ("qwen35", "qwen35-moe", "llama")
 WEIGHT_FORMATS = ("f32", "f16", "int4")  # in the order of compress.WEIGHT_FORMATS
@@ -48,8 +48,9 @@ def refuse_foreign(out_dir: Path) -> None:
 @click.option("--force", is_flag=True, help="Write OUT_DIR/target and OUT_DIR/ckpt into a directory that holds "
                                             "other things (an export, say).")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run writing into OUT_DIR to finish.")
+@json_flag
 def command(out_dir: Path, kind: str, seed: int, with_mtp: bool | None, weight_format: str, force: bool, wait: bool,
-            **sizes) -> None:
+            as_json: bool, **sizes) -> None:
     """Write a seeded synthetic model: OUT_DIR/target (OpenVINO IRs) and OUT_DIR/ckpt (Hugging Face checkpoint)."""
     from irsurgeon.synth.registry import default_spec, synthesize
 
@@ -63,5 +64,9 @@ def command(out_dir: Path, kind: str, seed: int, with_mtp: bool | None, weight_f
     with_mtp = kind != "llama" if with_mtp is None else with_mtp
     out = synthesize(out_dir, kind, spec, seed=seed, with_mtp=with_mtp, weight_format=weight_format, wait=wait)
     size = sum(f.stat().st_size for f in Path(out_dir).rglob("*") if f.is_file())
-    click.echo(f"wrote {out.target} and {out.ckpt} ({kind}, layers {spec.layers}, hidden {spec.hidden}, "
-               f"{size / 1e6:.2f} MB) in {time.perf_counter() - start:.1f} s")
+    seconds = time.perf_counter() - start
+    echo_for(as_json)(f"wrote {out.target} and {out.ckpt} ({kind}, layers {spec.layers}, hidden {spec.hidden}, "
+                      f"{size / 1e6:.2f} MB) in {seconds:.1f} s")
+    if as_json:
+        print_json({"target": str(out.target), "ckpt": str(out.ckpt), "kind": kind, "seed": seed,
+                    "weight_format": weight_format, "bytes": size, "seconds": round(seconds, 3)})
