@@ -178,11 +178,11 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
         result.skipped = True
         return result
     root = resolve_source(source, echo, options.hub, weights=False)  # a repo id: config.json and the index only
-    choice = plan(target, source, options, echo)  # after the source is known to exist: no plan for a bad one
+    identity = require_identity(target.path, source, root, options.hub, options.allow_foreign_checkpoint, echo)
+    choice = plan(target, source, options, echo)  # after the source is checked: no plan for a wrong one
     if choice is None:
         result.skipped = True
         return result
-    identity = require_identity(target.path, source, root, options.hub, options.allow_foreign_checkpoint, echo)
     root = fetch_weights(source, root, options.hub, echo)
     cfg, weights, ckpt = load_mtp(root, allow_nonfinite=options.allow_nonfinite, warn=echo)
     try:
