@@ -160,6 +160,7 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
     g = _genai()
     props = equivalence_properties(target)
     report = Report(properties=props)
+    echo(f"equivalence: loading the plain and the MTP pipeline on {device}")  # minutes for a large model
     plain, mtp = _pipeline(g, target, device, props, False), _pipeline(g, target, device, props, True)
     for i, prompt in enumerate(prompt_list(prompts)):
         ref, _ = _generate(g, plain, prompt, _config(g, max_new_tokens, None))
@@ -358,13 +359,14 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
                          "computed from the IRs' KV states at the runtime's KV precision, batch 1",
                          kv_precision_source={p: k["precision_source"] for p, k in kv.items()})
     gc.collect()
-    plain = _pipeline(g, target, device, {}, False)
     echo(f"speed [1/{len(sweep) + 1}] plain greedy")
+    plain = _pipeline(g, target, device, {}, False)
     reset_peak_memory()
     report.measurements.append(_measure(plain, texts, _config(g, max_new_tokens, None), rounds,
                                         Measurement("plain", None, kv_target, 0), echo))
     del plain
     gc.collect()
+    echo("speed: loading the MTP pipeline")
     mtp = _pipeline(g, target, device, {}, True)
     for j, nat in enumerate(sweep):
         echo(f"speed [{j + 2}/{len(sweep) + 1}] MTP num_assistant_tokens {nat}")

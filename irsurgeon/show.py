@@ -10,8 +10,8 @@ mtp_num_hidden_layers, ...), irs (one entry per IR, ENTRY_KEYS: file, ok, error,
 inputs/outputs [{name, dtype, shape}], states [{id, dtype, shape}] (shape: a list of ints, null for a dynamic
 dimension, or null for a dynamic rank), weights {precision, compressed, bits, count, modes, group_sizes},
 runtime_options, annotation ({layers: [{layer, producer, output_index, dtype, shape, problem}]} or null); on an IR
-that cannot be read only file, ok=false, error and summary are set), mtp {ready, reasons, checks} (openvino-genai MTP readiness:
-the decomposed VLM layout, an `openvino_mtp_model.xml` that meets the contract, the hidden-state annotation),
+that cannot be read only file, ok=false, error and summary are set), mtp {ready, reasons, checks} (openvino-genai
+MTP readiness: the decomposed VLM layout, an `openvino_mtp_model.xml` that meets the contract, the hidden-state annotation),
 footprint (footprint.FOOTPRINT_KEYS: weights per part, target and MTP KV cache per token and at `context` tokens,
 a runtime-overhead estimate), computed from the IR descriptions above.
 Nothing is written and nothing from the files is executed; every `.xml` is byte-checked before OpenVINO reads it.
