@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from irsurgeon.errors import CheckpointError, IRError
+from irsurgeon.errors import CheckpointError, IRError, cause
 from irsurgeon.ir import files
 from irsurgeon.weights.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint
 from irsurgeon.weights.hub import HubBytes, HubOptions, HubUnreachable, snapshot_commit
@@ -168,7 +168,7 @@ def read_mapped(xml: Path) -> MappedIR:
     try:
         return MappedIR(ov.Core().read_model(data.decode("utf-8"), weights), weights)
     except (RuntimeError, UnicodeDecodeError) as e:
-        raise IRError(f"{xml}: OpenVINO cannot read it: {str(e).strip().splitlines()[-1] if str(e) else e}") from None
+        raise IRError(f"{xml}: OpenVINO cannot read it: {cause(e)}") from None
 
 
 def _storage(table: ov.Output) -> str:

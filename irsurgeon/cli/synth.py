@@ -6,7 +6,11 @@ from pathlib import Path
 
 import click
 
+from irsurgeon.cli.options import choice, echo_for, json_flag, print_json, weight_format_option
+
 KINDS = ("qwen35", "qwen35-moe", "llama")
+WEIGHT_FORMATS = ("f32", "f16", "int4")  # in the order of compress.WEIGHT_FORMATS
+OWN = ("target", "ckpt")  # what synth writes into OUT_DIR
 SIZES = (("layers", "Decoder layers."), ("hidden", "Hidden size."), ("heads", "Attention heads."),
          ("kv-heads", "Key/value heads (divides --heads)."),
          ("head-dim", "Head size; with --hidden or --heads alone: hidden / heads."), ("vocab", "Vocabulary size."))
@@ -18,9 +22,22 @@ def size_options(f):
     return f
 
 
+def refuse_foreign(out_dir: Path) -> None:
+    """OUT_DIR may be absent, empty, or hold only synth's own two folders (which must be empty: synthesize)."""
+    from irsurgeon.errors import OutputError
+
+    if not out_dir.is_dir() or out_dir.is_symlink():
+        return  # absent: created; anything else: synthesize reports it
+    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in OWN)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise OutputError(f"{out_dir}: holds {shown}, not written by synth; pass --force to write "
+                          f"{'/, '.join(OWN)}/ into it anyway")
+
+
 @click.command("synth")
 @click.argument("out_dir", type=click.Path(path_type=Path))
-@click.option("--kind", type=click.Choice(KINDS), default="qwen35", show_default=True,
+@click.option("--kind", type=choice(KINDS), default="qwen35", show_default=True,
               help="qwen35 / qwen35-moe: the VLM layout openvino-genai loads; llama: a text-only openvino_model.xml.")
 @size_options
 @click.option("--layer-types", default=None,
@@ -29,15 +46,20 @@ def size_options(f):
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, byte-identical files.")
 @click.option("--with-mtp/--no-mtp", default=None,
               help="Write the checkpoint's mtp.* tensors [default: with for qwen35 kinds, without for llama].")
-@click.option("--weight-format", type=click.Choice(["f32", "f16", "int4"]), default="f32", show_default=True,
-              help="Storage of the IR weights (int4: the language model's MatMuls, through nncf).")
+@weight_format_option("f32", WEIGHT_FORMATS,
+                      text="Storage of the IR weights (int4: the language model's MatMuls, through nncf).")
+@click.option("--force", is_flag=True, help="Write OUT_DIR/target and OUT_DIR/ckpt into a directory that holds "
+                                            "other things (an export, say).")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run writing into OUT_DIR to finish.")
+@json_flag
 def command(out_dir: Path, kind: str, layer_types: str | None, seed: int, with_mtp: bool | None, weight_format: str,
-            wait: bool, **sizes) -> None:
+            force: bool, wait: bool, as_json: bool, **sizes) -> None:
     """Write a seeded synthetic model: OUT_DIR/target (OpenVINO IRs) and OUT_DIR/ckpt (Hugging Face checkpoint)."""
     from irsurgeon.synth.registry import default_spec, layer_pattern, synthesize
 
     start = time.perf_counter()
+    if not force:
+        refuse_foreign(out_dir)
     given = {k: v for k, v in sizes.items() if v is not None}
     pattern = layer_pattern(layer_types) if layer_types is not None else {}
     if pattern.get("layer_types") and "layers" not in given:
@@ -48,5 +70,9 @@ def command(out_dir: Path, kind: str, layer_types: str | None, seed: int, with_m
     with_mtp = kind != "llama" if with_mtp is None else with_mtp
     out = synthesize(out_dir, kind, spec, seed=seed, with_mtp=with_mtp, weight_format=weight_format, wait=wait)
     size = sum(f.stat().st_size for f in Path(out_dir).rglob("*") if f.is_file())
-    click.echo(f"wrote {out.target} and {out.ckpt} ({kind}, layers {spec.layers}, hidden {spec.hidden}, "
-               f"{size / 1e6:.2f} MB) in {time.perf_counter() - start:.1f} s")
+    seconds = time.perf_counter() - start
+    echo_for(as_json)(f"wrote {out.target} and {out.ckpt} ({kind}, layers {spec.layers}, hidden {spec.hidden}, "
+                      f"{size / 1e6:.2f} MB) in {seconds:.1f} s")
+    if as_json:
+        print_json({"target": str(out.target), "ckpt": str(out.ckpt), "kind": kind, "seed": seed,
+                    "weight_format": weight_format, "bytes": size, "seconds": round(seconds, 3)})
