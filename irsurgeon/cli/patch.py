@@ -34,6 +34,8 @@ def command(target: Path, source: str, weight_format: str, kv_cache_precision: s
     options = Options(weight_format, kv_cache_precision, force, dry_run, wait, allow_nonfinite,
                       allow_foreign_checkpoint, make_hub(revision, token, cache_dir))
     result = patch(target, source, options, echo=click.echo)
-    if not result.skipped:
+    if not result.skipped and result.run_hint:
+        click.echo(result.run_hint)
+    elif not result.skipped:
         click.echo(f"run it: irsurgeon verify {target} --genai   (or openvino_genai.VLMPipeline(dir, 'CPU', "
                    f"scheduler_config=sc, draft_model=openvino_genai.draft_model(dir, 'CPU')) with prefix caching off)")

@@ -94,7 +94,7 @@ def _int(sec: dict, key: str, default, source: str, lo: int = 1) -> int:
     return value
 
 
-def _layers(text: dict, source: str) -> tuple[Layer, ...]:
+def resolve_layers(text: dict, source: str) -> tuple[Layer, ...]:
     """Layer types and per-layer head dims / KV heads as Gemma4TextConfig.__post_init__ resolves them."""
     n = _int(text, "num_hidden_layers", TEXT_KEYS["num_hidden_layers"], source)
     kinds = text.get("layer_types") or ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
@@ -151,7 +151,7 @@ def parse_assistant_config(cfg: dict, source: str) -> AssistantConfig:
     if not isinstance(text, dict):
         raise ConfigError(f"{source}: no text_config object (a gemma4_assistant keeps its decoder there)")
     _check_assistant_only(text, source)
-    layers = _layers(text, source)
+    layers = resolve_layers(text, source)
     window = _int(text, "sliding_window", TEXT_KEYS["sliding_window"], source)
     if text.get("use_bidirectional_attention") == "all":  # Gemma4TextConfig.__post_init__ rewrites the window
         window = window // 2 + 1
