@@ -168,8 +168,8 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     from irsurgeon.identity import require_identity
     from irsurgeon.weights.hub import fetch_weights, resolve_source
 
-    from irsurgeon.families.gemma4.patch import patch_gemma4, target_type
-    if target_type(target_dir):  # a Gemma 4 target: its assistant and the target's extra outputs
+    from irsurgeon.families.gemma4.patch import is_assistant_checkpoint, patch_gemma4, target_type
+    if target_type(target_dir) or is_assistant_checkpoint(source):  # Gemma 4: an assistant + the target's outputs
         return patch_gemma4(target_dir, source, options, echo)
     start = time.perf_counter()
     if not options.dry_run and os.path.lexists(Path(target_dir) / STAGE_DIR):  # a half-done commit mixes versions:

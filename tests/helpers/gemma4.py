@@ -30,3 +30,15 @@ def worst_errors(model: ov.Model, case: str) -> list[dict[str, float]]:
         got = compiled(feed)
         errors.append({k: float(np.abs(got[k] - want[k]).max()) for k in OUTPUTS})
     return errors
+
+
+PAIR = Path(__file__).resolve().parents[2] / "fixtures" / "gemma4"  # made by scripts/make_gemma4_pair.py
+
+
+def copy_pair(tmp: Path) -> tuple[Path, Path]:
+    """A writable copy of the fixture target and the assistant checkpoint."""
+    import shutil
+
+    target = tmp / "target"
+    shutil.copytree(PAIR / "target", target)
+    return target, PAIR / "assistant"

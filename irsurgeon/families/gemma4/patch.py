@@ -44,6 +44,15 @@ def target_type(target_dir: str | Path) -> str | None:
     return model_type if model_type in TARGET_TYPES else None
 
 
+def is_assistant_checkpoint(source: str | Path) -> bool:
+    """SOURCE is a local checkpoint whose config.json says gemma4_assistant."""
+    cfg = Path(source) / CONFIG
+    try:
+        return cfg.is_file() and json.loads(cfg.read_text(encoding="utf-8")).get("model_type") == "gemma4_assistant"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 @dataclass(frozen=True)
 class Gemma4Target:
     path: Path
@@ -160,6 +169,9 @@ def patch_gemma4(target_dir: str | Path, source: str | Path, options, echo=print
     from irsurgeon.transaction import STAGE_DIR, clear_interrupted
 
     target_dir, source = Path(target_dir), Path(source)
+    if target_type(target_dir) is None:
+        raise IRSurgeonError(f"{target_dir / CONFIG}: not a Gemma 4 target (model_type {' or '.join(TARGET_TYPES)}"
+                             f"), but {source} is a gemma4_assistant")
     if not source.is_dir():
         raise IRSurgeonError(f"{source}: a Gemma 4 assistant is read from a local checkpoint directory")
     fmt = weight_format(options.weight_format)
