@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from helpers.gemma4 import DATA, CASES, calls, worst_errors
@@ -86,7 +87,8 @@ def test_bad_assistant_checkpoints_are_one_line_errors(tmp_path):
     cfg = json.loads((bad / "config.json").read_text())
     cfg["text_config"]["intermediate_size"] = 41
     (bad / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match=r"tensor model\.layers\.0\.mlp\.\w+_proj\.weight: expected shape \[\d+, \d+\] from the config, found"):
+    shape_error = r"tensor model\.layers\.0\.mlp\.\w+_proj\.weight: expected shape \[\d+, \d+\] from the config, found"
+    with pytest.raises(CheckpointError, match=shape_error):
         build_assistant(bad, "f32")
     cfg["text_config"]["intermediate_size"], cfg["num_centroids"] = 40, 7
     (bad / "config.json").write_text(json.dumps(cfg))
@@ -96,3 +98,16 @@ def test_bad_assistant_checkpoints_are_one_line_errors(tmp_path):
     (bad / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="expected 'gemma4_assistant'"):
         build_assistant(bad, "f32")
+
+
+def test_norm_gains_reach_the_graph_as_stored():
+    """Gemma 4 stores plain RMSNorm gains: the Qwen3.5 `1 + w` fold (weights/spec.py TRANSFORMS) must not apply."""
+    from safetensors.numpy import load_file
+
+    stored = load_file(DATA / "plain" / "model.safetensors")
+    model, _ = build_assistant(DATA / "plain", "f32")
+    consts = {op.get_friendly_name(): op.get_data() for op in model.get_ops() if op.get_type_name() == "Constant"}
+    norms = [n for n in stored if n.endswith("norm.weight")]
+    assert len(norms) == 3 * 5 + 1
+    for name in norms:
+        assert np.array_equal(consts[name], stored[name]), name

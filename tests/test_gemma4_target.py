@@ -12,7 +12,7 @@ import openvino as ov
 import pytest
 from click.testing import CliRunner
 
-from dirsnap import snapshot
+from dirsnap import full_disk_on_nth_replace, snapshot
 from helpers.gemma4 import PAIR, copy_pair
 from irsurgeon.cli import main as cli
 from irsurgeon.families.gemma4 import target as surgery
@@ -128,3 +128,13 @@ def test_target_without_embedding_node_is_refused(tmp_path):
         data = data.replace(name, name.replace(b"aten::", b"renamed::"))
     (target / XML).write_bytes(data)
     refused(target, source, "embed_tokens/aten::mul/Multiply")
+
+
+@pytest.mark.parametrize("nth", [2, 8, 9])  # an assistant file; the target XML; its commit mark
+def test_full_disk_during_commit_leaves_the_target_as_it_was(tmp_path, monkeypatch, nth):
+    target, source = copy_pair(tmp_path)
+    before = snapshot(target)
+    full_disk_on_nth_replace(monkeypatch, nth)
+    result = run_patch(target, source)
+    assert result.exit_code != 0 and "rolled back" in result.output
+    assert snapshot(target) == before

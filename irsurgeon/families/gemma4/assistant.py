@@ -19,7 +19,6 @@ from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.spec import WEIGHT_DTYPES
 
 OUTPUTS = ("logits", "last_hidden_state")
-KV_INPUTS = tuple(f"{t}_{kv}" for t in ("full_attention", "sliding_attention") for kv in ("key", "value"))
 
 
 def check_tensors(ckpt: Checkpoint, cfg: AssistantConfig, warn=print) -> dict[str, tuple[int, ...]]:

@@ -8,8 +8,10 @@
     verify      the staged assistant read back and run one step; the staged target XML read back with the
                 untouched .bin and its outputs named -> commit the assistant, then the target XML
 
-Each directory has its own lock, staging folder and journal (irsurgeon.transaction). The target XML moves last:
-until it does, genai cannot pair the directories, and a rerun rebuilds the assistant.
+Each directory has its own lock, staging folder and journal (irsurgeon.transaction). The target XML moves last;
+when its commit fails (and is rolled back), an mtp_assistant/ folder this run created is removed again. A rebuild
+(--force) whose target commit fails keeps the new assistant beside the old XML, which genai cannot pair; a rerun
+completes it.
 """
 from __future__ import annotations
 
@@ -232,7 +234,13 @@ def commit(target: Gemma4Target, source: Path, assistant: ov.Model, cfg: Assista
                 write_staged(staged, lambda p: p.write_bytes(new_xml))
                 check_exposed(staged, target.path / MODEL_BIN)
             atx.commit()
-            ttx.commit()
+            try:
+                ttx.commit()
+            except BaseException:  # the target XML was rolled back: a folder this run made goes too
+                if created:
+                    for name in atx.names:
+                        (asst / name).unlink(missing_ok=True)
+                raise
             return [f"{ASSISTANT_DIR}/{n}" for n in atx.names] + list(ttx.names)
     except BaseException:
         if created and asst.is_dir() and not any(asst.iterdir()):

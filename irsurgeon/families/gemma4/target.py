@@ -28,7 +28,6 @@ KV_OUTPUTS = tuple(f"mtp_{t}_{kv}" for t in ("full_attention", "sliding_attentio
 OUTPUTS = (HIDDEN, *KV_OUTPUTS)
 EMBEDDING_NAMES = ("embed_tokens/aten::mul/Multiply", "embed_tokens/aten::embedding/Gather")
 PASS_THROUGH = {"Multiply", "Divide", "Tanh", "Convert", "Add"}  # final_logit_softcapping: tanh(x / c) * c
-PRECISION = {"f32": "FP32", "f16": "FP16", "bf16": "BF16"}
 
 
 @dataclass(frozen=True)
