@@ -63,11 +63,34 @@ def make_target(out: Path, emb: np.ndarray, perm: np.ndarray, rng) -> None:
                 p.fill_(1.0)
         model.model.embed_tokens.weight.copy_(torch.from_numpy(emb))
         model.lm_head.weight.copy_(torch.from_numpy(4.0 * emb[inverse]))
+    out.mkdir(parents=True, exist_ok=True)
+    reference_outputs(model, out / "target_golden.npz")
     hf = out / "hf"
     model.save_pretrained(hf)
     main_export(str(hf), output=str(out / "target"), task="text-generation-with-past",
                 ov_config=OVConfig(dtype="fp32"), convert_tokenizer=False)
     shutil.rmtree(hf)
+
+
+def reference_outputs(model, path: Path) -> None:
+    """transformers' eager f32 final-norm output and store-layer K/V (layer 0 sliding, 1 full) for two prompts, one
+    shorter than the window (the sliding cache then holds every position) and one longer (hidden and full K/V)."""
+    import torch
+
+    rng, arrays = np.random.default_rng(SEED + 1), {}
+    for name, length in (("short", WINDOW - 4), ("long", 2 * WINDOW + 3)):
+        ids = torch.from_numpy(rng.integers(SPECIAL, V, (1, length)))
+        with torch.no_grad():
+            out = model.model(input_ids=ids, use_cache=True)
+        arrays[f"{name}_input_ids"] = ids.numpy()
+        arrays[f"{name}_mtp_last_hidden_state"] = out.last_hidden_state.numpy()
+        for layer, kind in ((1, "full"), (0, "sliding")):
+            if kind == "sliding" and name == "long":
+                continue
+            cache = out.past_key_values.layers[layer]
+            arrays[f"{name}_mtp_{kind}_attention_key"] = cache.keys.numpy()
+            arrays[f"{name}_mtp_{kind}_attention_value"] = cache.values.numpy()
+    np.savez_compressed(path, **arrays)
 
 
 def assistant_config(target_cfg: dict) -> dict:

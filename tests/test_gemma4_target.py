@@ -138,3 +138,26 @@ def test_full_disk_during_commit_leaves_the_target_as_it_was(tmp_path, monkeypat
     result = run_patch(target, source)
     assert result.exit_code != 0 and "rolled back" in result.output
     assert snapshot(target) == before
+
+
+def test_outputs_match_transformers(patched):
+    """The five outputs against transformers 5.5.4's eager f32 run of the model the fixture was exported from
+    (fixtures/gemma4/target_golden.npz): final-norm output and the store layers' K/V; f32 KV cache, as genai's
+    comparisons need (the export's rt_info asks for f16)."""
+    target, _, _ = patched
+    golden = np.load(PAIR / "target_golden.npz")
+    compiled = ov.Core().compile_model(ov.Core().read_model(target / XML), "CPU",
+                                       {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"})
+    compared = 0
+    for case in ("short", "long"):
+        ids = golden[f"{case}_input_ids"]
+        out = compiled.create_infer_request().infer({
+            "input_ids": ids, "attention_mask": np.ones_like(ids), "position_ids": np.arange(ids.shape[1])[None],
+            "beam_idx": np.zeros(1, np.int32)})
+        for name in surgery.OUTPUTS:
+            if f"{case}_{name}" in golden.files:
+                error = np.abs(out[name] - golden[f"{case}_{name}"]).max()
+                print(case, name, out[name].shape, f"{error:.2e}")
+                assert out[name].shape == golden[f"{case}_{name}"].shape and error < 1e-4
+                compared += 1
+    assert compared == 5 + 3
