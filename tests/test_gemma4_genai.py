@@ -1,4 +1,4 @@
-"""openvino-genai 2026.4.1 runs the patched fixture pair: Gemma 4 MTP output is token-identical to target-only greedy
+"""openvino-genai 2026.4.1 runs the patched pairs (the optimum-intel fixture and `synth --kind gemma4`): Gemma 4 MTP output is token-identical to target-only greedy
 decoding for several prompts (shorter and longer than the sliding window of 16) and draft lengths 1..4, and the
 fixture's predicting assistant gets its drafts accepted (scripts/make_gemma4_pair.py: a bigram target and an
 assistant that drafts the same bigram).
@@ -29,9 +29,17 @@ def config(k: int | None = None):
     return cfg
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    target, source = copy_pair(tmp_path_factory.mktemp("g4genai"))
+def make_pair(kind: str, tmp):
+    """optimum: the fixture exported by optimum-intel 2.2.0; synth: `irsurgeon synth --kind gemma4`."""
+    if kind == "optimum":
+        return copy_pair(tmp)
+    assert CliRunner().invoke(cli, ["synth", str(tmp / "s"), "--kind", "gemma4"]).exit_code == 0
+    return tmp / "s" / "target", tmp / "s" / "assistant"
+
+
+@pytest.fixture(scope="module", params=["optimum", "synth"])
+def runs(request, tmp_path_factory):
+    target, source = make_pair(request.param, tmp_path_factory.mktemp("g4genai"))
     assert CliRunner().invoke(cli, ["patch", str(target), "--checkpoint", str(source)]).exit_code == 0
     base = genai.LLMPipeline(str(target), "CPU", ATTENTION_BACKEND="SDPA", **PRECISE)
     mtp = genai.LLMPipeline(str(target), "CPU", draft_model=genai.draft_model(str(target / "mtp_assistant"), "CPU"),

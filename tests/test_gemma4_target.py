@@ -65,8 +65,8 @@ def test_outputs_carry_the_final_norm_and_the_store_layers_cache(patched):
     ids = np.array([[9, 40, 77, 120, 33, 61, 8, 200, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]], np.int64)
     out = request.infer({"input_ids": ids, "attention_mask": np.ones_like(ids),
                          "position_ids": np.arange(ids.shape[1])[None], "beam_idx": np.zeros(1, np.int32)})
-    matmul = surgery.lm_head_input(model, "t").get_node().outputs()[0].get_target_inputs()
-    lm_head = next(iter(matmul)).get_node()
+    consumers = surgery.lm_head_input(model, "t").get_target_inputs()  # the lm_head MatMul and the new Result
+    lm_head = next(c.get_node() for c in consumers if c.get_node().get_type_name() == "MatMul")
     w = lm_head.input_value(1).get_node()
     while w.get_type_name() != "Constant":
         w = w.input_value(0).get_node()

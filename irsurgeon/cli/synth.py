@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-KINDS = ("qwen35", "qwen35-moe", "llama")
+KINDS = ("qwen35", "qwen35-moe", "llama", "gemma4")
 SIZES = (("layers", "Decoder layers."), ("hidden", "Hidden size."), ("heads", "Attention heads."),
          ("kv-heads", "Key/value heads (divides --heads)."),
          ("head-dim", "Head size; with --hidden or --heads alone: hidden / heads."), ("vocab", "Vocabulary size."))
@@ -21,7 +21,8 @@ def size_options(f):
 @click.command("synth")
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.option("--kind", type=click.Choice(KINDS), default="qwen35", show_default=True,
-              help="qwen35 / qwen35-moe: the VLM layout openvino-genai loads; llama: a text-only openvino_model.xml.")
+              help="qwen35 / qwen35-moe: the VLM layout openvino-genai loads; llama: a text-only openvino_model.xml; "
+                   "gemma4: a text-only Gemma 4 target and its MTP assistant checkpoint.")
 @size_options
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, byte-identical files.")
 @click.option("--with-mtp/--no-mtp", default=None,
@@ -36,6 +37,13 @@ def command(out_dir: Path, kind: str, seed: int, with_mtp: bool | None, weight_f
 
     start = time.perf_counter()
     given = {k: v for k, v in sizes.items() if v is not None}
+    if kind == "gemma4":  # a fixed tiny Gemma 4 target and its assistant (irsurgeon.synth.gemma4)
+        from irsurgeon.synth.gemma4 import synthesize_gemma4
+        if given or with_mtp is not None or weight_format != "f32":
+            raise click.UsageError("--kind gemma4 takes only --seed and --wait (its sizes are fixed)")
+        target, assistant = synthesize_gemma4(out_dir, seed, wait)
+        click.echo(f"wrote {target} and {assistant} (gemma4) in {time.perf_counter() - start:.1f} s")
+        return
     spec = default_spec(kind).with_(**given)
     if {"hidden", "heads"} & given.keys() and "head_dim" not in given and spec.hidden % spec.heads == 0:
         spec = spec.with_(head_dim=spec.hidden // spec.heads)

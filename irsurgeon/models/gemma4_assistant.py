@@ -202,8 +202,12 @@ INTEGER_TENSORS = frozenset({"masked_embedding.token_ordering"})
 
 
 def inv_freq(cfg: AssistantConfig, kind: str) -> np.ndarray:
-    """Inverse frequencies [d/2] of a layer type, computed in float32 as transformers does."""
-    p, d = cfg.rope[kind], cfg.layer_of(kind).head_dim
+    """Inverse frequencies [d/2] of a layer type."""
+    return rope_inv_freq(cfg.rope[kind], cfg.layer_of(kind).head_dim)
+
+
+def rope_inv_freq(p: dict, d: int) -> np.ndarray:
+    """Inverse frequencies [d/2] of one rope_parameters entry over head dim d, in float32 as transformers does."""
     base = np.float32(p["rope_theta"])
     if p.get("rope_type", "default") == "default":
         return (1.0 / base ** (np.arange(0, d, 2, dtype=np.float32) / np.float32(d))).astype(np.float32)
