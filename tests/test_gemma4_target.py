@@ -161,3 +161,20 @@ def test_outputs_match_transformers(patched):
                 assert out[name].shape == golden[f"{case}_{name}"].shape and error < 1e-4
                 compared += 1
     assert compared == 5 + 3
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    target, source = copy_pair(tmp_path)
+    before = snapshot(target)
+    result = run_patch(target, source, "--dry-run")
+    assert result.exit_code == 0 and "would build mtp_assistant/" in result.output
+    assert "would add mtp_last_hidden_state" in result.output and snapshot(target) == before
+
+
+@pytest.mark.parametrize("args, match", [(["--weight-format", "int4"], "int4/int8 are not supported"),
+                                         ([], "a local checkpoint directory")])
+def test_unsupported_requests_are_refused(tmp_path, args, match):
+    target, source = copy_pair(tmp_path)
+    before = snapshot(target)
+    result = run_patch(target, source if args else "google/gemma-4-e2b-it-assistant", *args)
+    assert result.exit_code != 0 and match in result.output and snapshot(target) == before
