@@ -184,7 +184,8 @@ class Graph:
         up = linear(m, w(c + "mlp.up_proj.weight"), f"{p}.mlp.up_proj/aten::linear/MatMul")
         down = linear(ops.multiply(gate, up).output(0), w(c + "mlp.down_proj.weight"),
                       f"{p}.mlp.down_proj/aten::linear/MatMul")
-        h = ops.add(h, rms_norm(down, w(c + "post_feedforward_layernorm.weight"), EPS, f"{p}.post_feedforward_layernorm"))
+        post = rms_norm(down, w(c + "post_feedforward_layernorm.weight"), EPS, f"{p}.post_feedforward_layernorm")
+        h = ops.add(h, post)
         return named(ops.multiply(h, w(c + "layer_scalar")), f"{p}/aten::mul/Multiply_layer_scalar")
 
 
