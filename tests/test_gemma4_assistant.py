@@ -111,3 +111,21 @@ def test_norm_gains_reach_the_graph_as_stored():
     assert len(norms) == 3 * 5 + 1
     for name in norms:
         assert np.array_equal(consts[name], stored[name]), name
+
+
+def test_older_config_spelling_reads_the_same():
+    """Files written before per_layer_config existed carry global_head_dim / num_global_key_value_heads, which
+    Gemma4TextConfig.__post_init__ turns into per-layer overrides (the KV heads only with attention_k_eq_v)."""
+    import json
+
+    from irsurgeon.models.gemma4_assistant import parse_assistant_config
+
+    raw = json.loads((DATA / "ordered" / "config.json").read_text())
+    new = parse_assistant_config(raw, "new")
+    text = dict(raw["text_config"])
+    text.pop("per_layer_config")
+    text.update(global_head_dim=16, num_global_key_value_heads=1)
+    assert parse_assistant_config({**raw, "text_config": text}, "old").layers == new.layers
+    text["attention_k_eq_v"] = False
+    layers = parse_assistant_config({**raw, "text_config": text}, "old").layers
+    assert [(x.head_dim, x.kv_heads) for x in layers] == [(8, 2), (16, 2)]
