@@ -57,6 +57,7 @@ class PatchResult:
     written: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     skipped: bool = False
+    run_hint: str = ""  # how to run the result, when it is not the Qwen3.5 VLMPipeline line
 
 
 def inspect_target(path: str | Path) -> Target:
@@ -167,6 +168,9 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     from irsurgeon.identity import require_identity
     from irsurgeon.weights.hub import fetch_weights, resolve_source
 
+    from irsurgeon.families.gemma4.patch import is_assistant_checkpoint, patch_gemma4, target_type
+    if target_type(target_dir) or is_assistant_checkpoint(source):  # Gemma 4: an assistant + the target's outputs
+        return patch_gemma4(target_dir, source, options, echo)
     start = time.perf_counter()
     if not options.dry_run and os.path.lexists(Path(target_dir) / STAGE_DIR):  # a half-done commit mixes versions:
         clear_interrupted(target_dir, options.wait, echo)                     # undo it before judging the target

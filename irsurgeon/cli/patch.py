@@ -39,6 +39,8 @@ def command(target: Path, source: str, weight_format: str, kv_cache_precision: s
     if as_json:
         print_json({"target": str(result.target), "changed": bool(result.written), "written": result.written,
                     "dry_run": dry_run})
+    elif not result.skipped and result.run_hint:
+        click.echo(result.run_hint)
     elif not result.skipped:
         click.echo(f"run it: irsurgeon verify {target} --genai   (or openvino_genai.VLMPipeline(dir, 'CPU', "
                    f"scheduler_config=sc, draft_model=openvino_genai.draft_model(dir, 'CPU')) with prefix caching off)")

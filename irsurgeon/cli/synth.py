@@ -8,9 +8,9 @@ import click
 
 from irsurgeon.cli.options import choice, echo_for, json_flag, print_json, weight_format_option
 
-KINDS = ("qwen35", "qwen35-moe", "llama")
+KINDS = ("qwen35", "qwen35-moe", "llama", "gemma4")
 WEIGHT_FORMATS = ("f32", "f16", "int4")  # in the order of compress.WEIGHT_FORMATS
-OWN = ("target", "ckpt")  # what synth writes into OUT_DIR
+OWN = ("target", "ckpt", "assistant")  # what synth writes into OUT_DIR (assistant: gemma4)
 SIZES = (("layers", "Decoder layers."), ("hidden", "Hidden size."), ("heads", "Attention heads."),
          ("kv-heads", "Key/value heads (divides --heads)."),
          ("head-dim", "Head size; with --hidden or --heads alone: hidden / heads."), ("vocab", "Vocabulary size."))
@@ -38,7 +38,8 @@ def refuse_foreign(out_dir: Path) -> None:
 @click.command("synth")
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.option("--kind", type=choice(KINDS), default="qwen35", show_default=True,
-              help="qwen35 / qwen35-moe: the VLM layout openvino-genai loads; llama: a text-only openvino_model.xml.")
+              help="qwen35 / qwen35-moe: the VLM layout openvino-genai loads; llama: a text-only openvino_model.xml; "
+                   "gemma4: a text-only Gemma 4 target and its MTP assistant checkpoint.")
 @size_options
 @click.option("--layer-types", default=None,
               help="qwen35 kinds: N (every N-th layer full attention, the rest Gated DeltaNet linear attention; 1: "
@@ -61,6 +62,17 @@ def command(out_dir: Path, kind: str, layer_types: str | None, seed: int, with_m
     if not force:
         refuse_foreign(out_dir)
     given = {k: v for k, v in sizes.items() if v is not None}
+    if kind == "gemma4":  # a fixed tiny Gemma 4 target and its assistant (irsurgeon.synth.gemma4)
+        from irsurgeon.synth.gemma4 import synthesize_gemma4
+        if given or layer_types is not None or with_mtp is not None or weight_format != "f32":
+            raise click.UsageError("--kind gemma4 takes only --seed and --wait (its sizes are fixed)")
+        target, assistant = synthesize_gemma4(out_dir, seed, wait)
+        seconds = time.perf_counter() - start
+        echo_for(as_json)(f"wrote {target} and {assistant} (gemma4) in {seconds:.1f} s")
+        if as_json:
+            print_json({"target": str(target), "assistant": str(assistant), "kind": kind, "seed": seed,
+                        "seconds": round(seconds, 3)})
+        return
     pattern = layer_pattern(layer_types) if layer_types is not None else {}
     if pattern.get("layer_types") and "layers" not in given:
         given["layers"] = len(pattern["layer_types"])
