@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP_INSTALL = $(PYTHON) -m pip install -q -e ".[test]"
 DEMO_OUT ?= out/demo
 
-.PHONY: install demo test test-all bench bench-optimum fixtures clean
+.PHONY: install demo test test-all bench bench-optimum reliability fixtures clean
 
 install:
 	$(PIP_INSTALL)
@@ -37,4 +37,4 @@ fixtures:
 	$(PYTHON) scripts/make_fixtures.py
 
 clean:
-	rm -rf out build *.egg-info .pytest_cache
+	rm -rf out build *.egg-info .pytest_cache .hypothesis

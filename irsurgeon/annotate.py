@@ -172,12 +172,26 @@ def _ranges(values: list[int]) -> str:
 
 
 def annotate_ir(xml_path: str | Path, *, force: bool = False, dry_run: bool = False,
-                num_layers: int | None = None) -> AnnotationResult:
+                num_layers: int | None = None, wait: bool = False) -> AnnotationResult:
     """Discover the hidden states of a target (directory or `.xml`) and write the annotation into its `.xml`.
 
-    An identical annotation is left alone; a different one only with force. dry_run writes nothing.
+    An identical annotation is left alone; a different one only with force. dry_run writes nothing. The write
+    holds the directory lock every writing command takes (wait: wait for another run to release it) and first
+    rolls back a commit a killed run left there, as `patch` does.
     """
+    from irsurgeon.transaction import directory_lock, recover
+
     xml = files.language_model_xml(xml_path)
+    if dry_run:
+        return _annotate(xml, force, True, num_layers)
+    with directory_lock(xml.parent, wait) as fd:
+        notes = recover(xml.parent, fd)
+        result = _annotate(xml, force, False, num_layers)
+    result.notes[:0] = notes
+    return result
+
+
+def _annotate(xml: Path, force: bool, dry_run: bool, num_layers: int | None) -> AnnotationResult:
     data = files.read_ir_bytes(xml)
     model = files.read_model(xml, checked=True)
     cfg_layers, cfg_width = config_facts(xml.parent)

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +12,7 @@ import openvino.opset13 as ops
 import irsurgeon
 from irsurgeon import contract, limits, rtinfo
 from irsurgeon.config import MTPConfig, load_config
-from irsurgeon.errors import CheckpointError, OutputError
+from irsurgeon.errors import CheckpointError, CompressionError, OutputError, cause, with_hint
 from irsurgeon.models.qwen35_mtp import Inputs, mtp_head
 from irsurgeon.ops.core import WeightFormat, weight
 from irsurgeon.weights.checkpoint import Checkpoint
@@ -33,9 +31,12 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_non
     """Open a checkpoint, validate its config, and load the `mtp.*` tensors (only their shards are opened)."""
     ckpt = Checkpoint.open(checkpoint, config)
     if ckpt.config_path is None or not ckpt.config_path.exists():  # a FIFO or device is refused by its reader
-        raise CheckpointError(f"{checkpoint}: no config.json beside the weights; pass --config")
+        raise with_hint(CheckpointError(f"{checkpoint}: no config.json beside the weights"), "--config",
+                        "pass --config with the checkpoint's config.json")
     try:
         cfg = load_config(ckpt.config_path)
+        for line in cfg.warnings:
+            warn(line)
         if cfg.is_moe:
             from irsurgeon.weights.moe import load_moe_weights
             weights = load_moe_weights(ckpt, cfg, allow_nonfinite, warn)
@@ -66,13 +67,18 @@ def make_parameters(cfg: MTPConfig) -> tuple[list[ov.Node], Inputs]:
     return params, Inputs(*(p.output(0) for p in params))
 
 
-def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: str | WeightFormat = WeightFormat.F16) -> ov.Model:
-    """The stateful MTP head as an ov.Model from float32 weights keyed by their names relative to `mtp.`."""
-    fmt = WeightFormat(fmt)
+def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: str | WeightFormat = WeightFormat.F16,
+                warn=None) -> ov.Model:
+    """The stateful MTP head as an ov.Model from float32 weights keyed by their names relative to `mtp.`.
+
+    warn: where a weight kept f32 in an f16 build is reported (default: the loader's channel, else print).
+    """
+    fmt = float_format(fmt)
+    warn = warn or getattr(weights, "warn", print)
     params, inputs = make_parameters(cfg)
 
     def w(name: str) -> ov.Output:
-        return weight(weights[name[len(MTP_PREFIX):]], name, fmt)
+        return weight(weights[name[len(MTP_PREFIX):]], name, fmt, warn)
 
     out, sinks = mtp_head(inputs, w, cfg)
     result = ops.result(out)
@@ -86,17 +92,35 @@ def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: str | Weigh
 
 def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
                     weight_format: str | WeightFormat = WeightFormat.F16, allow_nonfinite: bool = False,
-                    warn=print) -> ov.Model:
-    """Build the MTP head of a checkpoint directory (or a .safetensors file with its config.json)."""
-    fmt = WeightFormat(weight_format)
-    cfg, weights, ckpt = load_mtp(checkpoint, config, allow_nonfinite, warn)
+                    warn=print, hub=None) -> ov.Model:
+    """Build the MTP head of a checkpoint directory, a .safetensors file with its config.json, or a Hugging Face
+    repo id (only config.json, the index and the `mtp.*` shards are fetched; `hub`: weights.hub.HubOptions)."""
+    from irsurgeon.weights.hub import resolve_source
+
+    fmt = float_format(weight_format)
+    cfg, weights, ckpt = load_mtp(resolve_source(checkpoint, warn, hub), config, allow_nonfinite, warn)
     try:
-        model = build_model(cfg, weights, fmt)
+        model = build_model(cfg, weights, fmt, warn)
     finally:
         ckpt.close()
     rtinfo.set_provenance(model, version=irsurgeon.__version__, source=str(checkpoint), weight_format=fmt.value,
                           model_type=cfg.model_type)
     return model
+
+
+def float_format(weight_format: str | WeightFormat) -> WeightFormat:
+    """The float storage build_mtp_model writes; anything else is a CompressionError naming what it takes."""
+    try:
+        return WeightFormat(str(getattr(weight_format, "value", weight_format)).lower())
+    except ValueError:
+        choices = ", ".join(f.value for f in WeightFormat)
+        raise CompressionError(f"weight_format {weight_format!r}: build_mtp_model writes {choices} "
+                               "(int4/int8: compress the result with irsurgeon.compress.compress_model)") from None
+
+
+def existing_head(out_dir: Path) -> OutputError:
+    return with_hint(OutputError(f"{out_dir}: already holds {contract.MTP_XML}; not replaced"), "--force",
+                     "pass --force to replace it")
 
 
 def name_anonymous_nodes(model: ov.Model) -> None:
@@ -118,31 +142,37 @@ def name_anonymous_nodes(model: ov.Model) -> None:
         node.set_friendly_name(f"{kind}_{counts[kind]}")
 
 
-def save_mtp_model(model: ov.Model, out_dir: str | Path, stem: str = "openvino_mtp_model") -> Path:
-    """Write `<stem>.xml/.bin` into out_dir: staged in a temporary folder there, then renamed into place.
+def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:
+    """Write openvino_mtp_model.xml/.bin into out_dir (created if missing) under its directory lock.
 
-    Weights are written exactly as built (no implicit fp16 compression). On failure nothing is left behind.
+    The files go through the same staged transaction as `patch` (irsurgeon.transaction): written into a staging
+    folder inside out_dir, then moved in under a rollback journal. Weights are written exactly as built (no implicit
+    fp16 compression). On failure out_dir is as it was (a folder this call created is removed again). echo gets
+    one line per thing done to what an interrupted run left there. replace=False refuses an out_dir that holds a
+    head once what an interrupted run left there is undone.
     """
+    from irsurgeon.transaction import DirectoryTransaction, shown
+
     out_dir = Path(out_dir)
-    created = not out_dir.exists()
+    created = not os.path.lexists(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=".irsurgeon-", dir=out_dir))
     except OSError as e:
         raise OutputError(f"{out_dir}: cannot create output directory: {e.strerror}") from None
     try:
-        xml = stage / f"{stem}.xml"
-        name_anonymous_nodes(model)
-        ov.save_model(model, xml, compress_to_fp16=False)
-        for f in (xml, xml.with_suffix(".bin")):
-            with open(f, "rb+") as fh:
-                os.fsync(fh.fileno())
-        os.replace(xml.with_suffix(".bin"), out_dir / f"{stem}.bin")
-        os.replace(xml, out_dir / f"{stem}.xml")
-    except (OSError, RuntimeError) as e:
-        if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
-        raise OutputError(f"{out_dir}: cannot write {stem}.xml/.bin: {e}") from None
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return out_dir / f"{stem}.xml"
+        with DirectoryTransaction(out_dir, wait=wait, echo=echo) as tx:
+            if not replace and os.path.lexists(out_dir / contract.MTP_XML):
+                raise existing_head(out_dir)
+            tx.stage(contract.MTP_BIN)
+            xml = tx.stage(contract.MTP_XML)
+            name_anonymous_nodes(model)
+            try:
+                ov.save_model(model, xml, compress_to_fp16=False)
+            except RuntimeError as e:  # a full disk comes back as a bare iostream error
+                raise OutputError(f"{shown(xml)}: cannot write it: {cause(e)}") from None
+            tx.commit()
+    except BaseException:
+        if created and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()
+        raise
+    return out_dir / contract.MTP_XML

@@ -4,7 +4,9 @@ Both pipelines are `VLMPipeline`s with the paged-attention backend and prefix ca
 that); the MTP one gets `draft_model(dir)`, which loads `dir/openvino_mtp_model.xml`. Token ids are collected with a
 streamer. The equivalence check runs at INFERENCE_PRECISION_HINT=f32, plus KV_CACHE_PRECISION=f16 and
 DYNAMIC_QUANTIZATION_GROUP_SIZE=0 for int4 targets: at the CPU defaults even two plain backends disagree on tiny
-models whose top-2 logits differ by ~1e-4, so only the f32 run can demand identical tokens.
+models whose top-2 logits differ by ~1e-4, so only the f32 run can demand identical tokens. The scheduler is sized
+from the directory (scheduler_size): one sequence at a time and a cache budget that holds the linear-attention
+states genai reserves per sequence, which its 256-sequence default does not fit for real hybrid models.
 
 The speed sweep (`run_speed`) runs afterwards at the device's default precision (no properties: the IRs'
 rt_info runtime_options and the plugin defaults apply), plain greedy first, then MTP for each num_assistant_tokens K
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from irsurgeon import limits
-from irsurgeon.errors import IRSurgeonError
+from irsurgeon.errors import IRSurgeonError, cause
 
 PROMPTS = (
     "Hello world, the quick brown fox",
@@ -58,7 +60,7 @@ MEASUREMENT_KEYS = ("label", "num_assistant_tokens", "prompts", "rounds", "gener
                     "draft_accepted", "acceptance_rate", "peak_memory_bytes", "kv_bytes_per_token_target",
                     "kv_bytes_per_token_draft")
 SPEED_KEYS = ("device", "equivalence_properties", "speed_properties", "device_defaults", "kv_precision",
-              "memory_method", "kv_method", "measurements", "best", "pays", "verdict")
+              "kv_precision_source", "memory_method", "kv_method", "measurements", "best", "pays", "verdict")
 
 
 @dataclass
@@ -70,8 +72,6 @@ class Run:
     tokens: int
     accepted: int
     draft_tokens: int
-    seconds: float
-    plain_seconds: float
 
 
 @dataclass
@@ -112,10 +112,37 @@ def _genai():
     return openvino_genai
 
 
-def _scheduler(g):
+GIB = 1 << 30
+SEQUENCES = 1  # every generate() here decodes one prompt greedily: one sequence at a time
+CONTEXT_TOKENS = 4096  # KV budget per sequence: built-in prompts are short; a --prompts FILE may be long
+
+
+def scheduler_size(target: Path, sequences: int = SEQUENCES, context: int = CONTEXT_TOKENS) -> tuple[int, int]:
+    """(max_num_seqs, cache_size in GiB) that fit `sequences` sequences of `context` tokens of this directory.
+
+    openvino-genai 2026.4's cache orchestrator (src/cpp/src/continuous_batching/cache/cache_orchestrator.hpp,
+    normalize_block_counts; the file its refusal names)
+    reserves, with prefix caching off and cache_size set, one linear-attention block (every linear-attention
+    layer's conv + recurrent state of one sequence) per schedulable sequence, max_num_seqs of them, out of the
+    cache_size budget before any KV block, and refuses the pipeline when `reserved_la_bytes <= budget_in_bytes`
+    fails. Its default max_num_seqs of 256 does not fit a real hybrid model in a few GiB (Qwen3.5-0.8B: 18 x 1.1
+    MiB per sequence), so both follow the model and the batch used: the constant-size states and the KV growth per
+    token of the language model and the head (footprint.kv_cache, at f32, an upper bound of any runtime precision).
+    """
+    from irsurgeon.footprint import kv_cache
+    from irsurgeon.show import show_ir
+
+    files = [f for f in (LANGUAGE_MODEL, MTP_MODEL) if (target / f).is_file()]
+    # f32 whatever rt_info says: an upper bound of the precision the runtime picks
+    kv = [kv_cache(f, {**show_ir(target / f), "runtime_options": {}}, 1, "f32") for f in files]
+    per_sequence = sum(k["constant_bytes"] + context * k["bytes_per_token"] for k in kv)
+    return sequences, max(1, -(-sequences * per_sequence // GIB))
+
+
+def _scheduler(g, target: Path):
     sc = g.SchedulerConfig()
     sc.enable_prefix_caching = False
-    sc.cache_size = 1
+    sc.max_num_seqs, sc.cache_size = scheduler_size(target)
     return sc
 
 
@@ -132,12 +159,12 @@ def _pipeline(g, target: Path, device: str, props: dict, draft: bool):
     limits.check_directory_files(target, IRSurgeonError)  # genai opens its files itself: a FIFO would block it
     try:
         extra = {"draft_model": g.draft_model(str(target), device, **props)} if draft else {}
-        return g.VLMPipeline(str(target), device, scheduler_config=_scheduler(g), **extra, **props)
+        return g.VLMPipeline(str(target), device, scheduler_config=_scheduler(g, target), **extra, **props)
     except RuntimeError as e:
-        raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory: {str(e).splitlines()[0]}") from None
+        raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory on {device}: {cause(e)}") from None
 
 
-def _generate(g, pipe, prompt: str, config) -> tuple[list[int], object, float]:
+def _generate(g, pipe, prompt: str, config) -> tuple[list[int], object]:
     ids: list[int] = []
 
     class Collector(g.StreamerBase):
@@ -148,9 +175,8 @@ def _generate(g, pipe, prompt: str, config) -> tuple[list[int], object, float]:
         def end(self):
             return None
 
-    start = time.perf_counter()
     result = pipe.generate(prompt, generation_config=config, streamer=Collector())
-    return ids, result, time.perf_counter() - start
+    return ids, result
 
 
 def prompt_list(prompts: int | Sequence[str]) -> list[str]:
@@ -165,21 +191,22 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
     g = _genai()
     props = equivalence_properties(target)
     report = Report(properties=props)
+    echo(f"equivalence: loading the plain and the MTP pipeline on {device}")  # minutes for a large model
     plain, mtp = _pipeline(g, target, device, props, False), _pipeline(g, target, device, props, True)
     for i, prompt in enumerate(prompt_list(prompts)):
-        ref, _, plain_s = _generate(g, plain, prompt, _config(g, max_new_tokens, None))
+        ref, _ = _generate(g, plain, prompt, _config(g, max_new_tokens, None))
         for nat in nats:
-            ids, result, secs = _generate(g, mtp, prompt, _config(g, max_new_tokens, nat))
+            ids, result = _generate(g, mtp, prompt, _config(g, max_new_tokens, nat))
             ext = result.extended_perf_metrics
             diff = None if ids == ref else next((j for j, (a, b) in enumerate(zip(ids, ref)) if a != b),
                                                 min(len(ids), len(ref)))
             run = Run(i, nat, ids == ref, diff, len(ids), ext.get_num_accepted_tokens() if ext else 0,
-                      ext.get_num_draft_tokens() if ext else 0, secs, plain_s)
+                      ext.get_num_draft_tokens() if ext else 0)
             report.runs.append(run)
             verdict = "identical" if run.identical else f"DIFFERENT at token {diff}"
+            # no speed here: these runs are at the equivalence settings and a few tokens; run_speed measures it
             echo(f"prompt {i} num_assistant_tokens {nat}: {verdict}"
-                 f" ({run.tokens} tokens, accepted {run.accepted}/{run.draft_tokens} drafts, "
-                 f"{run.tokens / secs:.1f} tok/s vs plain {len(ref) / plain_s:.1f} tok/s)")
+                 f" ({run.tokens} tokens, accepted {run.accepted}/{run.draft_tokens} drafts)")
     return report
 
 
@@ -263,6 +290,7 @@ class SpeedReport:
     kv_method: str
     measurements: list[Measurement] = field(default_factory=list)
     speed_properties: dict = field(default_factory=dict)
+    kv_precision_source: dict = field(default_factory=dict)  # part -> where kv_precision's value comes from
 
     @property
     def best(self) -> Measurement | None:
@@ -356,19 +384,20 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     kv = kv_growth(target, defaults["KV_CACHE_PRECISION"])
     kv_target, kv_draft = kv["target"]["bytes_per_token"], kv["draft"]["bytes_per_token"]
     resettable = reset_peak_memory()
-    report = SpeedReport(device, equivalence_properties(target), defaults,
-                         {p: f"{k['precision']} ({k['precision_source']})" for p, k in kv.items()},
+    report = SpeedReport(device, equivalence_properties(target), defaults, {p: k["precision"] for p, k in kv.items()},
                          "peak RSS (VmHWM) during the configuration's runs, reset before each" if resettable else
                          "process-lifetime peak RSS (ru_maxrss): VmHWM cannot be reset here",
-                         "computed from the IRs' KV states at the runtime's KV precision, batch 1")
+                         "computed from the IRs' KV states at the runtime's KV precision, batch 1",
+                         kv_precision_source={p: k["precision_source"] for p, k in kv.items()})
     gc.collect()
-    plain = _pipeline(g, target, device, {}, False)
     echo(f"speed [1/{len(sweep) + 1}] plain greedy")
+    plain = _pipeline(g, target, device, {}, False)
     reset_peak_memory()
     report.measurements.append(_measure(plain, texts, _config(g, max_new_tokens, None), rounds,
                                         Measurement("plain", None, kv_target, 0), echo))
     del plain
     gc.collect()
+    echo("speed: loading the MTP pipeline")
     mtp = _pipeline(g, target, device, {}, True)
     for j, nat in enumerate(sweep):
         echo(f"speed [{j + 2}/{len(sweep) + 1}] MTP num_assistant_tokens {nat}")

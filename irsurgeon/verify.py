@@ -12,9 +12,9 @@ from pathlib import Path
 import openvino as ov
 
 from irsurgeon import contract, rtinfo
-from irsurgeon.errors import IRError, IRSurgeonError
+from irsurgeon.errors import IRError, IRSurgeonError, cause
 from irsurgeon.ir import files, xmlsafe
-from irsurgeon.transaction import COMMITTED, JOURNAL, STAGE_DIR
+from irsurgeon.transaction import leftover_state
 
 
 @dataclass
@@ -32,28 +32,28 @@ def paged_attention_converts(model: ov.Model) -> tuple[bool, str]:
     try:
         paged_attention_transformation(copy, False, False, False, False, False, False, False)
     except RuntimeError as e:
-        return False, f"SDPAToPagedAttention failed: {str(e).splitlines()[0]}"
+        return False, f"SDPAToPagedAttention failed: {cause(e)}"
     ops = Counter(op.get_type_name() for op in copy.get_ops())
     ok = ops["PagedAttentionExtension"] == 1 and ops["ReadValue"] == 0 and ops["Assign"] == 0
     return ok, f"{ops['PagedAttentionExtension']} PagedAttention, {ops['ReadValue']} ReadValue left"
 
 
-def verify_directory(target: str | Path) -> list[Check]:
+def verify_directory(target: str | Path, checkpoint: str | Path | None = None, hub=None, echo=print) -> list[Check]:
+    """The contract checks; with `checkpoint` (a path or repo id; `hub`: weights.hub.HubOptions) also its identity."""
     from irsurgeon.patch import inspect_target
 
     target = Path(target)
-    checks = []
+    leftovers = leftover_state(target) if target.is_dir() else None  # a half-done commit mixes two versions
+    checks = [Check("interrupted run", *leftovers)] if leftovers is not None else []  # a foreign journal is named
     try:
         info = inspect_target(target)
     except IRSurgeonError as e:
-        return [Check("target layout", False, str(e))]
+        return [Check("target layout", False, str(e)), *checks]
+    if checkpoint is not None:
+        checks.append(identity_check(target, checkpoint, hub, echo))
     cfg = info.cfg
-    checks.append(Check("target layout", True, f"{cfg.model_type}, hidden {info.hidden_size}, vocab {info.vocab_size}"))
-    stage = target / STAGE_DIR
-    if stage.exists():  # files may be a mix of two versions until the next patch rolls the commit back
-        half_done = (stage / JOURNAL).exists() and not (stage / COMMITTED).exists()
-        checks.append(Check("interrupted run", not half_done, f"{stage} holds "
-                            + ("a half-done commit" if half_done else "leftovers") + "; the next patch clears it"))
+    checks.insert(0, Check("target layout", True, f"{cfg.model_type}, hidden {info.hidden_size}, "
+                                                  f"vocab {info.vocab_size}"))
     if not info.has_mtp:
         return checks + [Check("MTP head present", False, f"no {contract.MTP_XML}/.bin")]
     try:
@@ -85,3 +85,16 @@ def _annotation(xml: Path, num_layers: int | None) -> tuple[bool, str]:
     if num_layers and len(layers) != num_layers:
         return False, f"{len(layers)} layers annotated, config has {num_layers}"
     return True, f"{len(layers)} layers"
+
+
+def identity_check(target: Path, checkpoint: str | Path, hub, echo) -> Check:
+    """Whether the checkpoint is the one the target was exported from (irsurgeon.identity)."""
+    from irsurgeon.identity import check_identity
+    from irsurgeon.weights.hub import resolve_source
+
+    try:
+        root = resolve_source(checkpoint, echo, hub, weights=False)
+        result = check_identity(target, checkpoint, root, hub)
+    except IRSurgeonError as e:
+        return Check("checkpoint identity", False, str(e))
+    return Check("checkpoint identity", bool(result.ok), result.detail)

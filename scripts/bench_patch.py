@@ -41,8 +41,8 @@ def make_inputs(work: Path, big_gib: float) -> tuple[Path, Path]:
         (ckpt / "config.json").write_text(json.dumps(cfg, indent=1))
     if not (synth / "target").is_dir():
         made = run_child(["-m", "irsurgeon.cli", "synth", str(synth), "--kind", "qwen35", "--layers", "1",
-                          "--hidden", str(SPEC["hidden"]), "--heads", str(SPEC["heads"]), "--kv-heads",
-                          str(SPEC["kv_heads"]), "--head-dim", str(SPEC["head_dim"]), "--vocab", str(VOCAB),
+                          "--layer-types", "1", "--hidden", str(SPEC["hidden"]), "--heads", str(SPEC["heads"]),
+                          "--kv-heads", str(SPEC["kv_heads"]), "--head-dim", str(SPEC["head_dim"]), "--vocab", str(VOCAB),
                           "--with-mtp", "--weight-format", "f16"])
         if made["rc"]:
             raise SystemExit(f"synthesizing the target failed:\n{made['out']}")

@@ -13,6 +13,8 @@
    directory, a link to a secret file, deep JSON, huge integers, absurd IR numbers, wrong-typed values, through
    every command reading it (tests/helpers/hostile_forms.py), an absurd but consistent 128 GiB checkpoint, synth at
    its largest sizes, and a checkpoint truncated by another process during a build.
+5. Link and journal attacks (scripts/attack_links.py; --only-link-attacks runs just these): leftover staging folders
+   and journals irsurgeon did not write, links out of a checkpoint, folders swapped mid-run, concurrent writers.
 Prints the figures and exits 1 if any rule was broken (the broken rules are listed).
 """
 from __future__ import annotations
@@ -149,13 +151,34 @@ def report(name: str, sweep: Sweep, seconds: float) -> None:
           f"tracebacks {sweep.tracebacks}; broken rules {len(sweep.problems)}")
 
 
+def attack_links_and_journals(work: Path) -> list[str]:
+    """Section 5: every case is refused cleanly or (a control) accepted; nothing outside a target may change."""
+    from attack_links import run_all
+
+    start = time.perf_counter()
+    tally = run_all(work)
+    for line in tally.lines:
+        print(f"  {line}")
+    print(f"link and journal attacks: {tally.tried} cases in {time.perf_counter() - start:.0f} s; refused cleanly "
+          f"{tally.refused}, legitimate forms accepted {tally.accepted}, refused leftovers named by verify "
+          f"{tally.verify_reports}; runs that changed anything outside the target {tally.outside_changed}")
+    return tally.problems
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fuzz-examples", type=int, default=300, help="seeds per input kind (default 300)")
     parser.add_argument("--timed-kills", type=int, default=24, help="externally timed kills (default 24)")
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
     parser.add_argument("--attack-inputs-only", action="store_true", help="run only the hostile-input attack")
+    parser.add_argument("--only-link-attacks", action="store_true", help="run only the link/journal attacks")
     args = parser.parse_args()
+    if args.only_link_attacks:
+        with tempfile.TemporaryDirectory(prefix="irsurgeon-attacks-", dir=args.work) as tmp:
+            attacks = attack_links_and_journals(Path(tmp))
+        for line in attacks:
+            print(f"BROKEN: {line}")
+        return 1 if attacks else 0
     with tempfile.TemporaryDirectory(prefix="irsurgeon-reliability-", dir=args.work) as tmp:
         work = Path(tmp)
         start = time.perf_counter()
@@ -182,7 +205,8 @@ def main() -> int:
               f"accepted {tally.accepted}, refused with one Error: line {tally.refused - tally.unexpected}; "
               f"tracebacks {tally.tracebacks}; unexpected-error fallbacks {tally.unexpected}; "
               f"runs that changed files outside their output {tally.outside_changes}")
-    problems = points.problems + timed.problems + tally.problems + attack["problems"]
+        attacks = attack_links_and_journals(work / "attacks")
+    problems = points.problems + timed.problems + tally.problems + attack["problems"] + attacks
     intact = points.intact + points.completed + points.interrupted_commits + timed.intact + timed.completed \
         + timed.interrupted_commits
     print(f"total: {tally.inputs} inputs tried, {attack['cases']} hostile-input cases, "

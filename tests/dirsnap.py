@@ -2,14 +2,21 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 
 def snapshot(directory: Path) -> dict[str, str]:
-    """relative path -> sha256 for files, 'dir' for folders (so stray empty folders show too)."""
+    """relative path -> sha256 for files, 'dir' for folders (so stray empty folders show too), 'link -> where' for
+    symbolic links (never followed: a link out of the tree is recorded, not read)."""
     directory = Path(directory)
-    return {p.relative_to(directory).as_posix(): ("dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(directory.rglob("*"))}
+    return {p.relative_to(directory).as_posix(): _entry(p) for p in sorted(directory.rglob("*"))}
+
+
+def _entry(p: Path) -> str:
+    if p.is_symlink():
+        return f"link -> {os.readlink(p)}"
+    return "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
 
 
 def full_disk_on_nth_replace(monkeypatch, n: int = 2) -> None:
@@ -18,9 +25,9 @@ def full_disk_on_nth_replace(monkeypatch, n: int = 2) -> None:
 
     real, calls = transaction.os.replace, []
 
-    def replace(src, dst):
+    def replace(src, dst, **dir_fds):
         calls.append(dst)
         if len(calls) == n:
             raise OSError(28, "No space left on device")
-        return real(src, dst)
+        return real(src, dst, **dir_fds)
     monkeypatch.setattr(transaction.os, "replace", replace)

@@ -13,10 +13,8 @@ from irsurgeon.build import build_model, build_mtp_model, load_mtp, save_mtp_mod
 from irsurgeon.config import load_config
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
+from helpers.golden import INPUT_NAMES, compile_f32, golden_outputs, run_sequence, three_calls
 from numpy_mtp import MTPReference, cfg_dict
-
-F32_PROPS = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
-INPUT_NAMES = [p.name for p in contract.INPUTS]
 
 SHAPES = {
     "gqa2-partial": SynthSpec(),
@@ -25,34 +23,6 @@ SHAPES = {
     "mha-full-rot": SynthSpec(hidden=48, heads=4, kv_heads=4, head_dim=24, intermediate=64, partial_rotary_factor=1.0),
     "gqa8-wide-head": SynthSpec(hidden=128, heads=8, kv_heads=1, head_dim=64, intermediate=96),
 }
-
-
-def compile_f32(model: ov.Model) -> ov.InferRequest:
-    return ov.Core().compile_model(model, "CPU", F32_PROPS).create_infer_request()
-
-
-def rows(rng, b, s, h, scale=1.0):
-    return (rng.standard_normal((b, s, h)) * scale).astype(np.float32)
-
-
-def run_sequence(request, calls):
-    request.reset_state()
-    outs = []
-    for c in calls:
-        request.infer({k: c[k] for k in INPUT_NAMES})
-        outs.append(request.get_tensor(contract.OUTPUT).data.copy())
-    return outs
-
-
-def three_calls(rng, H, batch=1, prefill=5, pos0=3):
-    calls, t = [], 0
-    for n in (prefill, 1, 1):
-        t += n
-        calls.append({"hidden_states": rows(rng, batch, n, H, 2.0), "inputs_embeds": rows(rng, batch, n, H, 0.5),
-                      "attention_mask": np.ones((batch, t), np.int64),
-                      "position_ids": np.tile(np.arange(pos0 + t - n, pos0 + t), (batch, 1)).astype(np.int64),
-                      "beam_idx": np.arange(batch, dtype=np.int32)})
-    return calls
 
 
 @pytest.fixture(scope="module", params=sorted(SHAPES))
@@ -99,12 +69,6 @@ def test_numpy_parity_batch2_padding_and_beam_reorder(synth_head):
             want = ref.step(c["hidden_states"], c["inputs_embeds"], c["attention_mask"], c["position_ids"])
         valid = c["attention_mask"][:, -c["hidden_states"].shape[1]:] > 0  # padded query rows are undefined
         np.testing.assert_allclose(got[i][valid], want[valid], atol=1e-4 * np.abs(want[valid]).max(), rtol=0)
-
-
-def golden_outputs(model: ov.Model, golden_path):
-    z = np.load(golden_path)
-    calls = [{k: z[f"{k}_{i}"] for k in INPUT_NAMES} for i in range(3)]
-    return run_sequence(compile_f32(model), calls), [z[f"last_hidden_state_{i}"] for i in range(3)]
 
 
 @pytest.mark.parametrize("fmt, atol", [

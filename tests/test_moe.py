@@ -22,10 +22,11 @@ from irsurgeon.config import MoEConfig, MTPConfig
 from irsurgeon.errors import CheckpointError
 from irsurgeon.ops.core import WeightFormat, weight
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
-from irsurgeon.weights.moe import dequantize_blocks, moe_shapes
+from irsurgeon.weights.fp8 import dequantize_blocks
+from irsurgeon.weights.moe import moe_shapes
 from irsurgeon.weights.safetensors_io import FP8_E4M3FN, SafetensorsFile, decode, write_safetensors
 from numpy_mtp import MTPReference, cfg_dict, moe
-from test_build import F32_PROPS, INPUT_NAMES, compile_f32, golden_outputs, run_sequence, three_calls
+from helpers.golden import F32_PROPS, INPUT_NAMES, compile_f32, golden_outputs, run_sequence, three_calls
 
 MLP = "mtp.layers.0.mlp."
 MOE_SPEC = SynthSpec(num_experts=4, top_k=2, expert_size=32, shared_expert_size=24)

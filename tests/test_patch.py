@@ -107,19 +107,24 @@ def test_dry_run_writes_nothing(export, ckpt, tmp_path):
     assert snapshot(target) == before
 
 
+EMBED = "model.language_model.embed_tokens.weight"
+
+
 def shard(src_ckpt: Path, dest: Path) -> None:
-    """The reference checkpoint re-laid as an index + 3 shards: mtp.* in one; the others unreadable if opened."""
+    """The reference checkpoint re-laid as an index + 3 shards: mtp.* in one, the token embeddings (read by the
+    identity check, a few rows) in another; the third is unreadable if opened."""
     dest.mkdir(parents=True)
     shutil.copyfile(src_ckpt / "config.json", dest / "config.json")
     st = SafetensorsFile(src_ckpt / "model.safetensors")
     mtp = [n for n in st.tensors if n.startswith("mtp.")]
     write_safetensors(dest / "model-00002-of-00003.safetensors", {n: st.raw(n) for n in mtp},
                       {n: st.tensors[n].dtype for n in mtp})
-    rest = sorted(n for n in st.tensors if not n.startswith("mtp."))
-    for f in ("model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"):
-        (dest / f).write_bytes(b"\xff" * 64)  # a corrupt shard: opening it would be an error
+    write_safetensors(dest / "model-00001-of-00003.safetensors", {EMBED: st.raw(EMBED)}, {EMBED: st.tensors[EMBED].dtype})
+    rest = sorted(n for n in st.tensors if not n.startswith("mtp.") and n != EMBED)
+    (dest / "model-00003-of-00003.safetensors").write_bytes(b"\xff" * 64)  # a corrupt shard: opening it fails
     weight_map = {n: "model-00002-of-00003.safetensors" for n in mtp}
-    weight_map.update({n: f"model-0000{1 + 2 * (i % 2)}-of-00003.safetensors" for i, n in enumerate(rest)})
+    weight_map[EMBED] = "model-00001-of-00003.safetensors"
+    weight_map.update({n: "model-00003-of-00003.safetensors" for n in rest})
     (dest / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
 
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from openvino._offline_transformations import paged_attention_transformation
 
 from irsurgeon.cli import main
+from irsurgeon.synth.checkpoint import FULL, LINEAR, layer_types
 from irsurgeon.synth.registry import FIXTURES, default_spec, make_fixture, synthesize
 from irsurgeon.synth.tokenizer import SPECIAL
 from irsurgeon.weights.safetensors_io import SafetensorsFile
@@ -61,9 +62,13 @@ def test_qwen35_layout_and_language_model_io(qwen):
                                 "position_ids": ("i64", "[4,?,?]"), "beam_idx": ("i32", "[?]")}
     assert ports(lm.outputs) == {"logits": ("f32", f"[?,?,{V}]")}
     assert lm.outputs[0].get_node().input_value(0).get_node().get_type_name() == "MatMul"  # lm_head feeds logits
+    types = layer_types(qwen.spec)
+    assert types == [LINEAR, LINEAR, LINEAR, FULL]  # hybrid by default, 3:1 as Qwen3.5 ships
+    counts = {FULL: types.count(FULL), LINEAR: types.count(LINEAR)}
     states = sorted(v.get_info().variable_id for v in lm.get_variables())
-    assert states == sorted(f"cache_params.past.{kv}.{i}cache_params.present.{kv}.{i}"
-                            for kv in ("key", "value") for i in range(qwen.spec.layers))
+    assert states == sorted(f"cache_params.past.{st}.{i}cache_params.present.{st}.{i}"
+                            for kind, names in ((FULL, ("key", "value")), (LINEAR, ("conv", "ssm")))
+                            for st in names for i in range(counts[kind]))
     emb = read(qwen.target / "openvino_text_embeddings_model.xml")
     assert ports(emb.inputs) == {"input": ("i64", "[?,?]")}
     assert ports(emb.outputs) == {"inputs_embeds": ("f32", f"[?,?,{H}]")}
@@ -72,9 +77,10 @@ def test_qwen35_layout_and_language_model_io(qwen):
 def test_optimum_names_are_there(qwen):
     names = {op.get_friendly_name() for op in read(qwen.target / "openvino_language_model.xml").get_ops()}
     m = "__module.model.model.language_model"
-    for i in range(qwen.spec.layers):
+    for i, kind in enumerate(layer_types(qwen.spec)):
         assert f"{m}.layers.{i}/aten::add/Add_1" in names
-        assert f"{m}.layers.{i}.self_attn.q_proj/ov_ext::linear/MatMul" in names
+        mixer = "self_attn.q_proj" if kind == FULL else "linear_attn.in_proj_qkv"
+        assert f"{m}.layers.{i}.{mixer}/ov_ext::linear/MatMul" in names
     assert f"{m}.norm/aten::mul/Multiply_1" in names and "__module.model.lm_head/ov_ext::linear/MatMul" in names
 
 
@@ -85,8 +91,10 @@ def test_paged_attention_pass_converts_every_layer(which, request):
     model = read(out.target / xml)
     paged_attention_transformation(model, False, False, False, False, False, False, False)
     counts = Counter(op.get_type_name() for op in model.get_ops())
-    assert counts["PagedAttentionExtension"] == out.spec.layers
-    assert counts["ReadValue"] == counts["ScaledDotProductAttention"] == 0
+    types = layer_types(out.spec) if which == "qwen" else [FULL] * out.spec.layers
+    assert counts["PagedAttentionExtension"] == types.count(FULL)
+    assert counts["PagedCausalConv1D"] == counts["PagedGatedDeltaNet"] == types.count(LINEAR)
+    assert counts["ReadValue"] == counts["ScaledDotProductAttention"] == counts["Loop"] == 0
 
 
 def test_llama_io(llama):
@@ -154,9 +162,12 @@ def test_decoder_matches_numpy_reference_with_state(kind, tmp_path):
     f32 weights and f32 inference vs float64: accumulated rounding is ~1e-6 relative per op; 1e-4 of the logit
     scale leaves two orders of margin and is far below any wiring error (a wrong RoPE or mask moves logits ~1e-1).
     The default qwen kinds are bigram models whose attention branch is small, so they are checked with
-    full-strength branches (bigram=False) as well as by the genai test.
+    full-strength branches (bigram=False) as well as by the genai test. This is the full-attention-only pattern
+    (`--layer-types 1`); hybrid targets are checked in test_hybrid.py.
     """
     s = default_spec(kind).with_(bigram=False)
+    if kind != "llama":
+        s = s.with_(layers=2, full_attention_interval=1)
     out = synthesize(tmp_path, kind, s, seed=11, with_mtp=False, weight_format="f32")
     t = {k: v.astype(np.float64) for k, v in stored(out.ckpt).items()}
     ids = np.random.default_rng(0).integers(SPECIAL, s.vocab, 7)
@@ -246,6 +257,10 @@ def test_regenerated_fixtures_match_the_committed_manifest(tmp_path):
     (["--heads", "3"], "--heads 3 does not divide --hidden 64"),
     (["--kv-heads", "3"], "--kv-heads 3 does not divide --heads 4"),
     (["--kind", "llama", "--with-mtp"], "no MTP head"),
+    (["--layer-types", "full,lin"], "--layer-types 'full,lin'"),
+    (["--layer-types", "full,linear", "--layers", "3"], "expected 3 entries"),
+    (["--layer-types", "0"], "full_attention_interval 0"),
+    (["--kind", "llama", "--no-mtp", "--layer-types", "2"], "full-attention layers only"),
 ])
 def test_impossible_sizes_fail_before_writing(tmp_path, args, message):
     out = tmp_path / "out"
@@ -257,14 +272,15 @@ def test_impossible_sizes_fail_before_writing(tmp_path, args, message):
 
 
 def test_int4_compresses_the_language_model_and_still_converts(tmp_path):
-    out = synthesize(tmp_path, "qwen35", default_spec("qwen35").with_(layers=1), seed=4, with_mtp=False,
-                     weight_format="int4")
+    spec = default_spec("qwen35").with_(layers=2, layer_types=(LINEAR, FULL))
+    out = synthesize(tmp_path, "qwen35", spec, seed=4, with_mtp=False, weight_format="int4")
     model = read(out.target / "openvino_language_model.xml")
     u4 = [op for op in model.get_ops() if op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.u4]
-    assert len(u4) >= 2 * 8  # weights and zero points of q, k, v, o, gate, up, down, lm_head
+    assert len(u4) >= 2 * 13  # weights and zero points of q, k, v, o, in_proj_qkv/z/a/b, out_proj, 2 x gate, up, down
     assert "KV_CACHE_PRECISION" not in model.get_rt_info()["runtime_options"]
     paged_attention_transformation(model, False, False, False, False, False, False, False)
-    assert Counter(op.get_type_name() for op in model.get_ops())["PagedAttentionExtension"] == 1
+    counts = Counter(op.get_type_name() for op in model.get_ops())
+    assert counts["PagedAttentionExtension"] == counts["PagedGatedDeltaNet"] == counts["PagedCausalConv1D"] == 1
 
 
 def test_cli_writes_a_model(tmp_path):
@@ -278,13 +294,14 @@ def test_cli_writes_a_model(tmp_path):
 @pytest.mark.genai
 @pytest.mark.parametrize("kind", ["qwen35", "qwen35-moe"])
 def test_genai_greedy_equals_mtp_speculative_after_patch(kind, tmp_path):
-    """`irsurgeon patch` a synthesized target from its own checkpoint; MTP decoding equals plain greedy and the
-    bigram-style head's drafts are accepted."""
+    """`irsurgeon patch` a synthesized (hybrid) target from its own checkpoint; MTP decoding equals plain greedy for
+    3 prompts x K = 1..4 and the bigram-style head's drafts are accepted."""
     from irsurgeon.genai_check import run_equivalence
 
     out = synthesize(tmp_path, kind, seed=21)
+    assert LINEAR in layer_types(out.spec)
     result = CliRunner().invoke(main, ["patch", str(out.target), "--checkpoint", str(out.ckpt)])
     assert result.exit_code == 0, result.output
-    report = run_equivalence(out.target, prompts=2, nats=(1, 3), max_new_tokens=24, echo=lambda _: None)
-    assert report.identical and all(r.tokens == 24 for r in report.runs)
+    report = run_equivalence(out.target, prompts=3, nats=(1, 2, 3, 4), max_new_tokens=24, echo=lambda _: None)
+    assert len(report.runs) == 12 and report.identical and all(r.tokens == 24 for r in report.runs)
     assert all(r.accepted > 0 for r in report.runs)  # a bigram head drafts what the bigram model emits

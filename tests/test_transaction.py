@@ -1,7 +1,12 @@
-"""DirectoryTransaction: all or nothing, a lock per directory, recovery of an interrupted commit."""
+"""DirectoryTransaction: all or nothing, a lock per directory, recovery of an interrupted commit, and leftovers that
+irsurgeon cannot prove it wrote (links, foreign or inconsistent journals, folders swapped mid-run) left alone.
+
+Every attack test keeps a sibling `outside` folder and asserts that neither it nor the target changed.
+"""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -9,60 +14,96 @@ import textwrap
 import pytest
 
 from dirsnap import full_disk_on_nth_replace, snapshot
+from helpers.procs import killed_commit
+from irsurgeon import journal
 from irsurgeon.errors import OutputError
-from irsurgeon.transaction import BACKUP_SUFFIX, JOURNAL, STAGE_DIR, DirectoryTransaction, recover
+from irsurgeon.transaction import (BACKUP_SUFFIX, JOURNAL, STAGE_DIR, DirectoryTransaction, ForeignLeftovers,
+                                   leftover_state, recover)
+
+LM = "openvino_language_model.xml"
+HEAD = "openvino_mtp_model.xml"
+CONFIG = "openvino_config.json"
 
 
 @pytest.fixture
 def target(tmp_path):
     d = tmp_path / "target"
     d.mkdir()
-    (d / "a.xml").write_text("old a")
-    (d / "keep.bin").write_bytes(b"\x00" * 100)
+    (d / LM).write_text("old language model")
+    (d / "openvino_language_model.bin").write_bytes(b"\x00" * 100)
+    return d
+
+
+@pytest.fixture
+def outside(tmp_path):
+    d = tmp_path / "outside"
+    d.mkdir()
+    (d / "precious.txt").write_text("not irsurgeon's")
     return d
 
 
 def test_commit_replaces_and_adds_and_leaves_nothing_else(target):
     with DirectoryTransaction(target) as tx:
-        tx.stage("a.xml").write_text("new a")
-        tx.stage("b.xml").write_text("new b")
+        tx.stage(LM).write_text("new language model")
+        tx.stage(HEAD).write_text("head")
         tx.commit()
-    assert (target / "a.xml").read_text() == "new a" and (target / "b.xml").read_text() == "new b"
-    assert sorted(p.name for p in target.iterdir()) == ["a.xml", "b.xml", "keep.bin"]
+    assert (target / LM).read_text() == "new language model" and (target / HEAD).read_text() == "head"
+    assert sorted(p.name for p in target.iterdir()) == sorted([LM, HEAD, "openvino_language_model.bin"])
+
+
+def test_only_the_files_irsurgeon_writes_can_be_staged(target):
+    with DirectoryTransaction(target) as tx:
+        with pytest.raises(ValueError, match="openvino_language_model.bin"):
+            tx.stage("openvino_language_model.bin")
 
 
 def test_leaving_without_commit_changes_nothing(target):
     before = snapshot(target)
     with pytest.raises(RuntimeError):
         with DirectoryTransaction(target) as tx:
-            tx.stage("a.xml").write_text("new a")
+            tx.stage(LM).write_text("new")
             raise RuntimeError("verification failed")
     assert snapshot(target) == before
 
 
 def test_failure_in_the_middle_of_commit_rolls_back(target, monkeypatch):
     before = snapshot(target)
-    full_disk_on_nth_replace(monkeypatch, 2)
+    full_disk_on_nth_replace(monkeypatch, 3)  # the journal, the first file in, then the second fails
     with pytest.raises(OutputError, match="rolled back"):
         with DirectoryTransaction(target) as tx:
-            tx.stage("a.xml").write_text("new a")
-            tx.stage("b.xml").write_text("new b")
+            tx.stage(LM).write_text("new")
+            tx.stage(HEAD).write_text("head")
             tx.commit()
     monkeypatch.undo()
     assert snapshot(target) == before
 
 
-def test_recover_rolls_back_a_killed_commit(target):
-    """The state a SIGKILL leaves after the first of two moves: journal present, no 'committed' mark."""
+@pytest.mark.parametrize("at", [2, 3, 4], ids=["before-first-move", "after-first-move", "after-last-move"])
+def test_recover_rolls_back_a_killed_commit(target, at):
     before = snapshot(target)
-    stage = target / STAGE_DIR
-    stage.mkdir()
-    (stage / ("a.xml" + BACKUP_SUFFIX)).write_text("old a")
-    (target / "a.xml").write_text("new a")  # first move done
-    (stage / "b.xml").write_text("new b")  # second not yet
-    (stage / JOURNAL).write_text(json.dumps(["a.xml", "b.xml"]))
+    assert killed_commit(target, {LM: "new", HEAD: "head"}, at) == -9
+    assert (target / STAGE_DIR / JOURNAL).exists()
+    assert leftover_state(target)[0] is False
     notes = recover(target)
-    assert notes and "rolled back" in notes[0]
+    assert notes and "rolled back" in notes[0], notes
+    assert snapshot(target) == before
+
+
+def test_killed_after_the_commit_mark_is_just_cleared(target):
+    assert killed_commit(target, {LM: "new"}, 1, "unlink") == -9  # `journal.json` already renamed `committed`
+    assert "leftovers" in leftover_state(target)[1]
+    notes = recover(target)
+    assert "removed leftover" in notes[0] and (target / LM).read_text() == "new"
+    assert not (target / STAGE_DIR).exists()
+
+
+def test_recovery_killed_halfway_never_deletes_a_restored_original(target):
+    """Rolled back once up to the first restore (the backup consumed), killed, then recovered again."""
+    before = snapshot(target)
+    assert killed_commit(target, {LM: "new", HEAD: "head"}, 4) == -9
+    stage = target / STAGE_DIR
+    os.replace(stage / (LM + BACKUP_SUFFIX), target / LM)  # what the first recovery's restore did
+    recover(target)
     assert snapshot(target) == before
 
 
@@ -78,7 +119,7 @@ def test_a_new_transaction_recovers_leftovers_first(target):
 
 def test_second_run_on_a_locked_directory_is_refused(target):
     with DirectoryTransaction(target):
-        with pytest.raises(OutputError, match="another irsurgeon run"):
+        with pytest.raises(OutputError, match="another irsurgeon run holds"):
             with DirectoryTransaction(target):
                 pass
 
@@ -93,6 +134,124 @@ def test_lock_of_a_dead_process_is_released(target):
     proc = subprocess.run([sys.executable, "-c", code])
     assert proc.returncode == -9
     with DirectoryTransaction(target) as tx:
-        tx.stage("c.xml").write_text("c")
+        tx.stage(CONFIG).write_text("{}")
         tx.commit()
-    assert (target / "c.xml").read_text() == "c"
+    assert (target / CONFIG).read_text() == "{}"
+
+
+# --- leftovers irsurgeon cannot prove it wrote ---------------------------------------------------------------------
+
+def refused_untouched(target, outside, match: str) -> None:
+    """recover, a new transaction and verify's check all refuse; neither folder changes."""
+    before, around = snapshot(target), snapshot(outside)
+    with pytest.raises(ForeignLeftovers, match=match):
+        recover(target)
+    with pytest.raises(ForeignLeftovers, match="nothing was touched"):
+        with DirectoryTransaction(target):
+            pass
+    ok, detail = leftover_state(target)
+    assert not ok and "by hand" in detail
+    assert snapshot(target) == before and snapshot(outside) == around
+
+
+def test_staging_folder_that_is_a_link_to_a_killed_runs_leftovers_outside(target, outside):
+    """The real leftovers of a killed commit, moved outside and linked back: recovery must not follow the link."""
+    assert killed_commit(target, {LM: "new"}, 3) == -9  # journal in place, LM moved in
+    os.replace(target / STAGE_DIR, outside / "leftovers")
+    (target / STAGE_DIR).symlink_to(outside / "leftovers")
+    refused_untouched(target, outside, "a link")
+
+
+def test_staging_link_to_a_missing_folder_is_refused(target, outside):
+    (target / STAGE_DIR).symlink_to(outside / "nowhere")
+    refused_untouched(target, outside, "a link")
+
+
+@pytest.mark.parametrize("form", ["bare-list", "named-lists", "checksummed-foreign-name", "checksummed-wrong-hash"])
+def test_journal_not_written_by_a_commit_is_refused(target, outside, form):
+    """A journal shipped inside a downloaded directory: it must never delete the files it names."""
+    stage = target / STAGE_DIR
+    stage.mkdir()
+    entry = {"name": LM, "new": {"size": 3, "sha256": "0" * 64}, "old": None}
+    data = {"bare-list": json.dumps(["openvino_language_model.bin", LM]),
+            "named-lists": json.dumps({"files": ["openvino_language_model.bin"], "replaced": []}),
+            "checksummed-foreign-name": journal.encode("x", [{**entry, "name": "openvino_language_model.bin"}]),
+            "checksummed-wrong-hash": journal.encode("x", [entry])}[form]
+    (stage / JOURNAL).write_bytes(data.encode() if isinstance(data, str) else data)
+    refused_untouched(target, outside, "irsurgeon wrote" if form != "checksummed-wrong-hash" else "matches neither")
+    assert (target / "openvino_language_model.bin").exists() and (target / LM).read_text() == "old language model"
+
+
+def test_file_changed_after_a_killed_commit_stops_the_rollback(target, outside):
+    assert killed_commit(target, {LM: "new", HEAD: "head"}, 4) == -9
+    (target / HEAD).write_text("edited by the user since")
+    refused_untouched(target, outside, HEAD)
+
+
+def test_backup_that_is_not_the_original_stops_the_rollback(target, outside):
+    assert killed_commit(target, {LM: "new"}, 2) == -9  # journal in place, nothing moved yet
+    backup = target / STAGE_DIR / (LM + BACKUP_SUFFIX)
+    backup.unlink()
+    backup.write_text("old language model")  # same bytes, but not the file the journal recorded
+    refused_untouched(target, outside, LM)
+
+
+@pytest.mark.parametrize("entry", ["unknown-name", "subfolder", "link"])
+def test_staging_folder_holding_what_irsurgeon_never_writes_is_refused(target, outside, entry):
+    stage = target / STAGE_DIR
+    stage.mkdir()
+    if entry == "unknown-name":
+        (stage / "notes.txt").write_text("mine")
+    elif entry == "subfolder":
+        (stage / HEAD).mkdir()
+    else:
+        (stage / HEAD).symlink_to(outside / "precious.txt")
+    refused_untouched(target, outside, "not a file irsurgeon writes")
+
+
+# --- folders swapped for links while a transaction runs ------------------------------------------------------------
+
+def test_staging_folder_swapped_for_a_link_mid_run_redirects_nothing(target, outside):
+    around = snapshot(outside)
+    with DirectoryTransaction(target) as tx:
+        os.replace(target / STAGE_DIR, target / "moved-away")
+        (target / STAGE_DIR).symlink_to(outside)
+        tx.stage(LM).write_text("new")
+        tx.stage(HEAD).write_text("head")
+        tx.commit()
+    assert snapshot(outside) == around
+    assert (target / LM).read_text() == "new" and (target / HEAD).read_text() == "head"
+    assert list((target / "moved-away").iterdir()) == []  # emptied through its descriptor; the link left alone
+    assert (target / STAGE_DIR).is_symlink()
+
+
+def test_target_swapped_for_a_link_mid_run_redirects_nothing(target, outside):
+    around = snapshot(outside)
+    real = target.parent / "real-target"
+    with DirectoryTransaction(target) as tx:
+        os.replace(target, real)
+        target.symlink_to(outside)
+        tx.stage(LM).write_text("new")
+        tx.commit()
+    assert snapshot(outside) == around
+    assert (real / LM).read_text() == "new" and not (real / STAGE_DIR).exists()
+
+
+def test_a_linked_original_is_replaced_never_written_through_and_restored_as_the_link(target, outside):
+    """target/LM links to a file outside: the commit replaces the link (the outside file keeps its bytes), and a
+    rollback puts the very link back (its backup is a hard link of the link itself)."""
+    os.replace(target / LM, outside / "lm.xml")
+    (target / LM).symlink_to(outside / "lm.xml")
+    before, around = snapshot(target), snapshot(outside)
+    assert killed_commit(target, {LM: "new", HEAD: "head"}, 4) == -9
+    assert snapshot(outside) == around and (target / LM).read_text() == "new" and not (target / LM).is_symlink()
+    recover(target)
+    assert snapshot(target) == before and snapshot(outside) == around and (target / LM).is_symlink()
+
+
+def test_forged_commit_mark_is_refused_like_a_forged_journal(target, outside):
+    """`committed` is the journal renamed; a garbled one would let recovery clear backups it cannot vouch for."""
+    (target / STAGE_DIR).mkdir()
+    (target / STAGE_DIR / "committed").write_text("[]")
+    (target / STAGE_DIR / (LM + BACKUP_SUFFIX)).write_text("someone's only copy")
+    refused_untouched(target, outside, "committed: not a journal irsurgeon wrote")

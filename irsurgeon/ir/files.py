@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from irsurgeon import limits
-from irsurgeon.errors import IRError, OutputError
+from irsurgeon.errors import IRError, OutputError, cause
 from irsurgeon.ir import xmlsafe
 
 LANGUAGE_MODEL = "openvino_language_model.xml"
@@ -81,8 +81,7 @@ def _read(ov, xml: Path, bin_path: Path):
             return ov.Core().read_model(str(xml), str(bin_path))
         return ov.Core().read_model(str(xml))
     except RuntimeError as e:
-        detail = [ln for ln in str(e).splitlines() if ln.strip()]
-        raise IRError(f"{xml}: OpenVINO cannot read it: {detail[-1] if detail else e}") from None
+        raise IRError(f"{xml}: OpenVINO cannot read it: {cause(e)}") from None
     except UnicodeDecodeError:  # OpenVINO's message quoted bytes of the file that are not UTF-8
         raise IRError(f"{xml}: OpenVINO cannot read it (it reports bytes that are not UTF-8)") from None
 

@@ -13,6 +13,8 @@ import openvino.opset13 as ops
 from openvino._offline_transformations import compress_model_transformation
 
 F32 = ov.Type.f32
+F16_MAX = 65504.0  # largest finite float16
+F16_NORMAL = 2.0 ** -14  # smallest normal float16: below it, precision drops bit by bit
 
 
 class WeightFormat(str, Enum):
@@ -35,20 +37,42 @@ def const(value, dtype=np.float32, name: str | None = None) -> ov.Output:
     return node.output(0)
 
 
-def weight(array: np.ndarray, name: str, fmt: WeightFormat) -> ov.Output:
+def owned_f32(array: np.ndarray) -> np.ndarray:
+    """A contiguous float32 array openvino may share: read-only memory (a mapped file) is copied, once."""
+    data = np.ascontiguousarray(array, dtype=np.float32)
+    return data if data.flags.writeable else data.copy()
+
+
+def f16_range_note(data: np.ndarray, name: str) -> str:
+    lo, hi = (float(data.min()), float(data.max())) if data.size else (0.0, 0.0)
+    return (f"warning: tensor {name}: values in [{lo:.3g}, {hi:.3g}] do not fit f16 (largest {F16_MAX:g}, "
+            f"11-bit precision down to {F16_NORMAL:.3g}); kept as f32")
+
+
+def weight(array: np.ndarray, name: str, fmt: WeightFormat, warn=print) -> ov.Output:
     """A float weight stored as `fmt`, produced as f32.
 
     f16 goes through openvino's own compression pass on a one-constant model, so the Convert carries the
-    `decompression` mark the plugins key on to keep the weight compressed in memory.
+    `decompression` mark the plugins key on to keep the weight compressed in memory. A weight f16 cannot hold stays
+    f32, reported through `warn`: one with values beyond f16's largest (the pass would clamp them), or one the pass
+    itself keeps f32 (openvino's compress_float_constants.cpp: when at least 75% of the values are out of f16's
+    range or lose precision in it, such as weights mostly below f16's normal range).
     """
-    node = ov.op.Constant(np.ascontiguousarray(array, dtype=np.float32), shared_memory=True)  # no copy
+    data = owned_f32(array)
+    node = ov.op.Constant(data, shared_memory=True)  # no copy
     node.set_friendly_name(name)
     if fmt is WeightFormat.F32:
+        return node.output(0)
+    if data.size and max(-float(data.min()), float(data.max())) > F16_MAX:
+        warn(f16_range_note(data, name))
         return node.output(0)
     holder = ov.Model([ops.result(node)], [], "weight")
     compress_model_transformation(holder)
     out = holder.get_results()[0].input_value(0)
     out.get_tensor().set_names(set())  # drop the holder Result's counter-based name: builds stay byte-identical
+    if out.get_node().get_type_name() != "Convert":  # the pass kept the constant as it was
+        warn(f16_range_note(data, name))
+        return out
     out.get_node().set_friendly_name(f"{name}/decompress")
     out.get_node().input_value(0).get_node().set_friendly_name(name)
     return out

@@ -18,7 +18,7 @@ def config_json(kind: str, s: SynthSpec, v: VisionSpec, with_mtp: bool) -> dict:
     tc = text_config(s)
     tc.update(mtp_num_hidden_layers=1 if with_mtp else 0, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
               bos_token_id=None, hidden_act="silu", attn_output_gate=True, max_position_embeddings=4096,
-              full_attention_interval=1, attention_bias=False, dtype="bfloat16")
+              attention_bias=False, dtype="bfloat16")
     return {
         "architectures": ["Qwen3_5MoeForConditionalGeneration" if moe else "Qwen3_5ForConditionalGeneration"],
         "model_type": "qwen3_5_moe" if moe else "qwen3_5", "dtype": "bfloat16", "tie_word_embeddings": False,

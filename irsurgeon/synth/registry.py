@@ -6,7 +6,9 @@
     out/ckpt/     config.json + model.safetensors (bf16): every tensor the IRs hold, plus `mtp.*` with with_mtp
 
 The IR weights are the checkpoint's bf16 values, so the checkpoint rebuilds exactly what the IRs compute. qwen35
-kinds are bigram models by default (see checkpoint.mtp_tensors), so an MTP head built from ckpt/ gets drafts accepted.
+kinds are bigram models by default (see checkpoint.mtp_tensors), so an MTP head built from ckpt/ gets drafts accepted,
+and hybrid like Qwen3.5: by default every 4th layer full attention, the others Gated DeltaNet linear attention
+(synth.linear_attn; `layer_types` / `full_attention_interval` of the spec, `--layer-types` on the command line).
 Everything is a function of (kind, spec, seed, with_mtp, weight_format): files are byte-identical across runs.
 """
 from __future__ import annotations
@@ -23,7 +25,8 @@ from irsurgeon.build import name_anonymous_nodes
 from irsurgeon.errors import ConfigError, OutputError
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.synth import configs
-from irsurgeon.synth.checkpoint import SynthSpec, bf16_round, lm_tensors, mtp_tensors, write_tensors
+from irsurgeon.synth.checkpoint import (FULL, LINEAR, SynthSpec, bf16_round, layer_types, lm_tensors, mtp_tensors,
+                                        write_tensors)
 from irsurgeon.synth.tokenizer import SPECIAL, detokenizer_model, tokenizer_model, tokenizer_rt_info
 from irsurgeon.synth.vision import VisionSpec, merger_model, patch_embed_model, pos_embed_model, vision_tensors
 from irsurgeon.synth import target as tg
@@ -32,6 +35,8 @@ KINDS = ("qwen35", "qwen35-moe", "llama")
 WEIGHT_FORMATS = ("f32", "f16", "int4")
 MIN_VOCAB = SPECIAL + 8
 LIMITS = {"layers": 64, "hidden": 8192, "heads": 256, "kv_heads": 256, "head_dim": 1024, "vocab": 1 << 18}
+LINEAR_LIMITS = {"linear_key_heads": 256, "linear_value_heads": 256, "linear_key_head_dim": 1024,
+                 "linear_value_head_dim": 1024, "linear_conv_kernel": 16, "full_attention_interval": 64}
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ def default_spec(kind: str) -> SynthSpec:
         return SynthSpec(hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=256, layers=2,
                          partial_rotary_factor=1.0, rope_theta=10000.0, rms_norm_eps=1e-5, vlm=False)
     moe = dict(num_experts=4, top_k=2, expert_size=32, shared_expert_size=32) if kind == "qwen35-moe" else {}
-    return SynthSpec(bigram=True, **moe)
+    return SynthSpec(bigram=True, layers=4, full_attention_interval=4, **moe)  # hybrid 3:1, as Qwen3.5 ships
 
 
 def check_kind(kind: str) -> None:
@@ -71,6 +76,10 @@ def validate(kind: str, s: SynthSpec, with_mtp: bool, weight_format: str) -> Non
     if rotary < 2 or rotary % 2:
         raise ConfigError(f"--head-dim {s.head_dim} x partial rotary factor {s.partial_rotary_factor} = {rotary} "
                           f"rotary dims: expected an even number >= 2")
+    if kind != "llama":
+        validate_layer_types(s)
+    elif s.layer_types or s.full_attention_interval != 1:
+        raise ConfigError("--layer-types: --kind llama has full-attention layers only")
     if s.vocab < MIN_VOCAB:
         raise ConfigError(f"--vocab {s.vocab}: expected at least {MIN_VOCAB} ({SPECIAL} special tokens + bytes)")
     if s.num_experts and s.top_k > s.num_experts:
@@ -83,22 +92,67 @@ def validate(kind: str, s: SynthSpec, with_mtp: bool, weight_format: str) -> Non
         raise ConfigError(f"--weight-format int4 needs --hidden divisible by 16 (the group size), got {s.hidden}")
 
 
+def layer_pattern(text: str) -> dict:
+    """`--layer-types`: an interval N (every N-th layer full attention, 1: all) or a comma list of full / linear
+    (or their config spellings full_attention / linear_attention); returns SynthSpec fields."""
+    text = text.strip()
+    if text.isdigit():
+        return {"full_attention_interval": int(text), "layer_types": ()}
+    names = {"full": FULL, FULL: FULL, "linear": LINEAR, LINEAR: LINEAR}
+    items = [t.strip() for t in text.split(",")]
+    bad = [t for t in items if t not in names]
+    if bad or not text:
+        raise ConfigError(f"--layer-types {text!r}: expected an interval (a positive integer) or a comma list of "
+                          f"full / linear, got {bad[0] if bad else 'nothing'!r}")
+    return {"layer_types": tuple(names[t] for t in items)}
+
+
+def validate_layer_types(s: SynthSpec) -> None:
+    """The hybrid pattern and the linear-attention sizes of a qwen35 kind."""
+    for key, upper in LINEAR_LIMITS.items():
+        value = getattr(s, key)
+        if not 1 <= value <= upper:
+            raise ConfigError(f"{key} {value}: expected 1..{upper}")
+    if s.linear_value_heads % s.linear_key_heads:
+        raise ConfigError(f"linear value heads {s.linear_value_heads} are not a multiple of the "
+                          f"{s.linear_key_heads} linear key heads")
+    types = layer_types(s)
+    if len(types) != s.layers or not set(types) <= {FULL, LINEAR}:
+        raise ConfigError(f"--layer-types {','.join(types)}: expected {s.layers} entries, each "
+                          f"{FULL} or {LINEAR}")
+
+
 def synthesize(out_dir: str | Path, kind: str = "qwen35", spec: SynthSpec | None = None, seed: int = 0,
-               with_mtp: bool = True, weight_format: str = "f32") -> Synthesized:
-    """Write out_dir/target and out_dir/ckpt for `kind`; see the module docstring."""
+               with_mtp: bool = True, weight_format: str = "f32", wait: bool = False) -> Synthesized:
+    """Write out_dir/target and out_dir/ckpt for `kind` (see the module docstring), holding out_dir's lock."""
+    from irsurgeon.transaction import directory_lock
+
     s = spec or default_spec(kind)
     validate(kind, s, with_mtp, weight_format)
     limits.check_memory(memory_need(s, with_mtp), f"synth {kind} at hidden {s.hidden}, vocab {s.vocab}, "
                         f"{s.layers} layers", ConfigError)
     out = Path(out_dir)
-    target, ckpt = out / "target", out / "ckpt"
-    for d in (target, ckpt):
-        if d.exists() and any(d.iterdir()):
-            raise OutputError(f"{d}: exists and is not empty")
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise OutputError(f"{d}: cannot create directory: {e.strerror}") from None
+    _make_dir(out)
+    with directory_lock(out, wait):
+        target, ckpt = out / "target", out / "ckpt"
+        for d in (target, ckpt):
+            if d.is_symlink():  # written into as a new folder: a link would send the files elsewhere
+                raise OutputError(f"{d}: is a link; synth writes only into folders of its own")
+            if d.exists() and any(d.iterdir()):
+                raise OutputError(f"{d}: exists and is not empty")
+            _make_dir(d)
+        return _write(kind, s, seed, with_mtp, weight_format, target, ckpt)
+
+
+def _make_dir(d: Path) -> None:
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{d}: cannot create directory: {e.strerror}") from None
+
+
+def _write(kind: str, s: SynthSpec, seed: int, with_mtp: bool, weight_format: str, target: Path,
+           ckpt: Path) -> Synthesized:
     tensors = checkpoint_tensors(kind, s, seed, with_mtp)
     write_tensors(ckpt / "model.safetensors", tensors)
     cfg = configs.config_json(kind, s, VisionSpec(), with_mtp)
@@ -196,8 +250,9 @@ class Fixture:
 
 # The committed fixtures/synth/<name>/ directories, regenerated by scripts/make_fixtures.py.
 FIXTURES = {
-    "qwen35": Fixture("qwen35", seed=1),
-    "qwen35-moe": Fixture("qwen35-moe", seed=2, sizes=(("layers", 1), ("hidden", 32), ("heads", 2), ("kv_heads", 1))),
+    "qwen35": Fixture("qwen35", seed=1, sizes=(("layers", 2), ("full_attention_interval", 2))),
+    "qwen35-moe": Fixture("qwen35-moe", seed=2, sizes=(("layers", 2), ("hidden", 32), ("heads", 2), ("kv_heads", 1),
+                                                       ("full_attention_interval", 2))),
     "llama": Fixture("llama", seed=3, with_mtp=False,
                      sizes=(("hidden", 32), ("heads", 4), ("kv_heads", 2), ("head_dim", 8), ("intermediate", 64))),
 }

@@ -13,6 +13,9 @@ position_ids [4, B, S] (rows 1..3 = t, h, w), zero-centred gains `1 + w`; MLP Sw
 llama: plain attention, full 1-D RoPE on position_ids [B, S], gains `w`.
 Every full-attention layer keeps K and V as `ReadValue -> Gather(beam_idx) -> Concat -> Assign` (irsurgeon.ops.kv_cache)
 and attends through one 4-input ScaledDotProductAttention, the form openvino's SDPAToPagedAttention converts.
+qwen35 layers follow `checkpoint.layer_types`: a linear-attention layer is a Gated DeltaNet (synth.linear_attn) with
+two constant-size states; states are numbered per kind, as optimum numbers them (key.<j> counts full-attention
+layers, conv.<j> / ssm.<j> linear-attention layers).
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ from irsurgeon.ops import (apply_rope, attention_mask_bias, expand_kv, kv_cache,
                            sdpa, swiglu)
 from irsurgeon.ops.core import WeightFormat, const, named, weight
 from irsurgeon.ops.rope import inv_freq
-from irsurgeon.synth.checkpoint import SynthSpec, mrope_section
+from irsurgeon.synth.checkpoint import FULL, LINEAR, SynthSpec, layer_types, mrope_section
+from irsurgeon.synth.linear_attn import gated_delta_net
 
 I64 = np.int64
 
@@ -172,11 +176,13 @@ def mlp(x: ov.Output, i: int, w: Weights, s: SynthSpec, arch: Arch) -> ov.Output
     return swiglu(x, w.mat(c + "gate_proj.weight"), w.mat(c + "up_proj.weight"), w.mat(c + "down_proj.weight"), m)
 
 
-def decoder_layer(x: ov.Output, i: int, ctx: Context, w: Weights, s: SynthSpec,
+def decoder_layer(x: ov.Output, i: int, j: int, kind: str, ctx: Context, w: Weights, s: SynthSpec,
                   arch: Arch) -> tuple[ov.Output, list[ov.Node]]:
+    """Layer i, the j-th of its kind (full or linear attention): token mixer, then the MLP, each residual."""
     m, c, eps = f"{arch.module}.layers.{i}", f"{arch.ckpt}layers.{i}.", s.rms_norm_eps
     a = rms_norm(x, w.gain(c + "input_layernorm.weight"), eps, f"{m}.input_layernorm/aten::mul/Multiply_1")
-    attn, sinks = attention(a, i, i, ctx, w, s, arch)
+    mixer = gated_delta_net if kind == LINEAR else attention
+    attn, sinks = mixer(a, i, j, ctx, w, s, arch)
     x = named(ops.add(x, attn), f"{m}/aten::add/Add")
     post = rms_norm(x, w.gain(c + "post_attention_layernorm.weight"), eps,
                     f"{m}.post_attention_layernorm/aten::mul/Multiply_1")
@@ -185,9 +191,10 @@ def decoder_layer(x: ov.Output, i: int, ctx: Context, w: Weights, s: SynthSpec,
 
 def decoder(x: ov.Output, ctx: Context, w: Weights, s: SynthSpec, arch: Arch) -> tuple[ov.Output, list[ov.Node]]:
     """All layers, the final norm and the lm_head MatMul that feeds `logits` directly; returns logits and sinks."""
-    sinks = []
-    for i in range(s.layers):
-        x, layer_sinks = decoder_layer(x, i, ctx, w, s, arch)
+    sinks, seen = [], {FULL: 0, LINEAR: 0}
+    for i, kind in enumerate(layer_types(s) if arch.qwen else [FULL] * s.layers):
+        x, layer_sinks = decoder_layer(x, i, seen[kind], kind, ctx, w, s, arch)
+        seen[kind] += 1
         sinks += layer_sinks
     x = rms_norm(x, w.gain(arch.ckpt + "norm.weight"), s.rms_norm_eps, f"{arch.module}.norm/aten::mul/Multiply_1")
     return linear(x, w.mat("lm_head.weight"), arch.lm_head), sinks

@@ -3,7 +3,8 @@
 A checkpoint is a directory with `config.json` and either `model.safetensors` or a sharded
 `model.safetensors.index.json` (`{"weight_map": {tensor: shard file}}`), or a single `.safetensors` file with a
 separately given config. Shard names from an index are untrusted: they must be plain file names inside the
-checkpoint directory, and a shard that is a link must stay inside it (or inside the Hugging Face cache's blobs).
+checkpoint directory, and a shard that is a link must resolve inside it, or into the Hugging Face cache the
+checkpoint is a snapshot of (its repo's blobs folder, or the cache's shared blob store), never anywhere else.
 """
 from __future__ import annotations
 
@@ -23,21 +24,42 @@ CONFIG_FILE = "config.json"
 def _shard_path(root: Path, shard: object, index: Path) -> Path:
     if not isinstance(shard, str) or not shard or "/" in shard or "\\" in shard or shard in (".", ".."):
         raise CheckpointError(f"{index}: shard name {shard!r} is not a plain file name in the checkpoint directory")
-    path = root / shard
-    if path.is_symlink() and not any(r in path.resolve().parents for r in _link_roots(root)):
-        raise CheckpointError(f"{index}: shard {shard!r} is a link pointing outside the checkpoint directory")
+    path = _inside(root, shard, index, f"shard {shard!r}")
     if path.suffix != ".safetensors":
         raise CheckpointError(f"{index}: shard {shard!r} is not a .safetensors file (only safetensors are read)")
     return path
 
 
+def _inside(root: Path, name: str, where: Path, what: str) -> Path:
+    """root/name, refused when it resolves outside the checkpoint directory and its real Hugging Face cache."""
+    path = root / name
+    real, roots = path.resolve(), _link_roots(root)  # the resolved path counts, not the spelling
+    if not (roots[0] in real.parents or real.parent in roots[1:2] or real.parent.parent in roots[2:]):
+        raise CheckpointError(f"{where}: {what} is a link pointing outside the checkpoint directory (to {real})")
+    return path
+
+
 def _link_roots(root: Path) -> list[Path]:
-    """Where a shard link may point: the checkpoint directory, and for a Hugging Face cache snapshot
-    (`models--<org>--<name>/snapshots/<rev>`, whose files all link to `../../blobs/<hash>`) that repo's blobs."""
-    roots = [root.resolve()]
-    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
-        roots.append((root.parent.parent / "blobs").resolve())
-    return roots
+    """Where a shard may resolve to: [checkpoint directory (any depth), then for a Hugging Face cache snapshot
+    that repo's blobs folder (direct children), then the cache-wide shared blob store (<xx>/<hash> entries)].
+
+    A folder counts only as the real one of its resolved path, never a link. huggingface_hub 2.4.0:
+    file_download.py (_create_symlink, hf_hub_download) lays a repo out as `models--<org>--<name>/blobs/<etag>` with
+    each `snapshots/<revision>/<file>` a relative link to `../../blobs/<etag>`; utils/_shared_blobs.py may turn a
+    `blobs/<etag>` into a link to `<cache>/blobs/<hash[:2]>/<hash>`, a store it marks with the regular file
+    `.huggingface-shared-blobs` holding "1\n".
+    """
+    home = root.resolve()
+    repo = home.parent.parent
+    if home.parent.name != "snapshots" or not repo.name.startswith("models--") or not _real_dir(repo / "blobs"):
+        return [home]
+    store, marker = repo.parent / "blobs", repo.parent / "blobs" / ".huggingface-shared-blobs"
+    shared = _real_dir(store) and marker.is_file() and not marker.is_symlink() and marker.read_bytes() == b"1\n"
+    return [home, repo / "blobs", *([store] if shared else [])]
+
+
+def _real_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
 
 
 class Checkpoint:
@@ -55,20 +77,20 @@ class Checkpoint:
         if path.is_file():
             if path.suffix != ".safetensors":
                 raise CheckpointError(f"{path}: expected a .safetensors file or a checkpoint directory")
-            cfg = Path(config) if config else path.parent / CONFIG_FILE
+            cfg = Path(config) if config else _inside(path.parent, CONFIG_FILE, path.parent, CONFIG_FILE)
             ckpt = cls({}, cfg, path.parent)
             ckpt._index_single(path)
             return ckpt
         if not path.is_dir():
             raise CheckpointError(f"{path}: no such checkpoint file or directory")
-        cfg = Path(config) if config else path / CONFIG_FILE
+        cfg = Path(config) if config else _inside(path, CONFIG_FILE, path, CONFIG_FILE)  # --config: the user's
         index = path / INDEX_FILE
         if index.exists():  # exists, not is_file: a FIFO or device there is refused by name when read
-            return cls(cls._read_index(index, path), cfg, path)
+            return cls(cls._read_index(_inside(path, INDEX_FILE, path, INDEX_FILE), path), cfg, path)
         single = path / SINGLE_FILE
         if single.exists():
             ckpt = cls({}, cfg, path)
-            ckpt._index_single(single)
+            ckpt._index_single(_shard_path(path, SINGLE_FILE, path))  # the same link rule as an index's shards
             return ckpt
         raise CheckpointError(f"{path}: neither {SINGLE_FILE} nor {INDEX_FILE} found (only safetensors are read)")
 

@@ -5,9 +5,7 @@ Stored layouts of the routed experts (E experts, I = moe_intermediate_size, H = 
     fused       experts.gate_up_proj [E, 2I, H] (gate rows first), experts.down_proj [E, H, I]
     per_expert  experts.<e>.gate_proj.weight [I, H], experts.<e>.up_proj.weight [I, H],
                 experts.<e>.down_proj.weight [H, I]                                      for e = 0 .. E-1
-Any float tensor may instead be FP8 (`float8_e4m3fn`) with a companion `<name>_scale_inv` holding one scale per
-b0 x b1 block (`quantization_config.weight_block_size`, 128 x 128 in the official FP8 releases):
-    W[..., i, j] = fp8(W)[..., i, j] * scale_inv[..., i // b0, j // b1]
+Any matrix may instead be FP8 block-scaled (`fp8.py`, read through `spec.read_tensor` as in the dense head).
 The loaded (canonical) layout stacks each projection over the experts, the form the graph consumes:
     experts.gate_proj.weight [E, I, H], experts.up_proj.weight [E, I, H], experts.down_proj.weight [E, H, I]
 plus the router `gate.weight [E, H]`, the shared expert and its `shared_expert_gate.weight [1, H]`.
@@ -19,18 +17,15 @@ from typing import Callable
 
 import numpy as np
 
-from irsurgeon.config import MTPConfig, read_json, text_section
-from irsurgeon.errors import CheckpointError, ConfigError
+from irsurgeon.config import MTPConfig
+from irsurgeon.errors import CheckpointError
 from irsurgeon.weights.checkpoint import Checkpoint
-from irsurgeon.weights.spec import (LAYER, MTP_PREFIX, LazyWeights, _common_shapes, check_dtype, check_tensor_set,
-                                    finite, transform)
+from irsurgeon.weights.spec import (LAYER, MTP_PREFIX, LazyWeights, _common_shapes, check_dtypes, check_tensor_set,
+                                    inspect_stored, read_tensor)
 
 MLP = f"{LAYER}mlp."
 EXPERTS = f"{MLP}experts."
 PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
-SCALE_SUFFIX = "_scale_inv"
-FP8_DTYPE = "F8_E4M3"
-DEFAULT_BLOCK = (128, 128)
 PER_EXPERT = re.compile(re.escape(EXPERTS) + r"(\d+)\.(\w+)\.weight$")
 
 
@@ -107,73 +102,17 @@ def _check_expert_indices(per_expert: list[str], cfg: MTPConfig, root: object) -
                                       + ("" if e in found else " (the whole expert is absent)"))
 
 
-def block_size(ckpt: Checkpoint) -> tuple[int, int]:
-    """FP8 block size from config.json `quantization_config.weight_block_size`, else 128 x 128."""
-    try:
-        cfg = read_json(ckpt.config_path)
-    except ConfigError as e:
-        raise CheckpointError(str(e)) from None
-    qc = cfg.get("quantization_config") or text_section(cfg).get("quantization_config") or {}
-    block = qc.get("weight_block_size", list(DEFAULT_BLOCK)) if isinstance(qc, dict) else list(DEFAULT_BLOCK)
-    if not (isinstance(block, list) and len(block) == 2
-            and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
-        raise CheckpointError(f"{ckpt.config_path}: quantization_config.weight_block_size must be two positive "
-                              f"integers, found {block!r}")
-    return block[0], block[1]
-
-
-def dequantize_blocks(values: np.ndarray, scale_inv: np.ndarray, block: tuple[int, int], name: str) -> np.ndarray:
-    """values [..., O, I] * scale_inv [..., ceil(O/b0), ceil(I/b1)] broadcast over b0 x b1 blocks."""
-    *lead, rows, cols = values.shape
-    want = (*lead, -(-rows // block[0]), -(-cols // block[1]))
-    if scale_inv.shape != want:
-        raise CheckpointError(f"tensor {MTP_PREFIX}{name}{SCALE_SUFFIX}: expected shape {list(want)} for "
-                              f"{list(values.shape)} in {block[0]}x{block[1]} blocks, found {list(scale_inv.shape)}")
-    full = np.repeat(np.repeat(scale_inv.astype(np.float32), block[0], axis=-2), block[1], axis=-1)
-    return values * full[..., :rows, :cols]
-
-
-def split_scales(names: set[str], ckpt: Checkpoint) -> tuple[set[str], set[str]]:
-    """(weights, names that carry an FP8 scale); every FP8 tensor needs its scale and every scale its FP8 tensor."""
-    scales = {n for n in names if n.endswith(SCALE_SUFFIX)}
-    weights = names - scales
-    for s in sorted(scales):
-        base = s[: -len(SCALE_SUFFIX)]
-        if base not in weights or ckpt.info(MTP_PREFIX + base).dtype != FP8_DTYPE:
-            raise CheckpointError(f"tensor {MTP_PREFIX}{s}: block scale without a {FP8_DTYPE} tensor "
-                                  f"{MTP_PREFIX}{base} to scale")
-    for w in sorted(weights):
-        if ckpt.info(MTP_PREFIX + w).dtype == FP8_DTYPE and w + SCALE_SUFFIX not in scales:
-            raise CheckpointError(f"tensor {MTP_PREFIX}{w}: stored as {FP8_DTYPE} but "
-                                  f"{MTP_PREFIX}{w}{SCALE_SUFFIX} (its block scales) is missing")
-    return weights, {s[: -len(SCALE_SUFFIX)] for s in scales}
-
-
-def read_tensor(ckpt: Checkpoint, name: str, scaled: set[str], block: tuple[int, int] | None,
-                allow_nonfinite: bool = False, warn=print) -> np.ndarray:
-    """One tensor as float32: FP8 dequantized by its block scales, the table's transforms applied, finite."""
-    w = np.asarray(ckpt.get(MTP_PREFIX + name), dtype=np.float32)
-    if name in scaled:
-        w = dequantize_blocks(w, np.asarray(ckpt.get(MTP_PREFIX + name + SCALE_SUFFIX)), block, name)
-    return finite(MTP_PREFIX + name, transform(name, w), allow_nonfinite, warn)
-
-
 def load_moe_weights(ckpt: Checkpoint, cfg: MTPConfig, allow_nonfinite: bool = False,
                      warn=print) -> LazyWeights:
     """All `mtp.*` tensors of a MoE head as float32 (decoded when read), in the canonical layout of `moe_shapes`."""
-    names = {n[len(MTP_PREFIX):] for n in ckpt.names(MTP_PREFIX)}
-    if not names:
-        raise CheckpointError(f"{ckpt.root}: no '{MTP_PREFIX}*' tensors: this checkpoint carries no MTP head")
-    names, scaled = split_scales(names, ckpt)
-    layout = detect_layout(names, cfg, ckpt.root)
+    stored = inspect_stored(ckpt)
+    layout = detect_layout(stored.names, cfg, ckpt.root)
     expected = stored_shapes(cfg, layout)
-    check_tensor_set(ckpt, expected, names, f"{layout} expert layout")
-    for name in expected:
-        check_dtype(ckpt, MTP_PREFIX + name, cfg)
-    block = block_size(ckpt) if scaled else None
+    check_tensor_set(ckpt, expected, stored.names, f"{layout} expert layout")
+    check_dtypes(ckpt, expected, stored, cfg, warn)
 
     def read(name: str) -> Callable[[], np.ndarray]:
-        return lambda: read_tensor(ckpt, name, scaled, block, allow_nonfinite, warn)
+        return lambda: read_tensor(ckpt, name, stored, allow_nonfinite, warn)
 
     readers = {n: read(n) for n in expected if not n.startswith(EXPERTS)}
     if layout == "fused":
@@ -181,7 +120,7 @@ def load_moe_weights(ckpt: Checkpoint, cfg: MTPConfig, allow_nonfinite: bool = F
         readers[f"{EXPERTS}gate_proj.weight"] = lambda: np.ascontiguousarray(gate_up()[:, :I])
         readers[f"{EXPERTS}up_proj.weight"] = lambda: np.ascontiguousarray(gate_up()[:, I:])
         readers[f"{EXPERTS}down_proj.weight"] = read(f"{EXPERTS}down_proj")
-        return LazyWeights(readers)
+        return LazyWeights(readers, warn)
 
     def stacked(p: str, shape: tuple[int, int]) -> Callable[[], np.ndarray]:
         def make() -> np.ndarray:
@@ -192,4 +131,4 @@ def load_moe_weights(ckpt: Checkpoint, cfg: MTPConfig, allow_nonfinite: bool = F
         return make
     for p, shape in expert_shapes(cfg).items():
         readers[f"{EXPERTS}{p}.weight"] = stacked(p, shape)
-    return LazyWeights(readers)
+    return LazyWeights(readers, warn)

@@ -29,6 +29,9 @@ STORAGE = {
     "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
     "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
     "U8": np.dtype("u1"), "BOOL": np.dtype("?"), "F8_E4M3": np.dtype("u1"), "F8_E5M2": np.dtype("u1"),
+    # unsigned words: packed quantized layouts (MLX stores 4-bit weights in U32), recognised so they are refused
+    # by scheme rather than as an unreadable header
+    "U16": np.dtype("<u2"), "U32": np.dtype("<u4"), "U64": np.dtype("<u8"),
 }
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
 
@@ -71,14 +74,18 @@ FP8_E5M2 = _fp8_table(5, 2, 15, e4m3fn=False)
 
 
 def decode(raw: np.ndarray, dtype: str) -> np.ndarray:
-    """Storage view -> a numpy array in a numpy dtype (bf16/fp8 become float32)."""
+    """Storage view -> a writable numpy array in a numpy dtype (bf16/fp8 become float32).
+
+    A read-only view (of a read-only mapping) is copied: openvino shares only writable memory with a Constant, and
+    the copy lets the reader drop the mapped pages at once. A writable one is returned as it is, without a copy.
+    """
     if dtype == "BF16":
         return bf16_to_f32(raw)
     if dtype == "F8_E4M3":
         return FP8_E4M3FN[raw]
     if dtype == "F8_E5M2":
         return FP8_E5M2[raw]
-    return raw
+    return raw if raw.flags.writeable else raw.copy()
 
 
 def quoted_name(name: str, limit: int = 120) -> str:

@@ -3,10 +3,15 @@
 Names are the checkpoint's own, relative to `MTP_PREFIX`; the graph's friendly names are the same paths, so this
 table is the only place a checkpoint name is spelled. The one transform: Qwen3.5 RMSNorm weights are stored
 zero-centred, so every norm gain becomes `1 + w` (done here once, never in the graph).
+
+Any float storage dtype is read as stored (transformers loads a tensor whatever float dtype it has, casting it to the
+model's), FP8 through its block scales (`fp8.py`); what cannot hold a weight (integers, bool, other quantized
+layouts, `quant.py`) is refused by name.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
@@ -14,7 +19,8 @@ import numpy as np
 from irsurgeon.config import MTPConfig
 from irsurgeon.errors import CheckpointError
 from irsurgeon.weights.checkpoint import Checkpoint
-from irsurgeon.weights.safetensors_io import FLOAT_DTYPES
+from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, check_scale, dequantize_blocks, split_scales
+from irsurgeon.weights.quant import SUPPORTED, fp8_scheme
 
 MTP_PREFIX = "mtp."
 LAYER = "layers.0."
@@ -62,7 +68,7 @@ TRANSFORMS: list[tuple[Callable[[str], bool], Callable[[np.ndarray], np.ndarray]
 
 def check_tensor_set(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], present: set[str] | None = None,
                      context: str = "") -> None:
-    """Missing, extra, mis-shaped and non-float `mtp.*` tensors are errors naming the tensor and both shapes.
+    """Missing, extra and mis-shaped `mtp.*` tensors are errors naming the tensor and both shapes.
 
     present: the stored names (relative to `mtp.`) to check, by default all of them; context: a note for messages.
     """
@@ -86,21 +92,52 @@ def check_tensor_set(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], pre
         if info.shape != shape:
             raise CheckpointError(f"tensor {MTP_PREFIX}{name}: expected shape {list(shape)} from the config, "
                                   f"found {list(info.shape)} in {ckpt.shard_of[MTP_PREFIX + name].name}")
-        if info.dtype not in FLOAT_DTYPES:
-            raise CheckpointError(f"tensor {MTP_PREFIX}{name}: expected a floating-point dtype, found {info.dtype}")
 
 
 # config.json dtype -> the safetensors dtype a checkpoint that declares it stores
 DECLARED = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "float64": "F64"}
+WEIGHT_DTYPES = ("F64", "F32", "F16", "BF16")  # read as stored; F8_E4M3 only with its block scales
 
 
-def check_dtype(ckpt: Checkpoint, name: str, cfg: MTPConfig) -> None:
-    """A tensor must be stored in the dtype config.json declares (quantized releases excepted)."""
-    stored = ckpt.info(name).dtype
+@dataclass(frozen=True)
+class Stored:
+    """What a checkpoint's `mtp.*` tensors are: weight names (relative to `mtp.`, scales split off), which of them
+    are FP8 with block scales, and the FP8 scheme of its quantization_config."""
+
+    names: set[str]
+    scaled: set[str]
+    scheme: FP8Scheme
+
+
+def inspect_stored(ckpt: Checkpoint) -> Stored:
+    """Refuse foreign quantized layouts, pair FP8 tensors with their scales and check the scales' shapes."""
+    full = ckpt.names(MTP_PREFIX)
+    if not full:
+        raise CheckpointError(f"{ckpt.root}: no '{MTP_PREFIX}*' tensors: this checkpoint carries no MTP head")
+    scheme = fp8_scheme(ckpt, full)
+    weights, scaled = split_scales(set(full), lambda n: ckpt.info(n).dtype, scheme)
+    for name in sorted(scaled):
+        check_scale(name, ckpt.info(name).shape, ckpt.info(name + SCALE_SUFFIX).shape, scheme.block)
+    cut = len(MTP_PREFIX)
+    return Stored({n[cut:] for n in weights}, {n[cut:] for n in scaled}, scheme)
+
+
+def check_dtypes(ckpt: Checkpoint, names, stored: Stored, cfg: MTPConfig, warn) -> None:
+    """Every tensor must hold floats; one stored in another float dtype than config.json's is noted, not refused."""
     want = DECLARED.get(cfg.dtype or "")
-    if want and stored != want and not cfg.quantized:
-        raise CheckpointError(f"tensor {name}: stored as {stored}, but {cfg.source} declares dtype {cfg.dtype} "
-                              f"({want})")
+    other: dict[str, list[str]] = {}
+    for name in sorted(names):
+        if name in stored.scaled:
+            continue
+        dtype = ckpt.info(MTP_PREFIX + name).dtype
+        if dtype not in WEIGHT_DTYPES:
+            raise CheckpointError(f"tensor {MTP_PREFIX}{name}: stored as {dtype}, which cannot hold a float weight; "
+                                  f"{SUPPORTED}")
+        if want and dtype != want:
+            other.setdefault(dtype, []).append(MTP_PREFIX + name)
+    for dtype, found in sorted(other.items()):
+        more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+        warn(f"note: {found[0]}{more} stored as {dtype}, not the {cfg.dtype} {cfg.source} declares; read as stored")
 
 
 def finite(name: str, w: np.ndarray, allow_nonfinite: bool, warn) -> np.ndarray:
@@ -129,8 +166,9 @@ class LazyWeights(Mapping):
     besides what the model keeps; the checkpoint must stay open until the model is built.
     """
 
-    def __init__(self, readers: dict[str, Callable[[], np.ndarray]]):
+    def __init__(self, readers: dict[str, Callable[[], np.ndarray]], warn=print):
         self.readers = readers
+        self.warn = warn  # where loading reports, and building after it (a weight kept f32, ...)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.readers[name]()
@@ -142,14 +180,23 @@ class LazyWeights(Mapping):
         return len(self.readers)
 
 
+def read_tensor(ckpt: Checkpoint, name: str, stored: Stored, allow_nonfinite: bool = False,
+                warn=print) -> np.ndarray:
+    """One tensor as float32: FP8 dequantized by its block scales, the table's transforms applied, finite."""
+    w = np.asarray(ckpt.get(MTP_PREFIX + name), dtype=np.float32)
+    if name in stored.scaled:
+        scale = ckpt.get(MTP_PREFIX + name + SCALE_SUFFIX)
+        w = dequantize_blocks(w, scale, stored.scheme.block, MTP_PREFIX + name)
+    return finite(MTP_PREFIX + name, transform(name, w), allow_nonfinite, warn)
+
+
 def load_weights(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], cfg: MTPConfig,
                  allow_nonfinite: bool = False, warn=print) -> LazyWeights:
     """Check the tensor set and dtypes now; decode each tensor (float32, transforms applied, finite) when read."""
-    check_tensor_set(ckpt, expected)
-    for name in expected:
-        check_dtype(ckpt, MTP_PREFIX + name, cfg)
+    stored = inspect_stored(ckpt)
+    check_tensor_set(ckpt, expected, stored.names)
+    check_dtypes(ckpt, expected, stored, cfg, warn)
 
     def reader(name: str) -> Callable[[], np.ndarray]:
-        return lambda: finite(MTP_PREFIX + name, transform(name, np.asarray(ckpt.get(MTP_PREFIX + name), np.float32)),
-                              allow_nonfinite, warn)
-    return LazyWeights({name: reader(name) for name in expected})
+        return lambda: read_tensor(ckpt, name, stored, allow_nonfinite, warn)
+    return LazyWeights({name: reader(name) for name in expected}, warn)

@@ -1,1 +1,1 @@
-"""Helpers shared by test modules and scripts/ (never imported from one test module into another)."""
+"""Helpers shared by test modules (importable as `helpers.*`: conftest.py puts tests/ on sys.path); not tests themselves."""

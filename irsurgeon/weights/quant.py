@@ -1,0 +1,99 @@
+"""Which quantized layout, if any, the `mtp.*` tensors use: FP8 block-scaled is read, every other one is refused.
+
+Evidence comes from the tensor names (each scheme adds its own companions to a linear layer's `weight`) and from
+config.json's `quantization_config` (`quant_method`; MLX writes `group_size`/`bits` and no `quant_method`):
+
+    scheme               tensors beside (or instead of) `<module>.weight`               quant_method
+    FP8 block-scaled     weight (F8_E4M3) + weight_scale_inv                            fp8
+    compressed-tensors   weight_packed, weight_scale, weight_zero_point, weight_shape   compressed-tensors
+    GPTQ / AWQ           qweight, qzeros, scales, g_idx                                 gptq, awq
+    MLX                  weight (U32, packed) + scales, biases                          (none; group_size, bits)
+    bitsandbytes         weight.absmax, weight.quant_map, weight.quant_state.*, SCB     bitsandbytes
+
+A config that names a foreign scheme while the head's tensors are plain floats builds: quantizers commonly leave
+the MTP head unquantized, and the tensors are what is read.
+"""
+from __future__ import annotations
+
+from irsurgeon.config import read_json, text_section
+from irsurgeon.errors import CheckpointError, ConfigError
+from irsurgeon.weights.checkpoint import Checkpoint
+from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, parse_scheme
+from irsurgeon.weights.safetensors_io import FLOAT_DTYPES
+
+SUPPORTED = "supported: bf16, f16, f32, and FP8 e4m3 with block scales (quant_method 'fp8', weight_scale_inv)"
+
+# (scheme, leaf names that only it writes), checked in order: GPTQ/AWQ before MLX, as both write `scales`
+SIGNATURES = [
+    ("compressed-tensors", ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape",
+                            "weight_global_scale", "input_global_scale")),
+    ("GPTQ/AWQ", ("qweight", "qzeros", "g_idx")),
+    ("MLX", ("scales", "biases")),
+    ("bitsandbytes", ("absmax", "quant_map", "quant_state", "SCB", "weight_format", "nested_absmax",
+                      "nested_quant_map")),
+]
+
+
+def quantization_config(ckpt: Checkpoint) -> dict | None:
+    """config.json's quantization_config (top level or text_config); MLX's `quantization` when that is all."""
+    try:
+        cfg = read_json(ckpt.config_path)
+    except ConfigError as e:
+        raise CheckpointError(str(e)) from None
+    for section in (cfg, text_section(cfg)):
+        for key in ("quantization_config", "quantization"):
+            if isinstance(section.get(key), dict):
+                return section[key]
+    return None
+
+
+def config_scheme(qc: dict | None) -> str | None:
+    """The scheme a quantization_config names: its quant_method, or 'MLX' for MLX's group_size/bits form."""
+    if not qc:
+        return None
+    method = qc.get("quant_method")
+    if isinstance(method, str):
+        return method
+    if "group_size" in qc and "bits" in qc:
+        return "MLX"
+    return None
+
+
+def tensor_scheme(names: list[str]) -> tuple[str, str] | None:
+    """(scheme, the tensor that shows it) from the stored names, or None when they are a float/FP8 layout."""
+    for scheme, leaves in SIGNATURES:
+        for name in names:
+            if set(name.split(".")[-2:]) & set(leaves):  # two parts: bitsandbytes writes `weight.absmax`, ...
+                return scheme, name
+    return None
+
+
+def plain(name: str, dtype: str) -> bool:
+    """A name and dtype a float or FP8 block-scaled head uses (fused experts are stored without `.weight`)."""
+    return dtype in FLOAT_DTYPES and name.endswith((".weight", SCALE_SUFFIX, ".experts.gate_up_proj",
+                                                    ".experts.down_proj"))
+
+
+def describe(qc: dict) -> str:
+    """A short description of a foreign quantization_config: its method and bit width / group size if given."""
+    bits = qc.get("bits", qc.get("num_bits", qc.get("w_bit")))
+    group = qc.get("group_size", qc.get("q_group_size"))
+    extra = ", ".join(f"{k} {v}" for k, v in (("bits", bits), ("group_size", group), ("mode", qc.get("mode")))
+                      if v is not None)
+    return f" ({extra})" if extra else ""
+
+
+def fp8_scheme(ckpt: Checkpoint, names: list[str]) -> FP8Scheme:
+    """The FP8 scheme to read `names` (full `mtp.*` names) with; any other quantized layout is refused, by name."""
+    qc = quantization_config(ckpt)
+    named = config_scheme(qc)
+    found = tensor_scheme(names)
+    if found is None and named not in (None, "fp8"):  # a scheme without a known signature: any odd tensor shows it
+        found = next(((named, n) for n in names if not plain(n, ckpt.info(n).dtype)), None)
+    if found:
+        scheme = named if named and named != "fp8" else found[0]
+        raise CheckpointError(f"{ckpt.root}: the MTP head is quantized as {scheme}{describe(qc or {})} "
+                              f"(tensor {found[1]}); {SUPPORTED}")
+    if named == "fp8":
+        return parse_scheme(qc, ckpt.config_path)
+    return FP8Scheme()

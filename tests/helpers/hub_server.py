@@ -1,0 +1,233 @@
+"""A Hugging Face Hub look-alike on 127.0.0.1, just enough for huggingface_hub 2.4.0's hf_hub_download and ranges.
+
+What hf_hub_download needs (huggingface_hub 2.4.0 file_download.py, get_hf_file_metadata and
+_get_metadata_or_catch_error): `HEAD /{repo}/resolve/{revision}/{file}` answering `X-Repo-Commit` and `ETag`
+(or `X-Linked-Etag`) and the size (`X-Linked-Size` or `Content-Length`); a redirect to another host stops the HEAD
+there and the GET goes to its `Location`. Errors carry `X-Error-Code` (utils/_http.py hf_raise_for_status):
+RepoNotFound (401, as the hub answers for an unknown or private repo), RevisionNotFound, EntryNotFound (404).
+
+    hub = HubServer({"acme/tiny": {"main": Revision(files), "v2": Revision(other)}}, private={"acme/tiny": "tok"})
+    with hub: ... HF_ENDPOINT=hub.url ...; hub.log -> [(method, path, range, bytes sent)]
+
+`.safetensors` files are redirected to a second port (another origin, like the hub's CDN), which serves `Range`.
+Both servers run in daemon threads and stop on `__exit__` or, at the latest, after `lifetime` seconds.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+@dataclass
+class Revision:
+    files: dict[str, Path]
+    commit: str = ""
+
+    def __post_init__(self):
+        if not self.commit:
+            digest = hashlib.sha1()
+            for name in sorted(self.files):
+                digest.update(name.encode() + hashlib.sha256(self.files[name].read_bytes()).digest())
+            self.commit = digest.hexdigest()
+
+
+@dataclass
+class Faults:
+    die_mid_file: str | None = None  # file name: send half of it, then stop both servers
+    slow_file: str | None = None  # file name: pause `pause` seconds after its first half (a slow, legit download)
+    pause: float = 0.0
+
+
+@dataclass
+class HubServer:
+    repos: dict[str, dict[str, Revision]]
+    private: dict[str, str] = field(default_factory=dict)  # repo -> the token it needs
+    faults: Faults = field(default_factory=Faults)
+    lifetime: float = 120.0
+
+    def __post_init__(self):
+        self.log: list[tuple[str, str, str | None, int]] = []
+        self.blobs: dict[str, Path] = {}
+        self._sums: dict[Path, str] = {}
+        self._lock = threading.Lock()
+        self._servers = [ThreadingHTTPServer(("127.0.0.1", 0), Handler) for _ in range(2)]
+        for s in self._servers:
+            s.daemon_threads = True
+            s.hub = self
+        self.url = f"http://127.0.0.1:{self._servers[0].server_port}"
+        self.cdn = f"http://127.0.0.1:{self._servers[1].server_port}"
+
+    def __enter__(self) -> "HubServer":
+        for s in self._servers:
+            threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self._timer = threading.Timer(self.lifetime, self.stop)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._timer.cancel()
+        self.stop()
+
+    def stop(self) -> None:
+        for s in self._servers:
+            threading.Thread(target=s.shutdown, daemon=True).start()  # shutdown() blocks: not from a handler
+            s.socket.close()
+
+    def sha256(self, path: Path) -> str:
+        with self._lock:
+            if path not in self._sums:
+                self._sums[path] = hashlib.sha256(path.read_bytes()).hexdigest()
+            return self._sums[path]
+
+    def record(self, method: str, path: str, rng: str | None, sent: int) -> None:
+        with self._lock:
+            self.log.append((method, path, rng, sent))
+
+    def served(self, filename: str) -> tuple[int, int]:
+        """(requests, bytes sent) for one file name, over the resolve and the CDN paths."""
+        blobs = {sha for sha, p in self.blobs.items() if p.name == filename}
+        hits = [e for e in self.log if e[1].endswith("/" + filename) or e[1].rsplit("/", 1)[-1] in blobs]
+        return len(hits), sum(e[3] for e in hits)
+
+class Handler(BaseHTTPRequestHandler):
+    """One request of the look-alike; the HubServer it serves is `self.server.hub`."""
+
+    protocol_version = "HTTP/1.1"
+
+    @property
+    def hub(self) -> "HubServer":
+        return self.server.hub
+
+    def log_message(self, *args):  # keep test output clean; the log list records every request
+        pass
+
+    def do_HEAD(self):
+        self.answer(body=False)
+
+    def do_GET(self):
+        self.answer(body=True)
+
+    def answer(self, body: bool):
+        cdn = re.fullmatch(r"/cdn/([0-9a-f]{64})", self.path)
+        if cdn and cdn.group(1) in self.hub.blobs:
+            return self.send_file(self.hub.blobs[cdn.group(1)], body, {})
+        m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", self.path)
+        if not m:
+            return self.error(404, "EntryNotFound")
+        repo, rev, filename = m.groups()
+        revisions = self.hub.repos.get(repo)
+        token = self.hub.private.get(repo)
+        if revisions is None or (token and self.headers.get("authorization") != f"Bearer {token}"):
+            return self.error(401, "RepoNotFound")
+        found = revisions.get(rev) or next((r for r in revisions.values() if r.commit == rev), None)
+        if found is None:
+            return self.error(404, "RevisionNotFound")
+        path = found.files.get(filename)
+        if path is None:
+            return self.error(404, "EntryNotFound", found.commit)
+        sha = self.hub.sha256(path)
+        meta = {"X-Repo-Commit": found.commit}
+        if filename.endswith(".safetensors"):  # LFS-like: metadata here, bytes from the CDN origin
+            self.hub.blobs[sha] = path
+            meta.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(path.stat().st_size),
+                         "Location": f"{self.hub.cdn}/cdn/{sha}", "Content-Length": "0"})
+            self.hub.record(self.command, self.path, self.headers.get("Range"), 0)
+            return self.reply(302, meta)
+        meta["ETag"] = f'"{sha}"'
+        return self.send_file(path, body, meta)
+
+    def send_file(self, path: Path, body: bool, meta: dict):
+        size = path.stat().st_size
+        rng = self.headers.get("Range")
+        status, start, end = 200, 0, size - 1
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
+        if m:
+            start, end, status = int(m.group(1)), min(int(m.group(2) or size - 1), size - 1), 206
+            meta["Content-Range"] = f"bytes {start}-{end}/{size}"
+        with open(path, "rb") as f:  # only the bytes asked for
+            f.seek(start)
+            part = f.read(end - start + 1) if body else b""
+        meta.update({"Content-Length": str(end - start + 1), "Accept-Ranges": "bytes"})
+        if not body:
+            self.hub.record("HEAD", self.path, rng, 0)
+            return self.reply(status, meta)
+        if self.hub.faults.die_mid_file and path.name == self.hub.faults.die_mid_file:
+            self.reply(status, meta, part[: len(part) // 2])
+            self.hub.record("GET", self.path, rng, len(part) // 2)
+            self.hub.stop()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if self.hub.faults.slow_file and path.name == self.hub.faults.slow_file:
+            self.reply(status, meta, part[: len(part) // 2])
+            time.sleep(self.hub.faults.pause)
+            self.wfile.write(part[len(part) // 2:])
+        else:
+            self.reply(status, meta, part)
+        self.hub.record("GET", self.path, rng, len(part))
+
+    def error(self, status: int, code: str, commit: str | None = None):
+        self.hub.record(self.command, self.path, self.headers.get("Range"), 0)
+        meta = {"X-Error-Code": code, "Content-Length": "0"}
+        if commit:
+            meta["X-Repo-Commit"] = commit
+        self.reply(status, meta)
+
+    def reply(self, status: int, headers: dict, payload: bytes = b""):
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if payload:
+            self.wfile.write(payload)
+            self.wfile.flush()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (connection refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Blackhole:
+    """A loopback socket that listens but never accepts or answers: connections open, requests time out."""
+
+    def __enter__(self) -> "Blackhole":
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
+
+
+def split_checkpoint(src: Path, dest: Path) -> dict[str, Path]:
+    """A single-file checkpoint re-laid as an index + 3 shards: the token embeddings alone in the first, the rest of
+    the main model in the second, `mtp.*` in the third. Returns the repo's files by name."""
+    import json
+
+    from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
+
+    dest.mkdir(parents=True)
+    st = SafetensorsFile(src / "model.safetensors")
+    names = sorted(st.tensors)
+    groups = {"model-00001-of-00003.safetensors": [n for n in names if "embed_tokens" in n],
+              "model-00003-of-00003.safetensors": [n for n in names if n.startswith("mtp.")]}
+    groups["model-00002-of-00003.safetensors"] = [n for n in names if not any(n in g for g in groups.values())]
+    for shard, members in groups.items():
+        write_safetensors(dest / shard, {n: st.raw(n) for n in members}, {n: st.tensors[n].dtype for n in members})
+    st.close()
+    index = {"metadata": {}, "weight_map": {n: shard for shard, members in groups.items() for n in members}}
+    (dest / "model.safetensors.index.json").write_text(json.dumps(index))
+    (dest / "config.json").write_bytes((src / "config.json").read_bytes())
+    return {p.name: p for p in dest.iterdir()}

@@ -1,0 +1,206 @@
+"""Repo ids against a Hub look-alike on 127.0.0.1 (tests/helpers/hub_server.py): what is fetched, how much, from
+which revision, and how each failure reads. huggingface_hub itself runs unmodified, in a subprocess per command
+(HF_ENDPOINT and HF_HOME are read when huggingface_hub is imported), with a fresh HF_HOME per test."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openvino as ov
+import pytest
+
+from dirsnap import snapshot
+from helpers.hub_server import Blackhole, Faults, HubServer, Revision, free_port, split_checkpoint
+from irsurgeon.synth import synthesize
+from irsurgeon.synth.registry import default_spec
+from irsurgeon.verify import verify_directory
+
+ROOT = Path(__file__).resolve().parents[1]
+REPO = "acme/qwen35-tiny"
+EMBED_SHARD, REST_SHARD, MTP_SHARD = (f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3))
+SPEC = default_spec("qwen35").with_(vocab=4096)  # a 512 KiB embedding table: 16 rows of it are 2 KiB
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Seeds 1 and 2 of one synthetic config: targets, and their checkpoints split into 3 shards."""
+    base = tmp_path_factory.mktemp("hub-models")
+    out = {}
+    for seed in (1, 2):
+        s = synthesize(base / f"s{seed}", "qwen35", SPEC, seed=seed)
+        out[seed] = (s.target, split_checkpoint(s.ckpt, base / f"repo{seed}"))
+    return out
+
+
+def run_cli(*args, endpoint: str, home: Path, extra_env: dict | None = None, timeout: float = 120):
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_HUB_ETAG_TIMEOUT")}
+    env.update({"HF_ENDPOINT": endpoint, "HF_HOME": str(home), "PYTHONPATH": str(ROOT),
+                "HF_HUB_DISABLE_TELEMETRY": "1", **(extra_env or {})})
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "irsurgeon.cli", *map(str, args)], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    return proc, time.perf_counter() - start
+
+
+def copy_target(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest)
+    return dest
+
+
+def error_lines(proc) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+
+
+def test_patch_from_a_repo_id_fetches_config_index_and_the_mtp_shard_only(models, tmp_path):
+    target_src, files = models[1]
+    target = copy_target(target_src, tmp_path / "t")
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        proc, _ = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf",
+                          extra_env={"TQDM_POSITION": "-1"})  # bars even without a TTY (huggingface_hub utils/tqdm.py)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    whole = [e for e in hub.log if e[0] == "GET" and e[2] is None]
+    assert len(whole) == 3  # config.json, the index, the mtp shard (from the CDN origin), each once
+    assert hub.served(MTP_SHARD)[1] == files[MTP_SHARD].stat().st_size
+    fetched = {name for name in files if hub.served(name)[1] and name != EMBED_SHARD}
+    assert fetched == {"config.json", "model.safetensors.index.json", MTP_SHARD}
+    assert REST_SHARD not in str(hub.log)
+    requests, sent = hub.served(EMBED_SHARD)
+    size = files[EMBED_SHARD].stat().st_size
+    ranged = [e for e in hub.log if e[0] == "GET" and e[2] and e[1].startswith("/cdn/")]
+    assert ranged and all(e[2].startswith("bytes=") for e in ranged)
+    # a first read of 1/64 of the shard (length + header), then 16 rows of 64 bf16 values: 10 KiB of 512 KiB
+    assert 0 < sent <= size // 64 + 16 * 64 * 2, (sent, size)
+    assert "checkpoint identity: 16 rows" in proc.stdout and "range requests" in proc.stdout
+    assert "100%|" in proc.stderr  # huggingface_hub's own progress bars for the downloads
+    assert all(c.ok for c in verify_directory(target))
+    per_file = {name: hub.served(name) for name in sorted(files)}
+    print(f"repo-id patch: {len(hub.log)} requests, {sum(e[3] for e in hub.log)} bytes served; per file "
+          f"(requests, bytes): {per_file}")
+
+
+def test_revision_selects_the_files_and_identity_tells_them_apart(models, tmp_path):
+    """main holds seed 1, v2 seed 2: the seed-2 target is refused from main and patched from --revision v2."""
+    repo = {"main": Revision(models[1][1]), "v2": Revision(models[2][1])}
+    target = copy_target(models[2][0], tmp_path / "t")
+    before = snapshot(target)
+    with HubServer({REPO: repo}) as hub:
+        wrong, _ = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
+        assert snapshot(target) == before
+        assert wrong.returncode == 1 and "does not belong" in error_lines(wrong)[0], wrong.stderr
+        assert not hub.served(MTP_SHARD)[0]  # refused before the head's shard was downloaded
+        right, _ = run_cli("patch", target, "--checkpoint", REPO, "--revision", "v2", endpoint=hub.url,
+                           home=tmp_path / "hf")
+    assert right.returncode == 0, right.stderr + right.stdout
+    head = ov.Core().read_model(target / "openvino_mtp_model.xml")
+    assert head.get_rt_info(["irsurgeon", "revision"]).astype(str) == "v2"
+    assert head.get_rt_info(["irsurgeon", "checkpoint_identity"]).astype(str).startswith("verified")
+
+
+def test_build_mtp_and_verify_take_a_repo_id(models, tmp_path):
+    target_src, files = models[1]
+    with HubServer({REPO: {"main": Revision(files)}}, private={REPO: "s3cret"}) as hub:
+        built, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "out", "--token", "s3cret",
+                           "--cache-dir", tmp_path / "cache", endpoint=hub.url, home=tmp_path / "hf")
+        verified, _ = run_cli("verify", target_src, "--checkpoint", REPO, "--token", "s3cret", endpoint=hub.url,
+                              home=tmp_path / "hf2")
+    assert built.returncode == 0, built.stderr
+    assert (tmp_path / "out" / "openvino_mtp_model.xml").is_file() and (tmp_path / "cache").is_dir()
+    assert "ok   checkpoint identity" in verified.stdout, verified.stdout + verified.stderr
+    assert not (tmp_path / "hf" / "hub").exists()  # --cache-dir, not HF_HOME, held the files
+
+
+def test_offline_after_an_online_patch_uses_the_cache(models, tmp_path):
+    target_src, files = models[1]
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        first, _ = run_cli("patch", copy_target(target_src, tmp_path / "a"), "--checkpoint", REPO,
+                           endpoint=hub.url, home=tmp_path / "hf")
+    assert first.returncode == 0, first.stderr
+    again, _ = run_cli("patch", copy_target(target_src, tmp_path / "b"), "--checkpoint", REPO, endpoint=hub.url,
+                       home=tmp_path / "hf", extra_env={"HF_HUB_OFFLINE": "1"})
+    assert again.returncode == 0, again.stderr
+    assert "not checked" in again.stdout  # the embedding shard was never cached: no range requests offline
+
+
+def test_unreachable_hub_falls_back_to_a_filled_cache(models, tmp_path):
+    """Not offline mode, just no answer: what the cache holds is used, and said so, in seconds."""
+    target_src, files = models[1]
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        first, _ = run_cli("patch", copy_target(target_src, tmp_path / "a"), "--checkpoint", REPO,
+                           endpoint=hub.url, home=tmp_path / "hf")
+    assert first.returncode == 0, first.stderr
+    again, took = run_cli("patch", copy_target(target_src, tmp_path / "b"), "--checkpoint", REPO,
+                          endpoint=hub.url, home=tmp_path / "hf")  # that server is gone: connection refused
+    assert again.returncode == 0, again.stderr
+    assert "using the local Hugging Face cache" in again.stdout and "identity not checked" in again.stdout
+    assert all(c.ok for c in verify_directory(tmp_path / "b")) and took < 15
+
+
+FAILURES = {  # case -> (server set-up, words the one error line must hold)
+    "unknown repo (401)": (lambda files: {"acme/other": {"main": Revision(files)}}, None, ["repo not found", "token"]),
+    "private, no token (401)": (lambda files: {REPO: {"main": Revision(files)}}, {REPO: "s3cret"}, ["token"]),
+    "shard missing (404)": (lambda files: {REPO: {"main": Revision({k: v for k, v in files.items()
+                                                                    if k != MTP_SHARD})}}, None,
+                            [MTP_SHARD, "not in the repo"]),
+    "unknown revision (404)": (lambda files: {REPO: {"v1": Revision(files)}}, None, ["no revision 'main'"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAILURES))
+def test_hub_http_errors_are_one_line_and_touch_nothing(models, tmp_path, case):
+    target_src, files = models[1]
+    target = copy_target(target_src, tmp_path / "t")
+    before = snapshot(target)
+    repos, private, words = FAILURES[case]
+    with HubServer(repos(files), private=private or {}) as hub:
+        proc, _ = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
+    assert proc.returncode == 1 and len(error_lines(proc)) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert all(w in error_lines(proc)[0] for w in words), proc.stderr
+    assert snapshot(target) == before
+
+
+def test_server_dying_mid_file_is_one_line_and_touches_nothing(models, tmp_path):
+    target_src, files = models[1]
+    target = copy_target(target_src, tmp_path / "t")
+    before = snapshot(target)
+    with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(die_mid_file=MTP_SHARD)) as hub:
+        proc, took = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
+    assert proc.returncode == 1 and len(error_lines(proc)) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert MTP_SHARD in error_lines(proc)[0] and "HF_HUB_OFFLINE=1" in error_lines(proc)[0]
+    assert snapshot(target) == before
+    print(f"server died mid-file: failed after {took:.1f} s")
+
+
+@pytest.mark.parametrize("kind", ["connection refused", "no answer"])
+def test_unreachable_hub_fails_fast_naming_offline_mode(models, tmp_path, kind):
+    target = copy_target(models[1][0], tmp_path / "t")
+    before = snapshot(target)
+    if kind == "connection refused":
+        proc, took = run_cli("patch", target, "--checkpoint", REPO, endpoint=f"http://127.0.0.1:{free_port()}",
+                             home=tmp_path / "hf")
+    else:  # telemetry on, as by default: huggingface_hub first spends up to 3 s on its agent-registry fetch
+        with Blackhole() as hole:
+            proc, took = run_cli("patch", target, "--checkpoint", REPO, endpoint=hole.url, home=tmp_path / "hf",
+                                 extra_env={"HF_HUB_DISABLE_TELEMETRY": "0"})
+    lines = error_lines(proc)
+    assert proc.returncode == 1 and len(lines) == 1 and proc.stderr.strip() == lines[0], proc.stderr
+    assert kind in lines[0] or "within" in lines[0]
+    assert "HF_HUB_OFFLINE=1" in lines[0]
+    assert took < 15, took  # start-up (~1 s) + registry fetch (3 s) + the 5 s probe; was 24 s of silent retries
+    assert snapshot(target) == before
+    print(f"{kind}: failed after {took:.1f} s (process start-up included)")
+
+
+@pytest.mark.slow
+def test_a_slow_download_is_not_cut_short(models, tmp_path):
+    """The mtp shard stalls for 7 s mid-body: longer than the 5 s the first HEAD may take, shorter than
+    huggingface_hub's own read timeout (HF_HUB_DOWNLOAD_TIMEOUT, 10 s): the patch completes."""
+    target_src, files = models[1]
+    target = copy_target(target_src, tmp_path / "t")
+    with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(slow_file=MTP_SHARD, pause=7.0)) as hub:
+        proc, took = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
+    assert proc.returncode == 0, proc.stderr
+    assert took > 7 and all(c.ok for c in verify_directory(target))
