@@ -240,6 +240,10 @@ def check_identity(target: str | Path, source: str | Path, root: str | Path | No
 
 def compare(got, want: np.ndarray, bound: np.ndarray, storage: str, src) -> Identity:
     """The verdict, with the largest difference and how it stands against the rounding bound."""
+    if not (np.isfinite(got.rows).all() and np.isfinite(want).all()):
+        side = "checkpoint's" if not np.isfinite(got.rows).all() else "target's"
+        return Identity(False, f"the {side} sampled rows of {got.name} hold NaN or Inf values: they cannot be "
+                               f"compared, and no trained embedding table holds them")
     ckpt = got.rows.astype(np.float64)
     allowed = (bound + np.abs(ckpt) * HALF_ULP.get(got.dtype, 0.0)) * MARGIN
     diff = np.abs(ckpt - want)

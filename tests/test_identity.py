@@ -140,3 +140,16 @@ def test_checkpoint_without_an_embedding_table_warns_and_is_recorded(tmp_path):
     assert code == 0 and "warning: checkpoint identity not checked" in out, out
     head = ov.Core().read_model(target / "openvino_mtp_model.xml")
     assert head.get_rt_info(["irsurgeon", "checkpoint_identity"]).astype(str).startswith("not checked")
+
+
+def test_a_nan_in_a_sampled_row_is_refused_by_name(seeds, tmp_path):
+    """NaN compares as neither equal nor different: it must not pass, nor be counted as '0 values differ'."""
+    ckpt = shutil.copytree(seeds[1].ckpt, tmp_path / "ckpt")
+    st = SafetensorsFile(ckpt / "model.safetensors")
+    tensors = {n: st.raw(n).copy() for n in st.tensors}
+    dtypes = {n: st.tensors[n].dtype for n in st.tensors}
+    st.close()
+    tensors[EMBED][sample_ids(tensors[EMBED].shape[0])[3], 0] = 0x7FC0  # a bf16 NaN
+    write_safetensors(ckpt / "model.safetensors", tensors, dtypes)
+    result = check_identity(seeds[1].target, ckpt)
+    assert result.ok is False and "NaN or Inf" in result.detail and "checkpoint's" in result.detail, result.detail
