@@ -13,7 +13,8 @@ embedding of P^-1(j)); the assistant reads the embedding half of its input (pre_
 table row j is the same embedding, so it drafts P(token) too, and every draft can be accepted. P fixes the special
 ids so a text prompt never reaches EOS. Writes OUT/target (export + config + synthetic byte tokenizer IRs) and
 OUT/assistant (model.safetensors + config.json as transformers 5.24.0 saves a gemma4_assistant).
-Workarounds (docs/GEMMA4_MTP.md): Gemma4TextOpenVINOConfig.MAX_TRANSFORMERS_VERSION raised, sliding_window 16.
+Two workarounds for optimum-intel 2.2.0: Gemma4TextOpenVINOConfig.MAX_TRANSFORMERS_VERSION is raised (it inherits
+"5.0"), and sliding_window is 16 (its dummy past for sliding layers is window-long, and tracing fails below 16).
 """
 from __future__ import annotations
 

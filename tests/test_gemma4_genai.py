@@ -4,7 +4,7 @@ window of 16) and draft lengths 1..4, and the predicting assistants get their dr
 (scripts/make_gemma4_pair.py, irsurgeon.synth.gemma4: a bigram target and an assistant that drafts the same bigram).
 
 The fixture's permutation fixes the special ids, so no continuation reaches EOS: genai's MTP path stops at EOS where
-plain greedy with ignore_eos does not (docs/GEMMA4_MTP.md), which would compare different things.
+plain greedy with ignore_eos does not (seen with openvino-genai 2026.4.1), which would compare different things.
 """
 from __future__ import annotations
 
