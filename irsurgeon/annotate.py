@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from irsurgeon import limits
 from irsurgeon.config import read_json, text_section
 from irsurgeon.errors import ConfigError, IRError
 from irsurgeon.ir import files, graph, xmlsafe
@@ -52,7 +53,7 @@ def annotation_json(layers: dict[int, Locator]) -> str:
 def parse_annotation(value: str, source: str = "annotation") -> dict[int, Locator]:
     """Layers of an existing annotation; IRError when it is not the documented JSON form."""
     try:
-        layers = json.loads(value)["layers"]
+        layers = limits.parse_json(value, source, IRError)["layers"]
         return {int(i): (str(v["producer"]), int(v["output_index"])) for i, v in layers.items()}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise IRError(f"{source}: {HIDDEN_STATES_LAYERS} is not {{\"layers\":{{...}}}} JSON ({e})") from None

@@ -1,6 +1,7 @@
 """The only place an MTP `ov.Model` is made and written: checkpoint -> weights -> graph -> model -> files."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -9,9 +10,9 @@ import openvino as ov
 import openvino.opset13 as ops
 
 import irsurgeon
-from irsurgeon import contract, rtinfo
+from irsurgeon import contract, limits, rtinfo
 from irsurgeon.config import MTPConfig, load_config
-from irsurgeon.errors import CheckpointError, OutputError
+from irsurgeon.errors import CheckpointError, CompressionError, OutputError, cause, with_hint
 from irsurgeon.models.qwen35_mtp import Inputs, mtp_head
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
 from irsurgeon.weights.checkpoint import Checkpoint
@@ -29,15 +30,32 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_non
              warn=print) -> tuple[MTPConfig, dict[str, np.ndarray], Checkpoint]:
     """Open a checkpoint, validate its config, and load the `mtp.*` tensors (only their shards are opened)."""
     ckpt = Checkpoint.open(checkpoint, config)
-    if ckpt.config_path is None or not ckpt.config_path.is_file():
-        raise CheckpointError(f"{checkpoint}: no config.json beside the weights; pass --config")
-    cfg = load_config(ckpt.config_path)
-    for line in cfg.warnings:
-        warn(line)
-    if cfg.is_moe:
-        from irsurgeon.weights.moe import load_moe_weights
-        return cfg, load_moe_weights(ckpt, cfg, allow_nonfinite, warn), ckpt
-    return cfg, load_weights(ckpt, expected_shapes(cfg), cfg, allow_nonfinite, warn), ckpt
+    if ckpt.config_path is None or not ckpt.config_path.exists():  # a FIFO or device is refused by its reader
+        raise with_hint(CheckpointError(f"{checkpoint}: no config.json beside the weights"), "--config",
+                        "pass --config with the checkpoint's config.json")
+    try:
+        cfg = load_config(ckpt.config_path)
+        for line in cfg.warnings:
+            warn(line)
+        if cfg.is_moe:
+            from irsurgeon.weights.moe import load_moe_weights
+            weights = load_moe_weights(ckpt, cfg, allow_nonfinite, warn)
+        else:
+            weights = load_weights(ckpt, expected_shapes(cfg), cfg, allow_nonfinite, warn)
+        # the headers now match the config; no tensor is read yet, and none is if the head cannot fit
+        limits.check_memory(memory_need(expected_shapes(cfg)), f"{checkpoint}: building its MTP head",
+                            CheckpointError)
+    except BaseException:
+        ckpt.close()
+        raise
+    return cfg, weights, ckpt
+
+
+def memory_need(shapes: dict[str, tuple[int, ...]]) -> int:
+    """A lower bound of a build's peak memory: every weight kept at 2 bytes (f16 is the smallest form a head is
+    built in; int4/int8 are compressed from it) and the largest one decoded to float32 at the same time."""
+    sizes = [math.prod(s) for s in shapes.values()]
+    return 2 * sum(sizes) + 4 * max(sizes, default=0)
 
 
 def make_parameters(cfg: MTPConfig) -> tuple[list[ov.Node], Inputs]:
@@ -55,7 +73,7 @@ def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: str | Weigh
 
     warn: where a weight kept f32 in an f16 build is reported (default: the loader's channel, else print).
     """
-    fmt = WeightFormat(fmt)
+    fmt = float_format(fmt)
     warn = warn or getattr(weights, "warn", print)
     params, inputs = make_parameters(cfg)
 
@@ -83,7 +101,7 @@ def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
     repo id (only config.json, the index and the `mtp.*` shards are fetched; `hub`: weights.hub.HubOptions)."""
     from irsurgeon.weights.hub import resolve_source
 
-    fmt = WeightFormat(weight_format)
+    fmt = float_format(weight_format)
     cfg, weights, ckpt = load_mtp(resolve_source(checkpoint, warn, hub), config, allow_nonfinite, warn)
     try:
         model = build_model(cfg, weights, fmt, warn)
@@ -92,6 +110,21 @@ def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
     rtinfo.set_provenance(model, version=irsurgeon.__version__, source=str(checkpoint), weight_format=fmt.value,
                           model_type=cfg.model_type)
     return model
+
+
+def float_format(weight_format: str | WeightFormat) -> WeightFormat:
+    """The float storage build_mtp_model writes; anything else is a CompressionError naming what it takes."""
+    try:
+        return WeightFormat(str(getattr(weight_format, "value", weight_format)).lower())
+    except ValueError:
+        choices = ", ".join(f.value for f in WeightFormat)
+        raise CompressionError(f"weight_format {weight_format!r}: build_mtp_model writes {choices} "
+                               "(int4/int8: compress the result with irsurgeon.compress.compress_model)") from None
+
+
+def existing_head(out_dir: Path) -> OutputError:
+    return with_hint(OutputError(f"{out_dir}: already holds {contract.MTP_XML}; not replaced"), "--force",
+                     "pass --force to replace it")
 
 
 def name_anonymous_nodes(model: ov.Model) -> None:
@@ -113,13 +146,14 @@ def name_anonymous_nodes(model: ov.Model) -> None:
         node.set_friendly_name(f"{kind}_{counts[kind]}")
 
 
-def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None) -> Path:
+def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:
     """Write openvino_mtp_model.xml/.bin into out_dir (created if missing) under its directory lock.
 
     The files go through the same staged transaction as `patch` (irsurgeon.transaction): written into a staging
     folder inside out_dir, then moved in under a rollback journal. Weights are written exactly as built (no implicit
     fp16 compression). On failure out_dir is as it was (a folder this call created is removed again). echo gets
-    one line per thing done to what an interrupted run left there.
+    one line per thing done to what an interrupted run left there. replace=False refuses an out_dir that holds a
+    head once what an interrupted run left there is undone.
     """
     from irsurgeon.transaction import DirectoryTransaction, shown
 
@@ -131,13 +165,15 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, ech
         raise OutputError(f"{out_dir}: cannot create output directory: {e.strerror}") from None
     try:
         with DirectoryTransaction(out_dir, wait=wait, echo=echo) as tx:
+            if not replace and os.path.lexists(out_dir / contract.MTP_XML):
+                raise existing_head(out_dir)
             tx.stage(contract.MTP_BIN)
             xml = tx.stage(contract.MTP_XML)
             name_anonymous_nodes(model)
             try:
                 ov.save_model(model, xml, compress_to_fp16=False)
             except RuntimeError as e:  # a full disk comes back as a bare iostream error
-                raise OutputError(f"{shown(xml)}: cannot write it: {str(e).splitlines()[0]}") from None
+                raise OutputError(f"{shown(xml)}: cannot write it: {cause(e)}") from None
             tx.commit()
     except BaseException:
         if created and out_dir.is_dir() and not any(out_dir.iterdir()):

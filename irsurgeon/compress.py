@@ -30,9 +30,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from irsurgeon import rtinfo
-from irsurgeon.errors import CompressionError
+from irsurgeon.errors import CompressionError, cause
 
-WEIGHT_FORMATS = ("f32", "f16", "int4", "int8", "auto")
+WEIGHT_FORMATS = ("auto", "f32", "f16", "int8", "int4")  # one order in every message and help text
 QUANTIZED_FORMATS = ("int4", "int8")
 BACKUP_PRECISIONS = ("none", "int8_sym", "int8_asym")
 KV_CACHE_PRECISIONS = ("f16", "bf16", "f32", "u8", "u4")
@@ -162,7 +162,7 @@ def compress_model(model, params: CompressionParams):
             backup_mode=nncf.BackupMode(params.backup) if params.bits == 4 else None,
             advanced_parameters=advanced if grouped else None)
     except _nncf_input_errors(nncf) as e:
-        raise CompressionError(f"nncf cannot compress the head with {params.mode}: {str(e).splitlines()[0]}") from None
+        raise CompressionError(f"nncf cannot compress the head with {params.mode}: {cause(e)}") from None
     finally:
         nncf.set_log_level(level)
     report = _report(before, weight_summary(model), params)

@@ -165,15 +165,10 @@ del D, M
 
 
 def read_json(path: Path) -> dict:
-    """Read a JSON object from path; any failure is a ConfigError naming the file."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read: {e}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    """Read a JSON object from path (bounded: irsurgeon.limits); any failure is a ConfigError naming the file."""
+    from irsurgeon import limits
+
+    data = limits.read_json(path, ConfigError)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data

@@ -1,8 +1,25 @@
-"""One exception hierarchy; the CLI prints any of these as a one-line `Error: ...` and exits non-zero."""
+"""One exception hierarchy; the CLI prints any of these as a one-line `Error: ...` and exits non-zero.
+
+`cause(e)` reduces a library exception (OpenVINO, openvino-genai, nncf) to the one line that says what went wrong,
+for every message that wraps one. `with_hint(error, option, text)` attaches advice that names a command-line
+option: the CLI appends it only when the running command has that option, so no message names a flag the user
+cannot pass.
+"""
+from __future__ import annotations
+
+import re
+
+# OpenVINO prefixes a message with where it was raised, one line per frame it passed through
+# (openvino 2026.4, src/core/include/openvino/core/except.hpp: "Exception from <file>:<line>:\n<message>"), and a
+# failed OPENVINO_ASSERT with "Check '<condition>' failed at <file>:<line>:" (src/core/src/except.cpp).
+LOCATION_LINES = (re.compile(r"^Exception from \S+:\d+:?$"), re.compile(r"^Check '.*' failed at \S+:\d+:?$"))
+STATUS_PREFIX = re.compile(r"^\[ ?[A-Z_]+ ?\]\s*")  # "[ GENERAL_ERROR ] ..." of older plugin messages
 
 
 class IRSurgeonError(Exception):
     """Base of every error irsurgeon raises on purpose."""
+
+    hint: tuple[str, str] | None = None  # (option, advice naming it); see with_hint
 
 
 class ConfigError(IRSurgeonError):
@@ -23,3 +40,21 @@ class OutputError(IRSurgeonError):
 
 class CompressionError(IRSurgeonError):
     """Weight compression options are invalid or cannot be applied to the model."""
+
+
+def cause(e: BaseException) -> str:
+    """The first informative line of an exception's text: not a location line, not assertion boilerplate, and
+    not a lead-in that ends in ':' ("While validating node ...:", "FrontEnd API failed with GeneralFailure:")
+    when a line follows it."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    told = [ln for ln in lines if not any(p.match(ln) for p in LOCATION_LINES)]
+    line = next((ln for ln in told if not ln.endswith(":")), told[0] if told else None)
+    if line is None:
+        return lines[-1] if lines else type(e).__name__
+    return STATUS_PREFIX.sub("", line) or line
+
+
+def with_hint(error: IRSurgeonError, option: str, text: str) -> IRSurgeonError:
+    """Attach advice naming `option` (e.g. "--config"), shown by a command that has that option."""
+    error.hint = (option, text)
+    return error

@@ -38,7 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from irsurgeon.errors import IRSurgeonError
+from irsurgeon import limits
+from irsurgeon.errors import IRSurgeonError, cause
 
 PROMPTS = (
     "Hello world, the quick brown fox",
@@ -59,7 +60,7 @@ MEASUREMENT_KEYS = ("label", "num_assistant_tokens", "prompts", "rounds", "gener
                     "draft_accepted", "acceptance_rate", "peak_memory_bytes", "kv_bytes_per_token_target",
                     "kv_bytes_per_token_draft")
 SPEED_KEYS = ("device", "equivalence_properties", "speed_properties", "device_defaults", "kv_precision",
-              "memory_method", "kv_method", "measurements", "best", "pays", "verdict")
+              "kv_precision_source", "memory_method", "kv_method", "measurements", "best", "pays", "verdict")
 
 
 @dataclass
@@ -71,8 +72,6 @@ class Run:
     tokens: int
     accepted: int
     draft_tokens: int
-    seconds: float
-    plain_seconds: float
 
 
 @dataclass
@@ -157,14 +156,15 @@ def _config(g, max_new_tokens: int, nat: int | None):
 
 def _pipeline(g, target: Path, device: str, props: dict, draft: bool):
     """A VLMPipeline on the paged backend, with the directory's MTP head as draft model when `draft`."""
+    limits.check_directory_files(target, IRSurgeonError)  # genai opens its files itself: a FIFO would block it
     try:
         extra = {"draft_model": g.draft_model(str(target), device, **props)} if draft else {}
         return g.VLMPipeline(str(target), device, scheduler_config=_scheduler(g, target), **extra, **props)
     except RuntimeError as e:
-        raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory: {str(e).splitlines()[0]}") from None
+        raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory on {device}: {cause(e)}") from None
 
 
-def _generate(g, pipe, prompt: str, config) -> tuple[list[int], object, float]:
+def _generate(g, pipe, prompt: str, config) -> tuple[list[int], object]:
     ids: list[int] = []
 
     class Collector(g.StreamerBase):
@@ -175,9 +175,8 @@ def _generate(g, pipe, prompt: str, config) -> tuple[list[int], object, float]:
         def end(self):
             return None
 
-    start = time.perf_counter()
     result = pipe.generate(prompt, generation_config=config, streamer=Collector())
-    return ids, result, time.perf_counter() - start
+    return ids, result
 
 
 def prompt_list(prompts: int | Sequence[str]) -> list[str]:
@@ -192,21 +191,22 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
     g = _genai()
     props = equivalence_properties(target)
     report = Report(properties=props)
+    echo(f"equivalence: loading the plain and the MTP pipeline on {device}")  # minutes for a large model
     plain, mtp = _pipeline(g, target, device, props, False), _pipeline(g, target, device, props, True)
     for i, prompt in enumerate(prompt_list(prompts)):
-        ref, _, plain_s = _generate(g, plain, prompt, _config(g, max_new_tokens, None))
+        ref, _ = _generate(g, plain, prompt, _config(g, max_new_tokens, None))
         for nat in nats:
-            ids, result, secs = _generate(g, mtp, prompt, _config(g, max_new_tokens, nat))
+            ids, result = _generate(g, mtp, prompt, _config(g, max_new_tokens, nat))
             ext = result.extended_perf_metrics
             diff = None if ids == ref else next((j for j, (a, b) in enumerate(zip(ids, ref)) if a != b),
                                                 min(len(ids), len(ref)))
             run = Run(i, nat, ids == ref, diff, len(ids), ext.get_num_accepted_tokens() if ext else 0,
-                      ext.get_num_draft_tokens() if ext else 0, secs, plain_s)
+                      ext.get_num_draft_tokens() if ext else 0)
             report.runs.append(run)
             verdict = "identical" if run.identical else f"DIFFERENT at token {diff}"
+            # no speed here: these runs are at the equivalence settings and a few tokens; run_speed measures it
             echo(f"prompt {i} num_assistant_tokens {nat}: {verdict}"
-                 f" ({run.tokens} tokens, accepted {run.accepted}/{run.draft_tokens} drafts, "
-                 f"{run.tokens / secs:.1f} tok/s vs plain {len(ref) / plain_s:.1f} tok/s)")
+                 f" ({run.tokens} tokens, accepted {run.accepted}/{run.draft_tokens} drafts)")
     return report
 
 
@@ -290,6 +290,7 @@ class SpeedReport:
     kv_method: str
     measurements: list[Measurement] = field(default_factory=list)
     speed_properties: dict = field(default_factory=dict)
+    kv_precision_source: dict = field(default_factory=dict)  # part -> where kv_precision's value comes from
 
     @property
     def best(self) -> Measurement | None:
@@ -383,19 +384,20 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     kv = kv_growth(target, defaults["KV_CACHE_PRECISION"])
     kv_target, kv_draft = kv["target"]["bytes_per_token"], kv["draft"]["bytes_per_token"]
     resettable = reset_peak_memory()
-    report = SpeedReport(device, equivalence_properties(target), defaults,
-                         {p: f"{k['precision']} ({k['precision_source']})" for p, k in kv.items()},
+    report = SpeedReport(device, equivalence_properties(target), defaults, {p: k["precision"] for p, k in kv.items()},
                          "peak RSS (VmHWM) during the configuration's runs, reset before each" if resettable else
                          "process-lifetime peak RSS (ru_maxrss): VmHWM cannot be reset here",
-                         "computed from the IRs' KV states at the runtime's KV precision, batch 1")
+                         "computed from the IRs' KV states at the runtime's KV precision, batch 1",
+                         kv_precision_source={p: k["precision_source"] for p, k in kv.items()})
     gc.collect()
-    plain = _pipeline(g, target, device, {}, False)
     echo(f"speed [1/{len(sweep) + 1}] plain greedy")
+    plain = _pipeline(g, target, device, {}, False)
     reset_peak_memory()
     report.measurements.append(_measure(plain, texts, _config(g, max_new_tokens, None), rounds,
                                         Measurement("plain", None, kv_target, 0), echo))
     del plain
     gc.collect()
+    echo("speed: loading the MTP pipeline")
     mtp = _pipeline(g, target, device, {}, True)
     for j, nat in enumerate(sweep):
         echo(f"speed [{j + 2}/{len(sweep) + 1}] MTP num_assistant_tokens {nat}")

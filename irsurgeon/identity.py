@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from irsurgeon.errors import CheckpointError, IRError
+from irsurgeon.errors import CheckpointError, IRError, cause
 from irsurgeon.ir import files
 from irsurgeon.weights.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint
 from irsurgeon.weights.hub import HubBytes, HubOptions, HubUnreachable, snapshot_commit
@@ -168,7 +168,7 @@ def read_mapped(xml: Path) -> MappedIR:
     try:
         return MappedIR(ov.Core().read_model(data.decode("utf-8"), weights), weights)
     except (RuntimeError, UnicodeDecodeError) as e:
-        raise IRError(f"{xml}: OpenVINO cannot read it: {str(e).strip().splitlines()[-1] if str(e) else e}") from None
+        raise IRError(f"{xml}: OpenVINO cannot read it: {cause(e)}") from None
 
 
 def _storage(table: ov.Output) -> str:
@@ -240,6 +240,10 @@ def check_identity(target: str | Path, source: str | Path, root: str | Path | No
 
 def compare(got, want: np.ndarray, bound: np.ndarray, storage: str, src) -> Identity:
     """The verdict, with the largest difference and how it stands against the rounding bound."""
+    if not (np.isfinite(got.rows).all() and np.isfinite(want).all()):
+        side = "checkpoint's" if not np.isfinite(got.rows).all() else "target's"
+        return Identity(False, f"the {side} sampled rows of {got.name} hold NaN or Inf values: they cannot be "
+                               f"compared, and no trained embedding table holds them")
     ckpt = got.rows.astype(np.float64)
     allowed = (bound + np.abs(ckpt) * HALF_ULP.get(got.dtype, 0.0)) * MARGIN
     diff = np.abs(ckpt - want)

@@ -26,8 +26,10 @@ FORMAT = "irsurgeon-journal/2"
 JOURNAL = "journal.json"
 COMMITTED = "committed"  # the journal renamed once every file has moved in: the commit is complete
 BACKUP_SUFFIX = ".orig"
-# The only names a transaction moves into a directory (the head, the annotated language model, the config).
-WRITABLE = frozenset({MTP_XML, MTP_BIN, "openvino_language_model.xml", "openvino_config.json"})
+# The only names a transaction moves into a directory (the head, the annotated language model, the config; for
+# Gemma 4, the target's openvino_model.xml and the files of its mtp_assistant/ folder).
+WRITABLE = frozenset({MTP_XML, MTP_BIN, "openvino_language_model.xml", "openvino_config.json",
+                      "openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json"})
 STAGE_NAMES = frozenset({*WRITABLE, *(n + BACKUP_SUFFIX for n in WRITABLE), JOURNAL, JOURNAL + ".tmp", COMMITTED})
 MAX_JOURNAL_BYTES = 1 << 16
 

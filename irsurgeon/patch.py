@@ -23,7 +23,7 @@ import openvino as ov
 
 from irsurgeon import contract
 from irsurgeon.config import MTPConfig, parse_config, read_json
-from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError
+from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError, cause
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, clear_interrupted, shown
@@ -58,6 +58,7 @@ class PatchResult:
     written: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     skipped: bool = False
+    run_hint: str = ""  # how to run the result, when it is not the Qwen3.5 VLMPipeline line
 
 
 def inspect_target(path: str | Path) -> Target:
@@ -67,7 +68,7 @@ def inspect_target(path: str | Path) -> Target:
         raise IRError(f"{path}: not a directory")
     missing = [f for f in REQUIRED if not (path / f).is_file()]
     if missing:
-        hint = " (a text-only export: re-export with --task image-text-to-text)" \
+        hint = " (a text-only export: re-export it with `optimum-cli export openvino --task image-text-to-text`)" \
             if (path / "openvino_model.xml").is_file() else ""
         raise IRError(f"{path}: missing {', '.join(missing)}: openvino-genai MTP needs the decomposed VLM layout{hint}")
     try:
@@ -163,7 +164,7 @@ def write_staged(path: Path, write: Callable[[Path], object]) -> None:
     try:
         write(path)
     except (OSError, RuntimeError) as e:  # ov.save_model reports a full disk as a bare iostream RuntimeError
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else cause(e)
         free = shutil.disk_usage(path.parent).free
         raise OutputError(f"{shown(path)}: cannot write it: {reason} ({free / 1e6:.1f} MB free there)") from None
 
@@ -204,6 +205,9 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     from irsurgeon.identity import require_identity
     from irsurgeon.weights.hub import fetch_weights, resolve_source
 
+    from irsurgeon.families.gemma4.patch import is_assistant_checkpoint, patch_gemma4, target_type
+    if target_type(target_dir) or is_assistant_checkpoint(source):  # Gemma 4: an assistant + the target's outputs
+        return patch_gemma4(target_dir, source, options, echo)
     start = time.perf_counter()
     if not options.dry_run and os.path.lexists(Path(target_dir) / STAGE_DIR):  # a half-done commit mixes versions:
         clear_interrupted(target_dir, options.wait, echo)                     # undo it before judging the target
@@ -211,12 +215,15 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     for line in target.cfg.warnings:  # here, not in inspect_target: verify re-inspects the target
         echo(line)
     result = PatchResult(target.path)
-    choice = plan(target, source, options, echo)
-    if choice is None:
+    if is_done(target, options, echo):
         result.skipped = True
         return result
     root = resolve_source(source, echo, options.hub, weights=False)  # a repo id: config.json and the index only
     identity = require_identity(target.path, source, root, options.hub, options.allow_foreign_checkpoint, echo)
+    choice = plan(target, source, options, echo)  # after the source is checked: no plan for a wrong one
+    if choice is None:
+        result.skipped = True
+        return result
     root = fetch_weights(source, root, options.hub, echo)
     cfg, weights, ckpt = load_mtp(root, allow_nonfinite=options.allow_nonfinite, warn=echo)
     try:
@@ -228,17 +235,44 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     return result
 
 
+def is_done(target: Target, options: Options, echo: Echo) -> bool:
+    """True (said so) when the target is MTP-ready with a head in the format asked for; --force: never.
+
+    An explicit --weight-format other than the present head's rebuilds it: the user asked for that format, as a
+    re-export with another format would give it. `auto` keeps any conforming head.
+    """
+    if not target.has_mtp or options.force:
+        return False
+    done = already_patched(target)
+    if not done:
+        echo(f"{target.path}: has {contract.MTP_XML} but does not pass verify; rebuilding it")
+        return False
+    present = head_format(target.path / contract.MTP_XML)
+    asked = options.weight_format.lower()
+    if asked != "auto" and present != asked:
+        echo(f"{target.path}: its MTP head is {present or 'of unknown format'}; --weight-format {asked}: rebuilding it")
+        return False
+    echo(f"{target.path}: already MTP-ready ({done}); nothing to do (--force rebuilds)")
+    return True
+
+
+def head_format(xml: Path) -> str | None:
+    """The head's weight format: its provenance (rt_info irsurgeon/weight_format), else read from its weights."""
+    from irsurgeon import rtinfo
+    from irsurgeon.show import weight_precision, weights
+
+    recorded = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.PROVENANCE, "weight_format"), str(xml))
+    if recorded:
+        return recorded
+    found = weight_precision(weights(files.read_model(xml, checked=True)))
+    return "f16" if found == "bf16" else found
+
+
 def plan(target: Target, source, options: Options, echo: Echo):
-    """The format choice for the head, or None when there is nothing to write (already patched, or --dry-run)."""
+    """The format choice for the head, or None when there is nothing to write (--dry-run)."""
     from irsurgeon.precision import choose_format
 
     interrupted = os.path.lexists(target.path / STAGE_DIR)  # only a dry run gets here with leftovers
-    if target.has_mtp and not options.force:
-        done = already_patched(target)
-        if done:
-            echo(f"{target.path}: already MTP-ready ({done}); nothing to do (--force rebuilds)")
-            return None
-        echo(f"{target.path}: has {contract.MTP_XML} but does not pass verify; rebuilding it")
     choice = choose_format(options.weight_format, target.path if options.weight_format == "auto" else None)
     if choice.note:
         echo(choice.note)
@@ -314,7 +348,7 @@ def stage_annotation(tx: DirectoryTransaction, target: Target, force: bool, echo
     try:
         ov.Core().read_model(str(staged), str(xml.with_suffix(".bin")))
     except RuntimeError as e:
-        raise IRError(f"{xml}: the annotated copy does not read back: {str(e).splitlines()[0]}") from None
+        raise IRError(f"{xml}: the annotated copy does not read back: {cause(e)}") from None
     echo(f"{LANGUAGE_MODEL}: annotated {len(layers)} decoder layers")
 
 

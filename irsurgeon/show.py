@@ -6,8 +6,12 @@ For an IR (`show_ir`), keys in this order (IR_KEYS):
     problem; None when absent), runtime_options, op_histogram {"Type-opsetN": n}, constants {type: {count, bytes}}
     over every Constant, weights (precision.weight_summary: compressed, bits, modes, group_sizes, by_type).
 For a directory (`show_directory`, DIR_KEYS): kind="directory", path, layout, config (model_type, layers,
-mtp_num_hidden_layers, ...), irs [{file, ok, summary}], mtp {ready, reasons, checks} (openvino-genai MTP readiness:
-the decomposed VLM layout, an `openvino_mtp_model.xml` that meets the contract, the hidden-state annotation),
+mtp_num_hidden_layers, ...), irs (one entry per IR, ENTRY_KEYS: file, ok, error, summary (the text line), ops,
+inputs/outputs [{name, dtype, shape}], states [{id, dtype, shape}] (shape: a list of ints, null for a dynamic
+dimension, or null for a dynamic rank), weights {precision, compressed, bits, count, modes, group_sizes},
+runtime_options, annotation ({layers: [{layer, producer, output_index, dtype, shape, problem}]} or null); on an IR
+that cannot be read only file, ok=false, error and summary are set), mtp {ready, reasons, checks} (openvino-genai
+MTP readiness: the decomposed VLM layout, an `openvino_mtp_model.xml` that meets the contract, the hidden-state annotation),
 footprint (footprint.FOOTPRINT_KEYS: weights per part, target and MTP KV cache per token and at `context` tokens,
 a runtime-overhead estimate), computed from the IR descriptions above.
 Nothing is written and nothing from the files is executed; every `.xml` is byte-checked before OpenVINO reads it.
@@ -25,6 +29,8 @@ from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS, RUNTIME_OPTIONS
 IR_KEYS = ("kind", "path", "inputs", "outputs", "states", "rt_info", "hidden_states", "runtime_options",
            "op_histogram", "constants", "weights")
 DIR_KEYS = ("kind", "path", "layout", "config", "irs", "mtp", "footprint")
+ENTRY_KEYS = ("file", "ok", "error", "summary", "ops", "inputs", "outputs", "states", "weights", "runtime_options",
+              "annotation")
 DEFAULT_CONTEXT = 4096
 CONFIG_KEYS = ("model_type", "text_model_type", "num_hidden_layers", "hidden_size", "mtp_num_hidden_layers", "error")
 
@@ -127,7 +133,7 @@ def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
 def config_facts(directory: Path) -> dict | None:
     """What config.json says about the text model (None when there is no config.json)."""
     path = directory / files.CONFIG
-    if not path.is_file():
+    if not path.exists():  # not is_file(): a FIFO or device there is reported as such by the reader
         return None
     facts = dict.fromkeys(CONFIG_KEYS)
     try:
@@ -160,14 +166,54 @@ def summary_line(info: dict) -> str:
     w = info["weights"]
     if w["compressed"]:
         groups = ",".join("per-channel" if g == "-1" else f"g{g}" for g in w["group_sizes"])
-        stored = " + ".join(f"{m} x{n}" for m, n in w["modes"].items()) + (f" ({groups})" if groups else "")
+        modes = " + ".join(f"{m} x{n}" for m, n in w["modes"].items())
+        stored = f"weights {modes}" + (f" ({groups})" if groups else "")
     else:
-        stored = "/".join(w["modes"]) or "no weights"
+        stored = f"weights {'/'.join(w['modes'])}" if w["modes"] else "no weights"
     ops = sum(info["op_histogram"].values())
     annotated = f", annotated {len(info['hidden_states'])} layers" if info["hidden_states"] else ""
     return (f"{ops} ops; in: {', '.join(p['name'] for p in info['inputs'])}; "
             f"out: {', '.join(p['name'] for p in info['outputs'])}; {len(info['states'])} states; "
-            f"weights {stored}{annotated}")
+            f"{stored}{annotated}")
+
+
+def shape_list(text: str) -> list[int | None] | None:
+    """"[?,2,64]" -> [None, 2, 64]; a bounded dimension ("1..8") is dynamic (None); a dynamic rank -> None."""
+    inner = text.strip()[1:-1]
+    if text.strip() in ("[...]", "...") or not text.strip().startswith("["):
+        return None
+    return [int(d) if d.isdigit() else None for d in inner.split(",")] if inner else []
+
+
+def weight_precision(w: dict) -> str | None:
+    """int4/int8 for a compressed model (its lowest bit width), else the float type holding most weight bytes."""
+    if w["compressed"]:
+        return f"int{w['bits']}"
+    floats = {t: v["bytes"] for t, v in w["by_type"].items() if t in ("f32", "f16", "bf16")}
+    return max(floats, key=floats.get) if floats else None
+
+
+def _ports(ports: list[dict]) -> list[dict]:
+    return [{"name": p["name"], "dtype": p["type"], "shape": shape_list(p["shape"])} for p in ports]
+
+
+def ir_entry(name: str, info: dict) -> dict:
+    """The structured per-IR entry of a directory description (ENTRY_KEYS)."""
+    w = info["weights"]
+    rows = info["hidden_states"]
+    return {
+        "file": name, "ok": True, "error": None, "summary": summary_line(info),
+        "ops": sum(info["op_histogram"].values()),
+        "inputs": _ports(info["inputs"]), "outputs": _ports(info["outputs"]),
+        "states": [{"id": s["id"], "dtype": s["type"], "shape": shape_list(s["shape"])} for s in info["states"]],
+        "weights": {"precision": weight_precision(w), **{k: w[k] for k in
+                                                          ("compressed", "bits", "count", "modes", "group_sizes")}},
+        "runtime_options": dict(info["runtime_options"]),
+        "annotation": None if rows is None else {"layers": [
+            {"layer": r["layer"], "producer": r["producer"], "output_index": r["output_index"], "dtype": r["type"],
+             "shape": None if r["shape"] is None else shape_list(r["shape"]), "problem": r["problem"]}
+            for r in rows]},
+    }
 
 
 def _describe(xml: Path) -> dict | IRSurgeonError:
@@ -179,8 +225,8 @@ def _describe(xml: Path) -> dict | IRSurgeonError:
 
 def _brief(name: str, info: dict | IRSurgeonError) -> dict:
     if isinstance(info, IRSurgeonError):
-        return {"file": name, "ok": False, "summary": str(info)}
-    return {"file": name, "ok": True, "summary": summary_line(info)}
+        return {**dict.fromkeys(ENTRY_KEYS), "file": name, "ok": False, "error": str(info), "summary": str(info)}
+    return ir_entry(name, info)
 
 
 def _load(xml: Path):

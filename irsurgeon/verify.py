@@ -12,7 +12,7 @@ from pathlib import Path
 import openvino as ov
 
 from irsurgeon import contract, rtinfo
-from irsurgeon.errors import IRError, IRSurgeonError
+from irsurgeon.errors import IRError, IRSurgeonError, cause
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.transaction import leftover_state
 
@@ -32,7 +32,7 @@ def paged_attention_converts(model: ov.Model) -> tuple[bool, str]:
     try:
         paged_attention_transformation(copy, False, False, False, False, False, False, False)
     except RuntimeError as e:
-        return False, f"SDPAToPagedAttention failed: {str(e).splitlines()[0]}"
+        return False, f"SDPAToPagedAttention failed: {cause(e)}"
     ops = Counter(op.get_type_name() for op in copy.get_ops())
     ok = ops["PagedAttentionExtension"] == 1 and ops["ReadValue"] == 0 and ops["Assign"] == 0
     return ok, f"{ops['PagedAttentionExtension']} PagedAttention, {ops['ReadValue']} ReadValue left"

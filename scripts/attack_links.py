@@ -95,8 +95,8 @@ class Bench:
 
 WRITERS = {"patch": lambda t: ["patch", str(t), "--checkpoint", str(DEMO_CKPT)],
            "annotate": lambda t: ["annotate", str(t)],
-           "build-mtp -o": lambda t: ["build-mtp", str(DEMO_CKPT), "-o", str(t)],
-           "synth": lambda t: ["synth", str(t), "--kind", "llama"]}
+           "build-mtp -o": lambda t: ["build-mtp", str(DEMO_CKPT), "-o", str(t), "--force"],  # past the rule that
+           "synth": lambda t: ["synth", str(t), "--kind", "llama", "--force"]}             # a head/export is kept
 
 
 def _bait(target: Path, outside: Path) -> None:

@@ -115,7 +115,8 @@ def run_child(args: list[str]) -> dict:
 def build(ckpt: Path, out: Path, fmt: str) -> dict:
     evict(ckpt)
     io_file = out.with_suffix(".io")
-    result = run_child(["-c", CHILD, str(io_file), "build-mtp", str(ckpt), "-o", str(out), "--weight-format", fmt])
+    result = run_child(["-c", CHILD, str(io_file), "build-mtp", str(ckpt), "-o", str(out), "--weight-format", fmt,
+                        "--force"])  # a kept --work directory holds the last run's head
     if result["rc"] != 0:
         raise SystemExit(f"build-mtp --weight-format {fmt} failed:\n{result['out']}")
     io = dict(line.split(":", 1) for line in io_file.read_text().splitlines())

@@ -8,7 +8,12 @@
 2. Timed kills: the same, but the signal comes from outside after a delay spread over the whole run (imports,
    checkpoint load, build, compression, staging, commit), alternating SIGKILL and SIGINT.
 3. Fuzz: tests/test_fuzz.py's mutators, --fuzz-examples seeds per input kind, each through a command reading it.
-4. Link and journal attacks (scripts/attack_links.py; --only-link-attacks runs just these): leftover staging folders
+4. Hostile inputs (attack_inputs; --attack-inputs-only runs just this): every input file (configs, index, safetensors,
+   IR .xml/.bin, openvino_config.json, a prompts file) made a FIFO, a /dev/zero link, a sparse 2 GiB file, a
+   directory, a link to a secret file, deep JSON, huge integers, absurd IR numbers, wrong-typed values, through
+   every command reading it (tests/helpers/hostile_forms.py), an absurd but consistent 128 GiB checkpoint, synth at
+   its largest sizes, and a checkpoint truncated by another process during a build.
+5. Link and journal attacks (scripts/attack_links.py; --only-link-attacks runs just these): leftover staging folders
    and journals irsurgeon did not write, links out of a checkpoint, folders swapped mid-run, concurrent writers.
 Prints the figures and exits 1 if any rule was broken (the broken rules are listed).
 """
@@ -26,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
+from helpers import hostile, hostile_forms  # noqa: E402
 from test_fuzz import KINDS, Bench, Tally  # noqa: E402
 from test_reliability import CLI, KillLab, Sweep, child_env, patch_args  # noqa: E402
 
@@ -95,6 +101,42 @@ def fuzz(root: Path, examples: int) -> Tally:
     return total
 
 
+def attack_inputs(root: Path) -> dict:
+    """Every hostile-input case once, plus an absurd consistent checkpoint; figures and one line per broken rule."""
+    lab, outcomes = hostile.Lab(root), []
+    for case in hostile_forms.all_cases():
+        outcomes.append(lab.run(case))
+    absurd = root / "absurd"
+    hostile_forms.absurd_checkpoint(absurd / "ckpt")
+    code, out, err, seconds, peak = hostile.run_cli(["build-mtp", str(absurd / "ckpt"), "-o", str(absurd / "out")])
+    outcomes.append(hostile.judge("absurd consistent checkpoint (128 GiB, sparse) / build-mtp", code, out, err, seconds,
+                                  peak, ["out"] if (absurd / "out").exists() else []))
+    code, out, err, seconds, peak = hostile.run_cli(["synth", str(root / "synth"), "--hidden", "8192", "--vocab",
+                                                      "262144", "--layers", "64", "--heads", "64", "--kv-heads", "8",
+                                                      "--head-dim", "128"])
+    outcomes.append(hostile.judge("synth at its largest sizes", code, out, err, seconds, peak,
+                                  ["synth"] if (root / "synth").exists() and code != 0 else []))
+    outcomes += [hostile.truncation_race(root / f"race{k}", keep) for k, keep in enumerate((0.95, 0.7, 0.4, 0.1))]
+    bad = [o for o in outcomes if o.problems]
+    kinds = ("hung", "killed by signal", "traceback", "not one Error", "echoed", "peak RSS", "changed outside")
+    figures = {k: sum(any(p.startswith(k) for p in o.problems) for o in outcomes) for k in kinds}
+    return {"cases": len(outcomes), "accepted": sum(o.code == 0 and not o.problems for o in outcomes),
+            "refused": sum(o.refused for o in outcomes), "usage errors": sum(o.code == 2 and not o.problems
+                                                                               for o in outcomes),
+            "slowest": max(o.seconds for o in outcomes), "peak_rss": max(o.peak_rss for o in outcomes), **figures,
+            "problems": [f"{o.case}: {'; '.join(o.problems)}" for o in bad]}
+
+
+def report_attack(figures: dict, seconds: float) -> None:
+    print(f"hostile inputs: {figures['cases']} cases in {seconds:.0f} s; accepted {figures['accepted']}, refused with "
+          f"one Error: line {figures['refused']}, refused by click's usage check {figures['usage errors']}; hangs "
+          f"{figures['hung']}, signal deaths {figures['killed by signal']}, tracebacks or unexpected errors "
+          f"{figures['traceback']}, malformed refusals {figures['not one Error']}, echoed file bytes "
+          f"{figures['echoed']}, over {hostile.RSS_LIMIT >> 30} GiB RSS {figures['peak RSS']}, changed files outside "
+          f"the output {figures['changed outside']}; slowest {figures['slowest']:.1f} s, largest peak RSS "
+          f"{figures['peak_rss'] / 2**20:.0f} MB")
+
+
 def timed_run(lab: KillLab) -> float:
     target = lab.fresh("timing")
     start = time.perf_counter()
@@ -110,7 +152,7 @@ def report(name: str, sweep: Sweep, seconds: float) -> None:
 
 
 def attack_links_and_journals(work: Path) -> list[str]:
-    """Section 4: every case is refused cleanly or (a control) accepted; nothing outside a target may change."""
+    """Section 5: every case is refused cleanly or (a control) accepted; nothing outside a target may change."""
     from attack_links import run_all
 
     start = time.perf_counter()
@@ -128,7 +170,8 @@ def main() -> int:
     parser.add_argument("--fuzz-examples", type=int, default=300, help="seeds per input kind (default 300)")
     parser.add_argument("--timed-kills", type=int, default=24, help="externally timed kills (default 24)")
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
-    parser.add_argument("--only-link-attacks", action="store_true", help="run only section 4 (link/journal attacks)")
+    parser.add_argument("--attack-inputs-only", action="store_true", help="run only the hostile-input attack")
+    parser.add_argument("--only-link-attacks", action="store_true", help="run only the link/journal attacks")
     args = parser.parse_args()
     if args.only_link_attacks:
         with tempfile.TemporaryDirectory(prefix="irsurgeon-attacks-", dir=args.work) as tmp:
@@ -138,6 +181,13 @@ def main() -> int:
         return 1 if attacks else 0
     with tempfile.TemporaryDirectory(prefix="irsurgeon-reliability-", dir=args.work) as tmp:
         work = Path(tmp)
+        start = time.perf_counter()
+        attack = attack_inputs(work / "attack")
+        report_attack(attack, time.perf_counter() - start)
+        if args.attack_inputs_only:
+            for line in attack["problems"]:
+                print(f"BROKEN: {line}")
+            return 1 if attack["problems"] else 0
         start = time.perf_counter()
         lab = KillLab(work / "kills")
         print(f"patch makes {len(lab.points)} filesystem writes in the target: {', '.join(lab.points)}")
@@ -156,10 +206,11 @@ def main() -> int:
               f"tracebacks {tally.tracebacks}; unexpected-error fallbacks {tally.unexpected}; "
               f"runs that changed files outside their output {tally.outside_changes}")
         attacks = attack_links_and_journals(work / "attacks")
-    problems = points.problems + timed.problems + tally.problems + attacks
+    problems = points.problems + timed.problems + tally.problems + attack["problems"] + attacks
     intact = points.intact + points.completed + points.interrupted_commits + timed.intact + timed.completed \
         + timed.interrupted_commits
-    print(f"total: {tally.inputs} inputs tried, {points.kills + timed.kills} kills performed, {intact} targets left "
+    print(f"total: {tally.inputs} inputs tried, {attack['cases']} hostile-input cases, "
+          f"{points.kills + timed.kills} kills performed, {intact} targets left "
           f"intact or recoverable, {points.tracebacks + timed.tracebacks + tally.tracebacks} tracebacks seen from irsurgeon "
           f"(+{len(startup)} from Ctrl-C during interpreter start-up)")
     for line in problems:

@@ -54,7 +54,7 @@ WRITERS = {
     "patch": lambda t: ["patch", t, "--checkpoint", DEMO_CKPT],
     "annotate": lambda t: ["annotate", t],
     "build-mtp": lambda t: ["build-mtp", DEMO_CKPT, "-o", t],
-    "synth": lambda t: ["synth", t, "--kind", "llama"],
+    "synth": lambda t: ["synth", t, "--kind", "llama", "--force"],  # t holds an export: --force gets to the lock
 }
 
 

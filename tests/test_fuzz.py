@@ -28,7 +28,8 @@ from test_reliability import DEMO_CKPT, DEMO_TARGET, sharded_demo_ckpt, snapshot
 FALLBACK = "IRSURGEON_DEBUG"
 EXAMPLES = int(os.environ.get("IRSURGEON_FUZZ_EXAMPLES", "25"))
 HOSTILE_VALUES = [None, True, False, -1, 0, 1, 3, 2 ** 31, 2 ** 63, 10 ** 9, 1e308, -0.5, 0.5, float("nan"),
-                  float("inf"), "", "64", "bfloat16", "float8", "../x", [], {}, [1, 2], {"a": 1}, [[64]]]
+                  float("inf"), "", "64", "bfloat16", "float8", "../x", [], {}, [1, 2], {"a": 1}, [[64]],
+                  10 ** 50, json.loads("[" * 70 + "]" * 70)]  # over the readers' 40-digit and 64-level limits
 HOSTILE_SHARDS = ["../model-2.safetensors", "/etc/passwd", "", ".", "..", "model-2.safetensors/", "pytorch_model.bin",
                   "missing.safetensors", "model-1.safetensors", "a\\b.safetensors", "model.safetensors.index.json",
                   123, None, ["model-2.safetensors"]]

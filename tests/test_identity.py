@@ -127,9 +127,29 @@ def test_a_single_value_moved_by_one_bf16_ulp_is_caught(seeds, tmp_path):
 
 
 def test_checkpoint_without_an_embedding_table_warns_and_is_recorded(tmp_path):
-    """An `mtp.*`-only extract (the demo fixture) cannot be checked: said, recorded, not refused."""
+    """An `mtp.*`-only extract of the demo checkpoint cannot be checked: said, recorded, not refused."""
     target = shutil.copytree(ROOT / "fixtures" / "demo" / "target", tmp_path / "t")
-    code, out = run("patch", target, "--checkpoint", ROOT / "fixtures" / "demo" / "ckpt")
+    ckpt = shutil.copytree(ROOT / "fixtures" / "demo" / "ckpt", tmp_path / "ckpt")
+    st = SafetensorsFile(ckpt / "model.safetensors")
+    assert EMBED in st.tensors  # the bundled demo checkpoint carries its table; the extract drops it
+    mtp = [n for n in st.tensors if n.startswith("mtp.")]
+    tensors, dtypes = {n: st.raw(n).copy() for n in mtp}, {n: st.tensors[n].dtype for n in mtp}
+    st.close()
+    write_safetensors(ckpt / "model.safetensors", tensors, dtypes)
+    code, out = run("patch", target, "--checkpoint", ckpt)
     assert code == 0 and "warning: checkpoint identity not checked" in out, out
     head = ov.Core().read_model(target / "openvino_mtp_model.xml")
     assert head.get_rt_info(["irsurgeon", "checkpoint_identity"]).astype(str).startswith("not checked")
+
+
+def test_a_nan_in_a_sampled_row_is_refused_by_name(seeds, tmp_path):
+    """NaN compares as neither equal nor different: it must not pass, nor be counted as '0 values differ'."""
+    ckpt = shutil.copytree(seeds[1].ckpt, tmp_path / "ckpt")
+    st = SafetensorsFile(ckpt / "model.safetensors")
+    tensors = {n: st.raw(n).copy() for n in st.tensors}
+    dtypes = {n: st.tensors[n].dtype for n in st.tensors}
+    st.close()
+    tensors[EMBED][sample_ids(tensors[EMBED].shape[0])[3], 0] = 0x7FC0  # a bf16 NaN
+    write_safetensors(ckpt / "model.safetensors", tensors, dtypes)
+    result = check_identity(seeds[1].target, ckpt)
+    assert result.ok is False and "NaN or Inf" in result.detail and "checkpoint's" in result.detail, result.detail

@@ -8,7 +8,7 @@ import sys
 import click
 
 from irsurgeon import __version__
-from irsurgeon.errors import IRSurgeonError
+from irsurgeon.errors import IRSurgeonError, cause
 
 DEBUG_ENV = "IRSURGEON_DEBUG"
 
@@ -23,7 +23,7 @@ class Group(click.Group):
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except IRSurgeonError as e:
-            fail(str(e), 1)
+            fail(str(e) + _hint(ctx, e), 1)
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except OSError as e:
@@ -34,8 +34,24 @@ class Group(click.Group):
                 fail("interrupted", 130)
             if os.environ.get(DEBUG_ENV):
                 raise
-            fail(f"unexpected {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
-                 f"(set {DEBUG_ENV}=1 for the traceback)", 2)
+            fail(f"unexpected {type(e).__name__}: {cause(e)} "
+                 f"(set {DEBUG_ENV}=1 for the traceback)", 1)  # a failure like any other: 2 is click's usage error
+
+
+def _hint(ctx: click.Context, e: IRSurgeonError) -> str:
+    """The error's advice, when the command that ran has the option it names (see errors.with_hint)."""
+    if e.hint is None:
+        return ""
+    option, text = e.hint
+    command = _subcommand(ctx)
+    names = {name for p in command.params for name in (*p.opts, *p.secondary_opts)} if command else set()
+    return f" ({text})" if option in names else ""
+
+
+def _subcommand(ctx: click.Context) -> click.Command | None:
+    """The subcommand this group invocation ran."""
+    name = ctx.invoked_subcommand
+    return ctx.command.get_command(ctx, name) if name and isinstance(ctx.command, click.Group) else None
 
 
 def _watch_sigint() -> list:

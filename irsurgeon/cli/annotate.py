@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from irsurgeon.cli.options import echo_for, json_flag, print_json
 from irsurgeon.errors import IRError
 
 
@@ -15,7 +16,8 @@ from irsurgeon.errors import IRError
 @click.option("--num-layers", type=click.IntRange(min=1), default=None,
               help="Decoder layer count, when config.json is absent or wrong.")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run writing into the directory to finish.")
-def command(target: Path, force: bool, dry_run: bool, num_layers: int | None, wait: bool) -> None:
+@json_flag
+def command(target: Path, force: bool, dry_run: bool, num_layers: int | None, wait: bool, as_json: bool) -> None:
     """Annotate TARGET (an exported model directory or an .xml) with its decoder layers' hidden states.
 
     Only the .xml's net-level <rt_info> changes; the .bin is never touched.
@@ -23,19 +25,25 @@ def command(target: Path, force: bool, dry_run: bool, num_layers: int | None, wa
     from irsurgeon.annotate import annotate_ir
     from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 
+    echo = echo_for(as_json)
     result = annotate_ir(target, force=force, dry_run=dry_run, num_layers=num_layers, wait=wait)
     for note in result.notes:
-        click.echo(note)
-    click.echo(f"{result.xml}: {result.num_layers} decoder layers (from {result.layer_source}), "
+        echo(note)
+    echo(f"{result.xml}: {result.num_layers} decoder layers (from {result.layer_source}), "
                f"hidden size {result.hidden_size}")
     for layer, (producer, index) in sorted(result.layers.items()):
-        click.echo(f"  {layer:>4}  {producer}:{index}")
+        echo(f"  {layer:>4}  {producer}:{index}")
     if result.status == "kept":
         raise IRError(f"{result.xml}: already carries a different {HIDDEN_STATES_LAYERS} annotation; "
                       f"left as is (rerun with --force to replace it)")
+    if as_json:
+        print_json({"xml": str(result.xml), "status": result.status, "num_layers": result.num_layers,
+                    "layer_source": result.layer_source, "hidden_size": result.hidden_size,
+                    "layers": [{"layer": k, "producer": p, "output_index": i}
+                               for k, (p, i) in sorted(result.layers.items())]})
     if result.status == "dry-run":
-        click.echo(f"would write {HIDDEN_STATES_LAYERS} = {result.value}")
+        echo(f"would write {HIDDEN_STATES_LAYERS} = {result.value}")
         return
-    click.echo({"written": f"wrote {HIDDEN_STATES_LAYERS}",
+    echo({"written": f"wrote {HIDDEN_STATES_LAYERS}",
                 "rewritten": f"replaced {HIDDEN_STATES_LAYERS} (--force)",
                 "unchanged": f"{HIDDEN_STATES_LAYERS} already present and identical; nothing changed"}[result.status])

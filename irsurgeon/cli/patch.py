@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
+from irsurgeon.cli.options import echo_for, json_flag, kv_cache_option, print_json, weight_format_option
 
 
 @click.command("patch")
@@ -13,10 +14,9 @@ from irsurgeon.cli.hub_options import hub_options, make_hub
 @click.option("--checkpoint", "source", required=True,
               help="Where the mtp.* weights are: a checkpoint directory, a .safetensors file, or a Hugging Face "
                    "repo id (only the shards holding mtp.* are fetched).")
-@click.option("--weight-format", default="auto", show_default=True, metavar="[auto|f16|f32|int8|int4]",
-              help="Storage of the head's weights; auto mirrors the target's language model.")
-@click.option("--kv-cache-precision", default="f16", show_default=True, metavar="[f16|bf16|f32|u8|u4]",
-              help="KV cache precision recorded in the head's rt_info runtime_options.")
+@weight_format_option("auto", text="Storage of the head's weights; auto mirrors the target's language model. "
+                                    "A ready head in another format than one given here is rebuilt.")
+@kv_cache_option
 @click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
 @click.option("--force", is_flag=True, help="Rebuild even when the directory is already MTP-ready.")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run on the same directory to finish.")
@@ -24,16 +24,23 @@ from irsurgeon.cli.hub_options import hub_options, make_hub
 @click.option("--allow-foreign-checkpoint", is_flag=True,
               help="Build even if the checkpoint's token embeddings differ from the target's (a fine-tune that "
                    "knowingly reuses its base model's head); recorded in the head's rt_info.")
+@json_flag
 @hub_options
 def command(target: Path, source: str, weight_format: str, kv_cache_precision: str, dry_run: bool, force: bool,
-            wait: bool, allow_nonfinite: bool, allow_foreign_checkpoint: bool, revision: str | None,
+            wait: bool, allow_nonfinite: bool, allow_foreign_checkpoint: bool, as_json: bool, revision: str | None,
             token: str | None, cache_dir: Path | None) -> None:
     """Add openvino_mtp_model.xml/.bin to TARGET and annotate its language model, verified before anything moves."""
     from irsurgeon.patch import Options, patch
 
     options = Options(weight_format, kv_cache_precision, force, dry_run, wait, allow_nonfinite,
                       allow_foreign_checkpoint, make_hub(revision, token, cache_dir))
-    result = patch(target, source, options, echo=click.echo)
-    if not result.skipped:
+    echo = echo_for(as_json)
+    result = patch(target, source, options, echo=echo)
+    if as_json:
+        print_json({"target": str(result.target), "changed": bool(result.written), "written": result.written,
+                    "dry_run": dry_run})
+    elif not result.skipped and result.run_hint:
+        click.echo(result.run_hint)
+    elif not result.skipped:
         click.echo(f"run it: irsurgeon verify {target} --genai   (or openvino_genai.VLMPipeline(dir, 'CPU', "
                    f"scheduler_config=sc, draft_model=openvino_genai.draft_model(dir, 'CPU')) with prefix caching off)")

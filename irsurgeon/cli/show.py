@@ -3,6 +3,7 @@ MTP readiness and memory footprint."""
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import click
@@ -15,24 +16,36 @@ from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (stable keys) instead of text.")
 @click.option("--context", type=click.IntRange(1), default=4096, show_default=True,
               help="Tokens per sequence for the KV-cache footprint of a directory.")
-def command(path: Path, as_json: bool, context: int) -> None:
+@click.pass_context
+def command(ctx: click.Context, path: Path, as_json: bool, context: int) -> None:
     """Describe PATH: an OpenVINO IR .xml, or an exported model directory (MTP readiness, memory footprint)."""
     from irsurgeon.show import show
 
     info = show(path, context)
+    if info["kind"] == "ir" and ctx.get_parameter_source("context") != click.core.ParameterSource.DEFAULT:
+        click.echo(f"note: --context sizes a directory's KV cache; ignored for the single IR {path} "
+                   f"(show its directory for the footprint)", err=True)
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
         click.echo("\n".join(directory_text(info) if info["kind"] == "directory" else ir_text(info)))
 
 
+def _table(rows: list[tuple[str, str, str]]) -> list[str]:
+    """Name, type, shape rows, the name column as wide as its longest entry (state ids run to 60+ characters)."""
+    width = max((len(r[0]) for r in rows), default=0)
+    return [f"   {name:<{width}}  {etype:<6} {shape}" for name, etype, shape in rows]
+
+
 def ir_text(info: dict) -> list[str]:
+    ports = [*info["inputs"], *info["outputs"]]
+    width = max((len(p["name"]) for p in ports), default=0)
     lines = [f"IR {info['path']}", "-- inputs"]
-    lines += [f"   {p['name']:<40} {p['type']:<6} {p['shape']}" for p in info["inputs"]]
+    lines += [f"   {p['name']:<{width}}  {p['type']:<6} {p['shape']}" for p in info["inputs"]]
     lines.append("-- outputs")
-    lines += [f"   {p['name']:<40} {p['type']:<6} {p['shape']}" for p in info["outputs"]]
+    lines += [f"   {p['name']:<{width}}  {p['type']:<6} {p['shape']}" for p in info["outputs"]]
     lines.append(f"-- states ({len(info['states'])})")
-    lines += [f"   {s['id']:<60} {s['type']:<6} {s['shape']}" for s in info["states"]]
+    lines += _table([(s["id"], s["type"], s["shape"]) for s in info["states"]])
     lines.append("-- rt_info")
     lines += _tree(info["rt_info"], 3)
     if info["hidden_states"] is not None:
@@ -46,12 +59,19 @@ def ir_text(info: dict) -> list[str]:
     lines += [f"   {k:<40} {n}" for k, n in info["op_histogram"].items()]
     lines.append("-- constants (all)")
     lines += [f"   {k:<8} count={t['count']:<6} bytes={t['bytes']}" for k, t in info["constants"].items()]
-    w = info["weights"]
+    return lines + weights_text(info["weights"])
+
+
+def weights_text(w: dict) -> list[str]:
+    """Weights by storage mode (how many), then the bytes their constants take per element type, once each."""
+    from irsurgeon.footprint import human
+
     groups = ", ".join(f"{'per-channel' if g == '-1' else g}: {n}" for g, n in w["group_sizes"].items())
-    lines.append(f"-- weights ({w['count']}): " + (f"compressed, int{w['bits']}, group sizes {groups}"
-                                                      if w["compressed"] else "not compressed"))
-    lines += [f"   {m:<12} {n}" for m, n in w["modes"].items()]
-    lines += [f"   {k:<8} count={t['count']:<6} bytes={t['bytes']}" for k, t in w["by_type"].items()]
+    lines = [f"-- weights ({w['count']}): " + (f"compressed, int{w['bits']}, group sizes {groups}"
+                                                if w["compressed"] else "not compressed")]
+    if w["modes"]:
+        lines.append("   " + ", ".join(f"{m} x{n}" for m, n in w["modes"].items()) + "; stored as "
+                     + ", ".join(f"{k} {human(t['bytes'])} ({t['count']} constants)" for k, t in w["by_type"].items()))
     return lines
 
 
@@ -99,7 +119,9 @@ def footprint_text(fp: dict) -> list[str]:
                          f"({kv['constant_states']}: linear-attention conv/ssm), independent of context")
         lines += [f"   {'':<18} problem: {p}" for p in kv["problems"]]
     oh = fp["runtime_overhead"]
-    lines.append(f"   {'runtime overhead':<18} {human(oh['bytes']):>10}   ({oh['basis']})")
+    basis = textwrap.wrap(f"({oh['basis']})", 120 - 35)  # the basis is a paragraph: wrap it under its column
+    lines.append(f"   {'runtime overhead':<18} {human(oh['bytes']):>10}   {basis[0]}")
+    lines += [f"   {'':<18} {'':>10}   {more}" for more in basis[1:]]
     lines.append(f"   {'total at ' + str(n):<18} {human(fp['total_at_context']):>10}   (weights + KV cache + constant "
                  "states; runtime overhead not included)")
     return lines

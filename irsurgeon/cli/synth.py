@@ -6,7 +6,11 @@ from pathlib import Path
 
 import click
 
-KINDS = ("qwen35", "qwen35-moe", "llama")
+from irsurgeon.cli.options import choice, echo_for, json_flag, print_json, weight_format_option
+
+KINDS = ("qwen35", "qwen35-moe", "llama", "gemma4")
+WEIGHT_FORMATS = ("f32", "f16", "int4")  # in the order of compress.WEIGHT_FORMATS
+OWN = ("target", "ckpt", "assistant")  # what synth writes into OUT_DIR (assistant: gemma4)
 SIZES = (("layers", "Decoder layers."), ("hidden", "Hidden size."), ("heads", "Attention heads."),
          ("kv-heads", "Key/value heads (divides --heads)."),
          ("head-dim", "Head size; with --hidden or --heads alone: hidden / heads."), ("vocab", "Vocabulary size."))
@@ -18,27 +22,58 @@ def size_options(f):
     return f
 
 
+def refuse_foreign(out_dir: Path) -> None:
+    """OUT_DIR may be absent, empty, or hold only synth's own two folders (which must be empty: synthesize)."""
+    from irsurgeon.errors import OutputError
+
+    if not out_dir.is_dir() or out_dir.is_symlink():
+        return  # absent: created; anything else: synthesize reports it
+    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in OWN)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise OutputError(f"{out_dir}: holds {shown}, not written by synth; pass --force to write "
+                          f"{'/, '.join(OWN)}/ into it anyway")
+
+
 @click.command("synth")
 @click.argument("out_dir", type=click.Path(path_type=Path))
-@click.option("--kind", type=click.Choice(KINDS), default="qwen35", show_default=True,
-              help="qwen35 / qwen35-moe: the VLM layout openvino-genai loads; llama: a text-only openvino_model.xml.")
+@click.option("--kind", type=choice(KINDS), default="qwen35", show_default=True,
+              help="qwen35 / qwen35-moe: the VLM layout openvino-genai loads; llama: a text-only openvino_model.xml; "
+                   "gemma4: a text-only Gemma 4 target and its MTP assistant checkpoint.")
 @size_options
 @click.option("--layer-types", default=None,
               help="qwen35 kinds: N (every N-th layer full attention, the rest Gated DeltaNet linear attention; 1: "
                    "full attention only) or a comma list of full/linear, one per layer [default: 4, as Qwen3.5].")
-@click.option("--seed", type=int, default=0, show_default=True, help="Same seed, byte-identical files.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
+              help="Same seed, byte-identical files (numpy seeds are non-negative).")
 @click.option("--with-mtp/--no-mtp", default=None,
               help="Write the checkpoint's mtp.* tensors [default: with for qwen35 kinds, without for llama].")
-@click.option("--weight-format", type=click.Choice(["f32", "f16", "int4"]), default="f32", show_default=True,
-              help="Storage of the IR weights (int4: the language model's MatMuls, through nncf).")
+@weight_format_option("f32", WEIGHT_FORMATS,
+                      text="Storage of the IR weights (int4: the language model's MatMuls, through nncf).")
+@click.option("--force", is_flag=True, help="Write OUT_DIR/target and OUT_DIR/ckpt into a directory that holds "
+                                            "other things (an export, say).")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run writing into OUT_DIR to finish.")
+@json_flag
 def command(out_dir: Path, kind: str, layer_types: str | None, seed: int, with_mtp: bool | None, weight_format: str,
-            wait: bool, **sizes) -> None:
+            force: bool, wait: bool, as_json: bool, **sizes) -> None:
     """Write a seeded synthetic model: OUT_DIR/target (OpenVINO IRs) and OUT_DIR/ckpt (Hugging Face checkpoint)."""
     from irsurgeon.synth.registry import default_spec, layer_pattern, synthesize
 
     start = time.perf_counter()
+    if not force:
+        refuse_foreign(out_dir)
     given = {k: v for k, v in sizes.items() if v is not None}
+    if kind == "gemma4":  # a fixed tiny Gemma 4 target and its assistant (irsurgeon.synth.gemma4)
+        from irsurgeon.synth.gemma4 import synthesize_gemma4
+        if given or layer_types is not None or with_mtp is not None or weight_format != "f32":
+            raise click.UsageError("--kind gemma4 takes only --seed and --wait (its sizes are fixed)")
+        target, assistant = synthesize_gemma4(out_dir, seed, wait)
+        seconds = time.perf_counter() - start
+        echo_for(as_json)(f"wrote {target} and {assistant} (gemma4) in {seconds:.1f} s")
+        if as_json:
+            print_json({"target": str(target), "assistant": str(assistant), "kind": kind, "seed": seed,
+                        "seconds": round(seconds, 3)})
+        return
     pattern = layer_pattern(layer_types) if layer_types is not None else {}
     if pattern.get("layer_types") and "layers" not in given:
         given["layers"] = len(pattern["layer_types"])
@@ -48,5 +83,9 @@ def command(out_dir: Path, kind: str, layer_types: str | None, seed: int, with_m
     with_mtp = kind != "llama" if with_mtp is None else with_mtp
     out = synthesize(out_dir, kind, spec, seed=seed, with_mtp=with_mtp, weight_format=weight_format, wait=wait)
     size = sum(f.stat().st_size for f in Path(out_dir).rglob("*") if f.is_file())
-    click.echo(f"wrote {out.target} and {out.ckpt} ({kind}, layers {spec.layers}, hidden {spec.hidden}, "
-               f"{size / 1e6:.2f} MB) in {time.perf_counter() - start:.1f} s")
+    seconds = time.perf_counter() - start
+    echo_for(as_json)(f"wrote {out.target} and {out.ckpt} ({kind}, layers {spec.layers}, hidden {spec.hidden}, "
+                      f"{size / 1e6:.2f} MB) in {seconds:.1f} s")
+    if as_json:
+        print_json({"target": str(out.target), "ckpt": str(out.ckpt), "kind": kind, "seed": seed,
+                    "weight_format": weight_format, "bytes": size, "seconds": round(seconds, 3)})

@@ -6,6 +6,7 @@ sweep, then, when that holds, the speed sweep at the device's default precision:
 """
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -24,11 +25,18 @@ class PromptsParam(click.ParamType):
             return value
         path = Path(value)
         if path.is_file():
-            prompts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            from irsurgeon import limits
+            from irsurgeon.errors import IRSurgeonError
+
+            try:
+                text = limits.read_text(path, limits.TEXT_BYTES, IRSurgeonError, "prompts")
+            except IRSurgeonError as e:
+                self.fail(str(e), param, ctx)
+            prompts = [line.strip() for line in text.splitlines() if line.strip()]
             if not prompts:
                 self.fail(f"{path}: no prompts (one per line expected)", param, ctx)
             return prompts
-        if value.isdigit() and 1 <= int(value) <= 6:
+        if value.isascii() and value.isdigit() and len(value) == 1 and 1 <= int(value) <= 6:
             return int(value)
         self.fail(f"{value!r} is neither a number from 1 to 6 nor a prompts file", param, ctx)
 
@@ -57,11 +65,15 @@ class SweepParam(click.ParamType):
               help="num_assistant_tokens values to check and time, e.g. 1,2,3,4,5 (replaces --num-assistant-tokens).")
 @click.option("--num-assistant-tokens", "nats", type=click.IntRange(1, 16), multiple=True, default=(1, 2, 3, 4),
               show_default=True, help="Draft lengths to try (repeatable).")
-@click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=40, show_default=True)
-@click.option("--device", default="CPU", show_default=True)
+@click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=40, show_default=True,
+              help="With --genai: tokens generated per prompt (EOS ignored in the speed runs).")
+@click.option("--device", default="CPU", show_default=True,
+              help="With --genai: the OpenVINO device both pipelines run on (CPU, GPU, ...).")
 @click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True,
               help="With --genai: timed passes over the prompts per configuration (the median is reported).")
-@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Write the results here.")
+@click.option("--json", "json_out", type=click.Path(path_type=Path), is_flag=False, flag_value="-", default=None,
+              help="Print the results as one JSON document (the text goes to stderr); --json FILE writes them to "
+                   "FILE and keeps the text on stdout.")
 @click.option("--checkpoint", default=None,
               help="Also check that this checkpoint (path or Hugging Face repo id) is the one TARGET was exported "
                    "from: 16 rows of its token embeddings against the target's (a repo id: read by range requests).")
@@ -76,39 +88,49 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
 
     if sweep and ctx.get_parameter_source("nats") != click.core.ParameterSource.DEFAULT:
         raise click.UsageError("give either --sweep or --num-assistant-tokens, not both")
-    checks = verify_directory(target, checkpoint, make_hub(revision, token, cache_dir), echo=click.echo)
+    to_stdout = json_out == Path("-")
+    echo = functools.partial(click.echo, err=to_stdout)  # stdout carries only the JSON document then
+    checks = verify_directory(target, checkpoint, make_hub(revision, token, cache_dir), echo=echo)
     for c in checks:
-        click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
-    results = {"checks": [c.__dict__ for c in checks]}
+        echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+    results = {"target": str(target), "ready": False, "checks": [c.__dict__ for c in checks]}
     failed = [c.name for c in checks if not c.ok]
     if not failed and with_genai:
-        failed += run_genai(target, prompts, sweep or nats, max_new_tokens, device, rounds, results)
-    if json_out:
+        failed += run_genai(target, prompts, sweep or nats, max_new_tokens, device, rounds, results, echo)
+    results["ready"] = not failed
+    if to_stdout:
+        click.echo(json.dumps(results, indent=1))
+    elif json_out:
         json_out.write_text(json.dumps(results, indent=1))
     if failed:
         raise IRSurgeonError(f"{target}: not ready for MTP speculative decoding: failed {', '.join(failed)}")
-    click.echo(f"{target}: ready for MTP speculative decoding")
+    echo(f"{target}: ready for MTP speculative decoding")
 
 
 def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int, device: str, rounds: int,
-              results: dict) -> list[str]:
+              results: dict, echo=click.echo) -> list[str]:
     """Equivalence, then (when it holds) the speed sweep; fills `results`, returns the names of failed steps."""
     from irsurgeon.genai_check import run_equivalence, run_speed
 
-    report = run_equivalence(target, prompts, sweep, max_new_tokens, device, echo=click.echo)
+    report = run_equivalence(target, prompts, sweep, max_new_tokens, device, echo=echo)
     results["genai"] = report.as_dict()
     same = sum(r.identical for r in report.runs)
-    click.echo(f"equivalence at {report.properties}: {same}/{len(report.runs)} MTP runs token-identical to "
-               f"plain greedy; draft acceptance {report.acceptance:.1%}")
+    echo(f"equivalence at {settings(report.properties)}: {same}/{len(report.runs)} MTP runs token-identical to "
+         f"plain greedy; draft acceptance {report.acceptance:.1%}")
     if not report.identical:
         results["speed"] = None
-        click.echo("speed not measured: MTP output differs from plain greedy")
+        echo("speed not measured: MTP output differs from plain greedy")
         return ["genai equivalence"]
-    speed = run_speed(target, prompts, sweep, max_new_tokens, device, rounds, echo=click.echo)
+    speed = run_speed(target, prompts, sweep, max_new_tokens, device, rounds, echo=echo)
     results["speed"] = speed.as_dict()
     for line in speed_table(speed.as_dict()):
-        click.echo(line)
+        echo(line)
     return []
+
+
+def settings(values: dict) -> str:
+    """Properties as the rest of the output spells them: KEY=value pairs (a value None: the device has none)."""
+    return " ".join(f"{k}={'-' if v is None else v}" for k, v in values.items()) or "(none)"
 
 
 def _rate(m: dict) -> str:
@@ -135,12 +157,20 @@ def _row(cells) -> str:
     return " ".join(f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, (_, _, w, _) in zip(cells, COLUMNS))
 
 
+def kv_settings(speed: dict) -> str:
+    """target=f16 draft=f16 (from rt_info runtime_options), the source per part when the parts differ."""
+    values, sources = speed["kv_precision"], speed["kv_precision_source"]
+    if len(set(sources.values())) <= 1:
+        where = f" (from {next(iter(sources.values()))})" if sources else ""
+        return settings(values) + where
+    return " ".join(f"{p}={v} (from {sources.get(p, '?')})" for p, v in values.items())
+
+
 def speed_table(speed: dict) -> list[str]:
     """The speed sweep as one table, with the precision it ran at and the verdict."""
-    defaults = ", ".join(f"{k}={v}" for k, v in speed["device_defaults"].items())
-    kv = ", ".join(f"{k} {v}" for k, v in speed["kv_precision"].items())
-    lines = [f"speed on {speed['device']} at the device's default precision ({defaults}; KV cache: {kv}); "
-             f"equivalence above ran at {speed['equivalence_properties']}",
+    lines = [f"speed on {speed['device']} at the device's default precision: {settings(speed['device_defaults'])}",
+             f"KV cache as run: {kv_settings(speed)}; equivalence above ran at "
+             f"{settings(speed['equivalence_properties'])}",
              _row(c[0] for c in COLUMNS), _row(c[1] for c in COLUMNS)]
     lines += [_row(c[3](m) for c in COLUMNS) for m in speed["measurements"]]
     rounds = speed["measurements"][0]["rounds"] if speed["measurements"] else 0

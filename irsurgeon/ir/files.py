@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from irsurgeon.errors import IRError, OutputError
+from irsurgeon import limits
+from irsurgeon.errors import IRError, OutputError, cause
 from irsurgeon.ir import xmlsafe
 
 LANGUAGE_MODEL = "openvino_language_model.xml"
@@ -28,7 +29,7 @@ def language_model_xml(target: str | Path) -> Path:
     target = Path(target)
     if target.is_dir():
         for name in (LANGUAGE_MODEL, TEXT_ONLY_MODEL):
-            if (target / name).is_file():
+            if (target / name).exists():  # not is_file(): a FIFO or device there is refused by name when read
                 return target / name
         raise IRError(f"{target}: no language model found (expected {LANGUAGE_MODEL} or {TEXT_ONLY_MODEL})")
     if not target.exists():
@@ -51,16 +52,12 @@ def list_irs(directory: Path) -> list[Path]:
 
 def read_ir_bytes(xml: Path) -> bytes:
     """The `.xml` bytes after checking they are an OpenVINO IR whose `.bin` holds every Constant it names."""
-    try:
-        data = xml.read_bytes()
-    except FileNotFoundError:
-        raise IRError(f"{xml}: file not found") from None
-    except OSError as e:
-        raise IRError(f"{xml}: cannot read: {e.strerror or e}") from None
+    data = limits.read_bytes(xml, limits.IR_XML_BYTES, IRError, "OpenVINO IR .xml")
     xmlsafe.check_ir_bytes(data, str(xml))
-    need = xmlsafe.weights_extent(data)
+    need = xmlsafe.weights_extent(data, str(xml))
+    bin_path = xml.with_suffix(".bin")
+    limits.check_regular(bin_path, IRError)  # OpenVINO opens the .bin by this name itself: never a FIFO or device
     if need:
-        bin_path = xml.with_suffix(".bin")
         size = bin_path.stat().st_size if bin_path.is_file() else None
         if size is None:
             raise IRError(f"{bin_path}: not found; {xml.name} needs {need} bytes of weights from it")
@@ -73,8 +70,8 @@ def read_model(xml: Path, checked: bool = False):
     """ov.Model of an IR, checked first unless the caller already did (the `.bin` is memory-mapped, not read)."""
     import openvino as ov
 
-    if not checked:
-        read_ir_bytes(xml)
+    size = len(read_ir_bytes(xml)) if not checked else xml.stat().st_size
+    limits.check_memory(size * limits.IR_XML_MEMORY_FACTOR, f"{xml}: reading it with OpenVINO", IRError)
     return _read(ov, xml, xml.with_suffix(".bin"))
 
 
@@ -84,8 +81,7 @@ def _read(ov, xml: Path, bin_path: Path):
             return ov.Core().read_model(str(xml), str(bin_path))
         return ov.Core().read_model(str(xml))
     except RuntimeError as e:
-        detail = [ln for ln in str(e).splitlines() if ln.strip()]
-        raise IRError(f"{xml}: OpenVINO cannot read it: {detail[-1] if detail else e}") from None
+        raise IRError(f"{xml}: OpenVINO cannot read it: {cause(e)}") from None
     except UnicodeDecodeError:  # OpenVINO's message quoted bytes of the file that are not UTF-8
         raise IRError(f"{xml}: OpenVINO cannot read it (it reports bytes that are not UTF-8)") from None
 

@@ -22,9 +22,14 @@ def stack_and_index(name: str) -> tuple[str, int] | None:
         return None
     parts = name.split("/", 1)[0].split(".")
     for j, part in enumerate(parts):
-        if part.isdigit():
+        if is_index(part):
             return ".".join(parts[:j]), int(part)
     return None
+
+
+def is_index(text: str) -> bool:
+    """A layer index in a name: ASCII digits, few enough for int() (str.isdigit also takes '²', which int refuses)."""
+    return text.isascii() and text.isdigit() and len(text) <= 9
 
 
 def stacks(ops) -> dict[str, Counter]:
@@ -44,7 +49,7 @@ def layer_of(name: str, stack: str) -> int | None:
     rest = name[len(stack) + 1:]
     end = next((k for k, c in enumerate(rest) if c in "./"), len(rest))
     digits = rest[:end]
-    return int(digits) if digits.isdigit() else None
+    return int(digits) if is_index(digits) else None
 
 
 def is_hidden(output, width: int) -> bool:
@@ -108,11 +113,17 @@ def states(model) -> list[dict]:
     return sorted(out, key=lambda s: s["id"])
 
 
+NOT_UTF8 = "<not UTF-8 text>"
+
+
 def rt_tree(model) -> dict:
     """The model's rt_info as nested dicts of strings (sections come back as dicts, leaves as OVAny)."""
     def walk(node) -> object:
         if isinstance(node, dict):
             return {str(k): walk(v) for k, v in sorted(node.items())}
-        return str(node.value) if hasattr(node, "value") else str(node)
+        try:
+            return str(node.value) if hasattr(node, "value") else str(node)
+        except UnicodeDecodeError:  # OpenVINO keeps the bytes of an XML character reference naming no character
+            return NOT_UTF8
 
     return walk(dict(model.get_rt_info().items()))

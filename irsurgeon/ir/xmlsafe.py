@@ -22,8 +22,15 @@ from dataclasses import dataclass
 from irsurgeon.errors import IRError
 
 _FORBIDDEN = (b"<!DOCTYPE", b"<!ENTITY")
-_ROOT = re.compile(rb'<net\s[^>]*?version="(\d+)"')
+_ROOT = re.compile(rb'<net\s[^>]*?version="(\d{1,9})"')
 _DATA_EXTENT = re.compile(rb'\boffset="(\d+)"\s+size="(\d+)"')
+MAX_EXTENT_DIGITS = 20  # a 64-bit offset or size has at most 20 digits; more would exceed Python's int parsing
+_CHAR_REF = re.compile(r"&#(\d{1,7});")
+_ANY_CHAR_REF = re.compile(rb"&#(x[0-9A-Fa-f]{1,7}|[0-9]{1,8});|&#")
+_ANY_TAG = re.compile(rb"<(/?)[A-Za-z_][^<>]*?(/?)>")
+# OpenVINO writes the model's rt_info a few sections deep; its Python binding converts that tree recursively (a
+# 100000-deep one crashed the process), so deeper nesting is refused before OpenVINO reads the file
+MAX_RT_INFO_DEPTH = 32
 _ATTR = r'\s+[^\s=/>]+\s*=\s*(?:"[^"]*"|\'[^\']*\')'
 _TAG = re.compile(rf'<(/?)([A-Za-z_][\w.\-:]*)((?:{_ATTR})*)\s*(/?)>'.encode())
 _NAME_ATTR = re.compile(rb'\bname="([^"]*)"')
@@ -38,6 +45,8 @@ def check_ir_bytes(data: bytes, source: str) -> int:
             raise IRError(f"{source}: contains a {bad[2:].decode()} declaration; refusing to parse it "
                           f"(OpenVINO IR never has one)")
     _check_utf8(data, source)
+    _check_char_refs(data, source)
+    _check_rt_info_depth(data, source)
     head = data[:4096].lstrip()
     if head.startswith(b"<?xml"):
         head = head[head.find(b"?>") + 2:].lstrip()
@@ -58,9 +67,42 @@ def _check_utf8(data: bytes, source: str, chunk: int = 1 << 20) -> None:
         raise IRError(f"{source}: not UTF-8 text near byte {at + e.start}; an OpenVINO IR .xml is UTF-8") from None
 
 
-def weights_extent(data: bytes) -> int:
+def _check_char_refs(data: bytes, source: str) -> None:
+    """A character reference naming no Unicode scalar value would reach Python as bytes that are not UTF-8 inside
+    OpenVINO's strings (names, rt_info) and fail far from here; pugixml writes only valid ones."""
+    for ref in _ANY_CHAR_REF.finditer(data):
+        body = ref.group(1)
+        code = None if body is None else int(body[1:], 16) if body.startswith(b"x") else int(body)
+        if code is None or not 0 < code <= 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+            raise IRError(f"{source}: the character reference at byte {ref.start()} names no Unicode character; "
+                          f"an OpenVINO IR .xml holds only valid ones")
+
+
+def _check_rt_info_depth(data: bytes, source: str) -> None:
+    edges = data.rfind(b"</edges>")
+    start = data.find(b"<rt_info>", max(edges, 0))
+    if edges < 0 or start < 0:
+        return  # no net-level block, or not an IR at all: the structure checks report that
+    depth = 0
+    for tag in _ANY_TAG.finditer(data, start):
+        closing, self_closing = tag.group(1), tag.group(2)
+        depth += -1 if closing else 0 if self_closing else 1
+        if depth > MAX_RT_INFO_DEPTH:
+            raise IRError(f"{source}: the model's rt_info is nested deeper than {MAX_RT_INFO_DEPTH} levels; "
+                          f"OpenVINO writes a few")
+        if depth <= 0:
+            return
+
+
+def weights_extent(data: bytes, source: str = "IR") -> int:
     """Bytes of the `.bin` the IR refers to (the largest offset + size of its Constants)."""
-    return max((int(o) + int(s) for o, s in _DATA_EXTENT.findall(data)), default=0)
+    extent = 0
+    for offset, size in _DATA_EXTENT.findall(data):
+        if max(len(offset), len(size)) > MAX_EXTENT_DIGITS:
+            raise IRError(f"{source}: a Constant's offset or size has more than {MAX_EXTENT_DIGITS} digits; "
+                          f"expected a byte position in its .bin")
+        extent = max(extent, int(offset) + int(size))
+    return extent
 
 
 def escape_attr(text: str) -> str:
@@ -71,9 +113,15 @@ def escape_attr(text: str) -> str:
 
 def unescape_attr(raw: bytes) -> str:
     text = raw.decode("utf-8")
-    text = re.sub(r"&#(\d+);", lambda m: chr(int(m.group(1))), text)
+    text = _CHAR_REF.sub(_char, text)
     return text.replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&apos;", "'") \
         .replace("&amp;", "&")
+
+
+def _char(ref: re.Match) -> str:
+    """A decimal character reference; one naming no Unicode character stays as written (as pugixml keeps it)."""
+    code = int(ref.group(1))
+    return chr(code) if code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else ref.group(0)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from irsurgeon import rtinfo
+from irsurgeon import limits, rtinfo
 from irsurgeon.build import name_anonymous_nodes
 from irsurgeon.errors import ConfigError, OutputError
 from irsurgeon.ops.core import WeightFormat
@@ -129,6 +129,8 @@ def synthesize(out_dir: str | Path, kind: str = "qwen35", spec: SynthSpec | None
 
     s = spec or default_spec(kind)
     validate(kind, s, with_mtp, weight_format)
+    limits.check_memory(memory_need(s, with_mtp), f"synth {kind} at hidden {s.hidden}, vocab {s.vocab}, "
+                        f"{s.layers} layers", ConfigError)
     out = Path(out_dir)
     _make_dir(out)
     with directory_lock(out, wait):
@@ -163,6 +165,17 @@ def _write(kind: str, s: SynthSpec, seed: int, with_mtp: bool, weight_format: st
     if kind != "llama":
         write_json(target / "preprocessor_config.json", configs.preprocessor_config(VisionSpec()))
     return Synthesized(target, ckpt, s)
+
+
+def memory_need(s: SynthSpec, with_mtp: bool) -> int:
+    """A lower bound of synthesize's peak: every checkpoint matrix held in float32 at once (checkpoint_tensors),
+    while the embedding table is drawn in float64 (Draw.mat)."""
+    H, D = s.hidden, s.head_dim
+    attention = (2 * s.heads + 2 * s.kv_heads + s.heads) * D * H
+    mlp = 3 * s.intermediate * H if not s.num_experts else \
+        s.num_experts * (H + 3 * s.expert_size * H) + 3 * s.shared_expert_size * H
+    params = 2 * s.vocab * H + s.layers * (attention + mlp) + (2 * H * H + attention + mlp if with_mtp else 0)
+    return 4 * params + 8 * s.vocab * H
 
 
 def checkpoint_tensors(kind: str, s: SynthSpec, seed: int, with_mtp: bool) -> dict[str, np.ndarray]:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from irsurgeon.config import read_json
-from irsurgeon.errors import CheckpointError, ConfigError
+from irsurgeon import limits
+from irsurgeon.errors import CheckpointError
 from irsurgeon.weights.safetensors_io import SafetensorsFile, TensorInfo
 
 SINGLE_FILE = "model.safetensors"
@@ -85,10 +85,10 @@ class Checkpoint:
             raise CheckpointError(f"{path}: no such checkpoint file or directory")
         cfg = Path(config) if config else _inside(path, CONFIG_FILE, path, CONFIG_FILE)  # --config: the user's
         index = path / INDEX_FILE
-        if index.is_file():
+        if index.exists():  # exists, not is_file: a FIFO or device there is refused by name when read
             return cls(cls._read_index(_inside(path, INDEX_FILE, path, INDEX_FILE), path), cfg, path)
         single = path / SINGLE_FILE
-        if single.is_file():
+        if single.exists():
             ckpt = cls({}, cfg, path)
             ckpt._index_single(_shard_path(path, SINGLE_FILE, path))  # the same link rule as an index's shards
             return ckpt
@@ -96,10 +96,8 @@ class Checkpoint:
 
     @staticmethod
     def _read_index(index: Path, root: Path) -> dict[str, Path]:
-        try:
-            weight_map = read_json(index).get("weight_map")
-        except ConfigError as e:  # re-labelled: a bad index is a checkpoint problem
-            raise CheckpointError(str(e)) from None
+        data = limits.read_json(index, CheckpointError, limits.INDEX_JSON_BYTES)
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index}: 'weight_map' is missing or empty")
         return {str(name): _shard_path(root, shard, index) for name, shard in weight_map.items()}
@@ -110,7 +108,7 @@ class Checkpoint:
 
     def _file(self, path: Path) -> SafetensorsFile:
         if path not in self._files:
-            if not path.is_file():
+            if not path.exists():
                 raise CheckpointError(f"{path}: shard listed in the index does not exist")
             self._files[path] = SafetensorsFile(path)
         return self._files[path]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from irsurgeon.config import read_json
-from irsurgeon.errors import CheckpointError, ConfigError
+from irsurgeon.errors import CheckpointError, ConfigError, cause
 from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE, SINGLE_FILE
 from irsurgeon.weights.spec import MTP_PREFIX
 
@@ -133,7 +133,7 @@ def network_reason(e: Exception) -> str:
 
     if isinstance(e, httpx2.TimeoutException):
         return f"no answer within {probe_timeout():g} s"
-    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    text = cause(e)
     return "connection refused" if "refused" in text.lower() else text
 
 
@@ -164,7 +164,7 @@ def hub_error(repo_id: str, filename: str, hub: HubOptions, e: Exception) -> Che
     if is_network_error(e):
         return HubUnreachable(f"{at}: connection to {endpoint()} lost while fetching {filename} "
                                f"({network_reason(e)}); {OFFLINE_HINT}")
-    return CheckpointError(f"{at}: cannot fetch {filename}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    return CheckpointError(f"{at}: cannot fetch {filename}: {cause(e)}")
 
 
 def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, weights: bool = True,

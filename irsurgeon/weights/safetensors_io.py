@@ -1,23 +1,28 @@
-"""A strict, lazy safetensors reader: memory-mapped, never pickle, every header field checked against the file.
+"""A strict, lazy safetensors reader: never pickle, every header field checked against the file.
 
 File layout: an 8-byte little-endian header length N, N bytes of JSON `{name: {dtype, shape, data_offsets}}`, then
-the data. Tensors are returned as read-only numpy views of the mapping (so only the pages a tensor occupies are
-read from disk); bf16 and fp8 have no numpy dtype and are decoded to float32 on request.
+the data. A tensor's bytes are read (pread) when it is asked for, so only the bytes it occupies are read from disk;
+bf16 and fp8 have no numpy dtype and are decoded to float32 in pieces, straight into the result.
 """
 from __future__ import annotations
 
 import json
-import mmap
+import math
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from irsurgeon import limits
 from irsurgeon.errors import CheckpointError
 
-MAX_HEADER_BYTES = 100 << 20
+MAX_HEADER_BYTES = limits.SAFETENSORS_HEADER_BYTES
+DTYPE_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,15}")  # a dtype name is shown in errors; any other value is not
+READ_CHUNK = 1 << 30      # one preadv call reads at most this much (Linux caps a read at ~2 GiB)
+DECODE_CHUNK = 4 << 20    # elements of bf16/fp8 decoded at a time into the float32 result
 
 # safetensors dtype -> (numpy storage dtype, itemsize)
 STORAGE = {
@@ -83,30 +88,36 @@ def decode(raw: np.ndarray, dtype: str) -> np.ndarray:
     return raw if raw.flags.writeable else raw.copy()
 
 
+def quoted_name(name: str, limit: int = 120) -> str:
+    """A tensor name for a message: quoted, and cut short when a hostile header makes it megabytes long."""
+    return repr(name) if len(name) <= limit else f"{name[:limit]!r}... ({len(name)} characters)"
+
+
 class SafetensorsFile:
-    """One .safetensors file, header parsed and validated; tensor data mapped lazily."""
+    """One .safetensors file, header parsed and validated; tensor bytes read on request with pread.
+
+    Reads, not a memory map: a file that shrinks under a mapping kills the process with SIGBUS, which Python cannot
+    catch, while a short read is a CheckpointError naming the file and the tensor.
+    """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._fd, self.size = limits.open_regular(self.path, CheckpointError)
         try:
-            self._fh = open(self.path, "rb")
-        except OSError as e:
-            raise CheckpointError(f"{self.path}: cannot open: {e.strerror}") from None
-        self.size = os.fstat(self._fh.fileno()).st_size
-        self.tensors, self.metadata = self._read_header()
-        self._map = None
+            self.tensors, self.metadata = self._read_header()
+        except BaseException:
+            self.close()
+            raise
 
     def _read_header(self) -> tuple[dict[str, TensorInfo], dict]:
         p = self.path
         if self.size < 8:
             raise CheckpointError(f"{p}: not a safetensors file (only {self.size} bytes)")
-        (n,) = struct.unpack("<Q", self._fh.read(8))
-        if n > MAX_HEADER_BYTES or 8 + n > self.size:
-            raise CheckpointError(f"{p}: header length {n} exceeds the file ({self.size} bytes): truncated or not safetensors")
-        try:
-            header = json.loads(self._fh.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise CheckpointError(f"{p}: header is not valid JSON: not a safetensors file") from None
+        (n,) = struct.unpack("<Q", self._pread(8, 0, "the header length"))
+        if n > MAX_HEADER_BYTES or 8 + n > self.size:  # n itself is not printed: it is the file's first 8 bytes
+            raise CheckpointError(f"{p}: its 8-byte header length is larger than the file ({self.size} bytes) or "
+                                  f"than {MAX_HEADER_BYTES} bytes: truncated or not a safetensors file")
+        header = limits.parse_json(self._pread(n, 8, "the header"), f"{p}: header", CheckpointError)
         if not isinstance(header, dict):
             raise CheckpointError(f"{p}: header is not a JSON object")
         self.data_start = 8 + n
@@ -116,19 +127,20 @@ class SafetensorsFile:
         return tensors, metadata
 
     def _check_entry(self, name: str, entry: object, data_size: int) -> TensorInfo:
-        where = f"{self.path}: tensor {name!r}"
+        where = f"{self.path}: tensor {quoted_name(name)}"
         if not isinstance(entry, dict):
             raise CheckpointError(f"{where}: header entry is not an object")
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
         if not isinstance(dtype, str) or dtype not in STORAGE:
-            raise CheckpointError(f"{where}: unsupported dtype {dtype!r}")
+            shown = f" {dtype}" if isinstance(dtype, str) and DTYPE_NAME.fullmatch(dtype) else ""
+            raise CheckpointError(f"{where}: unsupported dtype{shown} (expected one of {', '.join(STORAGE)})")
         if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                                 for d in shape)):
-            raise CheckpointError(f"{where}: shape {shape!r} is not a list of non-negative integers")
+            raise CheckpointError(f"{where}: shape is not a list of non-negative integers")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
                 and 0 <= offsets[0] <= offsets[1]):
-            raise CheckpointError(f"{where}: data_offsets {offsets!r} are not [begin, end]")
-        nbytes = int(np.prod(shape, dtype=object)) * STORAGE[dtype].itemsize
+            raise CheckpointError(f"{where}: data_offsets are not [begin, end] with 0 <= begin <= end")
+        nbytes = math.prod(shape) * STORAGE[dtype].itemsize
         if offsets[1] - offsets[0] != nbytes:
             raise CheckpointError(f"{where}: data_offsets span {offsets[1] - offsets[0]} bytes, "
                                   f"but {dtype} {shape} needs {nbytes}")
@@ -138,37 +150,71 @@ class SafetensorsFile:
         return TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1])
 
     def raw(self, name: str) -> np.ndarray:
-        """The tensor's bytes as a read-only numpy view in its storage dtype (bf16/fp8 as unsigned ints)."""
+        """The tensor's bytes as a new numpy array in its storage dtype (bf16/fp8 as unsigned ints).
+
+        The array is the caller's own (writeable): openvino shares a float32 weight's memory only when it is.
+        """
         info = self.tensors[name]
-        if self._map is None:
-            self._map = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ) if self.size else b""
-        count = (info.end - info.begin) // STORAGE[info.dtype].itemsize
-        arr = np.frombuffer(self._map, dtype=STORAGE[info.dtype], count=count,
-                            offset=self.data_start + info.begin)
+        storage = STORAGE[info.dtype]
+        self._check_memory(info, info.end - info.begin)
+        arr = np.empty((info.end - info.begin) // storage.itemsize, storage)
+        self._read_into(arr, self.data_start + info.begin, name)
         return arr.reshape(info.shape)
 
     def get(self, name: str) -> np.ndarray:
         """The tensor decoded to a numpy dtype (bf16 and fp8 -> float32)."""
         info = self.tensors[name]
-        raw = self.raw(name)
-        out = decode(raw, info.dtype)
-        if out is not raw:  # decoded into new memory: the mapped pages are no longer needed in this process
-            self._release(self.data_start + info.begin, info.end - info.begin)
-        return out
+        storage = STORAGE[info.dtype]
+        probe = np.zeros(1, storage)
+        decoded = decode(probe, info.dtype)
+        if decoded is probe:
+            return self.raw(name)
+        count = (info.end - info.begin) // storage.itemsize
+        self._check_memory(info, count * decoded.dtype.itemsize)
+        out = np.empty(count, decoded.dtype)
+        scratch = np.empty(min(count, DECODE_CHUNK), storage)  # decoded piece by piece: no whole raw copy
+        for at in range(0, count, DECODE_CHUNK):
+            part = scratch[:min(DECODE_CHUNK, count - at)]
+            self._read_into(part, self.data_start + info.begin + at * storage.itemsize, name)
+            out[at:at + len(part)] = decode(part, info.dtype)
+        return out.reshape(info.shape)
 
-    def _release(self, offset: int, length: int) -> None:
-        """Drop mapped pages from this process's resident set (they stay in the page cache)."""
-        if not isinstance(self._map, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
-            return
-        start = offset - offset % mmap.PAGESIZE
-        end = offset + length
-        end -= end % mmap.PAGESIZE  # only pages wholly inside the tensor: neighbours may still be in use
-        if end > start:
-            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+    def _check_memory(self, info: TensorInfo, nbytes: int) -> None:
+        limits.check_memory(nbytes, f"{self.path}: tensor {quoted_name(info.name)} ({info.dtype} {list(info.shape)})",
+                            CheckpointError)
+
+    def _read_into(self, arr: np.ndarray, offset: int, name: str) -> None:
+        """Fill arr (contiguous) from the file at offset; a short read means the file changed under us."""
+        view = memoryview(arr).cast("B")
+        got = 0
+        while got < len(view):
+            try:
+                n = os.preadv(self._fd, [view[got:got + READ_CHUNK]], offset + got)
+            except OSError as e:
+                raise CheckpointError(f"{self.path}: tensor {quoted_name(name)}: cannot read: "
+                                      f"{e.strerror or type(e).__name__}") from None
+            if n == 0:
+                raise CheckpointError(f"{self.path}: tensor {quoted_name(name)}: the file ends at byte {offset + got}, "
+                                      f"before the tensor's last byte {offset + len(view)}: truncated while being read")
+            got += n
+
+    def _pread(self, n: int, offset: int, what: str) -> bytes:
+        try:
+            data = os.pread(self._fd, n, offset)
+        except OSError as e:
+            raise CheckpointError(f"{self.path}: cannot read {what}: {e.strerror or type(e).__name__}") from None
+        if len(data) != n:
+            raise CheckpointError(f"{self.path}: the file ends inside {what}: truncated")
+        return data
 
     def close(self) -> None:
-        self._map = None  # views may still reference the mapping; it is released when they are
-        self._fh.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:  # a file object closed itself when collected; a bare descriptor must be closed here
+        if getattr(self, "_fd", -1) >= 0:
+            self.close()
 
 
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,40 @@
+"""Options spelled the same way on every command: choices in one order, case-insensitive, and --json."""
+from __future__ import annotations
+
+import functools
+import json
+
+import click
+
+
+def choice(values) -> click.Choice:
+    """Case-insensitive choice: `F16` is `f16`; click hands the command the value as listed."""
+    return click.Choice(list(values), case_sensitive=False)
+
+
+def weight_format_option(default: str, values=None, text: str = ""):
+    from irsurgeon.compress import WEIGHT_FORMATS
+
+    return click.option("--weight-format", type=choice(values or WEIGHT_FORMATS), default=default,
+                        show_default=True, help=text)
+
+
+def kv_cache_option(f):
+    from irsurgeon.compress import KV_CACHE_PRECISIONS
+
+    return click.option("--kv-cache-precision", type=choice(KV_CACHE_PRECISIONS), default="f16", show_default=True,
+                        help="KV cache precision recorded in the head's rt_info runtime_options.")(f)
+
+
+def json_flag(f):
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print one JSON document on stdout at the end; the text goes to stderr.")(f)
+
+
+def echo_for(as_json: bool):
+    """click.echo, sent to stderr when stdout carries the JSON document."""
+    return functools.partial(click.echo, err=as_json)
+
+
+def print_json(document: dict) -> None:
+    click.echo(json.dumps(document, indent=1))

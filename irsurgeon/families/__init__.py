@@ -1,0 +1,1 @@
+"""Draft-model families other than the Qwen3.5 MTP head, one package each."""

@@ -1,0 +1,256 @@
+"""Bounded input: every file irsurgeon reads goes through here, and every large allocation asks first.
+
+Size limits per kind of file, in one place. Each is far above what real exports and checkpoints hold (measured on
+the published Qwen3.5/3.6 configs in reference/real-configs and optimum-intel exports) and far below what would
+hurt a machine:
+    config JSON (config.json, openvino_config.json, generation_config.json): real ones are 2-22 KB
+    index JSON (model.safetensors.index.json): ~40 k entries for the largest MoE releases, a few MB
+    other JSON of a model directory (tokenizer.json): read by openvino-genai only, tens of MB at most
+    IR .xml: a 4-layer export is 0.6 MB, so a 64-layer int4 language model is tens of MB
+    safetensors header: 100 MB, the limit the safetensors format itself sets
+    text (a prompts file): a few KB in practice
+Readers accept regular files only: a FIFO, a device (`/dev/zero`), a socket or a directory is refused before a byte
+is read (opened with O_NONBLOCK, so opening a FIFO never waits for a writer). The size is checked on the open
+descriptor, so the file checked is the file read. JSON is checked for nesting depth and number length before it is
+parsed (Python's own limits would raise RecursionError / ValueError instead of a clear refusal).
+
+Errors name the file and what was expected, never the file's bytes: a path may link to a file that is not what it
+claims to be.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+from irsurgeon.errors import IRSurgeonError
+
+MiB = 1 << 20
+CONFIG_JSON_BYTES = 16 * MiB
+INDEX_JSON_BYTES = 64 * MiB
+OTHER_JSON_BYTES = 256 * MiB  # tokenizer.json and the like, read only by openvino-genai: the largest are ~35 MB
+IR_XML_BYTES = 256 * MiB
+# OpenVINO's in-memory model is far larger than its .xml: 575 KB of the demo language model became 13.8 MB resident
+# after ov.Core().read_model (24x, openvino 2026.4.1); 16x is a lower bound for the memory budget
+IR_XML_MEMORY_FACTOR = 16
+# safetensors' own limit: huggingface/safetensors, safetensors/src/tensor.rs, `const MAX_HEADER_SIZE: usize =
+# 100_000_000` (a longer header is SafeTensorError::HeaderTooLarge), so no real file has a larger one
+SAFETENSORS_HEADER_BYTES = 100_000_000
+TEXT_BYTES = 16 * MiB
+
+JSON_MAX_DEPTH = 64          # real configs nest 4-6 deep (text_config / rope_parameters / mrope_section)
+JSON_MAX_INT_DIGITS = 40     # digits of a number: an unsigned 128-bit integer has 39; real values have 12
+
+INDEX_SUFFIX = ".index.json"
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def json_limit(path: str | Path) -> int:
+    """The byte limit for a JSON file irsurgeon reads: an index gets more room than a config."""
+    return INDEX_JSON_BYTES if Path(path).name.endswith(INDEX_SUFFIX) else CONFIG_JSON_BYTES
+
+
+def directory_file_limit(name: str) -> int | None:
+    """The byte limit for a file of a model directory that another reader opens whole, or None (weights)."""
+    if name.endswith(".xml"):
+        return IR_XML_BYTES
+    if not name.endswith(".json"):
+        return None
+    return json_limit(name) if name.endswith((INDEX_SUFFIX, "config.json")) else OTHER_JSON_BYTES
+
+
+def not_regular(mode: int) -> str | None:
+    """What a non-regular file is ("a FIFO (named pipe)", ...), or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path: str | Path, error: type[IRSurgeonError]) -> tuple[int, int]:
+    """(descriptor, size) of a regular file opened for reading; anything else is `error` naming the path."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise error(f"{path}: file not found") from None
+    except OSError as e:
+        raise error(f"{path}: cannot open: {e.strerror or type(e).__name__}") from None
+    try:
+        st = os.fstat(fd)
+        what = not_regular(st.st_mode)
+        if what:
+            raise error(f"{path}: is {what}; expected a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
+
+
+def check_regular(path: str | Path, error: type[IRSurgeonError]) -> None:
+    """Refuse a path that exists and is not a regular file (following links); a missing path is the caller's case."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    what = not_regular(mode)
+    if what:
+        raise error(f"{path}: is {what}; expected a regular file")
+
+
+def check_directory_files(directory: str | Path, error: type[IRSurgeonError]) -> None:
+    """Refuse a directory another reader will open whole (openvino-genai reads config.json, generation_config.json,
+    tokenizer and model files itself, blocking on a FIFO): every entry must be a regular file or a folder, and
+    JSON and IR .xml files must be within their limits."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            path = Path(directory) / entry.name
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue  # a dangling link: the reader reports a missing file
+            what = not_regular(st.st_mode)
+            if what and what != "a directory":
+                raise error(f"{path}: is {what}; expected a regular file")
+            limit = directory_file_limit(entry.name)
+            if not what and limit is not None and st.st_size > limit:
+                raise error(f"{path}: {st.st_size} bytes; the limit for {path.suffix[1:].upper()} files is "
+                            f"{limit} bytes")
+
+
+def read_bytes(path: str | Path, limit: int, error: type[IRSurgeonError], what: str = "input") -> bytes:
+    """The whole content of a regular file of at most `limit` bytes."""
+    fd, size = open_regular(path, error)
+    try:
+        if size > limit:
+            raise error(f"{path}: {size} bytes; the limit for {what} files is {limit} bytes")
+        chunks, got = [], 0
+        while got < size:
+            chunk = os.read(fd, size - got)
+            if not chunk:
+                break  # shrank since fstat: the parser reports what is missing
+            chunks.append(chunk)
+            got += len(chunk)
+        if os.read(fd, 1):
+            raise error(f"{path}: grew while being read; expected a file that is not being written")
+    except OSError as e:
+        raise error(f"{path}: cannot read: {e.strerror or type(e).__name__}") from None
+    finally:
+        os.close(fd)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def read_text(path: str | Path, limit: int, error: type[IRSurgeonError], what: str = "text") -> str:
+    """A bounded UTF-8 text file."""
+    data = read_bytes(path, limit, error, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not UTF-8 text (invalid byte at offset {e.start})") from None
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included (unrolled: linear)
+_LONG_NUMBER = re.compile(rb"[0-9]{%d,}" % (JSON_MAX_INT_DIGITS + 1))
+_NOT_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_SCAN_CHUNK = 1 << 22
+
+
+def json_excess(raw: bytes) -> str | None:
+    """What makes JSON text too deep or its numbers too long, found before parsing (json.loads recurses per level,
+    and int() refuses more than 4300 digits); None when it is within the limits. Strings are skipped."""
+    import numpy as np  # here, not at the top: the CLI imports this module before it can guard against Ctrl-C
+
+    outside = _STRING.sub(b'""', raw)
+    if _LONG_NUMBER.search(outside):
+        return f"holds a number of more than {JSON_MAX_INT_DIGITS} digits"
+    brackets = outside.translate(None, _NOT_BRACKET)
+    depth = 0
+    for at in range(0, len(brackets), _SCAN_CHUNK):  # running depth, a few MB at a time
+        codes = np.frombuffer(brackets, np.uint8, count=min(_SCAN_CHUNK, len(brackets) - at), offset=at)
+        running = depth + np.cumsum(np.where((codes == ord("[")) | (codes == ord("{")), 1, -1), dtype=np.int64)
+        if running.max() > JSON_MAX_DEPTH:
+            return f"is JSON nested deeper than {JSON_MAX_DEPTH} levels"
+        depth = int(running[-1])
+    return None
+
+
+def parse_json(data: str | bytes, source: str, error: type[IRSurgeonError]):
+    """json.loads within the depth and number-size limits; any failure is `error` naming source, never quoting it."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    excess = json_excess(raw)
+    if excess:
+        raise error(f"{source}: {excess}")
+    try:
+        return json.loads(data)
+    except RecursionError:  # unreachable after the scan; kept so that no input can turn it into a crash
+        raise error(f"{source}: is JSON nested deeper than {JSON_MAX_DEPTH} levels") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{source}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except UnicodeDecodeError as e:  # bytes given: json.loads detects UTF-8/16/32
+        raise error(f"{source}: not valid JSON text (undecodable byte at offset {e.start})") from None
+
+
+def read_json(path: str | Path, error: type[IRSurgeonError], limit: int | None = None):
+    """A bounded JSON file (limit: json_limit(path) unless given)."""
+    text = read_text(path, json_limit(path) if limit is None else limit, error, "JSON")
+    return parse_json(text, str(path), error)
+
+
+# --- memory budget ------------------------------------------------------------------------------------------------
+# Before an allocation whose size comes from a header or a config, the caller states a lower bound of what the step
+# must hold at once and check_memory compares it with what the kernel can still hand out: MemAvailable + SwapFree
+# from /proc/meminfo (os.sysconf's available pages where there is no /proc), capped by the cgroup v2 limit left.
+# The margin is on the side of going on: nothing is reserved, and the need is a lower bound, so a refusal means the
+# step could not have finished, and a model that fits is never refused. Without it an absurd but consistent header
+# (a sparse file holding what it claims) would be read into memory until the OOM killer ends the process.
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate, or None when the platform does not say."""
+    found = [m for m in (_meminfo_available(), _cgroup_available()) if m is not None]
+    if not found:
+        try:
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            return None
+    return min(found)
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return sum(int(fields[k].split()[0]) * 1024 for k in ("MemAvailable", "SwapFree") if k in fields) \
+            if "MemAvailable" in fields else None
+    except (OSError, ValueError):
+        return None
+
+
+def _cgroup_available() -> int | None:
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            rel = next((ln.strip()[3:] for ln in f if ln.startswith("0::")), None)
+        if rel is None:
+            return None
+        base = Path("/sys/fs/cgroup") / rel.lstrip("/")
+        limit = (base / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return max(0, int(limit) - int((base / "memory.current").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def human(nbytes: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", MiB), ("KiB", 1 << 10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def check_memory(nbytes: int, what: str, error: type[IRSurgeonError]) -> None:
+    """Refuse a step that needs more than the memory available; `what` names it ("tensor 'x' of file y")."""
+    available = available_memory()
+    if available is not None and nbytes > available:
+        raise error(f"{what} needs {human(nbytes)} of memory, but only {human(available)} is available")

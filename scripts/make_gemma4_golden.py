@@ -1,0 +1,128 @@
+"""Golden outputs of transformers' Gemma 4 assistant (eager, float32) for tests/test_gemma4_assistant.py.
+
+Run in a separate venv, never the product's (transformers 5.24.0 is the first release after 5.8.0 that builds
+`Gemma4AssistantForCausalLM` here; 5.23.0 fails with a `kv_sharing_modes` ValueError):
+
+    python3 -m venv /tmp/gemma-tf524
+    /tmp/gemma-tf524/bin/pip install torch==2.13.0+cpu transformers==5.24.0 safetensors numpy
+    /tmp/gemma-tf524/bin/python scripts/make_gemma4_golden.py tests/data/gemma4
+
+Two seeded tiny configs that differ in everything a builder could hard-code (layer count and sliding/full pattern,
+heads, kv heads per layer type, head dims, sliding window, thetas, partial rotary factor, eps, centroids and top-k,
+ordered embeddings on/off, vocab, backbone width). For each: the checkpoint (model.safetensors + config.json) and
+golden.npz with, per call c, the inputs genai feeds (`c{c}_inputs_embeds`, `c{c}_position_ids`,
+`c{c}_attention_mask`, the four KV tensors) and transformers' `c{c}_logits`, `c{c}_last_hidden_state`. The calls
+use KV lengths shorter than, equal to and longer than the sliding window, and one with a padded first position.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+CONFIGS = {
+    "ordered": dict(
+        assistant=dict(backbone_hidden_size=48, use_ordered_embeddings=True, num_centroids=8,
+                       centroid_intermediate_top_k=3),
+        text=dict(vocab_size=64, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+                  layer_types=["sliding_attention", "full_attention"], num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=8, global_head_dim=16, num_global_key_value_heads=1,
+                  attention_k_eq_v=True, sliding_window=6, rms_norm_eps=1e-6,
+                  rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                                   "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                      "rope_theta": 1_000_000.0}})),
+    "plain": dict(
+        assistant=dict(backbone_hidden_size=40, use_ordered_embeddings=False, num_centroids=4,
+                       centroid_intermediate_top_k=2),
+        text=dict(vocab_size=96, hidden_size=24, intermediate_size=56, num_hidden_layers=3,
+                  layer_types=["full_attention", "sliding_attention", "full_attention"], num_attention_heads=2,
+                  num_key_value_heads=2, head_dim=16, global_head_dim=32, num_global_key_value_heads=None,
+                  attention_k_eq_v=False, sliding_window=4, rms_norm_eps=1e-5,
+                  rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5_000.0},
+                                   "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
+                                                      "rope_theta": 200_000.0}})),
+}
+COMMON_TEXT = dict(hidden_size_per_layer_input=0, vocab_size_per_layer_input=0, enable_moe_block=False,
+                   use_double_wide_mlp=False, hidden_activation="gelu_pytorch_tanh", max_position_embeddings=256)
+KV_LENGTHS = (3, "window", "window+1", "window+5", "2*window+3")
+
+
+def make_model(spec: dict, seed: int):
+    from transformers import Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gemma4TextConfig
+
+    text = Gemma4TextConfig(**COMMON_TEXT, **spec["text"])
+    cfg = Gemma4AssistantConfig(text_config=text, **spec["assistant"])
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = Gemma4AssistantForCausalLM(cfg).eval()
+    randomize(model, cfg, seed)
+    return model, cfg
+
+
+def randomize(model, cfg, seed: int) -> None:
+    """Weights with unit-ish activations, norms around 1, distinct layer scalars, a shuffled token ordering."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
+            else:
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+        for i, layer in enumerate(model.model.layers):
+            layer.layer_scalar.fill_(0.6 + 0.3 * i)
+        if model.masked_embedding is not None:
+            model.masked_embedding.token_ordering.copy_(torch.randperm(cfg.text_config.vocab_size, generator=g))
+
+
+def kv_length(spec, window: int) -> int:
+    return spec if isinstance(spec, int) else eval(spec, {"window": window})
+
+
+def calls(cfg, seed: int):
+    """genai's inputs for one draft step per KV length: position = S, attention_mask one longer than the KV."""
+    text, g = cfg.text_config, torch.Generator().manual_seed(seed + 1)
+    full, slide = (text.per_layer_config[t] for t in ("full_attention", "sliding_attention"))
+    for c, spec in enumerate(KV_LENGTHS + ("padded",)):
+        s = kv_length(spec if spec != "padded" else "window+2", text.sliding_window)
+        mask = torch.ones(1, s + 1, dtype=torch.long)
+        if spec == "padded":
+            mask[0, :2] = 0
+        yield c, {
+            "inputs_embeds": torch.randn(1, 1, 2 * cfg.backbone_hidden_size, generator=g),
+            "position_ids": torch.tensor([[s]], dtype=torch.long),
+            "attention_mask": mask,
+            "full_attention_key": torch.randn(1, full.num_key_value_heads, s, full.head_dim, generator=g),
+            "full_attention_value": torch.randn(1, full.num_key_value_heads, s, full.head_dim, generator=g),
+            "sliding_attention_key": torch.randn(1, slide.num_key_value_heads, s, slide.head_dim, generator=g),
+            "sliding_attention_value": torch.randn(1, slide.num_key_value_heads, s, slide.head_dim, generator=g),
+        }
+
+
+def run(model, feed: dict) -> dict:
+    with torch.no_grad():
+        out = model(inputs_embeds=feed["inputs_embeds"], position_ids=feed["position_ids"],
+                    attention_mask=feed["attention_mask"],
+                    shared_kv_states={t: (feed[f"{t}_key"], feed[f"{t}_value"])
+                                      for t in ("full_attention", "sliding_attention")})
+    return {"logits": out.logits.numpy(), "last_hidden_state": out.last_hidden_state.numpy()}
+
+
+def main(out_root: Path) -> None:
+    import transformers
+
+    for seed, (name, spec) in enumerate(CONFIGS.items(), start=7):
+        model, cfg = make_model(spec, seed)
+        out = out_root / name
+        model.save_pretrained(out, safe_serialization=True)
+        arrays = {}
+        for c, feed in calls(cfg, seed):
+            arrays.update({f"c{c}_{k}": v.numpy() for k, v in feed.items()})
+            arrays.update({f"c{c}_{k}": v for k, v in run(model, feed).items()})
+        np.savez_compressed(out / "golden.npz", **arrays)
+        print(f"{out}: transformers {transformers.__version__}, {len(KV_LENGTHS) + 1} calls")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/gemma4"))

@@ -1,0 +1,253 @@
+"""Hostile forms of every input file irsurgeon reads, where each file lives, and which commands read it.
+
+A form takes the path of a pristine copy and makes it hostile: a FIFO (os.mkfifo), a link to /dev/zero, a sparse
+2 GiB file, a directory, a link to a secret file, deep JSON, huge integers, absurd IR numbers and names, wrong-typed
+openvino_config.json values. Each costs nothing on disk. `INPUTS` maps an input to its path in a Lab (hostile.py),
+its forms and the commands that read it; `all_cases()` is every combination.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+DEMO_CKPT = Path(__file__).resolve().parents[2] / "fixtures" / "demo" / "ckpt"
+CANARY = "CANARY-7f3a-secret-bytes"
+SPARSE = (2 << 30) + 4096
+
+
+# --- forms: each makes the file at `path` hostile (its pristine version is there) ---------------------------------
+
+def fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def dev_zero(path: Path) -> None:
+    path.unlink()
+    path.symlink_to("/dev/zero")
+
+
+def sparse(path: Path) -> None:
+    """The real content, then zeros up to 2 GiB (no blocks written)."""
+    os.truncate(path, SPARSE)
+
+
+def directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def secret_link(path: Path) -> None:
+    """A link to another file whose bytes must never reach an error message."""
+    secret = path.parent / f".{path.name}.secret.txt"  # beside it, inside the case folder
+    secret.write_text(f"{CANARY}\n" * 4)
+    path.unlink()
+    path.symlink_to(secret)
+
+
+def secret_json_link(path: Path) -> None:
+    secret = path.parent / f".{path.name}.secret.json"
+    secret.write_text(json.dumps({CANARY: CANARY, "token": CANARY}))
+    path.unlink()
+    path.symlink_to(secret)
+
+
+def not_utf8(path: Path) -> None:
+    path.write_bytes(b'{"a": "\xff\xfe' + CANARY.encode() + b'"}')
+
+
+def deep_json(path: Path) -> None:
+    path.write_text("[" * 200_000 + "]" * 200_000)
+
+
+def deep_object(path: Path) -> None:
+    """A config whose text_config is 100 levels of objects: under Python's recursion limit, over ours."""
+    data = json.loads(path.read_text())
+    node = data
+    for _ in range(100):
+        node["text_config"] = {}
+        node = node["text_config"]
+    path.write_text(json.dumps(data))
+
+
+def huge_int(path: Path) -> None:
+    """A 5000-digit integer: Python's int() refuses more than 4300 digits with a ValueError."""
+    text = path.read_text().rstrip()[:-1].rstrip()
+    path.write_text(text + ("" if text.endswith("{") else ",") + ' "x_huge": ' + "9" * 5000 + "}")
+
+
+JSON_FORMS = {"fifo": fifo, "dev-zero": dev_zero, "sparse-2GiB": sparse, "directory": directory,
+              "secret-link": secret_link, "secret-json-link": secret_json_link, "not-utf8": not_utf8,
+              "deep-array": deep_json, "deep-object": deep_object, "huge-int": huge_int}
+
+
+def header(path: Path, edit: Callable[[dict], object]) -> None:
+    """Rewrite a safetensors header (same data after it) with edit(header); the string "HUGE" becomes a
+    5000-digit integer (which Python itself will not even print)."""
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    raw = json.dumps(edit(json.loads(data[8:8 + n]))).replace('"HUGE"', "9" * 5000).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+
+
+def header_raw(path: Path, raw: bytes) -> None:
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+
+
+def _with_shape(h: dict, shape) -> dict:
+    name = next(k for k in h if k.startswith("mtp."))
+    h[name]["shape"] = shape
+    return h
+
+
+SAFETENSORS_FORMS = {
+    "fifo": fifo, "dev-zero": dev_zero, "sparse-2GiB": sparse, "directory": directory, "secret-link": secret_link,
+    "header-deep": lambda p: header_raw(p, b"[" * 100_000 + b"]" * 100_000),
+    "header-huge-int": lambda p: header(p, lambda h: _with_shape(h, ["HUGE"])),
+    "header-40-digit-int": lambda p: header(p, lambda h: _with_shape(h, [10 ** 39, 10 ** 39])),
+    "header-not-utf8": lambda p: header_raw(p, b'{"\xff\xfe' + CANARY.encode() + b'": 1}'),
+    "header-secret-values": lambda p: header(p, lambda h: {**h, next(k for k in h if k.startswith("mtp.")): {
+        "dtype": CANARY, "shape": CANARY, "data_offsets": CANARY}}),
+}
+
+
+def xml_edit(path: Path, old: bytes, new: bytes) -> None:
+    data = path.read_bytes()
+    assert old in data, old
+    path.write_bytes(data.replace(old, new, 1))
+
+
+def _rt_info(path: Path, element: bytes) -> None:
+    """Add an element first in the net-level rt_info (the one after </edges>), replacing one of the same name."""
+    data = path.read_bytes()
+    at = data.index(b"<rt_info>", data.rindex(b"</edges>")) + len(b"<rt_info>")
+    name = element.split(b" ", 1)[0]
+    old = data.find(b"\t\t" + name + b" ", at)
+    if old >= 0:
+        data = data[:old] + data[data.index(b"\n", old) + 1:]
+    path.write_bytes(data[:at] + b"\n\t\t" + element + data[at:])
+
+
+XML_FORMS = {
+    "fifo": fifo, "dev-zero": dev_zero, "sparse-2GiB": sparse, "directory": directory, "secret-link": secret_link,
+    "offset-30-digits": lambda p: xml_edit(p, b'offset="', b'offset="' + b"9" * 30),
+    "offset-5000-digits": lambda p: xml_edit(p, b'offset="', b'offset="' + b"9" * 5000),
+    "version-5000-digits": lambda p: xml_edit(p, b'version="11"', b'version="' + b"1" * 5000 + b'"'),
+    "char-ref-huge": lambda p: _rt_info(p, b'<aaa value="&#99999999999999;" />\n'),
+    "char-ref-surrogate": lambda p: _rt_info(p, b'<aaa value="&#55296;" />\n'),
+    "annotation-deep": lambda p: _rt_info(p, b'<hidden_states_decoder_layers value="' + b"[" * 50_000
+                                          + b"]" * 50_000 + b'" />\n'),
+    "annotation-huge-int": lambda p: _rt_info(p, b'<hidden_states_decoder_layers value="{&quot;layers&quot;:{&quot;'
+                                              + b"9" * 5000 + b'&quot;:{&quot;producer&quot;:&quot;x&quot;,'
+                                              b'&quot;output_index&quot;:0}}}" />\n'),
+    "rt-info-deep-500": lambda p: _rt_info(p, b"<a>" * 500 + b'<b value="1" />' + b"</a>" * 500 + b"\n"),
+    "rt-info-deep-100000": lambda p: _rt_info(p, b"<a>" * 100_000 + b'<b value="1" />' + b"</a>" * 100_000 + b"\n"),
+    "name-5000-digits": lambda p: _layer_name(p, b"9" * 5000 + b"."),
+    "name-superscript-digit": lambda p: _layer_name(p, "².".encode()),
+    "name-char-ref-huge": lambda p: _layer_name(p, b"&#99999999999999;"),
+    "name-char-ref-hex-surrogate": lambda p: _layer_name(p, b"&#xD800;"),
+}
+
+
+def _layer_name(path: Path, insert: bytes) -> None:
+    """Insert bytes into the first layer's name after the `__module.` prefix of layer names (if it has one)."""
+    data = path.read_bytes()
+    at = data.find(b'name="__module.')
+    at = at + len(b'name="__module.') if at >= 0 else data.index(b'name="', data.index(b"<layer ")) + len(b'name="')
+    path.write_bytes(data[:at] + insert + data[at:])
+
+BIN_FORMS = {"fifo": fifo, "dev-zero": dev_zero, "directory": directory, "sparse-2GiB": sparse}
+
+
+def lm_model(**values) -> Callable[[Path], None]:
+    """openvino_config.json whose quantization_configs.lm_model holds `values` over an int4 entry."""
+    def form(path: Path) -> None:
+        entry = {"bits": 4, "sym": False, "group_size": 32, "ratio": 1.0, "backup_precision": None,
+                 "all_layers": None, **values}
+        path.write_text(json.dumps({"quantization_config": {"quantization_configs": {"lm_model": entry}}}))
+    return form
+
+
+OPENVINO_CONFIG_FORMS = {
+    **JSON_FORMS,
+    **{f"lm_model-{k}={json.dumps(v)[:20]}": lm_model(**{k: v}) for k, v in [
+        ("bits", "4"), ("bits", 4.0), ("bits", True), ("bits", None), ("bits", [4]), ("group_size", "64"),
+        ("group_size", 1e300), ("group_size", 10 ** 30), ("group_size", 48), ("group_size", 64.5), ("ratio", "x"),
+        ("ratio", [1]), ("ratio", 1e309), ("ratio", 10 ** 30), ("ratio", -1), ("sym", "false"), ("sym", 1),
+        ("backup_precision", 5), ("backup_precision", CANARY), ("all_layers", "yes"), ("all_layers", {})]},
+    "lm_model-list": lambda p: p.write_text(json.dumps({"quantization_config": {"quantization_configs": {
+        "lm_model": [4]}}})),
+}
+
+PROMPT_FORMS = {"fifo": fifo, "dev-zero": dev_zero, "sparse-2GiB": sparse, "not-utf8": not_utf8,
+                "secret-link": secret_link}
+
+
+# --- where each input lives and which commands read it ------------------------------------------------------------
+
+# input -> (path in the lab, forms, commands)
+INPUTS = {
+    "ckpt config.json": ("ckpt/config.json", JSON_FORMS, ("build-mtp", "patch")),
+    "index": ("sharded/model.safetensors.index.json", JSON_FORMS, ("build-mtp", "patch")),
+    "model.safetensors": ("ckpt/model.safetensors", SAFETENSORS_FORMS, ("build-mtp", "patch")),
+    "shard": ("sharded/model-2.safetensors", SAFETENSORS_FORMS, ("build-mtp",)),
+    "target config.json": ("target/config.json", JSON_FORMS, ("show", "annotate", "patch")),
+    "language model .xml": ("target/openvino_language_model.xml", XML_FORMS, ("show-xml", "show", "annotate",
+                                                                               "patch")),
+    "language model .bin": ("target/openvino_language_model.bin", BIN_FORMS, ("show-xml", "annotate", "patch")),
+    "tokenizer .xml": ("target/openvino_tokenizer.xml", XML_FORMS, ("show",)),
+    "patched language model .xml": ("patched/openvino_language_model.xml", XML_FORMS, ("verify", "patch")),
+    "mtp .xml": ("patched/openvino_mtp_model.xml", XML_FORMS, ("show-xml", "verify", "patch")),
+    "openvino_config.json": ("target/openvino_config.json", OPENVINO_CONFIG_FORMS, ("patch", "build-mtp-auto")),
+    "prompts file": ("prompts.txt", PROMPT_FORMS, ("verify-prompts",)),
+    "generation_config.json": ("patched/generation_config.json", BIN_FORMS, ("verify-genai",)),  # genai reads it
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    input: str
+    form: str
+    command: str
+
+    def __str__(self) -> str:
+        return f"{self.input} / {self.form} / {self.command}"
+
+
+def all_cases() -> list[Case]:
+    return [Case(name, form, command) for name, (_, forms, commands) in INPUTS.items() for form in forms
+            for command in commands]
+
+
+# --- an absurd but consistent checkpoint ----------------------------------------------------------------------------
+
+def absurd_checkpoint(directory: Path, hidden: int = 1 << 17) -> int:
+    """A config at hidden_size `hidden` (config.py's bound) and a sparse model.safetensors whose header matches it
+    exactly: every check of shapes and offsets passes, and the file really holds the bytes (as zeros). Returns the
+    file's size."""
+    from irsurgeon.config import parse_config
+    from irsurgeon.weights.spec import MTP_PREFIX, dense_shapes
+
+    directory.mkdir(parents=True)
+    cfg = json.loads((DEMO_CKPT / "config.json").read_text())
+    tc = cfg["text_config"]
+    tc.update(hidden_size=hidden, intermediate_size=hidden, num_attention_heads=hidden // 64, num_key_value_heads=2,
+              head_dim=64)
+    (directory / "config.json").write_text(json.dumps(cfg))
+    offset, entries = 0, {}
+    for name, shape in sorted(dense_shapes(parse_config(cfg)).items()):
+        nbytes = 2 * math.prod(shape)
+        entries[MTP_PREFIX + name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(entries).encode()
+    path = directory / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+    os.truncate(path, 8 + len(raw) + offset)
+    return 8 + len(raw) + offset

@@ -1,0 +1,231 @@
+"""Hostile input files: every reader is bounded, nothing crashes, hangs or exhausts memory.
+
+Each class of input is made for real and cheaply: FIFOs with os.mkfifo, devices as links to /dev/zero, 2 GiB files
+as sparse files, deep JSON, 5000-digit numbers, absurd IR numbers and nesting, wrong-typed openvino_config.json values.
+Expected: exit 1 with one `Error:` line naming the file and what was expected, never the file's bytes; no traceback,
+no hang, no large allocation. Checkpoints and the memory budget: test_bounds_checkpoint.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from helpers.cli import invoke, no_hang, one_error  # noqa: F401  (no_hang: an autouse fixture)
+from helpers.hostile import DEMO_CKPT, DEMO_TARGET, Lab
+from helpers.hostile_forms import CANARY, OPENVINO_CONFIG_FORMS, Case
+from irsurgeon import limits
+from irsurgeon.errors import ConfigError, IRError
+from irsurgeon.precision import detect_target_format
+
+
+# --- the bounded readers ------------------------------------------------------------------------------------------
+
+def special(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / "config.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("kind, word", [("fifo", "FIFO"), ("dev-zero", "character device"),
+                                        ("directory", "directory")])
+def test_special_files_are_refused_without_reading(tmp_path, kind, word):
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=f"config.json: is (a|an) {word}.*expected a regular file"):
+        limits.read_json(special(tmp_path, kind), ConfigError)
+    assert time.perf_counter() - start < 5
+
+
+def test_sparse_2gib_json_is_refused_by_its_size_before_reading(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"a": 1}')
+    os.truncate(path, 2 << 30)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match=f"{2 << 30} bytes; the limit for JSON files is "
+                                              f"{limits.CONFIG_JSON_BYTES} bytes"):
+            limits.read_json(path, ConfigError)
+        assert tracemalloc.get_traced_memory()[1] < 1 << 20
+    finally:
+        tracemalloc.stop()
+
+
+def test_index_files_get_the_larger_limit(tmp_path):
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {f"t{i}": "x" * 200 for i in range(100_000)}}))  # ~21 MB
+    assert limits.CONFIG_JSON_BYTES < index.stat().st_size < limits.INDEX_JSON_BYTES
+    assert len(limits.read_json(index, ConfigError)["weight_map"]) == 100_000
+
+
+@pytest.mark.parametrize("text", ["[" * 200_000 + "]" * 200_000, '{"a":' * 65 + "1" + "}" * 65,
+                                  '[{"a": [' * 22 + "]}]" * 22])
+def test_deep_json_is_refused(tmp_path, text):
+    with pytest.raises(ConfigError, match="nested deeper than 64 levels"):
+        limits.parse_json(text, "x.json", ConfigError)
+
+
+def test_json_at_the_depth_limit_and_brackets_in_strings_are_read():
+    value = limits.parse_json('{"a":' * 64 + '"[[[[{{{{"' + "}" * 64, "x.json", ConfigError)
+    for _ in range(64):
+        value = value["a"]
+    assert value == "[[[[{{{{"
+    assert limits.parse_json(r'["\\\"[[[[", 1]', "x.json", ConfigError) == ['\\"[[[[', 1]  # escapes in strings
+
+
+@pytest.mark.parametrize("digits", [41, 5000])
+def test_huge_numbers_are_refused(digits):
+    for number in ("9" * digits, "-" + "9" * digits, "1." + "0" * digits):
+        with pytest.raises(ConfigError, match="holds a number of more than 40 digits"):
+            limits.parse_json('{"hidden_size": ' + number + "}", "config.json", ConfigError)
+    assert limits.parse_json('{"x": -' + "9" * 40 + ', "' + "7" * 5000 + '": 1}', "c", ConfigError)["x"] == \
+        -int("9" * 40)
+
+
+def test_errors_never_quote_the_file(tmp_path):
+    """A config.json that links to another file: the error names the path, not a byte of what it points to."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEMO_CKPT, ckpt)
+    for content in (f"{CANARY} not json".encode(), b"\xff\xfe" + CANARY.encode()):
+        (tmp_path / "secret.txt").write_bytes(content)
+        (ckpt / "config.json").unlink()
+        (ckpt / "config.json").symlink_to(tmp_path / "secret.txt")
+        err = one_error(invoke("build-mtp", ckpt, "-o", tmp_path / "out"))
+        assert "config.json" in err and CANARY not in err and "\\x" not in err
+
+
+# --- IR and openvino_config.json ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def target(tmp_path) -> Path:
+    shutil.copytree(DEMO_TARGET, tmp_path / "target")
+    return tmp_path / "target"
+
+
+@pytest.mark.parametrize("form, expected", [
+    ("fifo", "is a FIFO"), ("dev-zero", "is a character device"),
+    ("sparse", "bytes; the limit for OpenVINO IR .xml files is"),
+    ("bin-fifo", "openvino_language_model.bin: is a FIFO"), ("bin-dev-zero", ".bin: is a character device"),
+    ("offset-digits", "more than 20 digits"),
+])
+def test_hostile_ir_files_are_refused(target, form, expected):
+    xml = target / "openvino_language_model.xml"
+    victim = xml.with_suffix(".bin") if form.startswith("bin-") else xml
+    if form.endswith("fifo"):
+        victim.unlink()
+        os.mkfifo(victim)
+    elif form.endswith("dev-zero"):
+        victim.unlink()
+        victim.symlink_to("/dev/zero")
+    elif form == "sparse":
+        os.truncate(xml, limits.IR_XML_BYTES + 1)
+    else:
+        xml.write_bytes(xml.read_bytes().replace(b'offset="', b'offset="' + b"9" * 5000, 1))
+    with pytest.raises(IRError, match=expected):
+        from irsurgeon.ir.files import read_ir_bytes
+        read_ir_bytes(xml)
+    err = one_error(invoke("annotate", target))
+    assert expected in err
+
+
+def test_character_references_outside_unicode_are_kept_as_written():
+    from irsurgeon.ir.xmlsafe import unescape_attr
+
+    huge = "&#" + "9" * 5000 + ";"
+    assert unescape_attr(b"a&#65;&#99999999;&#55296;" + huge.encode()) == "aA&#99999999;&#55296;" + huge
+
+
+@pytest.mark.parametrize("form", sorted(k for k in OPENVINO_CONFIG_FORMS if k.startswith("lm_model-")))
+def test_wrong_types_in_openvino_config_are_config_errors(target, form):
+    OPENVINO_CONFIG_FORMS[form](target / "openvino_config.json")
+    if form == "lm_model-list":  # no lm_model object: the format comes from the language model's weights
+        assert detect_target_format(target).source.endswith("openvino_language_model.xml")
+        return
+    with pytest.raises(ConfigError) as e:
+        detect_target_format(target)
+    assert "openvino_config.json: quantization_configs.lm_model" in str(e.value) and CANARY not in str(e.value)
+
+
+@pytest.mark.parametrize("value, message", [
+    ('"4"', "bits must be 4 or 8, found a string"), ("4.0", "bits must be 4 or 8, found a number"),
+    ("true", "bits must be 4 or 8, found a boolean"), ('"64"', None), ("1e300", None),
+])
+def test_openvino_config_errors_say_what_was_expected(target, value, message):
+    key = "bits" if message else "group_size"
+    entry = '{"bits": 4, "group_size": 32}'.replace(f'"{key}": {4 if key == "bits" else 32}', f'"{key}": {value}')
+    (target / "openvino_config.json").write_text('{"quantization_config": {"quantization_configs": {"lm_model": '
+                                                 + entry + "}}}")
+    with pytest.raises(ConfigError) as e:
+        detect_target_format(target)
+    assert (message or "group_size must be an integer or null") in str(e.value)
+
+
+def test_prompts_from_a_fifo_or_device_never_block(tmp_path, target):
+    fifo = tmp_path / "prompts.txt"
+    os.mkfifo(fifo)
+    result = invoke("verify", target, "--prompts", fifo)
+    assert result.exit_code == 2 and "neither a number" in result.output
+    big = tmp_path / "big.txt"
+    big.write_text("hello\n")
+    os.truncate(big, 2 << 30)
+    result = invoke("verify", target, "--prompts", big)
+    assert result.exit_code == 2 and "the limit for prompts files is" in result.output
+
+
+# --- the command matrix (a slice; scripts/bench_reliability.py --attack-inputs-only runs all of it) -----------------
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Lab:
+    return Lab(tmp_path_factory.mktemp("hostile"))
+
+
+# (case, exit code): show reports a broken config.json inside its output and goes on
+MATRIX = [
+    (Case("ckpt config.json", "fifo", "build-mtp"), 1), (Case("index", "dev-zero", "patch"), 1),
+    (Case("model.safetensors", "header-huge-int", "build-mtp"), 1), (Case("shard", "header-deep", "build-mtp"), 1),
+    (Case("target config.json", "huge-int", "show"), 0), (Case("target config.json", "deep-object", "annotate"), 1),
+    (Case("language model .xml", "fifo", "show-xml"), 1), (Case("language model .bin", "fifo", "show-xml"), 1),
+    (Case("tokenizer .xml", "name-char-ref-huge", "show"), 0),
+    (Case("language model .xml", "rt-info-deep-100000", "show-xml"), 1),  # was a segfault in OpenVINO's binding
+    (Case("patched language model .xml", "annotation-huge-int", "verify"), 1),
+    (Case("language model .xml", "name-superscript-digit", "annotate"), 0),
+    (Case("mtp .xml", "name-char-ref-hex-surrogate", "verify"), 1),
+    (Case("openvino_config.json", 'lm_model-bits="4"', "patch"), 1),
+    (Case("generation_config.json", "fifo", "verify-genai"), 1),  # hung inside openvino-genai
+]
+
+
+@pytest.mark.parametrize("case, code", MATRIX, ids=[str(c) for c, _ in MATRIX])
+def test_hostile_inputs_through_the_commands(lab, case, code):
+    outcome = lab.run(case)
+    assert not outcome.problems, (outcome.problems, outcome.stderr)
+    assert outcome.code == code and outcome.seconds < 30, outcome
+
+
+def test_genai_never_gets_a_directory_holding_a_fifo(tmp_path):
+    """openvino-genai opens generation_config.json and the rest itself: a FIFO there made `verify --genai` hang."""
+    from irsurgeon.errors import IRSurgeonError
+
+    target = tmp_path / "target"
+    shutil.copytree(DEMO_TARGET, target)
+    limits.check_directory_files(target, IRSurgeonError)  # the real directory passes
+    os.truncate(target / "tokenizer.json", 40 << 20)  # a large tokenizer.json is a real one
+    limits.check_directory_files(target, IRSurgeonError)
+    (target / "generation_config.json").unlink()
+    os.mkfifo(target / "generation_config.json")
+    with pytest.raises(IRSurgeonError, match="generation_config.json: is a FIFO"):
+        limits.check_directory_files(target, IRSurgeonError)
+    (target / "generation_config.json").unlink()
+    (target / "generation_config.json").write_text("{}")
+    os.truncate(target / "generation_config.json", 2 << 30)
+    with pytest.raises(IRSurgeonError, match="generation_config.json: 2147483648 bytes; the limit for JSON"):
+        limits.check_directory_files(target, IRSurgeonError)

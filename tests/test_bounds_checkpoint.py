@@ -1,0 +1,189 @@
+"""Hostile checkpoints: safetensors headers, files truncated while a build reads them, and the memory budget.
+
+A checkpoint truncated by another process during a build is made for real (a subprocess build, os.truncate from the
+test); an absurd checkpoint whose header matches its config is a sparse file that really holds 128 GiB and more.
+Expected: exit 1 with one `Error:` line naming the file and tensor, never SIGBUS, never a large allocation.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers.cli import invoke, no_hang, one_error  # noqa: F401  (no_hang: an autouse fixture)
+from helpers.hostile import DEMO_CKPT, truncation_race
+from helpers.hostile_forms import CANARY, absurd_checkpoint, secret_link
+from irsurgeon import limits
+from irsurgeon.errors import CheckpointError
+from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
+from irsurgeon.weights.safetensors_io import SafetensorsFile
+
+
+def test_safetensors_header_length_is_not_echoed(tmp_path):
+    """The first 8 bytes of a linked-to text file are its 'header length': printing it would print those bytes."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEMO_CKPT, ckpt)
+    secret_link(ckpt / "model.safetensors")
+    leaked = str(struct.unpack("<Q", CANARY.encode()[:8])[0])
+    err = one_error(invoke("build-mtp", ckpt, "-o", tmp_path / "out"))
+    assert "model.safetensors" in err and leaked not in err and CANARY not in err
+
+
+# --- safetensors --------------------------------------------------------------------------------------------------
+
+def rewrite_header(path: Path, raw: bytes) -> None:
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+
+
+@pytest.mark.parametrize("form, expected", [
+    ("fifo", "is a FIFO"), ("dev-zero", "is a character device"),
+    ("deep", "nested deeper than 64"), ("huge-int", "a number of more than 40 digits"),
+])
+def test_hostile_safetensors_are_refused(tmp_path, form, expected):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEMO_CKPT, ckpt)
+    st = ckpt / "model.safetensors"
+    if form in ("fifo", "dev-zero"):
+        st.unlink()
+        os.mkfifo(st) if form == "fifo" else st.symlink_to("/dev/zero")
+        with pytest.raises(CheckpointError, match=expected):
+            SafetensorsFile(st)
+        return
+    raw = b"[" * 100_000 + b"]" * 100_000 if form == "deep" else \
+        b'{"mtp.fc.weight": {"dtype": "F32", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 4]}}'
+    rewrite_header(st, raw)
+    err = one_error(invoke("build-mtp", ckpt, "-o", tmp_path / "out"))
+    assert "model.safetensors" in err and expected in err
+
+
+def test_a_checkpoint_truncated_after_opening_is_a_clean_error(tmp_path):
+    """Deterministic half of the race: the header was read, then the file shrank. With a memory map this was SIGBUS."""
+    write_checkpoint(tmp_path, SynthSpec(hidden=256, intermediate=512), seed=1)
+    st = SafetensorsFile(tmp_path / "model.safetensors")
+    try:
+        info = st.tensors["mtp.fc.weight"]
+        os.truncate(st.path, st.data_start + info.begin + 100)
+        for read in (st.get, st.raw):
+            with pytest.raises(CheckpointError, match=r"tensor 'mtp.fc.weight'.*truncated while being read"):
+                read("mtp.fc.weight")
+    finally:
+        st.close()
+
+
+def test_reading_by_pread_matches_the_stored_values(tmp_path):
+    stored = write_checkpoint(tmp_path, SynthSpec(), seed=3)
+    st = SafetensorsFile(tmp_path / "model.safetensors")
+    try:
+        for name, value in stored.items():
+            got = st.get(name)
+            assert got.dtype == np.float32 and np.array_equal(got, value), name
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_float_checkpoints_build(tmp_path, dtype):
+    """A float32 tensor is handed to openvino without a copy; a read-only (memory-mapped) one was refused with
+    'array is not writeable'."""
+    write_checkpoint(tmp_path / "ckpt", SynthSpec(), seed=5, dtype=dtype)
+    result = invoke("build-mtp", tmp_path / "ckpt", "-o", tmp_path / "out", "--weight-format", "f32")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "openvino_mtp_model.bin").stat().st_size > 0
+
+
+def test_bf16_is_decoded_in_pieces(tmp_path, monkeypatch):
+    import irsurgeon.weights.safetensors_io as sio
+
+    stored = write_checkpoint(tmp_path, SynthSpec(), seed=4)
+    monkeypatch.setattr(sio, "DECODE_CHUNK", 1000)  # fc.weight has 64 x 128: nine pieces, the last one short
+    st = SafetensorsFile(tmp_path / "model.safetensors")
+    try:
+        assert np.array_equal(st.get("mtp.fc.weight"), stored["mtp.fc.weight"])
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("keep", [0.9, 0.5, 0.1])
+def test_concurrent_truncation_during_a_build_never_kills_the_process(tmp_path, keep):
+    """A real race: build-mtp in a subprocess, the checkpoint truncated from here once the build has it open."""
+    outcome = truncation_race(tmp_path, keep)
+    assert outcome.code == 1 and not outcome.problems, (outcome.problems, outcome.stderr)
+    assert "model.safetensors" in outcome.stderr and "truncated" in outcome.stderr, outcome.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# --- memory budget ------------------------------------------------------------------------------------------------
+
+def test_available_memory_is_what_the_kernel_reports():
+    available = limits.available_memory()
+    fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    total = (int(fields["MemTotal"].split()[0]) + int(fields["SwapTotal"].split()[0])) * 1024
+    assert 0 < available <= total
+
+
+def test_absurd_but_consistent_checkpoint_is_refused_by_the_memory_budget(tmp_path):
+    """hidden_size at config.py's bound, headers that match it, a sparse file that holds it: before the budget this
+    tried to decode a 128 GiB fc.weight."""
+    size = absurd_checkpoint(tmp_path / "ckpt")
+    assert size > 128 << 30
+    tracemalloc.start()
+    try:
+        err = one_error(invoke("build-mtp", tmp_path / "ckpt", "-o", tmp_path / "out"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "building its MTP head needs" in err and "GiB of memory, but only" in err, err
+    assert peak < 32 << 20
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tensor_read_checks_the_budget_too(tmp_path):
+    absurd_checkpoint(tmp_path / "ckpt", hidden=1 << 16)
+    st = SafetensorsFile(tmp_path / "ckpt" / "model.safetensors")
+    try:
+        with pytest.raises(CheckpointError, match=r"tensor 'mtp.fc.weight' \(BF16 \[65536, 131072\]\) needs 32.0 GiB"):
+            st.get("mtp.fc.weight")
+    finally:
+        st.close()
+
+
+def test_the_budget_refuses_only_what_does_not_fit(tmp_path, monkeypatch):
+    from irsurgeon.build import build_mtp_model, expected_shapes, memory_need
+    from irsurgeon.config import load_config
+
+    need = memory_need(expected_shapes(load_config(DEMO_CKPT / "config.json")))
+    monkeypatch.setattr(limits, "available_memory", lambda: need - 1)
+    with pytest.raises(CheckpointError, match="building its MTP head needs"):
+        build_mtp_model(DEMO_CKPT)
+    monkeypatch.setattr(limits, "available_memory", lambda: need)
+    assert build_mtp_model(DEMO_CKPT).get_parameters()
+
+
+def test_synth_at_its_largest_sizes_is_refused_by_the_memory_budget(tmp_path):
+    """Every size at synth's own bound: ~86 GiB of float32 weights, refused before a folder is made."""
+    err = one_error(invoke("synth", tmp_path / "out", "--hidden", 8192, "--vocab", 1 << 18, "--layers", 64,
+                           "--heads", 64, "--kv-heads", 8, "--head-dim", 128))
+    assert "needs" in err and "GiB of memory, but only" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_megabyte_tensor_name_is_cut_short_in_errors(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEMO_CKPT, ckpt)
+    rewrite_header(ckpt / "model.safetensors", json.dumps({"x" * (1 << 20): {"dtype": "F32"}}).encode())
+    err = one_error(invoke("build-mtp", ckpt, "-o", tmp_path / "out"))
+    assert len(err) < 400 and f"({1 << 20} characters)" in err
+
+
+def test_synth_refuses_a_negative_seed_before_writing(tmp_path):
+    result = invoke("synth", tmp_path / "out", "--seed", -1)
+    assert result.exit_code == 2 and "--seed" in result.output and "unexpected" not in result.output
+    assert not (tmp_path / "out").exists()

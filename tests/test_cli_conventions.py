@@ -1,0 +1,243 @@
+"""What a new user meets on every command: errors that keep their cause, hints that name real options, one spelling of
+choices, what overwrites and what needs --force, exit codes, --json, and speed printed only where it was measured."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import click
+import numpy as np
+import openvino as ov
+import openvino.opset13 as ops
+import pytest
+from click.testing import CliRunner
+from helpers.checkpoints import read_tensors, write_variant
+
+from irsurgeon import build_mtp_model, rtinfo
+from irsurgeon.annotate import annotation_json
+from irsurgeon.cli import main
+from irsurgeon.compress import WEIGHT_FORMATS
+from irsurgeon.errors import IRSurgeonError, cause
+from irsurgeon.ir import xmlsafe
+from irsurgeon.synth import synthesize
+
+DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo"
+OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+OTHER_TOOL = re.compile(r"`(?!irsurgeon )[a-z][\w-]* [^`]*`")  # a quoted command line of another program
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def copy_demo(directory: Path) -> Path:
+    shutil.copytree(DEMO / "target", directory)
+    for p in [directory, *directory.iterdir()]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory) -> Path:
+    target = copy_demo(tmp_path_factory.mktemp("conventions") / "target")
+    res = invoke("patch", target, "--checkpoint", DEMO / "ckpt")
+    assert res.exit_code == 0, res.output
+    return target
+
+
+def one_error_line(res) -> str:
+    """The failure's `Error:` line: the last line, and the only one (progress lines may come before it)."""
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("Error")]
+    assert res.exit_code == 1 and errors == lines[-1:] and errors[0].startswith("Error: "), res.output
+    return lines[-1]
+
+
+# --- errors keep their cause ----------------------------------------------------------------------------------------
+
+def test_cause_skips_openvino_location_and_assertion_lines():
+    with pytest.raises(RuntimeError) as shape_error:
+        ops.matmul(ops.constant(np.zeros((2, 3), np.float32)), ops.constant(np.zeros((4, 5), np.float32)), False, False)
+    assert cause(shape_error.value).startswith("Incompatible MatMul matrix dimension")
+    with pytest.raises(RuntimeError) as read_error:
+        ov.Core().read_model("/nonexistent/model.xml")
+    assert cause(read_error.value).startswith("ir: Could not open the file")
+    plugin = RuntimeError("Exception from src/inference/src/cpp/core.cpp:117:\nCannot load library \"x.so\": "
+                          "libOpenCL.so.1: cannot open shared object file: No such file or directory\n")
+    assert "libOpenCL.so.1" in cause(plugin)
+    assert cause(RuntimeError("")) == "RuntimeError"
+
+
+@pytest.mark.genai
+@pytest.mark.parametrize("device", ["FOO", "gpu"])
+def test_unknown_device_is_named_in_the_error(patched, device):
+    line = one_error_line(invoke("verify", patched, "--genai", "--device", device, "--prompts", "1"))
+    assert f'"{device}" name is not registered' in line and "Exception from" not in line, line
+
+
+# --- speed only where it was measured; settings as KEY=value --------------------------------------------------------
+
+@pytest.mark.genai
+def test_equivalence_lines_carry_no_speed_and_settings_read_as_pairs(patched):
+    res = invoke("verify", patched, "--genai", "--prompts", "1", "--sweep", "1", "--rounds", "1",
+                 "--max-new-tokens", "8", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)  # stdout holds the document alone; the text went to stderr
+    runs = [ln for ln in res.stderr.splitlines() if ln.startswith("prompt ")]
+    assert runs and not any("tok/s" in ln for ln in runs), runs
+    assert "{" not in res.stderr and "equivalence at INFERENCE_PRECISION_HINT=f32" in res.stderr, res.stderr
+    speed = doc["speed"]
+    for key, value in speed["device_defaults"].items():
+        assert f"{key}={value}" in res.stderr
+    assert set(speed["kv_precision"]) == set(speed["kv_precision_source"]) == {"target", "draft"}
+    assert f"target={speed['kv_precision']['target']}" in res.stderr
+    assert doc["ready"] and not any("seconds" in r for r in doc["genai"]["runs"])
+
+
+# --- patch: an explicit format is honoured; the checkpoint is checked before the plan -------------------------------
+
+def head_weight_format(target: Path) -> str:
+    data = (target / "openvino_mtp_model.xml").read_bytes()
+    return xmlsafe.get_value(data, (rtinfo.PROVENANCE, "weight_format"))
+
+
+def test_explicit_weight_format_rebuilds_a_ready_head_of_another_format(tmp_path):
+    target = copy_demo(tmp_path / "t")
+    assert invoke("patch", target, "--checkpoint", DEMO / "ckpt").exit_code == 0
+    assert head_weight_format(target) == "f16"
+    res = invoke("patch", target, "--checkpoint", DEMO / "ckpt", "--weight-format", "INT4")
+    assert res.exit_code == 0 and "rebuilding" in res.output, res.output
+    assert head_weight_format(target) == "int4"
+    for fmt in ("int4", "auto"):  # the asked format, or none asked: nothing to do
+        res = invoke("patch", target, "--checkpoint", DEMO / "ckpt", "--weight-format", fmt)
+        assert res.exit_code == 0 and "nothing to do" in res.output, res.output
+
+
+def test_bad_checkpoint_is_the_only_line(tmp_path):
+    target = copy_demo(tmp_path / "t")
+    for extra in ([], ["--dry-run"]):
+        res = invoke("patch", target, "--checkpoint", tmp_path / "missing", *extra)
+        assert len(res.output.splitlines()) == 1 and str(tmp_path / "missing") in one_error_line(res), res.output
+
+
+# --- overwriting: one rule ------------------------------------------------------------------------------------------
+
+def test_build_mtp_replaces_a_head_only_with_force(tmp_path):
+    out = tmp_path / "out"
+    assert invoke("build-mtp", DEMO / "ckpt", "-o", out).exit_code == 0
+    before = (out / "openvino_mtp_model.xml").read_bytes()
+    line = one_error_line(invoke("build-mtp", DEMO / "ckpt", "-o", out, "--kv-cache-precision", "u8"))
+    assert "--force" in line and (out / "openvino_mtp_model.xml").read_bytes() == before
+    assert invoke("build-mtp", DEMO / "ckpt", "-o", out, "--kv-cache-precision", "U8", "--force").exit_code == 0
+    assert (out / "openvino_mtp_model.xml").read_bytes() != before
+
+
+def test_synth_refuses_a_directory_holding_an_export(tmp_path):
+    export = copy_demo(tmp_path / "export")
+    before = sorted(p.name for p in export.iterdir())
+    line = one_error_line(invoke("synth", export, "--kind", "llama"))
+    assert "--force" in line and sorted(p.name for p in export.iterdir()) == before
+    assert invoke("synth", export, "--kind", "llama", "--force").exit_code == 0
+    assert (export / "target").is_dir() and (export / "ckpt").is_dir()
+
+
+# --- hints name options of the command that printed them ------------------------------------------------------------
+
+def named_options(text: str) -> set[str]:
+    return set(OPTION.findall(OTHER_TOOL.sub("", text)))
+
+
+def options_of(command: str) -> set[str]:
+    params = main.commands[command].params
+    return {o.split("/")[0] for p in params for o in (*p.opts, *p.secondary_opts)}
+
+
+def nonfinite_checkpoint(directory: Path) -> Path:
+    tensors = read_tensors(DEMO / "ckpt")
+    raw, dtype = tensors["mtp.norm.weight"]
+    bad = np.full(raw.shape, 0x7FC0, np.uint16) if dtype == "BF16" else np.full(raw.shape, np.nan, raw.dtype)
+    return write_variant(DEMO / "ckpt", directory, {**tensors, "mtp.norm.weight": (bad, dtype)})
+
+
+def lone_safetensors(directory: Path) -> Path:
+    directory.mkdir()
+    return Path(shutil.copy(DEMO / "ckpt" / "model.safetensors", directory / "head.safetensors"))
+
+
+HINTED = {  # command -> failure paths that carry advice: (make arguments from tmp_path, text the error must hold)
+    "build-mtp": [
+        (lambda t: [lone_safetensors(t / "c"), "-o", t / "o"], "--config"),
+        (lambda t: [nonfinite_checkpoint(t / "c"), "-o", t / "o"], "--allow-nonfinite"),
+        (lambda t: [DEMO / "ckpt", "-o", t / "o", "--weight-format", "auto"], "--target"),
+        (lambda t: [DEMO / "ckpt", "-o", t / "o", "--weight-format", "int8", "--group-size", "32"], "--group-size"),
+        (lambda t: [DEMO / "ckpt", "-o", DEMO / "target", "--weight-format", "f32", "--target", DEMO / "target"],
+         "--target"),
+    ],
+    "patch": [
+        (lambda t: [copy_demo(t / "d"), "--checkpoint", lone_safetensors(t / "c")], ""),
+        (lambda t: [copy_demo(t / "d"), "--checkpoint", nonfinite_checkpoint(t / "c")], "--allow-nonfinite"),
+        (lambda t: [synthesize(t / "s", "llama", with_mtp=False).target, "--checkpoint", DEMO / "ckpt"], "optimum-cli"),
+        (lambda t: [synthesize(t / "a", seed=1).target, "--checkpoint", synthesize(t / "b", seed=2).ckpt],
+         "--allow-foreign-checkpoint"),
+    ],
+    "synth": [
+        (lambda t: [copy_demo(t / "d")], "--force"),
+        (lambda t: [t / "s", "--heads", "3"], "--heads"),
+        (lambda t: [t / "s", "--kind", "llama", "--with-mtp"], "--no-mtp"),
+    ],
+}
+
+
+@pytest.mark.parametrize("command, case", [(c, i) for c, cases in HINTED.items() for i in range(len(cases))])
+def test_every_hint_names_an_option_of_its_command(tmp_path, command, case):
+    make_args, needle = HINTED[command][case]
+    res = invoke(command, *make_args(tmp_path))
+    line = one_error_line(res)
+    assert needle in line, line
+    assert named_options(line) <= options_of(command), (line, named_options(line) - options_of(command))
+
+
+def test_annotate_hint_names_its_force(tmp_path):
+    target = copy_demo(tmp_path / "t")
+    assert invoke("annotate", target).exit_code == 0
+    xml = target / "openvino_language_model.xml"
+    other = annotation_json({0: ("some/other/op", 0)})
+    xml.write_bytes(xmlsafe.set_value(xml.read_bytes(), ("hidden_states_decoder_layers",), other))
+    res = invoke("annotate", target)
+    assert res.exit_code == 1 and "--force" in one_error_line(res)
+    assert named_options(res.output) <= options_of("annotate")
+
+
+# --- one spelling of choices; help; --json; exit codes --------------------------------------------------------------
+
+def test_weight_formats_in_one_order_and_any_case():
+    for name in ("patch", "build-mtp", "synth"):
+        param = next(p for p in main.commands[name].params if p.name == "weight_format")
+        assert isinstance(param.type, click.Choice) and not param.type.case_sensitive
+        listed = list(param.type.choices)
+        assert listed == [f for f in WEIGHT_FORMATS if f in listed], (name, listed)
+
+
+def test_every_option_has_help_and_every_reporting_command_has_json():
+    for name, command in main.commands.items():
+        assert all(p.help for p in command.params if isinstance(p, click.Option)), name
+        assert "--json" in options_of(name), name
+
+
+def test_exit_codes_usage_2_failure_1_unexpected_1(tmp_path, monkeypatch):
+    assert invoke("show", tmp_path, "--no-such-option").exit_code == 2
+    assert invoke("show", tmp_path / "missing").exit_code == 1
+
+    def boom(*args, **kwargs):
+        raise ValueError("first line\nsecond line")
+    monkeypatch.setattr("irsurgeon.show.show", boom)
+    res = invoke("show", tmp_path)
+    assert res.exit_code == 1 and "unexpected ValueError: first line" in res.output
+    assert "second line" not in res.output
+
+
+def test_python_api_refuses_an_unknown_format_with_the_package_error():
+    with pytest.raises(IRSurgeonError, match="int3"):
+        build_mtp_model(DEMO / "ckpt", weight_format="int3")

@@ -1,0 +1,131 @@
+"""The Gemma 4 assistant built by irsurgeon against transformers 5.24.0's eager float32 outputs (goldens).
+
+Tolerance: 1e-4 absolute on logits and last_hidden_state (values of order 1-10). The f32 build differs from torch by
+at most ~2e-5 (summation order, float32 rope tables); each negative control below (a builder that hard-codes the
+window, ignores the ordered embeddings, uses another theta or shifts the norms by one) moves some output by far more
+than the tolerance, so the tolerance cannot hide those bugs.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from helpers.gemma4 import DATA, CASES, calls, worst_errors
+from irsurgeon.errors import CheckpointError, ConfigError
+from irsurgeon.families.gemma4.assistant import build_assistant
+from irsurgeon.models.gemma4_assistant import load_assistant_config
+
+TOL = 1e-4
+
+
+def worst(errors) -> float:
+    return max(max(e.values()) for e in errors)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_matches_transformers_every_call(case):
+    model, _ = build_assistant(DATA / case, "f32")
+    errors = worst_errors(model, case)
+    for c, e in enumerate(errors):
+        print(case, c, e)
+    assert len(errors) >= 5 and worst(errors) < TOL
+
+
+def test_calls_cover_kv_shorter_and_longer_than_the_window():
+    for case in CASES:
+        window = load_assistant_config(DATA / case / "config.json").sliding_window
+        lengths = {feed["sliding_attention_key"].shape[2] for feed, _ in calls(case)}
+        assert min(lengths) < window and max(lengths) > window + 1
+
+
+def replaced(case, **changes):
+    cfg = load_assistant_config(DATA / case / "config.json")
+    return dataclasses.replace(cfg, **changes)
+
+
+def rope_with(case, kind, theta_factor):
+    cfg = load_assistant_config(DATA / case / "config.json")
+    rope = {k: dict(v) for k, v in cfg.rope.items()}
+    rope[kind]["rope_theta"] *= theta_factor
+    return dataclasses.replace(cfg, rope=rope)
+
+
+CONTROLS = {
+    "window - 1": lambda case: dict(config=replaced(case, sliding_window=replaced(case).sliding_window - 1)),
+    "window + 1": lambda case: dict(config=replaced(case, sliding_window=replaced(case).sliding_window + 1)),
+    "sliding theta x2": lambda case: dict(config=rope_with(case, "sliding_attention", 2.0)),
+    "full theta x2": lambda case: dict(config=rope_with(case, "full_attention", 2.0)),
+    "norms 1 + w": lambda case: dict(adjust=lambda n, w: w + 1 if n.endswith("norm.weight") else w),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("control", sorted(CONTROLS))
+def test_negative_controls_break_the_tolerance(case, control):
+    model, _ = build_assistant(DATA / case, "f32", **CONTROLS[control](case))
+    error = worst(worst_errors(model, case))
+    print(case, control, error)
+    assert error > 10 * TOL
+
+
+def test_ignoring_ordered_embeddings_breaks_the_tolerance():
+    cfg = replaced("ordered", ordered=False)
+    model, _ = build_assistant(DATA / "ordered", "f32", config=cfg)
+    errors = worst_errors(model, "ordered")
+    print("ordered embeddings ignored", errors)
+    assert max(e["logits"] for e in errors) > 10 * TOL
+
+
+def test_bad_assistant_checkpoints_are_one_line_errors(tmp_path):
+    import json
+    import shutil
+
+    bad = tmp_path / "a"
+    shutil.copytree(DATA / "ordered", bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["text_config"]["intermediate_size"] = 41
+    (bad / "config.json").write_text(json.dumps(cfg))
+    shape_error = r"tensor model\.layers\.0\.mlp\.\w+_proj\.weight: expected shape \[\d+, \d+\] from the config, found"
+    with pytest.raises(CheckpointError, match=shape_error):
+        build_assistant(bad, "f32")
+    cfg["text_config"]["intermediate_size"], cfg["num_centroids"] = 40, 7
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="num_centroids 7 must divide vocab_size 64"):
+        build_assistant(bad, "f32")
+    cfg["model_type"] = "gemma4_text"
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="expected 'gemma4_assistant'"):
+        build_assistant(bad, "f32")
+
+
+def test_norm_gains_reach_the_graph_as_stored():
+    """Gemma 4 stores plain RMSNorm gains: the Qwen3.5 `1 + w` fold (weights/spec.py TRANSFORMS) must not apply."""
+    from safetensors.numpy import load_file
+
+    stored = load_file(DATA / "plain" / "model.safetensors")
+    model, _ = build_assistant(DATA / "plain", "f32")
+    consts = {op.get_friendly_name(): op.get_data() for op in model.get_ops() if op.get_type_name() == "Constant"}
+    norms = [n for n in stored if n.endswith("norm.weight")]
+    assert len(norms) == 3 * 5 + 1
+    for name in norms:
+        assert np.array_equal(consts[name], stored[name]), name
+
+
+def test_older_config_spelling_reads_the_same():
+    """Files written before per_layer_config existed carry global_head_dim / num_global_key_value_heads, which
+    Gemma4TextConfig.__post_init__ turns into per-layer overrides (the KV heads only with attention_k_eq_v)."""
+    import json
+
+    from irsurgeon.models.gemma4_assistant import parse_assistant_config
+
+    raw = json.loads((DATA / "ordered" / "config.json").read_text())
+    new = parse_assistant_config(raw, "new")
+    text = dict(raw["text_config"])
+    text.pop("per_layer_config")
+    text.update(global_head_dim=16, num_global_key_value_heads=1)
+    assert parse_assistant_config({**raw, "text_config": text}, "old").layers == new.layers
+    text["attention_k_eq_v"] = False
+    layers = parse_assistant_config({**raw, "text_config": text}, "old").layers
+    assert [(x.head_dim, x.kv_heads) for x in layers] == [(8, 2), (16, 2)]
