@@ -14,7 +14,7 @@ import numpy as np
 
 from irsurgeon import limits
 from irsurgeon.errors import CheckpointError
-from irsurgeon.weights.safetensors_io import SafetensorsFile, TensorInfo
+from irsurgeon.weights.safetensors_io import SafetensorsFile, StoredRows, TensorInfo
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -130,16 +130,10 @@ class Checkpoint:
         self.info(name)
         return self._file(self.shard_of[name]).get(name)
 
-    def raw(self, name: str) -> tuple[np.ndarray, str]:
-        """The tensor's stored bytes as a read-only mapped view, and its safetensors dtype (to decode in slices)."""
+    def raw(self, name: str) -> tuple[StoredRows, str]:
+        """The tensor's stored values, read row block by row block (to decode in slices), and its dtype."""
         info = self.info(name)
-        return self._file(self.shard_of[name]).raw(name), info.dtype
-
-    def release(self, name: str) -> None:
-        """Drop the tensor's mapped pages from this process's resident set once it has been decoded."""
-        info = self.info(name)
-        f = self._file(self.shard_of[name])
-        f._release(f.data_start + info.begin, info.end - info.begin)
+        return self._file(self.shard_of[name]).rows(name), info.dtype
 
     def close(self) -> None:
         for f in self._files.values():

@@ -149,7 +149,6 @@ def fused_halves(ckpt: Checkpoint, cfg: MTPConfig, stored: Stored) -> dict[str, 
                 return None
             out, tally = np.empty(shape, np.float16), Tally()
             round_rows(ckpt, stored_name, out, tally, select)
-            ckpt.release(MTP_PREFIX + stored_name)
             return out if tally.fits else None
         return make
     return {f"{EXPERTS}gate_proj.weight": part(gate_up, (E, I, H), lambda raw: raw[:, :I]),
@@ -168,7 +167,6 @@ def stacked_half(ckpt: Checkpoint, cfg: MTPConfig, stored: Stored, p: str,
             round_slice(read_tensor(ckpt, name, stored, allow_nonfinite=True, warn=lambda _: None), out[e], tally)
         else:
             round_rows(ckpt, name, out[e], tally)
-            ckpt.release(MTP_PREFIX + name)
         if tally.veto or tally.beyond or tally.nonfinite:
             return None  # the f32 path reads it again and reports
     return out if tally.fits else None

@@ -161,6 +161,10 @@ class SafetensorsFile:
         self._read_into(arr, self.data_start + info.begin, name)
         return arr.reshape(info.shape)
 
+    def rows(self, name: str) -> "StoredRows":
+        """The tensor's stored values, read a few leading-axis rows at a time (see StoredRows)."""
+        return StoredRows(self, self.tensors[name])
+
     def get(self, name: str) -> np.ndarray:
         """The tensor decoded to a numpy dtype (bf16 and fp8 -> float32)."""
         info = self.tensors[name]
@@ -248,3 +252,29 @@ def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray], dtypes: 
         f.write(raw)
         for c in chunks:
             f.write(c)
+
+
+class StoredRows:
+    """A tensor's stored values, read on indexing: `rows[lo:hi]` reads only rows lo..hi of the leading axis (they are
+    contiguous in the file) and returns them as a new array in the storage dtype. `rows[:, cols...]` first narrows
+    the trailing axes of every block read later (the fused gate/up halves of an expert stack), so a large tensor is
+    decoded block by block without ever being held whole.
+    """
+
+    def __init__(self, file: SafetensorsFile, info: TensorInfo, trailing: tuple = ()):
+        self.file, self.info, self.trailing = file, info, trailing
+        storage = STORAGE[info.dtype]
+        self.shape = np.broadcast_to(np.zeros((), storage), info.shape)[(slice(None), *trailing)].shape
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple) and key and key[0] == slice(None) and not self.trailing:
+            return StoredRows(self.file, self.info, key[1:])
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("StoredRows takes [lo:hi] or [:, trailing...]")
+        lo, hi, _ = key.indices(self.info.shape[0])
+        storage = STORAGE[self.info.dtype]
+        per_row = math.prod(self.info.shape[1:])
+        block = np.empty((max(hi - lo, 0), *self.info.shape[1:]), storage)
+        self.file._read_into(block, self.file.data_start + self.info.begin + lo * per_row * storage.itemsize,
+                             self.info.name)
+        return block[(slice(None), *self.trailing)] if self.trailing else block

@@ -162,7 +162,7 @@ def transform(name: str, w: np.ndarray) -> np.ndarray:
 
 
 class LazyWeights(Mapping):
-    """name -> float32 array, decoded from the (memory-mapped) checkpoint each time it is asked for.
+    """name -> float32 array, decoded from the checkpoint (read with pread) each time it is asked for.
 
     `half(name)` gives the f16 build its tensor as float16 decoded slice by slice (no float32 copy of the tensor),
     or None when the tensor must take the float32 path (FP8 block scales, or values openvino's compression would
@@ -191,7 +191,7 @@ class LazyWeights(Mapping):
 
 
 def decode_slice(raw: np.ndarray, dtype: str) -> np.ndarray:
-    """Stored values (a slice of the mapped view) as a new float32 array; FP8 never comes here."""
+    """Stored values (a block of rows read from the file) as a new float32 array; FP8 never comes here."""
     return bf16_to_f32(raw) if dtype == "BF16" else np.array(raw, dtype=np.float32)
 
 
@@ -213,7 +213,6 @@ def read_half(ckpt: Checkpoint, name: str, stored: Stored) -> np.ndarray | None:
     out = np.empty(ckpt.info(MTP_PREFIX + name).shape, np.float16)
     tally = Tally()
     round_rows(ckpt, name, out, tally)
-    ckpt.release(MTP_PREFIX + name)
     return out if tally.fits else None
 
 
