@@ -24,20 +24,20 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from irsurgeon import rtinfo
+from irsurgeon.config import read_json
 from irsurgeon.errors import CompressionError, cause
+from irsurgeon.ir.export import OPENVINO_CONFIG
+from irsurgeon.ir.files import write_atomic
 
 WEIGHT_FORMATS = ("auto", "f32", "f16", "int8", "int4")  # one order in every message and help text
 QUANTIZED_FORMATS = ("int4", "int8")
 BACKUP_PRECISIONS = ("none", "int8_sym", "int8_asym")
 KV_CACHE_PRECISIONS = ("f16", "bf16", "f32", "u8", "u4")
 MAX_GROUP_SIZE = 1 << 16
-OPENVINO_CONFIG = "openvino_config.json"
 
 
 @dataclass(frozen=True)
@@ -143,10 +143,12 @@ class CompressionReport:
 
 def compress_model(model, params: CompressionParams):
     """Compress the MatMul weights of `model` with nncf; returns (the compressed model, the report)."""
+    # loaded here, not with the module: importing nncf takes ~1.3 s (python -X importtime, nncf 3.4.0) and the CLI
+    # reads this module's option lists at start-up
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
 
-    from irsurgeon.precision import weight_summary
+    from irsurgeon.ir.storage import weight_summary  # openvino (~0.2 s): for the same reason
 
     before = {w.name: w for w in weight_summary(model).weights}
     grouped = params.bits == 4 and params.group_size != -1
@@ -269,7 +271,7 @@ def update_openvino_config(target_dir: str | Path, applied_params: CompressionPa
     text = updated_openvino_config(target_dir, applied_params)
     if text is None:
         return False
-    _atomic_write_text(Path(target_dir) / OPENVINO_CONFIG, text)
+    write_atomic(Path(target_dir) / OPENVINO_CONFIG, text.encode("utf-8"))
     return True
 
 
@@ -279,8 +281,6 @@ def updated_openvino_config(target_dir: str | Path, applied_params: CompressionP
     A float head (applied_params None) drops the entry; the rest of the file is kept. None when there is no file
     or nothing would change.
     """
-    from irsurgeon.config import read_json
-
     path = Path(target_dir) / OPENVINO_CONFIG
     if not path.is_file():
         return None
@@ -302,17 +302,3 @@ def updated_openvino_config(target_dir: str | Path, applied_params: CompressionP
             return None
         section["mtp_model"] = new
     return json.dumps(data, indent=2) + "\n"
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, path.stat().st_mode & 0o777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

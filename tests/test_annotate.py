@@ -27,11 +27,12 @@ import openvino.opset13 as ops
 import pytest
 from click.testing import CliRunner
 
-from irsurgeon.annotate import (annotate_ir, annotation_json, decoder_stack, discover_hidden_states,
-                                parse_annotation)
+from irsurgeon.annotate import annotate_ir
 from irsurgeon.cli import main
 from irsurgeon.errors import IRError, OutputError
 from irsurgeon.ir import files, xmlsafe
+from irsurgeon.ir.export import CONFIG, LANGUAGE_MODEL, TEXT_ONLY_MODEL, language_model_xml
+from irsurgeon.ir.hidden_states import annotation_json, decoder_stack, discover_hidden_states, parse_annotation
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 
 KEY = (HIDDEN_STATES_LAYERS,)
@@ -135,7 +136,7 @@ def make_decoder(spec: Spec = Spec(), seed: int = 0) -> tuple[ov.Model, dict[int
 
 
 def write_target(directory: Path, spec: Spec = Spec(), config: dict | None | bool = True,
-                 name: str = files.TEXT_ONLY_MODEL) -> tuple[Path, dict[int, tuple[str, int]]]:
+                 name: str = TEXT_ONLY_MODEL) -> tuple[Path, dict[int, tuple[str, int]]]:
     """Save make_decoder(spec) as an IR in directory (+ config.json unless config is False)."""
     model, expected = make_decoder(spec)
     directory.mkdir(parents=True, exist_ok=True)
@@ -144,7 +145,7 @@ def write_target(directory: Path, spec: Spec = Spec(), config: dict | None | boo
     if config is True:
         config = {"model_type": "llama", "num_hidden_layers": len(spec.layers), "hidden_size": spec.hidden}
     if config:
-        (directory / files.CONFIG).write_text(json.dumps(config))
+        (directory / CONFIG).write_text(json.dumps(config))
     return xml, expected
 
 
@@ -178,7 +179,7 @@ def test_same_annotation_as_optimum_byte_for_byte(export, tmp_path, name):
 
 
 def test_discovery_without_config_matches_optimum(export):
-    xml = export("moe-int4") / files.LANGUAGE_MODEL
+    xml = export("moe-int4") / LANGUAGE_MODEL
     model = ov.Core().read_model(xml)
     found = discover_hidden_states(model, None)
     assert annotation_json(found) == model.get_rt_info(list(KEY)).value
@@ -208,7 +209,7 @@ def test_project_synthetic_targets(tmp_path, kind, fmt):
 
     spec = default_spec(kind).with_(layers=3)
     out = synthesize(tmp_path, kind, spec, with_mtp=kind != "llama", weight_format=fmt)
-    xml = files.language_model_xml(out.target)
+    xml = language_model_xml(out.target)
     xml.write_bytes(xmlsafe.remove_value(xml.read_bytes(), KEY))
     module = (LLAMA if kind == "llama" else QWEN35).module
     expected = {i: (f"{module}.layers.{i}/aten::add/Add_1", 0) for i in range(spec.layers - 1)}

@@ -6,7 +6,6 @@ from collections import Counter
 import numpy as np
 import openvino as ov
 import pytest
-from openvino._offline_transformations import paged_attention_transformation
 
 from irsurgeon import contract
 from irsurgeon.build import build_model, build_mtp_model, load_mtp, save_mtp_model
@@ -157,7 +156,7 @@ def test_f16_weights_are_stored_f16_and_f32_stays_f32(tmp_path):
 def test_paged_attention_pass_converts_the_head(saved_head):
     model, _ = saved_head
     model = model.clone()
-    paged_attention_transformation(model, False, False, False, False, False, False, False)
+    contract.to_paged_attention(model)
     counts = op_counts(model)
     assert counts["PagedAttentionExtension"] == 1
     assert counts["ReadValue"] == 0 and counts["Assign"] == 0 and counts["ScaledDotProductAttention"] == 0

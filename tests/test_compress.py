@@ -12,7 +12,6 @@ import numpy as np
 import openvino as ov
 import pytest
 from click.testing import CliRunner
-from openvino._offline_transformations import paged_attention_transformation
 
 from irsurgeon import contract
 from irsurgeon.build import build_mtp_model, save_mtp_model
@@ -209,7 +208,7 @@ def test_rt_info_records_the_compression(int4_head):
 
 def test_paged_attention_pass_converts_the_int4_head(int4_head):
     model = int4_head[0].clone()
-    paged_attention_transformation(model, False, False, False, False, False, False, False)
+    contract.to_paged_attention(model)
     assert sum(op.get_type_name() == "PagedAttentionExtension" for op in model.get_ops()) == 1
 
 

@@ -12,7 +12,6 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from click.testing import CliRunner
-from openvino._offline_transformations import paged_attention_transformation
 
 import irsurgeon.ops.moe as moe_ops
 from irsurgeon import contract
@@ -443,7 +442,7 @@ def test_default_form_runs_as_cpu_gather_matmuls(saved_moe_head):
 
 def test_paged_attention_pass_converts_the_moe_head(saved_moe_head):
     model = saved_moe_head.clone()
-    paged_attention_transformation(model, False, False, False, False, False, False, False)
+    contract.to_paged_attention(model)
     counts = Counter(op.get_type_name() for op in model.get_ops())
     assert counts["PagedAttentionExtension"] == 1
     assert counts["ReadValue"] == 0 and counts["Assign"] == 0 and counts["ScaledDotProductAttention"] == 0

@@ -9,11 +9,13 @@ import pytest
 from click.testing import CliRunner
 from test_annotate import KEY, Spec, write_target
 
-from irsurgeon.annotate import annotate_ir, annotation_json, parse_annotation
+from irsurgeon.annotate import annotate_ir
 from irsurgeon.cli import main
 from irsurgeon.config import read_json, text_section
 from irsurgeon.errors import IRError
-from irsurgeon.ir import files, xmlsafe
+from irsurgeon.ir import xmlsafe
+from irsurgeon.ir.export import CONFIG, LANGUAGE_MODEL
+from irsurgeon.ir.hidden_states import annotation_json, parse_annotation
 from irsurgeon.show import CONFIG_KEYS, DIR_KEYS, IR_KEYS, show
 
 
@@ -33,7 +35,7 @@ def test_reference_directory_is_ready(export):
     before = snapshot(directory)
     info = show(directory)
     assert tuple(info) == DIR_KEYS and info["layout"] == "vlm"
-    tc = text_section(read_json(directory / files.CONFIG))
+    tc = text_section(read_json(directory / CONFIG))
     assert tuple(info["config"]) == CONFIG_KEYS
     assert info["config"]["num_hidden_layers"] == tc["num_hidden_layers"]
     assert info["config"]["mtp_num_hidden_layers"] == tc["mtp_num_hidden_layers"]
@@ -44,13 +46,13 @@ def test_reference_directory_is_ready(export):
 
 
 def test_reference_ir(export):
-    xml = export("dense-int4") / files.LANGUAGE_MODEL
+    xml = export("dense-int4") / LANGUAGE_MODEL
     info = show(xml)
     assert tuple(info) == IR_KEYS
     data = xml.read_bytes()
     annotated = parse_annotation(xmlsafe.get_value(data, KEY))
     assert [(r["layer"], (r["producer"], r["output_index"])) for r in info["hidden_states"]] == sorted(annotated.items())
-    width = text_section(read_json(xml.parent / files.CONFIG))["hidden_size"]
+    width = text_section(read_json(xml.parent / CONFIG))["hidden_size"]
     assert all(r["problem"] is None and r["shape"].endswith(f",{width}]") for r in info["hidden_states"])
     assert info["runtime_options"] == info["rt_info"]["runtime_options"]
     group = xmlsafe.get_value(data, ("nncf", "weight_compression", "group_size"))
@@ -75,7 +77,7 @@ def test_directory_not_ready_says_why(export, tmp_path, drop, reason):
 
 def test_missing_annotation_is_a_reason(export, tmp_path):
     directory = copy_export(export("dense-fp16"), tmp_path / "t")
-    xml = directory / files.LANGUAGE_MODEL
+    xml = directory / LANGUAGE_MODEL
     xml.write_bytes(xmlsafe.remove_value(xml.read_bytes(), KEY))
     info = show(directory)
     assert not info["mtp"]["ready"] and any("annotation" in r for r in info["mtp"]["reasons"])
