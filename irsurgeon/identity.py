@@ -26,7 +26,7 @@ import openvino as ov
 from irsurgeon.errors import CheckpointError, IRError, cause
 from irsurgeon.ir import files
 from irsurgeon.weights.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint
-from irsurgeon.weights.hub import HubBytes, HubOptions, HubUnreachable, snapshot_commit
+from irsurgeon.weights.hub import HubBytes, HubOptions, HubUnreachable, is_offline, is_repo_id, snapshot_commit
 from irsurgeon.weights.rows import LocalBytes, read_rows
 from irsurgeon.weights.safetensors_io import bf16_to_f32
 
@@ -184,8 +184,6 @@ def _storage(table: ov.Output) -> str:
 def embedding_shard(root: Path, source: str | Path, hub: HubOptions | None):
     """A ByteSource for the file holding the checkpoint's embedding table (local when present, else the hub's), or
     why the table cannot be read."""
-    from irsurgeon.weights.hub import is_offline, is_repo_id
-
     if root.is_file():
         return LocalBytes(root)
     index = root / INDEX_FILE
