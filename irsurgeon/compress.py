@@ -141,8 +141,15 @@ class CompressionReport:
         return out
 
 
-def compress_model(model, params: CompressionParams):
-    """Compress the MatMul weights of `model` with nncf; returns (the compressed model, the report)."""
+# MoE routing MatMuls: a few KB of weights whose rounding would change which experts a token goes to.
+ROUTING_MATMULS = ("mtp.layers.0.mlp.gate", "mtp.layers.0.mlp.shared_expert_gate")
+
+
+def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...] = ROUTING_MATMULS):
+    """Compress the MatMul weights of `model` with nncf; returns (the compressed model, the report).
+
+    keep_float: MatMuls (friendly names) whose weights stay as built.
+    """
     # loaded here, not with the module: importing nncf takes ~1.3 s (python -X importtime, nncf 3.4.0) and the CLI
     # reads this module's option lists at start-up
     import nncf
@@ -158,7 +165,7 @@ def compress_model(model, params: CompressionParams):
     nncf.set_log_level(logging.WARNING)  # nncf's INFO tables would interleave with the command's own report
     try:
         model = nncf.compress_weights(
-            model, mode=nncf.CompressWeightsMode(params.mode), ignored_scope=routing_scope(nncf, model),
+            model, mode=nncf.CompressWeightsMode(params.mode), ignored_scope=routing_scope(nncf, model, keep_float),
             group_size=params.group_size if grouped else None,
             ratio=params.ratio if params.bits == 4 else None, all_layers=params.all_layers if params.bits == 4 else None,
             backup_mode=nncf.BackupMode(params.backup) if params.bits == 4 else None,
@@ -167,19 +174,15 @@ def compress_model(model, params: CompressionParams):
         raise CompressionError(f"nncf cannot compress the head with {params.mode}: {cause(e)}") from None
     finally:
         nncf.set_log_level(level)
-    report = _report(before, weight_summary(model), params)
+    report = _report(before, weight_summary(model), params, keep_float)
     record(model, params, report)
     return model, report
 
 
-# MoE routing MatMuls: a few KB of weights whose rounding would change which experts a token goes to.
-ROUTING_MATMULS = ("mtp.layers.0.mlp.gate", "mtp.layers.0.mlp.shared_expert_gate")
-
-
-def routing_scope(nncf, model):
+def routing_scope(nncf, model, keep_float: tuple[str, ...] = ROUTING_MATMULS):
     """Keep the MoE router and shared-expert gate out of compression (their float weights stay as built)."""
     present = {op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "MatMul"}
-    names = [n for n in ROUTING_MATMULS if n in present]
+    names = [n for n in keep_float if n in present]
     return nncf.IgnoredScope(names=names) if names else None
 
 
@@ -189,7 +192,7 @@ def _nncf_input_errors(nncf) -> tuple[type, ...]:
     return (e.ValidationError, e.InvalidGroupSizeError, e.ParameterNotSupportedError, e.UnsupportedModelError)
 
 
-def _report(before: dict, after, params: CompressionParams) -> CompressionReport:
+def _report(before: dict, after, params: CompressionParams, keep_float: tuple[str, ...]) -> CompressionReport:
     modes, fallbacks = {}, []
     for w in after.weights:
         if w.name not in before:
@@ -200,7 +203,7 @@ def _report(before: dict, after, params: CompressionParams) -> CompressionReport
         if w.bits == params.bits and w.group_size == params.group_size:
             continue
         planned = planned_group(in_ch, params)
-        if w.name.removesuffix(".weight") in ROUTING_MATMULS:
+        if w.name.removesuffix(".weight") in keep_float:
             reason = "MoE routing weights stay float, so experts are chosen as in the float head"
         elif w.bits == params.bits:
             reason = f"group size {params.group_size} does not divide {in_ch}"

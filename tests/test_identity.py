@@ -16,7 +16,7 @@ import openvino as ov
 import pytest
 from click.testing import CliRunner
 
-from dirsnap import snapshot
+from helpers.dirsnap import snapshot
 from irsurgeon.cli import main
 from irsurgeon.identity import EMBEDDINGS_XML, check_identity, sample_ids
 from irsurgeon.synth import synthesize

@@ -17,7 +17,7 @@ from irsurgeon.synth.checkpoint import FULL, LINEAR, layer_types
 from irsurgeon.synth.registry import FIXTURES, default_spec, make_fixture, synthesize
 from irsurgeon.synth.tokenizer import SPECIAL
 from irsurgeon.weights.safetensors_io import SafetensorsFile
-from numpy_mtp import moe, rms, rope, sigmoid, silu
+from helpers.numpy_mtp import moe, rms, rope, sigmoid, silu
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIR = ROOT / "fixtures" / "synth"
