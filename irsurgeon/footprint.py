@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from irsurgeon.errors import IRError
-from irsurgeon.ir.export import LANGUAGE_MODELS, MTP_XML, TARGET_MODELS
+from irsurgeon.ir.export import LANGUAGE_MODELS, MTP_XML, TARGET_MODELS, VISION_MODELS
 from irsurgeon.rtinfo import KV_CACHE_PRECISION
 
 CPU_DEFAULT_KV = "u8"
@@ -44,7 +44,7 @@ def part_of(file: str) -> str:
         return "target"
     if file == MTP_XML:
         return "mtp"
-    return "vision" if file.startswith("openvino_vision") else "other"
+    return "vision" if file in VISION_MODELS else "other"
 
 
 def parse_shape(text: str) -> list[int | None]:

@@ -25,12 +25,12 @@ import openvino as ov
 
 from irsurgeon.errors import CheckpointError, IRError, cause
 from irsurgeon.ir import files
+from irsurgeon.ir.export import ExportDir
 from irsurgeon.weights.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint
 from irsurgeon.weights.hub import HubBytes, HubOptions, HubUnreachable, is_offline, is_repo_id, snapshot_commit
 from irsurgeon.weights.rows import LocalBytes, read_rows
 from irsurgeon.weights.safetensors_io import bf16_to_f32
 
-EMBEDDINGS_XML = "openvino_text_embeddings_model.xml"
 EMBED_NAMES = ("model.language_model.embed_tokens.weight", "model.embed_tokens.weight")  # VLM, text-only
 SAMPLES = 16
 MARGIN = 1.1
@@ -145,7 +145,7 @@ class MappedIR:
 
 def target_table(target: Path) -> tuple[ov.Output, int, int, MappedIR]:
     """The target's embedding table output, its vocab and hidden sizes, and the IR to keep alive while reading it."""
-    xml = target / EMBEDDINGS_XML
+    xml = ExportDir(target).text_embeddings
     ir = read_mapped(xml)
     table = embedding_table(ir.model, xml)
     vocab, hidden = (int(d) for d in table.get_shape())

@@ -24,12 +24,17 @@ from irsurgeon.ir import files, graph
 LANGUAGE_MODEL = "openvino_language_model.xml"
 TEXT_EMBEDDINGS = "openvino_text_embeddings_model.xml"
 TEXT_ONLY_MODEL = "openvino_model.xml"
+VISION_EMBEDDINGS = "openvino_vision_embeddings_model.xml"
+VISION_POS = "openvino_vision_embeddings_pos_model.xml"
+VISION_MERGER = "openvino_vision_embeddings_merger_model.xml"
+VISION_MODELS = (VISION_EMBEDDINGS, VISION_POS, VISION_MERGER)
 TOKENIZER = "openvino_tokenizer.xml"
 DETOKENIZER = "openvino_detokenizer.xml"
 MTP_XML = "openvino_mtp_model.xml"
 MTP_BIN = "openvino_mtp_model.bin"
 CONFIG = "config.json"
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
+GENERATION_CONFIG = "generation_config.json"
 OPENVINO_CONFIG = "openvino_config.json"
 LANGUAGE_MODELS = (LANGUAGE_MODEL, TEXT_ONLY_MODEL)  # in the order a directory's language model is looked up
 TARGET_MODELS = (LANGUAGE_MODEL, TEXT_EMBEDDINGS, TEXT_ONLY_MODEL)  # the target's own weights (not the head's)
