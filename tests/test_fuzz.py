@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers.demo import DEMO_CKPT, DEMO_TARGET, sharded_demo_ckpt
-from helpers.dirsnap import snapshot
+from helpers.dirsnap import digest as snapshot
 
 FALLBACK = "IRSURGEON_DEBUG"
 EXAMPLES = int(os.environ.get("IRSURGEON_FUZZ_EXAMPLES", "25"))

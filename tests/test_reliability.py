@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from helpers.demo import DEMO_CKPT, DEMO_TARGET, sharded_demo_ckpt
+from helpers.dirsnap import digest as snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGE_DIR = ".irsurgeon-staging"
@@ -93,14 +94,6 @@ main()
 
 
 CLI = "import sys; from irsurgeon.entry import run; sys.argv[0] = 'irsurgeon'; run()"  # the console script
-
-
-def snapshot(d: Path) -> dict[str, str]:
-    """Relative path -> sha256 of every file, plus the set of directories: byte identity of a tree."""
-    files = {p.relative_to(d).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-             for p in sorted(d.rglob("*")) if p.is_file()}
-    files["<dirs>"] = ",".join(sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_dir()))
-    return files
 
 
 def child_env(**extra: str) -> dict[str, str]:
