@@ -5,25 +5,20 @@ Synthetic decoders: tests/helpers/decoders.py.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import openvino as ov
-import openvino.opset13 as ops
 import pytest
 from click.testing import CliRunner
-
 from helpers.decoders import Spec, make_decoder, write_target
 
 from irsurgeon.annotate import annotate_ir
 from irsurgeon.cli import main
 from irsurgeon.errors import IRError, OutputError
 from irsurgeon.ir import files, xmlsafe
-from irsurgeon.ir.export import CONFIG, LANGUAGE_MODEL, TEXT_ONLY_MODEL, language_model_xml
+from irsurgeon.ir.export import LANGUAGE_MODEL, language_model_xml
 from irsurgeon.ir.hidden_states import annotation_json, decoder_stack, discover_hidden_states, parse_annotation
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 

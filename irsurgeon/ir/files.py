@@ -1,7 +1,8 @@
 """IR files: safe reading, and the one atomic in-place write every replaced file goes through.
 
-Which file is which in an export directory: irsurgeon.ir.export. Every IR is checked as bytes (no DTD, `<net>` root, `.bin` long enough) before OpenVINO reads it: OpenVINO's
-read_model would otherwise hand a foreign `.xml` to its other frontends.
+Which file is which in an export directory: irsurgeon.ir.export. Every IR is checked as bytes (no DTD, `<net>`
+root, `.bin` long enough) before OpenVINO reads it: OpenVINO's read_model would otherwise hand a foreign `.xml` to
+its other frontends.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Callable
 
 from irsurgeon.errors import IRError, OutputError, cause
 from irsurgeon.ir import xmlsafe
+
 
 def list_irs(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.xml") if p.is_file())
