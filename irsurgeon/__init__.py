@@ -2,10 +2,13 @@
 
 Public API (openvino is imported on first use, so `import irsurgeon` and the CLI start fast):
     build_mtp_model, save_mtp_model   the Qwen3.5 MTP head from safetensors, and writing it
-    patch, Options                    make an exported directory MTP-ready in place
-    annotate_ir, show                 hidden-state annotation; what an IR or directory holds
+    build_head                        build -> compress -> KV-cache precision -> save, as `build-mtp` does
+    patch_directory, Options          make an exported directory MTP-ready in place (irsurgeon.patch.patch)
+    verify_directory                  the contract checks of a directory, one (name, ok, detail) per check
+    annotate_ir, show_path            hidden-state annotation; what an IR or directory holds (irsurgeon.show.show)
     load_config, MTPConfig            the head's configuration from config.json
     IRSurgeonError                    the base of every error irsurgeon raises on purpose
+No exported name is also a submodule's: `irsurgeon.patch` and `irsurgeon.show` are the modules, always.
 """
 from importlib import import_module
 
@@ -13,17 +16,24 @@ __version__ = "0.1.0"
 
 from irsurgeon.errors import IRSurgeonError  # noqa: E402,F401
 
-_LAZY = {
-    "build_mtp_model": "irsurgeon.build", "save_mtp_model": "irsurgeon.build",
-    "patch": "irsurgeon.patch", "Options": "irsurgeon.patch",
-    "annotate_ir": "irsurgeon.annotate", "show": "irsurgeon.show",
-    "load_config": "irsurgeon.config", "MTPConfig": "irsurgeon.config",
+_LAZY = {  # exported name -> (module, attribute)
+    "build_mtp_model": ("irsurgeon.build", "build_mtp_model"),
+    "save_mtp_model": ("irsurgeon.build", "save_mtp_model"),
+    "build_head": ("irsurgeon.head", "build_head"),
+    "patch_directory": ("irsurgeon.patch", "patch"),
+    "Options": ("irsurgeon.patch", "Options"),
+    "verify_directory": ("irsurgeon.verify", "verify_directory"),
+    "annotate_ir": ("irsurgeon.annotate", "annotate_ir"),
+    "show_path": ("irsurgeon.show", "show"),
+    "load_config": ("irsurgeon.config", "load_config"),
+    "MTPConfig": ("irsurgeon.config", "MTPConfig"),
 }
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
+        module, attribute = _LAZY[name]
+        return getattr(import_module(module), attribute)
     raise AttributeError(f"module 'irsurgeon' has no attribute {name!r}")
 
 

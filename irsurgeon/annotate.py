@@ -1,36 +1,36 @@
-"""Hidden-state discovery on an exported IR, and the in-place `hidden_states_decoder_layers` annotation.
+"""The `hidden_states_decoder_layers` annotation written into an exported IR: one write path, in place or staged.
 
-For a decoder stack of N layers and hidden width H, the annotation locates one value per layer:
-    layer i < N-1:  the unique value of shape [?, ?, H] made by an op of layer i and consumed by an op of layer i+1
-                    (in optimum's exports, the layer's final residual Add)
-    layer N-1:      the [?, ?, H] input of the MatMul that produces `logits` (after the final norm)
-stored as the rt_info string
-    {"layers":{"<i>":{"producer":"<friendly name>","output_index":<k>}, ...}}
-This is optimum-intel's rule, applied to the graph alone: the stack comes from friendly names, N from config.json
-(or the graph, cross-checked), H from config.json (or the lm_head input). Producers must be unique names and no two
-layers may share a value; any ambiguity is refused with what was found. Only the `.xml`'s rt_info changes.
+What the value holds and how it is found: irsurgeon.ir.hidden_states. Only the `.xml`'s rt_info changes; the new
+text is read back by OpenVINO with the original `.bin`, must carry the value as written, and every producer it
+names must still resolve to one op, before it replaces the file (annotate_ir) or counts as staged (patch).
 """
 from __future__ import annotations
 
-import json
-from collections import defaultdict
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+from typing import Callable
 
-from irsurgeon import limits
-from irsurgeon.config import read_json, text_section
-from irsurgeon.errors import ConfigError, IRError
-from irsurgeon.ir import files, graph, xmlsafe
+from irsurgeon.ir import export, files, xmlsafe
+from irsurgeon.ir.hidden_states import Locator, annotation_json, config_facts, discover, producers_resolve
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+from irsurgeon.transaction import directory_lock, recover
 
-Locator = tuple[str, int]
+
+class Status(str, Enum):
+    """What annotate did; the value is the word the CLI prints."""
+    WRITTEN = "written"
+    REWRITTEN = "rewritten"
+    UNCHANGED = "unchanged"
+    KEPT = "kept"
+    DRY_RUN = "dry-run"
 
 
 @dataclass
 class AnnotationResult:
-    """What annotate_ir found and did. status: written | rewritten | unchanged | kept | dry-run."""
+    """What annotate_ir found and did."""
     xml: Path
-    status: str
+    status: Status
     value: str
     layers: dict[int, Locator]
     num_layers: int
@@ -38,137 +38,11 @@ class AnnotationResult:
     layer_source: str
     previous: str | None = None
     notes: list[str] = field(default_factory=list)
+    data: bytes = field(default=b"", repr=False)  # the `.xml` as read, for the write
 
     @property
     def changed(self) -> bool:
-        return self.status in ("written", "rewritten")
-
-
-def annotation_json(layers: dict[int, Locator]) -> str:
-    """The rt_info value, serialised exactly as optimum-intel writes it."""
-    body = {str(i): {"producer": p, "output_index": k} for i, (p, k) in sorted(layers.items())}
-    return json.dumps({"layers": body}, separators=(",", ":"))
-
-
-def parse_annotation(value: str, source: str = "annotation") -> dict[int, Locator]:
-    """Layers of an existing annotation; IRError when it is not the documented JSON form."""
-    try:
-        layers = limits.parse_json(value, source, IRError)["layers"]
-        return {int(i): (str(v["producer"]), int(v["output_index"])) for i, v in layers.items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise IRError(f"{source}: {HIDDEN_STATES_LAYERS} is not {{\"layers\":{{...}}}} JSON ({e})") from None
-
-
-def config_facts(directory: Path) -> tuple[int | None, int | None]:
-    """(num_hidden_layers, hidden_size) from config.json beside the IR (text_config for VLMs), when present."""
-    path = directory / files.CONFIG
-    if not path.is_file():
-        return None, None
-    section = text_section(read_json(path))
-    out = []
-    for key in ("num_hidden_layers", "hidden_size"):
-        value = section.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ConfigError(f"{path}: {key} must be a positive integer, found {value!r}")
-        out.append(value)
-    return out[0], out[1]
-
-
-def lm_head_input(model, hidden_size: int | None = None, source: str = "model") -> tuple[object, int]:
-    """The [?, ?, H] value feeding the logits MatMul, and H (checked against hidden_size when given)."""
-    matmul = graph.logits_matmul(model, source)
-    inputs = [matmul.input_value(i) for i in range(matmul.get_input_size())]
-    fits = [v for v in inputs if graph.static_width(v) is not None
-            and (hidden_size is None or graph.static_width(v) == hidden_size)]
-    if len(fits) != 1:
-        shapes = [graph.shape_text(v.get_partial_shape()) for v in inputs]
-        want = f"[?,?,{hidden_size}] (hidden_size)" if hidden_size else "rank-3 input with a static last dimension"
-        raise IRError(f"{source}: the logits MatMul {matmul.get_friendly_name()!r} has inputs {shapes}; "
-                      f"expected exactly one {want}")
-    return fits[0], graph.static_width(fits[0])
-
-
-def decoder_stack(ops, num_layers: int | None, source: str = "model") -> tuple[str, int]:
-    """The decoder stack (the module path with the most layer ops) and its layer count; refuses gaps, mismatches
-    and ties (a stack whose indices are exactly 0..num_layers-1 wins a tie)."""
-    found = graph.stacks(ops)
-    if not found:
-        raise IRError(f"{source}: no decoder layers found (no friendly name like __module.<path>.<i>/...)")
-
-    def rank(stack: str) -> tuple[int, bool]:
-        return sum(found[stack].values()), sorted(found[stack]) == list(range(num_layers or 0))
-
-    ranked = sorted(found, key=rank, reverse=True)
-    if len(ranked) > 1 and rank(ranked[0]) == rank(ranked[1]):
-        raise IRError(f"{source}: two candidate decoder stacks, {ranked[0]!r} and {ranked[1]!r}; refusing to guess")
-    stack, indices = ranked[0], sorted(found[ranked[0]])
-    missing = sorted(set(range(indices[-1] + 1)) - set(indices))
-    if missing:
-        raise IRError(f"{source}: decoder stack {stack!r} has layers {_ranges(indices)} with {_ranges(missing)} "
-                      f"missing; refusing to annotate across a gap")
-    if num_layers is not None and num_layers != len(indices):
-        raise IRError(f"{source}: num_hidden_layers is {num_layers}, but decoder stack {stack!r} has layers "
-                      f"{_ranges(indices)}")
-    return stack, len(indices)
-
-
-def discover_hidden_states(model, num_layers: int | None = None, *, hidden_size: int | None = None,
-                           source: str = "model") -> dict[int, Locator]:
-    """layer -> (producer friendly name, output index) for every decoder layer of model (see module docstring)."""
-    return _discover(model, num_layers, hidden_size, source)[0]
-
-
-def _discover(model, num_layers: int | None, hidden_size: int | None, source: str) -> tuple[dict[int, Locator], int]:
-    ops = model.get_ordered_ops()
-    final, width = lm_head_input(model, hidden_size, source)
-    stack, count = decoder_stack(ops, num_layers, source)
-    by_layer = defaultdict(list)
-    for op in ops:
-        layer = graph.layer_of(op.get_friendly_name(), stack)
-        if layer is not None:
-            by_layer[layer].append(op)
-    outputs = {i: _boundary(by_layer[i], stack, i, width, source) for i in range(count - 1)}
-    outputs[count - 1] = final
-    return _locators(outputs, graph.name_counts(ops), source), width
-
-
-def _boundary(layer_ops, stack: str, i: int, width: int, source: str):
-    candidates = {}
-    for op in layer_ops:
-        for out in op.outputs():
-            if graph.is_hidden(out, width) and any(
-                    graph.layer_of(t.get_node().get_friendly_name(), stack) == i + 1 for t in out.get_target_inputs()):
-                candidates[(op.get_friendly_name(), out.get_index())] = out
-    if len(candidates) != 1:
-        what = "no" if not candidates else f"{len(candidates)} candidate"
-        listed = f": {sorted(candidates)}" if candidates else ""
-        raise IRError(f"{source}: {what} [?,?,{width}] value(s) cross from {stack}.{i} into {stack}.{i + 1}"
-                      f"{listed}; refusing to guess")
-    return next(iter(candidates.values()))
-
-
-def _locators(outputs: dict, counts, source: str) -> dict[int, Locator]:
-    locators = {}
-    for i, out in sorted(outputs.items()):
-        name = out.get_node().get_friendly_name()
-        if counts[name] != 1:
-            raise IRError(f"{source}: layer {i}'s hidden state is made by {name!r}, a name {counts[name]} ops share; "
-                          f"a duplicate name cannot locate it")
-        locators[i] = (name, out.get_index())
-    if len(set(locators.values())) != len(locators):
-        raise IRError(f"{source}: two layers resolve to the same value ({locators}); refusing to annotate")
-    return locators
-
-
-def _ranges(values: list[int]) -> str:
-    spans, start = [], None
-    for k, v in enumerate(values):
-        if start is None:
-            start = v
-        if k + 1 == len(values) or values[k + 1] != v + 1:
-            spans.append(f"{start}" if start == v else f"{start}..{v}")
-            start = None
-    return ",".join(spans) or "none"
+        return self.status in (Status.WRITTEN, Status.REWRITTEN)
 
 
 def annotate_ir(xml_path: str | Path, *, force: bool = False, dry_run: bool = False,
@@ -179,43 +53,45 @@ def annotate_ir(xml_path: str | Path, *, force: bool = False, dry_run: bool = Fa
     holds the directory lock every writing command takes (wait: wait for another run to release it) and first
     rolls back a commit a killed run left there, as `patch` does.
     """
-    from irsurgeon.transaction import directory_lock, recover
-
-    xml = files.language_model_xml(xml_path)
+    xml = export.language_model_xml(xml_path)
     if dry_run:
-        return _annotate(xml, force, True, num_layers)
+        return plan_annotation(xml, force, num_layers)
     with directory_lock(xml.parent, wait) as fd:
         notes = recover(xml.parent, fd)
-        result = _annotate(xml, force, False, num_layers)
+        result = write_annotation(plan_annotation(xml, force, num_layers))
     result.notes[:0] = notes
     return result
 
 
-def _annotate(xml: Path, force: bool, dry_run: bool, num_layers: int | None) -> AnnotationResult:
+def plan_annotation(xml: Path, force: bool, num_layers: int | None = None,
+                    hidden_size: int | None = None) -> AnnotationResult:
+    """The annotation xml should carry and whether it is to be written (status DRY_RUN) or left (UNCHANGED, KEPT).
+
+    num_layers, hidden_size: taken over config.json's when given.
+    """
     data = files.read_ir_bytes(xml)
     model = files.read_model(xml, checked=True)
     cfg_layers, cfg_width = config_facts(xml.parent)
     count = num_layers if num_layers is not None else cfg_layers
-    origin = "argument" if num_layers is not None else files.CONFIG if cfg_layers is not None else "graph"
-    layers, width = _discover(model, count, cfg_width, str(xml))
+    origin = "argument" if num_layers is not None else export.CONFIG if cfg_layers is not None else "graph"
+    layers, width = discover(model, count, hidden_size or cfg_width, str(xml))
     del model  # the read-back check loads the edited IR; do not hold two graphs at once
     value = annotation_json(layers)
     previous = xmlsafe.get_value(data, (HIDDEN_STATES_LAYERS,), str(xml))
-    result = AnnotationResult(xml, "dry-run", value, layers, len(layers), width, origin, previous)
+    result = AnnotationResult(xml, Status.DRY_RUN, value, layers, len(layers), width, origin, previous, data=data)
     if previous == value:
-        result.status = "unchanged"
+        result.status = Status.UNCHANGED
     elif previous is not None and not force:
-        result.status = "kept"
-    elif not dry_run:
-        files.write_rt_info(xml, {(HIDDEN_STATES_LAYERS,): value}, _producers_resolve(layers, xml), data)
-        result.status = "rewritten" if previous is not None else "written"
+        result.status = Status.KEPT
     return result
 
 
-def _producers_resolve(layers: dict[int, Locator], xml: Path):
-    def check(model) -> None:
-        counts = graph.name_counts(model.get_ops())
-        lost = [name for name, _ in layers.values() if counts[name] != 1]
-        if lost:
-            raise IRError(f"{xml}: after the edit, producers {lost} no longer resolve; original kept")
-    return check
+def write_annotation(result: AnnotationResult, into: Callable[[bytes], Path] | None = None) -> AnnotationResult:
+    """Write a planned annotation (status DRY_RUN; others are returned as they are): in place, or by `into(bytes)`
+    (which writes the new `.xml` elsewhere and returns its path), read back and checked either way."""
+    if result.status is not Status.DRY_RUN:
+        return result
+    files.write_rt_info(result.xml, {(HIDDEN_STATES_LAYERS,): result.value},
+                        producers_resolve(result.layers, result.xml), result.data, into)
+    result.status = Status.REWRITTEN if result.previous is not None else Status.WRITTEN
+    return result

@@ -15,7 +15,9 @@ from irsurgeon.config import MTPConfig, load_config
 from irsurgeon.errors import CheckpointError, CompressionError, OutputError, cause, with_hint
 from irsurgeon.models.qwen35_mtp import Inputs, mtp_head
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
+from irsurgeon.transaction import DirectoryTransaction, shown
 from irsurgeon.weights.checkpoint import Checkpoint
+from irsurgeon.weights.hub import resolve_source
 from irsurgeon.weights.spec import MTP_PREFIX, dense_shapes, load_weights
 
 
@@ -30,7 +32,7 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_non
              warn=print) -> tuple[MTPConfig, dict[str, np.ndarray], Checkpoint]:
     """Open a checkpoint, validate its config, and load the `mtp.*` tensors (only their shards are opened)."""
     ckpt = Checkpoint.open(checkpoint, config)
-    if ckpt.config_path is None or not ckpt.config_path.exists():  # a FIFO or device is refused by its reader
+    if not ckpt.config_path.exists():  # Checkpoint.open always names one; a FIFO or device is refused by its reader
         raise with_hint(CheckpointError(f"{checkpoint}: no config.json beside the weights"), "--config",
                         "pass --config with the checkpoint's config.json")
     try:
@@ -99,8 +101,6 @@ def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
                     warn=print, hub=None) -> ov.Model:
     """Build the MTP head of a checkpoint directory, a .safetensors file with its config.json, or a Hugging Face
     repo id (only config.json, the index and the `mtp.*` shards are fetched; `hub`: weights.hub.HubOptions)."""
-    from irsurgeon.weights.hub import resolve_source
-
     fmt = float_format(weight_format)
     cfg, weights, ckpt = load_mtp(resolve_source(checkpoint, warn, hub), config, allow_nonfinite, warn)
     try:
@@ -155,8 +155,6 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, ech
     one line per thing done to what an interrupted run left there. replace=False refuses an out_dir that holds a
     head once what an interrupted run left there is undone.
     """
-    from irsurgeon.transaction import DirectoryTransaction, shown
-
     out_dir = Path(out_dir)
     created = not os.path.lexists(out_dir)
     try:

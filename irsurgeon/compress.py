@@ -24,20 +24,20 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from irsurgeon import rtinfo
+from irsurgeon.config import read_json
 from irsurgeon.errors import CompressionError, cause
+from irsurgeon.ir.export import OPENVINO_CONFIG
+from irsurgeon.ir.files import write_atomic
 
 WEIGHT_FORMATS = ("auto", "f32", "f16", "int8", "int4")  # one order in every message and help text
 QUANTIZED_FORMATS = ("int4", "int8")
 BACKUP_PRECISIONS = ("none", "int8_sym", "int8_asym")
 KV_CACHE_PRECISIONS = ("f16", "bf16", "f32", "u8", "u4")
 MAX_GROUP_SIZE = 1 << 16
-OPENVINO_CONFIG = "openvino_config.json"
 
 
 @dataclass(frozen=True)
@@ -141,12 +141,21 @@ class CompressionReport:
         return out
 
 
-def compress_model(model, params: CompressionParams):
-    """Compress the MatMul weights of `model` with nncf; returns (the compressed model, the report)."""
+# MoE routing MatMuls: a few KB of weights whose rounding would change which experts a token goes to.
+ROUTING_MATMULS = ("mtp.layers.0.mlp.gate", "mtp.layers.0.mlp.shared_expert_gate")
+
+
+def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...] = ROUTING_MATMULS):
+    """Compress the MatMul weights of `model` with nncf; returns (the compressed model, the report).
+
+    keep_float: MatMuls (friendly names) whose weights stay as built.
+    """
+    # loaded here, not with the module: importing nncf takes ~1.3 s (python -X importtime, nncf 3.4.0) and the CLI
+    # reads this module's option lists at start-up
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
 
-    from irsurgeon.precision import weight_summary
+    from irsurgeon.ir.storage import weight_summary  # openvino (~0.2 s): for the same reason
 
     before = {w.name: w for w in weight_summary(model).weights}
     grouped = params.bits == 4 and params.group_size != -1
@@ -156,7 +165,7 @@ def compress_model(model, params: CompressionParams):
     nncf.set_log_level(logging.WARNING)  # nncf's INFO tables would interleave with the command's own report
     try:
         model = nncf.compress_weights(
-            model, mode=nncf.CompressWeightsMode(params.mode), ignored_scope=routing_scope(nncf, model),
+            model, mode=nncf.CompressWeightsMode(params.mode), ignored_scope=routing_scope(nncf, model, keep_float),
             group_size=params.group_size if grouped else None,
             ratio=params.ratio if params.bits == 4 else None, all_layers=params.all_layers if params.bits == 4 else None,
             backup_mode=nncf.BackupMode(params.backup) if params.bits == 4 else None,
@@ -165,19 +174,15 @@ def compress_model(model, params: CompressionParams):
         raise CompressionError(f"nncf cannot compress the head with {params.mode}: {cause(e)}") from None
     finally:
         nncf.set_log_level(level)
-    report = _report(before, weight_summary(model), params)
+    report = _report(before, weight_summary(model), params, keep_float)
     record(model, params, report)
     return model, report
 
 
-# MoE routing MatMuls: a few KB of weights whose rounding would change which experts a token goes to.
-ROUTING_MATMULS = ("mtp.layers.0.mlp.gate", "mtp.layers.0.mlp.shared_expert_gate")
-
-
-def routing_scope(nncf, model):
+def routing_scope(nncf, model, keep_float: tuple[str, ...] = ROUTING_MATMULS):
     """Keep the MoE router and shared-expert gate out of compression (their float weights stay as built)."""
     present = {op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "MatMul"}
-    names = [n for n in ROUTING_MATMULS if n in present]
+    names = [n for n in keep_float if n in present]
     return nncf.IgnoredScope(names=names) if names else None
 
 
@@ -187,7 +192,7 @@ def _nncf_input_errors(nncf) -> tuple[type, ...]:
     return (e.ValidationError, e.InvalidGroupSizeError, e.ParameterNotSupportedError, e.UnsupportedModelError)
 
 
-def _report(before: dict, after, params: CompressionParams) -> CompressionReport:
+def _report(before: dict, after, params: CompressionParams, keep_float: tuple[str, ...]) -> CompressionReport:
     modes, fallbacks = {}, []
     for w in after.weights:
         if w.name not in before:
@@ -198,7 +203,7 @@ def _report(before: dict, after, params: CompressionParams) -> CompressionReport
         if w.bits == params.bits and w.group_size == params.group_size:
             continue
         planned = planned_group(in_ch, params)
-        if w.name.removesuffix(".weight") in ROUTING_MATMULS:
+        if w.name.removesuffix(".weight") in keep_float:
             reason = "MoE routing weights stay float, so experts are chosen as in the float head"
         elif w.bits == params.bits:
             reason = f"group size {params.group_size} does not divide {in_ch}"
@@ -269,7 +274,7 @@ def update_openvino_config(target_dir: str | Path, applied_params: CompressionPa
     text = updated_openvino_config(target_dir, applied_params)
     if text is None:
         return False
-    _atomic_write_text(Path(target_dir) / OPENVINO_CONFIG, text)
+    write_atomic(Path(target_dir) / OPENVINO_CONFIG, text.encode("utf-8"))
     return True
 
 
@@ -279,8 +284,6 @@ def updated_openvino_config(target_dir: str | Path, applied_params: CompressionP
     A float head (applied_params None) drops the entry; the rest of the file is kept. None when there is no file
     or nothing would change.
     """
-    from irsurgeon.config import read_json
-
     path = Path(target_dir) / OPENVINO_CONFIG
     if not path.is_file():
         return None
@@ -302,17 +305,3 @@ def updated_openvino_config(target_dir: str | Path, applied_params: CompressionP
             return None
         section["mtp_model"] = new
     return json.dumps(data, indent=2) + "\n"
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, path.stat().st_mode & 0o777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import openvino as ov
+from openvino._offline_transformations import paged_attention_transformation
 
-MTP_XML = "openvino_mtp_model.xml"
-MTP_BIN = "openvino_mtp_model.bin"
+from irsurgeon.ir.export import MTP_BIN, MTP_XML  # noqa: F401  (the head's file names, described with the directory)
+
 OUTPUT = "last_hidden_state"
 KEY_STATE = "past_key_values.0.keypresent_key_values.0.key"
 VALUE_STATE = "past_key_values.0.valuepresent_key_values.0.value"
@@ -76,3 +77,18 @@ def check_model(model: ov.Model, hidden_size: int, num_kv_heads: int, head_dim: 
         if vid in STATE_IDS and (info.data_type != ov.Type.f32 or not info.data_shape.same_scheme(want_state)):
             problems.append(f"state {vid} is {info.data_type.get_type_name()} {info.data_shape}, expected f32 {want_state}")
     return problems
+
+
+def to_paged_attention(model: ov.Model) -> ov.Model:
+    """Apply, in place, the SDPA -> PagedAttention conversion openvino-genai applies to a draft model; returns model.
+
+    Every option off: openvino.genai's apply_paged_attention_transformations (src/cpp/src/continuous_batching/
+    paged_attention_transformations.cpp) defaults per_layer_cache_control, allow_cache_rotation and
+    allow_xattention to false, which leaves every option of openvino 2026.4's pass (the keywords below) off.
+    Raises RuntimeError when the pass fails.
+    """
+    paged_attention_transformation(model, use_block_indices_inputs=False, use_score_outputs=False,
+                                   allow_score_aggregation=False, allow_cache_rotation=False, allow_xattention=False,
+                                   allow_adaptive_rkv=False, allow_qq_bias=False)
+    return model
+

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 from irsurgeon.errors import IRError
+from irsurgeon.ir.export import LANGUAGE_MODELS, MTP_XML, TARGET_MODELS, VISION_MODELS
 from irsurgeon.rtinfo import KV_CACHE_PRECISION
 
 CPU_DEFAULT_KV = "u8"
@@ -31,9 +32,6 @@ BITS = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "f8e4m3": 8, "f8e5m2": 8, "
 GROUP_EXTRA = {"u8": 8, "u4": 8, "i4": 4}  # bytes per (head, token): f32 scale (+ f32 zero point)
 OV_TYPE_NAMES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "uint8_t": "u8", "int8_t": "i8",
                  "u4": "u4", "i4": "i4"}
-TARGET_FILES = ("openvino_language_model.xml", "openvino_text_embeddings_model.xml", "openvino_model.xml")
-MTP_FILE = "openvino_mtp_model.xml"
-LM_FILES = ("openvino_language_model.xml", "openvino_model.xml")
 PARTS = ("target", "mtp", "vision", "other")
 FOOTPRINT_KEYS = ("context", "weights", "kv", "runtime_overhead", "total_at_context")
 KV_KEYS = ("file", "precision", "precision_source", "estimate", "layers", "growing_states", "bytes_per_token",
@@ -42,11 +40,11 @@ KV_KEYS = ("file", "precision", "precision_source", "estimate", "layers", "growi
 
 def part_of(file: str) -> str:
     """Which footprint line an IR belongs to: target, mtp, vision or other (tokenizers)."""
-    if file in TARGET_FILES:
+    if file in TARGET_MODELS:
         return "target"
-    if file == MTP_FILE:
+    if file == MTP_XML:
         return "mtp"
-    return "vision" if file.startswith("openvino_vision") else "other"
+    return "vision" if file in VISION_MODELS else "other"
 
 
 def parse_shape(text: str) -> list[int | None]:
@@ -116,9 +114,9 @@ def weights(infos: dict[str, dict]) -> dict[str, dict]:
 def footprint(infos: dict[str, dict], context: int, device_default: str | None = None) -> dict:
     """The whole footprint of a directory from its readable IRs' `show_ir` descriptions (file name -> info)."""
     w = weights(infos)
-    lm = next((f for f in LM_FILES if f in infos), None)
+    lm = next((f for f in LANGUAGE_MODELS if f in infos), None)
     kv = {"target": kv_cache(lm, infos[lm], context, device_default) if lm else None,
-          "mtp": kv_cache(MTP_FILE, infos[MTP_FILE], context, device_default) if MTP_FILE in infos else None}
+          "mtp": kv_cache(MTP_XML, infos[MTP_XML], context, device_default) if MTP_XML in infos else None}
     total = sum(p["bytes"] for p in w.values())
     total += sum(k["bytes_at_context"] + k["constant_bytes"] for k in kv.values() if k)
     return {"context": context, "weights": w, "kv": kv, "runtime_overhead": overhead(), "total_at_context": total}

@@ -40,6 +40,10 @@ from typing import Callable, Sequence
 
 from irsurgeon import limits
 from irsurgeon.errors import IRSurgeonError, cause
+from irsurgeon.footprint import kv_cache
+from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_XML
+from irsurgeon.precision import detect_target_format
+from irsurgeon.show import show_ir
 
 PROMPTS = (
     "Hello world, the quick brown fox",
@@ -49,8 +53,6 @@ PROMPTS = (
     "def main(): print(",
     "The weather today is sunny with a chance of rain in the afternoon. Please write a short poem about the sea.",
 )
-LANGUAGE_MODEL = "openvino_language_model.xml"
-MTP_MODEL = "openvino_mtp_model.xml"
 MIN_SPEEDUP = 1.05  # gains below 5% are within the spread of short runs on a shared machine
 CLEAR_REFS = Path("/proc/self/clear_refs")
 STATUS = Path("/proc/self/status")
@@ -95,8 +97,6 @@ class Report:
 
 def equivalence_properties(target: Path) -> dict:
     """f32 inference; plus an f16 KV cache and no dynamic quantization when the target is int4 (the contract, 5)."""
-    from irsurgeon.precision import detect_target_format
-
     props = {"INFERENCE_PRECISION_HINT": "f32"}
     if detect_target_format(target).weight_format == "int4":
         props.update(KV_CACHE_PRECISION="f16", DYNAMIC_QUANTIZATION_GROUP_SIZE="0")
@@ -129,10 +129,7 @@ def scheduler_size(target: Path, sequences: int = SEQUENCES, context: int = CONT
     MiB per sequence), so both follow the model and the batch used: the constant-size states and the KV growth per
     token of the language model and the head (footprint.kv_cache, at f32, an upper bound of any runtime precision).
     """
-    from irsurgeon.footprint import kv_cache
-    from irsurgeon.show import show_ir
-
-    files = [f for f in (LANGUAGE_MODEL, MTP_MODEL) if (target / f).is_file()]
+    files = [f for f in (LANGUAGE_MODEL, MTP_XML) if (target / f).is_file()]
     # f32 whatever rt_info says: an upper bound of the precision the runtime picks
     kv = [kv_cache(f, {**show_ir(target / f), "runtime_options": {}}, 1, "f32") for f in files]
     per_sequence = sum(k["constant_bytes"] + context * k["bytes_per_token"] for k in kv)
@@ -354,11 +351,8 @@ def device_defaults(device: str) -> dict:
 
 def kv_growth(target: Path, kv_default: str | None) -> dict[str, dict]:
     """footprint.kv_cache of the language model ("target") and the head ("draft") at the runtime's KV precision."""
-    from irsurgeon.footprint import kv_cache
-    from irsurgeon.show import show_ir
-
     return {part: kv_cache(f, show_ir(target / f), 1, kv_default)
-            for part, f in (("target", LANGUAGE_MODEL), ("draft", MTP_MODEL))}
+            for part, f in (("target", LANGUAGE_MODEL), ("draft", MTP_XML))}
 
 
 def _measure(pipe, prompts: list[str], config, rounds: int, m: Measurement,

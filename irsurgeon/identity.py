@@ -25,12 +25,12 @@ import openvino as ov
 
 from irsurgeon.errors import CheckpointError, IRError, cause
 from irsurgeon.ir import files
+from irsurgeon.ir.export import ExportDir
 from irsurgeon.weights.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint
-from irsurgeon.weights.hub import HubBytes, HubOptions, HubUnreachable, snapshot_commit
+from irsurgeon.weights.hub import HubBytes, HubOptions, HubUnreachable, is_offline, is_repo_id, snapshot_commit
 from irsurgeon.weights.rows import LocalBytes, read_rows
 from irsurgeon.weights.safetensors_io import bf16_to_f32
 
-EMBEDDINGS_XML = "openvino_text_embeddings_model.xml"
 EMBED_NAMES = ("model.language_model.embed_tokens.weight", "model.embed_tokens.weight")  # VLM, text-only
 SAMPLES = 16
 MARGIN = 1.1
@@ -145,7 +145,7 @@ class MappedIR:
 
 def target_table(target: Path) -> tuple[ov.Output, int, int, MappedIR]:
     """The target's embedding table output, its vocab and hidden sizes, and the IR to keep alive while reading it."""
-    xml = target / EMBEDDINGS_XML
+    xml = ExportDir(target).text_embeddings
     ir = read_mapped(xml)
     table = embedding_table(ir.model, xml)
     vocab, hidden = (int(d) for d in table.get_shape())
@@ -184,8 +184,6 @@ def _storage(table: ov.Output) -> str:
 def embedding_shard(root: Path, source: str | Path, hub: HubOptions | None):
     """A ByteSource for the file holding the checkpoint's embedding table (local when present, else the hub's), or
     why the table cannot be read."""
-    from irsurgeon.weights.hub import is_offline, is_repo_id
-
     if root.is_file():
         return LocalBytes(root)
     index = root / INDEX_FILE

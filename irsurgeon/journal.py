@@ -16,11 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import errno
 import stat
 from dataclasses import dataclass
+from pathlib import Path
 
-from irsurgeon.contract import MTP_BIN, MTP_XML
 from irsurgeon.errors import OutputError
+from irsurgeon.ir.export import (CONFIG, GENERATION_CONFIG, HEAD_FILES, LANGUAGE_MODEL, OPENVINO_CONFIG,
+                                 TEXT_ONLY_MODEL, bin_of)
 
 FORMAT = "irsurgeon-journal/2"
 JOURNAL = "journal.json"
@@ -28,8 +31,9 @@ COMMITTED = "committed"  # the journal renamed once every file has moved in: the
 BACKUP_SUFFIX = ".orig"
 # The only names a transaction moves into a directory (the head, the annotated language model, the config; for
 # Gemma 4, the target's openvino_model.xml and the files of its mtp_assistant/ folder).
-WRITABLE = frozenset({MTP_XML, MTP_BIN, "openvino_language_model.xml", "openvino_config.json",
-                      "openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json"})
+WRITABLE = frozenset({*HEAD_FILES, LANGUAGE_MODEL, OPENVINO_CONFIG,
+                      TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL), CONFIG, GENERATION_CONFIG})
+STAGE_DIR = ".irsurgeon-staging"  # inside the target: staged files, backups and the journal
 STAGE_NAMES = frozenset({*WRITABLE, *(n + BACKUP_SUFFIX for n in WRITABLE), JOURNAL, JOURNAL + ".tmp", COMMITTED})
 MAX_JOURNAL_BYTES = 1 << 16
 
@@ -153,3 +157,49 @@ def check_entries(stage_fd: int, where: str) -> list[str]:
         raise ForeignLeftovers(f"{where}: holds both {JOURNAL} and {COMMITTED}, which irsurgeon never leaves; "
                                f"nothing was touched: inspect and remove {where} by hand")
     return names
+
+
+def open_stage(target_fd: int, where: Path) -> int | None:
+    """The staging folder as a descriptor (None when there is none); a link or a non-folder is refused."""
+    try:
+        return os.open(STAGE_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=target_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ForeignLeftovers(f"{where / STAGE_DIR}: a link or a file, not a staging folder irsurgeon made; "
+                                   f"nothing was touched: inspect and remove it by hand") from None
+        raise
+
+
+def examine(target_fd: int, stage_fd: int, stage: str) -> tuple[list[str], dict | None, list[Step]]:
+    """Check everything recovery would act on, reading only: the entries, the commit mark, the journal and each
+    rollback step. Returns (entries, journal or None, steps)."""
+    names = check_entries(stage_fd, stage)
+    if COMMITTED in names:
+        read(stage_fd, COMMITTED, stage)
+    if JOURNAL not in names:
+        return names, None, []
+    record = read(stage_fd, JOURNAL, stage)
+    return names, record, plan_rollback(record, target_fd, stage_fd, stage)
+
+
+def leftover_state(target: str | Path) -> tuple[bool, str] | None:
+    """For verify, without changing anything: None when target has no staging folder, else (ok, what it holds)."""
+    where, fd, stage_fd = Path(target), None, None
+    try:
+        fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
+        stage_fd = open_stage(fd, where)
+        if stage_fd is None:
+            return None
+        if examine(fd, stage_fd, str(where / STAGE_DIR))[1] is None:
+            return True, f"{where / STAGE_DIR} holds leftovers; the next patch clears them"
+        return False, f"{where / STAGE_DIR} holds a half-done commit; the next patch rolls it back"
+    except ForeignLeftovers as e:
+        return False, str(e)
+    except OSError as e:
+        return False, f"{where / STAGE_DIR}: cannot inspect it: {e.strerror or e}"
+    finally:
+        for held in (stage_fd, fd):
+            if held is not None:
+                os.close(held)

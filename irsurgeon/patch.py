@@ -1,10 +1,11 @@
 """Make an exported target directory MTP-ready in place: check, build, compress, annotate, verify, commit.
 
-    check target  (layout genai needs, config with a one-layer MTP head, LM `logits` fed by the lm_head MatMul)
+    check target  (irsurgeon.ir.export: the layout genai needs, config with a one-layer MTP head, the LM's `logits`
+                   fed by the lm_head MatMul)
     check source  (16 token-embedding rows equal the target's, within its storage's rounding: irsurgeon.identity;
                    the checkpoint's config describes the same model: hidden, heads, head_dim, vocab)
-    build head    -> compress (auto = mirror the target) -> stage openvino_mtp_model.xml/.bin
-    annotate LM   -> stage openvino_language_model.xml (rt_info only; the .bin is never rewritten)
+    build head    -> compress (auto = mirror the target; irsurgeon.head) -> stage openvino_mtp_model.xml/.bin
+    annotate LM   -> stage openvino_language_model.xml (irsurgeon.annotate's write path; the .bin is never rewritten)
     update openvino_config.json (when the target has one) -> staged
     verify staged (read_model, contract, paged-attention conversion, one inference step) -> commit, all or nothing
 """
@@ -21,74 +22,23 @@ from typing import Callable
 import numpy as np
 import openvino as ov
 
-from irsurgeon import contract
-from irsurgeon.config import MTPConfig, parse_config, read_json
-from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError, cause
+from irsurgeon import contract, rtinfo
+from irsurgeon.annotate import Status, plan_annotation, write_annotation
+from irsurgeon.build import build_model, load_mtp, name_anonymous_nodes
+from irsurgeon.compress import updated_openvino_config
+from irsurgeon.config import MTPConfig
+from irsurgeon.errors import IRError, IRSurgeonError, OutputError, cause
+from irsurgeon.head import build_format, finish_head
+from irsurgeon.identity import require_identity
 from irsurgeon.ir import files, xmlsafe
-from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
-from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, clear_interrupted, shown
-from irsurgeon.weights.hub import HubOptions
-
-LANGUAGE_MODEL = "openvino_language_model.xml"
-REQUIRED = (LANGUAGE_MODEL, "openvino_language_model.bin", "openvino_text_embeddings_model.xml",
-            "openvino_text_embeddings_model.bin", "openvino_tokenizer.xml", "openvino_detokenizer.xml",
-            "config.json", "preprocessor_config.json")
-LOGITS = "logits"
-
-
-@dataclass
-class Target:
-    path: Path
-    cfg: MTPConfig
-    vocab_size: int
-    hidden_size: int
-
-    @property
-    def lm_xml(self) -> Path:
-        return self.path / LANGUAGE_MODEL
-
-    @property
-    def has_mtp(self) -> bool:
-        return (self.path / contract.MTP_XML).is_file() and (self.path / contract.MTP_BIN).is_file()
-
-
-@dataclass
-class PatchResult:
-    target: Path
-    written: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    skipped: bool = False
-    run_hint: str = ""  # how to run the result, when it is not the Qwen3.5 VLMPipeline line
-
-
-def inspect_target(path: str | Path) -> Target:
-    """Everything patch needs to know about a target directory, or an error saying why it cannot be patched."""
-    path = Path(path)
-    if not path.is_dir():
-        raise IRError(f"{path}: not a directory")
-    missing = [f for f in REQUIRED if not (path / f).is_file()]
-    if missing:
-        hint = " (a text-only export: re-export it with `optimum-cli export openvino --task image-text-to-text`)" \
-            if (path / "openvino_model.xml").is_file() else ""
-        raise IRError(f"{path}: missing {', '.join(missing)}: openvino-genai MTP needs the decomposed VLM layout{hint}")
-    try:
-        cfg = parse_config(read_json(path / "config.json"), source=str(path / "config.json"))
-    except ConfigError as e:
-        raise ConfigError(f"target has no usable MTP head description: {e}") from None
-    lm = files.read_model(path / LANGUAGE_MODEL)
-    logits = [o for o in lm.outputs if LOGITS in o.get_names()]
-    if not logits:
-        raise IRError(f"{path / LANGUAGE_MODEL}: no '{LOGITS}' output")
-    producer = logits[0].get_node().input_value(0).get_node()
-    if producer.get_type_name() != "MatMul":
-        raise IRError(f"{path / LANGUAGE_MODEL}: '{LOGITS}' is produced by {producer.get_type_name()} "
-                      f"'{producer.get_friendly_name()}', expected the lm_head MatMul (openvino-genai requires it)")
-    vocab = logits[0].get_partial_shape()[-1]
-    embeds = [i for i in lm.inputs if "inputs_embeds" in i.get_names()]
-    if not embeds or embeds[0].get_partial_shape()[-1].is_dynamic:
-        raise IRError(f"{path / LANGUAGE_MODEL}: no 'inputs_embeds' input with a static hidden size")
-    return Target(path, cfg, vocab.get_length() if vocab.is_static else -1,
-                  embeds[0].get_partial_shape()[-1].get_length())
+from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG, Target, inspect_target
+from irsurgeon.precision import choose_format
+from irsurgeon.show import weight_precision, weights
+from irsurgeon.families.gemma4 import patch as gemma4
+from irsurgeon.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted,  # noqa: F401
+                                   shown, write_staged)
+from irsurgeon.verify import verify_directory
+from irsurgeon.weights.hub import HubOptions, fetch_weights, resolve_source
 
 
 def check_source_matches(target: Target, source: MTPConfig) -> None:
@@ -151,22 +101,13 @@ def smoke_test(xml: Path, cfg: MTPConfig) -> None:
     narrow_feed_forward(model)
     request = ov.Core().compile_model(model, "CPU").create_infer_request()
     H = cfg.hidden_size
-    feed = {"hidden_states": np.full((1, 2, H), 0.5, np.float32), "inputs_embeds": np.full((1, 2, H), 0.25, np.float32),
-            "attention_mask": np.ones((1, 2), np.int64), "position_ids": np.arange(2, dtype=np.int64)[None],
-            "beam_idx": np.zeros(1, np.int32)}
+    hidden, embeds, mask, positions, beam = (port.name for port in contract.INPUTS)
+    feed = {hidden: np.full((1, 2, H), 0.5, np.float32), embeds: np.full((1, 2, H), 0.25, np.float32),
+            mask: np.ones((1, 2), np.int64), positions: np.arange(2, dtype=np.int64)[None],
+            beam: np.zeros(1, np.int32)}
     out = request.infer(feed)[0]
     if out.shape != (1, 2, H) or not np.isfinite(out).all():
         raise IRError(f"{xml}: one-step inference gave {out.shape} with non-finite values")
-
-
-def write_staged(path: Path, write: Callable[[Path], object]) -> None:
-    """Write one staged file; a failure (full disk, quota, I/O error) names the file and the space left there."""
-    try:
-        write(path)
-    except (OSError, RuntimeError) as e:  # ov.save_model reports a full disk as a bare iostream RuntimeError
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else cause(e)
-        free = shutil.disk_usage(path.parent).free
-        raise OutputError(f"{shown(path)}: cannot write it: {reason} ({free / 1e6:.1f} MB free there)") from None
 
 
 def elapsed(start: float) -> str:
@@ -190,8 +131,6 @@ class Options:
 
 def already_patched(target: Target) -> str | None:
     """Why the target needs nothing (None when it needs patching): a conforming head and an annotation."""
-    from irsurgeon.verify import verify_directory
-
     checks = verify_directory(target.path)
     failed = [c for c in checks if not c.ok]
     if failed:
@@ -201,13 +140,8 @@ def already_patched(target: Target) -> str | None:
 
 def patch(target_dir: str | Path, source: str | Path, options: Options = Options(), echo: Echo = print) -> PatchResult:
     """The whole in-place flow (see the module docstring); returns what was written."""
-    from irsurgeon.build import load_mtp
-    from irsurgeon.identity import require_identity
-    from irsurgeon.weights.hub import fetch_weights, resolve_source
-
-    from irsurgeon.families.gemma4.patch import is_assistant_checkpoint, patch_gemma4, target_type
-    if target_type(target_dir) or is_assistant_checkpoint(source):  # Gemma 4: an assistant + the target's outputs
-        return patch_gemma4(target_dir, source, options, echo)
+    if gemma4.target_type(target_dir) or gemma4.is_assistant_checkpoint(source):  # the second family: an assistant
+        return gemma4.patch_gemma4(target_dir, source, options, echo)            # and the target's MTP outputs
     start = time.perf_counter()
     if not options.dry_run and os.path.lexists(Path(target_dir) / STAGE_DIR):  # a half-done commit mixes versions:
         clear_interrupted(target_dir, options.wait, echo)                     # undo it before judging the target
@@ -258,9 +192,6 @@ def is_done(target: Target, options: Options, echo: Echo) -> bool:
 
 def head_format(xml: Path) -> str | None:
     """The head's weight format: its provenance (rt_info irsurgeon/weight_format), else read from its weights."""
-    from irsurgeon import rtinfo
-    from irsurgeon.show import weight_precision, weights
-
     recorded = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.PROVENANCE, "weight_format"), str(xml))
     if recorded:
         return recorded
@@ -270,8 +201,6 @@ def head_format(xml: Path) -> str | None:
 
 def plan(target: Target, source, options: Options, echo: Echo):
     """The format choice for the head, or None when there is nothing to write (--dry-run)."""
-    from irsurgeon.precision import choose_format
-
     interrupted = os.path.lexists(target.path / STAGE_DIR)  # only a dry run gets here with leftovers
     choice = choose_format(options.weight_format, target.path if options.weight_format == "auto" else None)
     if choice.note:
@@ -279,8 +208,8 @@ def plan(target: Target, source, options: Options, echo: Echo):
     if not options.dry_run:
         return choice
     steps = [f"build the MTP head from {source} as {choice.weight_format}", f"annotate {LANGUAGE_MODEL}"]
-    if choice.params and (target.path / "openvino_config.json").is_file():
-        steps.append("record the head's quantization in openvino_config.json")
+    if choice.params and target.export.openvino_config.is_file():
+        steps.append(f"record the head's quantization in {OPENVINO_CONFIG}")
     if interrupted:
         steps.insert(0, f"roll back or clear what an interrupted run left in {STAGE_DIR}")
     for step in steps:
@@ -291,12 +220,10 @@ def plan(target: Target, source, options: Options, echo: Echo):
 def stage_and_commit(target: Target, cfg: MTPConfig, weights, ckpt, choice, options: Options, source,
                      echo: Echo, identity: str = "") -> list[str]:
     """Build, stage and check every new file inside the target, then move them in at once; returns their names."""
-    from irsurgeon.build import build_model, name_anonymous_nodes
-
     with DirectoryTransaction(target.path, wait=options.wait, echo=echo) as tx:
-        model = build_model(cfg, weights, "f16" if choice.params else choice.weight_format)
+        model = build_model(cfg, weights, build_format(choice))
         ckpt.close()  # the model owns its weights now: release the mapped shards before the next steps
-        model = finish_head(model, choice, options, source, echo, identity)
+        model = finish_head(model, choice, options.kv_cache_precision, echo, **provenance(options, source, identity))
         name_anonymous_nodes(model)
         tx.stage(contract.MTP_BIN)
         write_staged(tx.stage(contract.MTP_XML), lambda xml, m=model: ov.save_model(m, xml, compress_to_fp16=False))
@@ -308,53 +235,35 @@ def stage_and_commit(target: Target, cfg: MTPConfig, weights, ckpt, choice, opti
         return list(tx.names)
 
 
-def finish_head(model: ov.Model, choice, options: Options, source, echo: Echo, identity: str = "") -> ov.Model:
-    """Compress (when the choice says so) and record runtime options and provenance."""
-    import irsurgeon
-    from irsurgeon import rtinfo
-    from irsurgeon.compress import compress_model, set_kv_cache_precision
-
-    if choice.params:
-        model, report = compress_model(model, choice.params)
-        for line in report.lines():
-            echo(line)
-    set_kv_cache_precision(model, options.kv_cache_precision)
-    rtinfo.set_provenance(model, version=irsurgeon.__version__, source=str(source),
-                          weight_format=choice.weight_format, checkpoint_identity=identity)
+def provenance(options: Options, source, identity: str) -> dict[str, str]:
+    """What the head records of where it came from (rt_info irsurgeon/...)."""
+    fields = {"source": str(source), "checkpoint_identity": identity}
     if options.hub and options.hub.revision:
-        rtinfo.set_provenance(model, revision=options.hub.revision)
-    return model
+        fields["revision"] = options.hub.revision
+    return fields
 
 
 def stage_annotation(tx: DirectoryTransaction, target: Target, force: bool, echo: Echo) -> None:
-    """Stage the language model's .xml with the hidden-state annotation (rt_info only), checked against its .bin."""
-    from irsurgeon.annotate import annotation_json, discover_hidden_states
-
-    xml = target.lm_xml
-    data = files.read_ir_bytes(xml)
-    layers = discover_hidden_states(files.read_model(xml, checked=True), target.cfg.num_hidden_layers,
-                                    hidden_size=target.hidden_size, source=str(xml))
-    value = annotation_json(layers)
-    previous = xmlsafe.get_value(data, (HIDDEN_STATES_LAYERS,), str(xml))
-    if previous == value:
+    """Stage the language model's .xml with the hidden-state annotation, through annotate's one write path."""
+    planned = plan_annotation(target.lm_xml, force, target.cfg.num_hidden_layers, target.hidden_size)
+    if planned.status is Status.UNCHANGED:
         echo(f"{LANGUAGE_MODEL}: hidden-state annotation already present and identical")
         return
-    if previous is not None and not force:
+    if planned.status is Status.KEPT:
         echo(f"{LANGUAGE_MODEL}: keeps its existing, different hidden-state annotation (--force replaces it)")
         return
-    staged = tx.stage(LANGUAGE_MODEL)
-    annotated = xmlsafe.set_value(data, (HIDDEN_STATES_LAYERS,), value, str(xml))
-    write_staged(staged, lambda path: path.write_bytes(annotated))
-    try:
-        ov.Core().read_model(str(staged), str(xml.with_suffix(".bin")))
-    except RuntimeError as e:
-        raise IRError(f"{xml}: the annotated copy does not read back: {cause(e)}") from None
-    echo(f"{LANGUAGE_MODEL}: annotated {len(layers)} decoder layers")
+    write_annotation(planned, into=lambda data: stage_bytes(tx, LANGUAGE_MODEL, data))
+    echo(f"{LANGUAGE_MODEL}: annotated {planned.num_layers} decoder layers")
+
+
+def stage_bytes(tx: DirectoryTransaction, name: str, data: bytes) -> Path:
+    """Write one file's new version into the transaction's staging folder; returns its staged path."""
+    staged = tx.stage(name)
+    write_staged(staged, lambda path: path.write_bytes(data))
+    return staged
 
 
 def stage_openvino_config(tx: DirectoryTransaction, target: Target, params) -> None:
-    from irsurgeon.compress import OPENVINO_CONFIG, updated_openvino_config
-
     data = updated_openvino_config(target.path, params)
     if data is not None:
-        write_staged(tx.stage(OPENVINO_CONFIG), lambda path: path.write_text(data, encoding="utf-8"))
+        stage_bytes(tx, OPENVINO_CONFIG, data.encode("utf-8"))

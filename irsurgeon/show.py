@@ -20,11 +20,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.annotate import parse_annotation
 from irsurgeon.config import read_json, text_section
 from irsurgeon.errors import IRError, IRSurgeonError
+from irsurgeon.footprint import footprint
 from irsurgeon.ir import files, graph
+from irsurgeon.ir.export import CONFIG, LANGUAGE_MODEL, MTP_XML, TEXT_EMBEDDINGS, ExportDir
+from irsurgeon.ir.hidden_states import parse_annotation
+from irsurgeon.ir.storage import weight_summary
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS, RUNTIME_OPTIONS
+from irsurgeon.verify import verify_directory
 
 IR_KEYS = ("kind", "path", "inputs", "outputs", "states", "rt_info", "hidden_states", "runtime_options",
            "op_histogram", "constants", "weights")
@@ -101,8 +105,6 @@ def constant_totals(model) -> dict[str, dict]:
 
 def weights(model) -> dict:
     """Weight precision: storage modes, lowest bit width, group sizes (-1 = per channel), totals per type."""
-    from irsurgeon.precision import weight_summary
-
     s = weight_summary(model)
     return {
         "count": len(s.weights),
@@ -115,14 +117,12 @@ def weights(model) -> dict:
 
 
 def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
-    from irsurgeon.footprint import footprint
-
     described = {xml.name: _describe(xml) for xml in files.list_irs(directory)}
     irs = [_brief(name, info) for name, info in described.items()]
     return {
         "kind": "directory",
         "path": str(directory),
-        "layout": files.layout(directory),
+        "layout": ExportDir(directory).layout().value,
         "config": config_facts(directory),
         "irs": irs,
         "mtp": mtp_verdict(directory, {r["file"]: r for r in irs}),
@@ -132,7 +132,7 @@ def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
 
 def config_facts(directory: Path) -> dict | None:
     """What config.json says about the text model (None when there is no config.json)."""
-    path = directory / files.CONFIG
+    path = directory / CONFIG
     if not path.exists():  # not is_file(): a FIFO or device there is reported as such by the reader
         return None
     facts = dict.fromkeys(CONFIG_KEYS)
@@ -150,12 +150,10 @@ def config_facts(directory: Path) -> dict | None:
 
 def mtp_verdict(directory: Path, irs: dict[str, dict]) -> dict:
     """Whether openvino-genai can run MTP speculative decoding from this directory, and why not."""
-    needed = (files.LANGUAGE_MODEL, files.TEXT_EMBEDDINGS, files.MTP_MODEL)
+    needed = (LANGUAGE_MODEL, TEXT_EMBEDDINGS, MTP_XML)
     unreadable = [f"{name}: {irs[name]['summary']}" for name in needed if name in irs and not irs[name]["ok"]]
     if unreadable:
         return {"ready": False, "reasons": unreadable, "checks": []}
-    from irsurgeon.verify import verify_directory
-
     checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in verify_directory(directory)]
     reasons = [f"{c['name']}: {c['detail']}" for c in checks if not c["ok"]]
     return {"ready": not reasons and bool(checks), "reasons": reasons, "checks": checks}

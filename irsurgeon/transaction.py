@@ -23,18 +23,20 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 import signal
 import stat
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 from irsurgeon import journal
-from irsurgeon.errors import OutputError
-from irsurgeon.journal import BACKUP_SUFFIX, COMMITTED, JOURNAL, WRITABLE, ForeignLeftovers, lstat_at
+from irsurgeon.errors import OutputError, cause
+from irsurgeon.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, STAGE_DIR, WRITABLE, ForeignLeftovers,  # noqa: F401
+                               examine, leftover_state, lstat_at, open_stage)
 
-STAGE_DIR = ".irsurgeon-staging"
 __all__ = ["BACKUP_SUFFIX", "COMMITTED", "JOURNAL", "STAGE_DIR", "WRITABLE", "DirectoryTransaction",
            "ForeignLeftovers", "clear_interrupted", "directory_lock", "leftover_state", "recover", "shown"]
 _SPELLED: dict[str, str] = {}  # "/proc/self/fd/N" of an open staging folder -> its spelled path, for messages
@@ -83,19 +85,6 @@ def shown(path: str | Path) -> str:
     return text
 
 
-def _open_stage(target_fd: int, where: Path) -> int | None:
-    """The staging folder as a descriptor (None when there is none); a link or a non-folder is refused."""
-    try:
-        return os.open(STAGE_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=target_fd)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise ForeignLeftovers(f"{where / STAGE_DIR}: a link or a file, not a staging folder irsurgeon made; "
-                                   f"nothing was touched: inspect and remove it by hand") from None
-        raise
-
-
 def _remove_stage(target_fd: int, stage_fd: int, names: list[str]) -> None:
     """Unlink the staging folder's files through its descriptor, then the folder, if its name is still ours."""
     for name in names:
@@ -108,25 +97,13 @@ def _remove_stage(target_fd: int, stage_fd: int, names: list[str]) -> None:
         os.rmdir(STAGE_DIR, dir_fd=target_fd)
 
 
-def _examine(target_fd: int, stage_fd: int, stage: str) -> tuple[list[str], dict | None, list[journal.Step]]:
-    """Check everything recovery would act on, reading only: the entries, the commit mark, the journal and each
-    rollback step. Returns (entries, journal or None, steps)."""
-    names = journal.check_entries(stage_fd, stage)
-    if COMMITTED in names:
-        journal.read(stage_fd, COMMITTED, stage)
-    if JOURNAL not in names:
-        return names, None, []
-    record = journal.read(stage_fd, JOURNAL, stage)
-    return names, record, journal.plan_rollback(record, target_fd, stage_fd, stage)
-
-
 def _recover_at(target_fd: int, where: Path) -> list[str]:
-    stage_fd = _open_stage(target_fd, where)
+    stage_fd = open_stage(target_fd, where)
     if stage_fd is None:
         return []
     stage = where / STAGE_DIR
     try:
-        names, record, steps = _examine(target_fd, stage_fd, str(stage))
+        names, record, steps = examine(target_fd, stage_fd, str(stage))
         notes = [f"removed leftover staging folder {stage}"]
         if record is not None:
             notes = [f"rolled back an interrupted commit in {where} (run {record['run']})"]
@@ -139,7 +116,7 @@ def _recover_at(target_fd: int, where: Path) -> list[str]:
 
 
 def _roll_back(target_fd: int, stage_fd: int, steps: list[journal.Step]) -> list[str]:
-    """Undo a half-done commit whose every step _examine checked against the disk."""
+    """Undo a half-done commit whose every step journal.examine checked against the disk."""
     notes = []
     for step in steps:
         if step.action == "restore":
@@ -177,27 +154,6 @@ def clear_interrupted(target: str | Path, wait: bool = False, echo: Callable[[st
     with directory_lock(target, wait) as fd:
         for note in recover(target, fd):
             (echo or (lambda _m: None))(note)
-
-
-def leftover_state(target: str | Path) -> tuple[bool, str] | None:
-    """For verify, without changing anything: None when target has no staging folder, else (ok, what it holds)."""
-    where, fd, stage_fd = Path(target), None, None
-    try:
-        fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
-        stage_fd = _open_stage(fd, where)
-        if stage_fd is None:
-            return None
-        if _examine(fd, stage_fd, str(where / STAGE_DIR))[1] is None:
-            return True, f"{where / STAGE_DIR} holds leftovers; the next patch clears them"
-        return False, f"{where / STAGE_DIR} holds a half-done commit; the next patch rolls it back"
-    except ForeignLeftovers as e:
-        return False, str(e)
-    except OSError as e:
-        return False, f"{where / STAGE_DIR}: cannot inspect it: {e.strerror or e}"
-    finally:
-        for held in (stage_fd, fd):
-            if held is not None:
-                os.close(held)
 
 
 class DirectoryTransaction:
@@ -342,3 +298,22 @@ def _deferred_sigint():
         signal.signal(signal.SIGINT, previous)
     if received:
         raise KeyboardInterrupt
+
+
+@dataclass
+class PatchResult:
+    target: Path
+    written: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skipped: bool = False
+    run_hint: str = ""  # how to run the result, when it is not the Qwen3.5 VLMPipeline line
+
+
+def write_staged(path: Path, write: Callable[[Path], object]) -> None:
+    """Write one staged file; a failure (full disk, quota, I/O error) names the file and the space left there."""
+    try:
+        write(path)
+    except (OSError, RuntimeError) as e:  # ov.save_model reports a full disk as a bare iostream RuntimeError
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else cause(e)
+        free = shutil.disk_usage(path.parent).free
+        raise OutputError(f"{shown(path)}: cannot write it: {reason} ({free / 1e6:.1f} MB free there)") from None

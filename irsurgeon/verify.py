@@ -13,8 +13,12 @@ import openvino as ov
 
 from irsurgeon import contract, rtinfo
 from irsurgeon.errors import IRError, IRSurgeonError, cause
+from irsurgeon.identity import check_identity
 from irsurgeon.ir import files, xmlsafe
-from irsurgeon.transaction import leftover_state
+from irsurgeon.ir.export import inspect_target
+from irsurgeon.ir.hidden_states import parse_annotation
+from irsurgeon.journal import leftover_state
+from irsurgeon.weights.hub import resolve_source
 
 
 @dataclass
@@ -26,11 +30,8 @@ class Check:
 
 def paged_attention_converts(model: ov.Model) -> tuple[bool, str]:
     """Run the pass openvino-genai runs on the draft model, on a copy; it must leave one PagedAttention, no state."""
-    from openvino._offline_transformations import paged_attention_transformation
-
-    copy = model.clone()
     try:
-        paged_attention_transformation(copy, False, False, False, False, False, False, False)
+        copy = contract.to_paged_attention(model.clone())
     except RuntimeError as e:
         return False, f"SDPAToPagedAttention failed: {cause(e)}"
     ops = Counter(op.get_type_name() for op in copy.get_ops())
@@ -40,8 +41,6 @@ def paged_attention_converts(model: ov.Model) -> tuple[bool, str]:
 
 def verify_directory(target: str | Path, checkpoint: str | Path | None = None, hub=None, echo=print) -> list[Check]:
     """The contract checks; with `checkpoint` (a path or repo id; `hub`: weights.hub.HubOptions) also its identity."""
-    from irsurgeon.patch import inspect_target
-
     target = Path(target)
     leftovers = leftover_state(target) if target.is_dir() else None  # a half-done commit mixes two versions
     checks = [Check("interrupted run", *leftovers)] if leftovers is not None else []  # a foreign journal is named
@@ -73,8 +72,6 @@ def _annotation(xml: Path, num_layers: int | None) -> tuple[bool, str]:
 
     Read from the .xml's rt_info text: the graph was already read (and checked) by inspect_target.
     """
-    from irsurgeon.annotate import parse_annotation
-
     value = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.HIDDEN_STATES_LAYERS,), str(xml))
     if value is None:
         return False, "absent"
@@ -89,9 +86,6 @@ def _annotation(xml: Path, num_layers: int | None) -> tuple[bool, str]:
 
 def identity_check(target: Path, checkpoint: str | Path, hub, echo) -> Check:
     """Whether the checkpoint is the one the target was exported from (irsurgeon.identity)."""
-    from irsurgeon.identity import check_identity
-    from irsurgeon.weights.hub import resolve_source
-
     try:
         root = resolve_source(checkpoint, echo, hub, weights=False)
         result = check_identity(target, checkpoint, root, hub)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from dirsnap import snapshot
+from helpers.dirsnap import snapshot
 from helpers.hub import hub_snapshot
 from helpers.procs import killed_commit, lock_held
 from test_reliability import CLI, DEMO_CKPT, DEMO_TARGET, KILLER, child_env, run_cli, run_killer

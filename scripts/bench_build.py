@@ -75,12 +75,12 @@ def write_checkpoint(root: Path, big_gib: float, moe: bool = False) -> None:
     it includes the memory of the process it was forked from."""
     import numpy as np
 
-    from irsurgeon.synth.checkpoint import SynthSpec, config_json, mtp_tensors
+    from irsurgeon.synth.checkpoint import SynthSpec, checkpoint_config, mtp_tensors
     from irsurgeon.weights.safetensors_io import f32_to_bf16, write_safetensors
 
     spec = SynthSpec(**(MOE_SPEC if moe else SPEC))
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(json.dumps(config_json(spec), indent=1))
+    (root / "config.json").write_text(json.dumps(checkpoint_config(spec), indent=1))
     weight_map = write_big_shard(root / BIG_SHARD, spec.hidden, big_gib)
     bits = {k: f32_to_bf16(v) for k, v in mtp_tensors(spec, np.random.default_rng(0)).items()}
     write_safetensors(root / MTP_SHARD, bits, {k: "BF16" for k in bits})

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # numpy_mtp and helpers
+sys.path.insert(0, str(Path(__file__).parent))  # the helpers package
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_ENV = "IRSURGEON_REFERENCE"

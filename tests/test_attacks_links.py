@@ -1,6 +1,6 @@
 """Attacks through links, leftovers and concurrent writers, through the command line.
 
-Each test keeps a sibling `outside` folder next to the target and checks (tests/dirsnap.py, links recorded, never
+Each test keeps a sibling `outside` folder next to the target and checks (tests/helpers/dirsnap.py, links recorded, never
 followed) that a refused run changed neither. Concurrent writers are real: a child process holds the directory
 lock through the product's own `directory_lock` (tests/helpers/procs.py).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dirsnap import snapshot
+from helpers.dirsnap import snapshot
 from helpers.hub import hub_snapshot
 from helpers.procs import killed_commit, lock_held
 from irsurgeon.cli import main

@@ -1,20 +1,21 @@
 """build-mtp: numeric parity (numpy reference, optimum's golden), structure, and the paged-attention conversion."""
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
 import openvino as ov
 import pytest
-from openvino._offline_transformations import paged_attention_transformation
 
+import irsurgeon
 from irsurgeon import contract
 from irsurgeon.build import build_model, build_mtp_model, load_mtp, save_mtp_model
 from irsurgeon.config import load_config
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from helpers.golden import INPUT_NAMES, compile_f32, golden_outputs, run_sequence, three_calls
-from numpy_mtp import MTPReference, cfg_dict
+from helpers.numpy_mtp import MTPReference, cfg_dict
 
 SHAPES = {
     "gqa2-partial": SynthSpec(),
@@ -136,7 +137,8 @@ def test_names_and_rt_info(saved_head):
         assert path in names
     assert model.get_rt_info("mtp_mode").astype(str) == "True"
     assert model.get_rt_info(["irsurgeon", "weight_format"]).astype(str) == "f16"
-    assert model.get_rt_info(["irsurgeon", "version"]).astype(str)
+    assert model.get_rt_info(["irsurgeon", "version"]).astype(str) == irsurgeon.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", irsurgeon.__version__)
 
 
 def test_f16_weights_are_stored_f16_and_f32_stays_f32(tmp_path):
@@ -157,7 +159,7 @@ def test_f16_weights_are_stored_f16_and_f32_stays_f32(tmp_path):
 def test_paged_attention_pass_converts_the_head(saved_head):
     model, _ = saved_head
     model = model.clone()
-    paged_attention_transformation(model, False, False, False, False, False, False, False)
+    contract.to_paged_attention(model)
     counts = op_counts(model)
     assert counts["PagedAttentionExtension"] == 1
     assert counts["ReadValue"] == 0 and counts["Assign"] == 0 and counts["ScaledDotProductAttention"] == 0

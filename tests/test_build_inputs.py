@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from irsurgeon import contract
 from irsurgeon.build import build_mtp_model, load_mtp
 from irsurgeon.cli import main
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
@@ -82,7 +83,8 @@ def test_sharded_checkpoint_opens_only_the_mtp_shard(tmp_path):
     cfg, weights, ckpt = load_mtp(tmp_path)
     assert [p.name for p in ckpt.opened] == ["model-00002-of-00003.safetensors"]
     assert len(weights) == 15
-    assert build_mtp_model(tmp_path) is not None
+    model = build_mtp_model(tmp_path)  # the third shard is garbage: the build too must not open it
+    assert contract.check_model(model, cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim) == []
 
 
 def test_sharded_and_single_file_build_the_same_weights(tmp_path):
@@ -159,6 +161,14 @@ def test_bad_checkpoint_is_one_line_error_and_writes_nothing(tmp_path, case):
     code, out = run("build-mtp", ckpt, "-o", tmp_path / "out")
     assert_one_line_error(code, out, *needles)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_advised_allow_nonfinite_builds_and_warns(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    write_checkpoint(ckpt, SynthSpec(head_dim=32, hidden=64), seed=1)
+    rewrite(ckpt / "model.safetensors", add={"mtp.norm.weight": np.full(64, 0x7FC0, np.uint16)})
+    code, out = run("build-mtp", ckpt, "-o", tmp_path / "out", "--allow-nonfinite")
+    assert code == 0 and "mtp.norm.weight" in out and (tmp_path / "out" / "openvino_mtp_model.xml").is_file(), out
 
 
 def test_index_shard_escaping_the_directory_is_refused(tmp_path):

@@ -16,11 +16,11 @@ from click.testing import CliRunner
 from helpers.checkpoints import read_tensors, write_variant
 
 from irsurgeon import build_mtp_model, rtinfo
-from irsurgeon.annotate import annotation_json
 from irsurgeon.cli import main
 from irsurgeon.compress import WEIGHT_FORMATS
 from irsurgeon.errors import IRSurgeonError, cause
 from irsurgeon.ir import xmlsafe
+from irsurgeon.ir.hidden_states import annotation_json
 from irsurgeon.synth import synthesize
 
 DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo"

@@ -7,17 +7,17 @@ linear-attention layer; the MTP head keeps one key/value pair.
 from __future__ import annotations
 
 import json
-import shutil
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers.demo import patch_demo
 
 from irsurgeon.cli import main
 from irsurgeon.config import read_json, text_section
-from irsurgeon.footprint import FOOTPRINT_KEYS, KV_KEYS, kv_cache, parse_shape, row_bytes
+from irsurgeon.footprint import kv_cache, parse_shape, row_bytes
 from irsurgeon.ir import xmlsafe
 from irsurgeon.show import show
 
@@ -26,16 +26,10 @@ DEMO = ROOT / "fixtures" / "demo"
 TYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "u8": 1}
 KV_KEY = ("runtime_options", "KV_CACHE_PRECISION")
 FLOATS = ("f32", "f16", "bf16")
-
-
-def patch_demo(directory: Path) -> Path:
-    """A writable copy of the demo target, patched with the demo checkpoint through the CLI."""
-    shutil.copytree(DEMO / "target", directory)
-    for p in [directory, *directory.iterdir()]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    res = CliRunner().invoke(main, ["patch", str(directory), "--checkpoint", str(DEMO / "ckpt")])
-    assert res.exit_code == 0, res.output
-    return directory
+# the JSON fields scripts read, in order: spelled here, not imported, so a change to them fails this test
+FOOTPRINT_FIELDS = ("context", "weights", "kv", "runtime_overhead", "total_at_context")
+KV_FIELDS = ("file", "precision", "precision_source", "estimate", "layers", "growing_states", "bytes_per_token",
+             "bytes_at_context", "constant_states", "constant_bytes", "problems")
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +83,8 @@ def test_footprint_json_keys_and_text(patched):
     res = CliRunner().invoke(main, ["show", str(patched), "--json", "--context", "2048"])
     assert res.exit_code == 0, res.output
     fp = json.loads(res.output)["footprint"]
-    assert tuple(fp) == FOOTPRINT_KEYS and fp["context"] == 2048
-    assert all(tuple(kv) == KV_KEYS for kv in fp["kv"].values())
+    assert tuple(fp) == FOOTPRINT_FIELDS and fp["context"] == 2048
+    assert all(tuple(kv) == KV_FIELDS for kv in fp["kv"].values())
     assert fp["runtime_overhead"]["bytes"] > 0 and fp["runtime_overhead"]["measured"] is False
     assert "estimate" in fp["runtime_overhead"]["basis"]
     text = CliRunner().invoke(main, ["show", str(patched), "--context", "2048"])

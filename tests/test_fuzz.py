@@ -23,7 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_reliability import DEMO_CKPT, DEMO_TARGET, sharded_demo_ckpt, snapshot
+from helpers.demo import DEMO_CKPT, DEMO_TARGET, sharded_demo_ckpt
+from helpers.dirsnap import digest as snapshot
 
 FALLBACK = "IRSURGEON_DEBUG"
 EXAMPLES = int(os.environ.get("IRSURGEON_FUZZ_EXAMPLES", "25"))

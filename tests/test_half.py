@@ -1,4 +1,4 @@
-"""The f16 weights irsurgeon rounds itself (ops/half.py) against openvino's own compression pass.
+"""The f16 weights irsurgeon rounds itself (weights/half.py) against openvino's own compression pass.
 
 openvino's pass is the reference: for each array, either both keep it f32, or both store the same f16 bits. The
 arrays probe each part of the rule: every bf16 bit pattern in f16's range, random f32 bit patterns, values rounding
@@ -14,7 +14,7 @@ from openvino._offline_transformations import compress_model_transformation
 
 from helpers.checkpoints import as_float, fp8_config, fp8_tensors, read_tensors, split_per_expert, write_variant
 from irsurgeon.ops.core import WeightFormat, weight
-from irsurgeon.ops.half import to_half
+from irsurgeon.weights.half import to_half
 
 
 def pass_f16(data: np.ndarray) -> np.ndarray | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import openvino as ov
 import pytest
 
-from dirsnap import snapshot
+from helpers.dirsnap import snapshot
 from helpers.hub_server import Blackhole, Faults, HubServer, Revision, free_port, split_checkpoint
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec

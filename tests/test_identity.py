@@ -16,9 +16,10 @@ import openvino as ov
 import pytest
 from click.testing import CliRunner
 
-from dirsnap import snapshot
+from helpers.dirsnap import snapshot
 from irsurgeon.cli import main
-from irsurgeon.identity import EMBEDDINGS_XML, check_identity, sample_ids
+from irsurgeon.identity import check_identity, sample_ids
+from irsurgeon.ir.export import TEXT_EMBEDDINGS as EMBEDDINGS_XML
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.strip import strip_mtp
 from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors

@@ -12,7 +12,6 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 from click.testing import CliRunner
-from openvino._offline_transformations import paged_attention_transformation
 
 import irsurgeon.ops.moe as moe_ops
 from irsurgeon import contract
@@ -25,7 +24,7 @@ from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.weights.fp8 import dequantize_blocks
 from irsurgeon.weights.moe import moe_shapes
 from irsurgeon.weights.safetensors_io import FP8_E4M3FN, SafetensorsFile, decode, write_safetensors
-from numpy_mtp import MTPReference, cfg_dict, moe
+from helpers.numpy_mtp import MTPReference, cfg_dict, moe
 from helpers.golden import F32_PROPS, INPUT_NAMES, compile_f32, golden_outputs, run_sequence, three_calls
 
 MLP = "mtp.layers.0.mlp."
@@ -437,13 +436,12 @@ def runtime_layers(model: ov.Model) -> Counter:
 def test_default_form_runs_as_cpu_gather_matmuls(saved_moe_head):
     """The default (tiled) form is the one openvino's CPU plugin rewrites to GatherMatmul, which computes only the
     chosen experts; if the pattern stops matching, every expert runs on every token."""
-    assert moe_ops.DEFAULT_FORM == "tiled"
     assert runtime_layers(saved_moe_head)["GatherMatmul"] == 3
 
 
 def test_paged_attention_pass_converts_the_moe_head(saved_moe_head):
     model = saved_moe_head.clone()
-    paged_attention_transformation(model, False, False, False, False, False, False, False)
+    contract.to_paged_attention(model)
     counts = Counter(op.get_type_name() for op in model.get_ops())
     assert counts["PagedAttentionExtension"] == 1
     assert counts["ReadValue"] == 0 and counts["Assign"] == 0 and counts["ScaledDotProductAttention"] == 0

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers.demo import DEMO_CKPT, patch_demo
+from helpers.dirsnap import full_disk_on_nth_replace, snapshot
 
-from dirsnap import full_disk_on_nth_replace, snapshot
 from irsurgeon import contract
 from irsurgeon.cli import main
 from irsurgeon.verify import verify_directory
@@ -76,12 +77,25 @@ def test_int4_target_gets_an_int4_head_and_its_config_entry(patch_once):
     assert head.get_rt_info(["runtime_options", "KV_CACHE_PRECISION"]).astype(str) == "f16"
 
 
-def test_second_run_is_a_no_op_and_force_rebuilds(patched):
+def test_second_run_is_a_no_op(patched):
     _, target, _ = patched
     before = snapshot(target)
     code, out = run("patch", target, "--checkpoint", "unused-because-already-patched")
     assert code == 0 and "already MTP-ready" in out
     assert snapshot(target) == before
+
+
+def test_force_rebuilds_a_ready_head(tmp_path):
+    target = patch_demo(tmp_path / "target")
+    head = target / contract.MTP_XML
+    inode, before = head.stat().st_ino, head.read_bytes()
+    code, out = run("patch", target, "--checkpoint", DEMO_CKPT)
+    assert code == 0 and "already MTP-ready" in out and head.stat().st_ino == inode
+    code, out = run("patch", target, "--checkpoint", DEMO_CKPT, "--force")
+    assert code == 0 and f"wrote {contract.MTP_BIN}, {contract.MTP_XML} in" in out, out
+    assert head.stat().st_ino != inode and head.read_bytes() == before  # a new file, built the same way
+    assert "annotation already present and identical" in out  # --force rebuilds the head, not a same annotation
+    assert [c.name for c in verify_directory(target) if not c.ok] == []
 
 
 @pytest.mark.genai

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from helpers.demo import DEMO_CKPT, DEMO_TARGET, sharded_demo_ckpt
+from helpers.dirsnap import digest as snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO_TARGET = ROOT / "fixtures" / "demo" / "target"
-DEMO_CKPT = ROOT / "fixtures" / "demo" / "ckpt"
 STAGE_DIR = ".irsurgeon-staging"
 
 # Runs the CLI with an audit hook that numbers writes inside $KILL_TARGET and signals itself before write $KILL_AT
@@ -94,14 +94,6 @@ main()
 
 
 CLI = "import sys; from irsurgeon.entry import run; sys.argv[0] = 'irsurgeon'; run()"  # the console script
-
-
-def snapshot(d: Path) -> dict[str, str]:
-    """Relative path -> sha256 of every file, plus the set of directories: byte identity of a tree."""
-    files = {p.relative_to(d).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-             for p in sorted(d.rglob("*")) if p.is_file()}
-    files["<dirs>"] = ",".join(sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_dir()))
-    return files
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -507,23 +499,6 @@ def demo_target(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     target = tmp_path / "target"
     shutil.copytree(DEMO_TARGET, target)
     return target, snapshot(target)
-
-
-def sharded_demo_ckpt(directory: Path) -> Path:
-    """The demo checkpoint split in two shards with an index: the mtp.* tensors alone in the second."""
-    from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
-
-    directory.mkdir(parents=True)
-    shutil.copy(DEMO_CKPT / "config.json", directory / "config.json")
-    st = SafetensorsFile(DEMO_CKPT / "model.safetensors")
-    mtp = [n for n in st.tensors if n.startswith("mtp.")]
-    parts = {"model-1.safetensors": [n for n in st.tensors if n not in mtp], "model-2.safetensors": mtp}
-    for shard, names in parts.items():
-        write_safetensors(directory / shard, {n: st.raw(n) for n in names}, {n: st.tensors[n].dtype for n in names})
-    st.close()
-    weight_map = {n: shard for shard, names in parts.items() for n in names}
-    (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    return directory
 
 
 def set_shard(ckpt: Path, shard: str) -> None:

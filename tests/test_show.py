@@ -7,14 +7,17 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_annotate import KEY, Spec, write_target
+from helpers.decoders import Spec, write_target
 
-from irsurgeon.annotate import annotate_ir, annotation_json, parse_annotation
+from irsurgeon.annotate import annotate_ir
 from irsurgeon.cli import main
 from irsurgeon.config import read_json, text_section
 from irsurgeon.errors import IRError
-from irsurgeon.ir import files, xmlsafe
-from irsurgeon.show import CONFIG_KEYS, DIR_KEYS, IR_KEYS, show
+from irsurgeon.ir import xmlsafe
+from irsurgeon.ir.export import CONFIG, LANGUAGE_MODEL
+from irsurgeon.ir.hidden_states import annotation_json, parse_annotation
+from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+from irsurgeon.show import DIR_KEYS, IR_KEYS, show
 
 
 def snapshot(directory: Path) -> dict:
@@ -33,8 +36,9 @@ def test_reference_directory_is_ready(export):
     before = snapshot(directory)
     info = show(directory)
     assert tuple(info) == DIR_KEYS and info["layout"] == "vlm"
-    tc = text_section(read_json(directory / files.CONFIG))
-    assert tuple(info["config"]) == CONFIG_KEYS
+    tc = text_section(read_json(directory / CONFIG))
+    assert tuple(info["config"]) == (
+        "model_type", "text_model_type", "num_hidden_layers", "hidden_size", "mtp_num_hidden_layers", "error")
     assert info["config"]["num_hidden_layers"] == tc["num_hidden_layers"]
     assert info["config"]["mtp_num_hidden_layers"] == tc["mtp_num_hidden_layers"]
     assert {r["file"] for r in info["irs"]} == {p.name for p in directory.glob("*.xml")}
@@ -44,13 +48,13 @@ def test_reference_directory_is_ready(export):
 
 
 def test_reference_ir(export):
-    xml = export("dense-int4") / files.LANGUAGE_MODEL
+    xml = export("dense-int4") / LANGUAGE_MODEL
     info = show(xml)
     assert tuple(info) == IR_KEYS
     data = xml.read_bytes()
-    annotated = parse_annotation(xmlsafe.get_value(data, KEY))
+    annotated = parse_annotation(xmlsafe.get_value(data, (HIDDEN_STATES_LAYERS,)))
     assert [(r["layer"], (r["producer"], r["output_index"])) for r in info["hidden_states"]] == sorted(annotated.items())
-    width = text_section(read_json(xml.parent / files.CONFIG))["hidden_size"]
+    width = text_section(read_json(xml.parent / CONFIG))["hidden_size"]
     assert all(r["problem"] is None and r["shape"].endswith(f",{width}]") for r in info["hidden_states"])
     assert info["runtime_options"] == info["rt_info"]["runtime_options"]
     group = xmlsafe.get_value(data, ("nncf", "weight_compression", "group_size"))
@@ -75,8 +79,8 @@ def test_directory_not_ready_says_why(export, tmp_path, drop, reason):
 
 def test_missing_annotation_is_a_reason(export, tmp_path):
     directory = copy_export(export("dense-fp16"), tmp_path / "t")
-    xml = directory / files.LANGUAGE_MODEL
-    xml.write_bytes(xmlsafe.remove_value(xml.read_bytes(), KEY))
+    xml = directory / LANGUAGE_MODEL
+    xml.write_bytes(xmlsafe.remove_value(xml.read_bytes(), (HIDDEN_STATES_LAYERS,)))
     info = show(directory)
     assert not info["mtp"]["ready"] and any("annotation" in r for r in info["mtp"]["reasons"])
     annotate_ir(directory)
@@ -103,7 +107,7 @@ def test_text_only_target(tmp_path):
 def test_broken_annotation_rows(tmp_path):
     xml, expected = write_target(tmp_path)
     bogus = {**expected, 1: ("no/such/op", 0), 2: (expected[2][0], 5)}
-    xml.write_bytes(xmlsafe.set_value(xml.read_bytes(), KEY, annotation_json(bogus)))
+    xml.write_bytes(xmlsafe.set_value(xml.read_bytes(), (HIDDEN_STATES_LAYERS,), annotation_json(bogus)))
     rows = show(xml)["hidden_states"]
     assert [r["problem"] is None for r in rows] == [True, False, False]
     assert rows[1]["problem"] == "no such op" and "output" in rows[2]["problem"]

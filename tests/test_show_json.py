@@ -16,7 +16,6 @@ from click.testing import CliRunner
 
 from irsurgeon.cli import main
 from irsurgeon.ir import xmlsafe
-from irsurgeon.show import ENTRY_KEYS
 
 DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo"
 OPTIONAL = type(None)
@@ -146,5 +145,6 @@ def test_unannotated_and_unreadable_entries(tmp_path):
     entries = shown(target)
     assert entries[LANGUAGE_MODEL]["annotation"] is None
     junk = entries["junk.xml"]
-    assert tuple(junk) == ENTRY_KEYS and not junk["ok"] and isinstance(junk["error"], str)
-    assert all(junk[k] is None for k in ENTRY_KEYS if k not in ("file", "ok", "error", "summary"))
+    good = entries[LANGUAGE_MODEL]  # an unreadable IR's entry has a readable one's fields, in the same order
+    assert tuple(junk) == tuple(good) and not junk["ok"] and isinstance(junk["error"], str)
+    assert all(junk[k] is None for k in good if k not in ("file", "ok", "error", "summary"))

@@ -10,14 +10,14 @@ import numpy as np
 import openvino as ov
 import pytest
 from click.testing import CliRunner
-from openvino._offline_transformations import paged_attention_transformation
 
+from irsurgeon import contract
 from irsurgeon.cli import main
 from irsurgeon.synth.checkpoint import FULL, LINEAR, layer_types
 from irsurgeon.synth.registry import FIXTURES, default_spec, make_fixture, synthesize
 from irsurgeon.synth.tokenizer import SPECIAL
 from irsurgeon.weights.safetensors_io import SafetensorsFile
-from numpy_mtp import moe, rms, rope, sigmoid, silu
+from helpers.numpy_mtp import moe, rms, rope, sigmoid, silu
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIR = ROOT / "fixtures" / "synth"
@@ -89,7 +89,7 @@ def test_paged_attention_pass_converts_every_layer(which, request):
     out = request.getfixturevalue(which)
     xml = "openvino_language_model.xml" if which == "qwen" else "openvino_model.xml"
     model = read(out.target / xml)
-    paged_attention_transformation(model, False, False, False, False, False, False, False)
+    contract.to_paged_attention(model)
     counts = Counter(op.get_type_name() for op in model.get_ops())
     types = layer_types(out.spec) if which == "qwen" else [FULL] * out.spec.layers
     assert counts["PagedAttentionExtension"] == types.count(FULL)
@@ -278,7 +278,7 @@ def test_int4_compresses_the_language_model_and_still_converts(tmp_path):
     u4 = [op for op in model.get_ops() if op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.u4]
     assert len(u4) >= 2 * 13  # weights and zero points of q, k, v, o, in_proj_qkv/z/a/b, out_proj, 2 x gate, up, down
     assert "KV_CACHE_PRECISION" not in model.get_rt_info()["runtime_options"]
-    paged_attention_transformation(model, False, False, False, False, False, False, False)
+    contract.to_paged_attention(model)
     counts = Counter(op.get_type_name() for op in model.get_ops())
     assert counts["PagedAttentionExtension"] == counts["PagedGatedDeltaNet"] == counts["PagedCausalConv1D"] == 1
 

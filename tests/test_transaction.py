@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from dirsnap import full_disk_on_nth_replace, snapshot
+from helpers.dirsnap import full_disk_on_nth_replace, snapshot
 from helpers.procs import killed_commit
 from irsurgeon import journal
 from irsurgeon.errors import OutputError

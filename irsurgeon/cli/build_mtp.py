@@ -47,30 +47,26 @@ def command(checkpoint: str, out_dir: Path, config: Path | None, weight_format: 
             all_layers: bool | None, kv_cache_precision: str, allow_nonfinite: bool, force: bool, wait: bool,
             as_json: bool, revision: str | None, token: str | None, cache_dir: Path | None) -> None:
     """Build the MTP head of CHECKPOINT (a checkpoint directory, a .safetensors file, or a Hugging Face repo id)."""
-    from irsurgeon import contract
-    from irsurgeon.build import build_mtp_model, existing_head, save_mtp_model
-    from irsurgeon.compress import check_kv_cache_precision, compress_model, set_kv_cache_precision
+    # the library is loaded here, not with the CLI: it imports openvino (and nncf to compress), which `--help` and
+    # every other command do not need
+    from irsurgeon.build import existing_head
+    from irsurgeon.head import build_head
+    from irsurgeon.ir.export import MTP_XML
+    from irsurgeon.journal import STAGE_DIR
     from irsurgeon.precision import choose_format
-    from irsurgeon.transaction import STAGE_DIR
 
     start, echo = time.perf_counter(), echo_for(as_json)
     # refused before any work (building takes minutes), unless an interrupted run's leftovers may account for the
     # head: save_mtp_model checks again once they are undone
-    if not force and os.path.lexists(out_dir / contract.MTP_XML) and not os.path.lexists(out_dir / STAGE_DIR):
+    if not force and os.path.lexists(out_dir / MTP_XML) and not os.path.lexists(out_dir / STAGE_DIR):
         raise existing_head(out_dir)
-    check_kv_cache_precision(kv_cache_precision)
     choice_ = choose_format(weight_format, target, group_size=group_size, ratio=ratio, backup=backup, sym=sym,
                             all_layers=all_layers)
     if choice_.note:
         echo(choice_.note)
-    model = build_mtp_model(checkpoint, config, "f16" if choice_.params else choice_.weight_format,
-                            allow_nonfinite=allow_nonfinite, warn=echo, hub=make_hub(revision, token, cache_dir))
-    if choice_.params:
-        model, report = compress_model(model, choice_.params)
-        for line in report.lines():
-            echo(line)
-    set_kv_cache_precision(model, kv_cache_precision)
-    xml = save_mtp_model(model, out_dir, wait=wait, echo=echo, replace=force)
+    xml = build_head(checkpoint, out_dir, choice_, config=config, kv_cache_precision=kv_cache_precision,
+                     allow_nonfinite=allow_nonfinite, hub=make_hub(revision, token, cache_dir), wait=wait,
+                     replace=force, echo=echo)
     size = xml.with_suffix(".bin").stat().st_size
     seconds = time.perf_counter() - start
     echo(f"wrote {xml} ({size / 1e6:.2f} MB of {choice_.weight_format} weights) in {seconds:.1f} s")

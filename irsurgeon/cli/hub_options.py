@@ -19,6 +19,6 @@ def hub_options(f):
 
 
 def make_hub(revision: str | None, token: str | None, cache_dir: Path | None):
-    from irsurgeon.weights.hub import HubOptions
+    from irsurgeon.weights.hub import HubOptions  # on use: it loads numpy and the checkpoint reader (~60 ms)
 
     return HubOptions(revision, token, cache_dir)

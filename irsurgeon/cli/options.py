@@ -6,6 +6,8 @@ import json
 
 import click
 
+from irsurgeon.compress import KV_CACHE_PRECISIONS, WEIGHT_FORMATS
+
 
 def choice(values) -> click.Choice:
     """Case-insensitive choice: `F16` is `f16`; click hands the command the value as listed."""
@@ -13,14 +15,12 @@ def choice(values) -> click.Choice:
 
 
 def weight_format_option(default: str, values=None, text: str = ""):
-    from irsurgeon.compress import WEIGHT_FORMATS
 
     return click.option("--weight-format", type=choice(values or WEIGHT_FORMATS), default=default,
                         show_default=True, help=text)
 
 
 def kv_cache_option(f):
-    from irsurgeon.compress import KV_CACHE_PRECISIONS
 
     return click.option("--kv-cache-precision", type=choice(KV_CACHE_PRECISIONS), default="f16", show_default=True,
                         help="KV cache precision recorded in the head's rt_info runtime_options.")(f)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.options import choice, echo_for, json_flag, print_json, weight_format_option
+from irsurgeon.errors import OutputError
 
 KINDS = ("qwen35", "qwen35-moe", "llama", "gemma4")
 WEIGHT_FORMATS = ("f32", "f16", "int4")  # in the order of compress.WEIGHT_FORMATS
@@ -24,7 +25,6 @@ def size_options(f):
 
 def refuse_foreign(out_dir: Path) -> None:
     """OUT_DIR may be absent, empty, or hold only synth's own two folders (which must be empty: synthesize)."""
-    from irsurgeon.errors import OutputError
 
     if not out_dir.is_dir() or out_dir.is_symlink():
         return  # absent: created; anything else: synthesize reports it
@@ -57,7 +57,7 @@ def refuse_foreign(out_dir: Path) -> None:
 def command(out_dir: Path, kind: str, layer_types: str | None, seed: int, with_mtp: bool | None, weight_format: str,
             force: bool, wait: bool, as_json: bool, **sizes) -> None:
     """Write a seeded synthetic model: OUT_DIR/target (OpenVINO IRs) and OUT_DIR/ckpt (Hugging Face checkpoint)."""
-    from irsurgeon.synth.registry import default_spec, layer_pattern, synthesize
+    from irsurgeon.synth.registry import default_spec, layer_pattern, synthesize  # on use: imports openvino
 
     start = time.perf_counter()
     if not force:

@@ -1,1 +1,2 @@
-"""Existing IRs: find them in a target directory (files), query their graph (graph), edit rt_info as text (xmlsafe)."""
+"""Existing IRs: what an export directory holds (export), safe reading and the one atomic write (files), graph
+queries (graph), weight storage (storage), hidden-state discovery (hidden_states), rt_info edits as text (xmlsafe)."""

@@ -1,10 +1,8 @@
-"""The IR files of a target: which `.xml` is the language model, safe reading, and atomic in-place replacement.
+"""IR files: safe reading, and the one atomic in-place write every replaced file goes through.
 
-Layouts (optimum-intel exports):
-    decomposed VLM   openvino_language_model.xml + openvino_text_embeddings_model.xml (+ vision, tokenizers)
-    text-only        openvino_model.xml
-Every IR is checked as bytes (no DTD, `<net>` root, `.bin` long enough) before OpenVINO reads it: OpenVINO's
-read_model would otherwise hand a foreign `.xml` to its other frontends.
+Which file is which in an export directory: irsurgeon.ir.export. Every IR is checked as bytes (no DTD, `<net>`
+root, `.bin` long enough) before OpenVINO reads it: OpenVINO's read_model would otherwise hand a foreign `.xml` to
+its other frontends.
 """
 from __future__ import annotations
 
@@ -16,34 +14,6 @@ from typing import Callable
 from irsurgeon import limits
 from irsurgeon.errors import IRError, OutputError, cause
 from irsurgeon.ir import xmlsafe
-
-LANGUAGE_MODEL = "openvino_language_model.xml"
-TEXT_EMBEDDINGS = "openvino_text_embeddings_model.xml"
-TEXT_ONLY_MODEL = "openvino_model.xml"
-MTP_MODEL = "openvino_mtp_model.xml"
-CONFIG = "config.json"
-
-
-def language_model_xml(target: str | Path) -> Path:
-    """The language-model `.xml` of a target directory, or the target itself when it is an `.xml`."""
-    target = Path(target)
-    if target.is_dir():
-        for name in (LANGUAGE_MODEL, TEXT_ONLY_MODEL):
-            if (target / name).exists():  # not is_file(): a FIFO or device there is refused by name when read
-                return target / name
-        raise IRError(f"{target}: no language model found (expected {LANGUAGE_MODEL} or {TEXT_ONLY_MODEL})")
-    if not target.exists():
-        raise IRError(f"{target}: no such file or directory")
-    if target.suffix != ".xml":
-        raise IRError(f"{target}: expected an OpenVINO IR .xml file or an exported model directory")
-    return target
-
-
-def layout(directory: Path) -> str:
-    """'vlm' (decomposed, what genai MTP needs), 'text-only', or 'none'."""
-    if (directory / LANGUAGE_MODEL).is_file():
-        return "vlm" if (directory / TEXT_EMBEDDINGS).is_file() else "vlm-incomplete"
-    return "text-only" if (directory / TEXT_ONLY_MODEL).is_file() else "none"
 
 
 def list_irs(directory: Path) -> list[Path]:
@@ -86,20 +56,19 @@ def _read(ov, xml: Path, bin_path: Path):
         raise IRError(f"{xml}: OpenVINO cannot read it (it reports bytes that are not UTF-8)") from None
 
 
-def replace_xml(xml: Path, data: bytes, check: Callable[[object], None]) -> None:
-    """Atomically replace xml by data: write beside, fsync, read back with OpenVINO, `check(model)`, rename.
+def write_atomic(path: Path, data: bytes, check: Callable[[Path], None] | None = None) -> None:
+    """Atomically replace (or create) path with data: write beside, fsync, `check(temporary)`, keep the mode, rename.
 
-    The `.bin` is never opened for writing. If anything fails, the original stays and the temporary is removed.
+    If anything fails, the original stays and the temporary is removed.
     """
-    import openvino as ov
-
-    directory = xml.parent
-    if not os.access(xml, os.W_OK):
-        raise OutputError(f"{xml}: file is read-only; not replacing it")
+    directory = path.parent
+    exists = path.exists()
+    if exists and not os.access(path, os.W_OK):
+        raise OutputError(f"{path}: file is read-only; not replacing it")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{xml.stem}.", suffix=".xml.tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     except OSError as e:
-        raise OutputError(f"{directory}: cannot write beside {xml.name}: {e.strerror or e}") from None
+        raise OutputError(f"{directory}: cannot write beside {path.name}: {e.strerror or e}") from None
     tmp_path = Path(tmp)
     try:
         try:
@@ -108,14 +77,33 @@ def replace_xml(xml: Path, data: bytes, check: Callable[[object], None]) -> None
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as e:  # a full disk: the write itself names no file
-            raise OutputError(f"{xml}: cannot write its new version beside it: {e.strerror or e}") from None
-        os.chmod(tmp_path, xml.stat().st_mode & 0o7777)
-        check(_read(ov, tmp_path, xml.with_suffix(".bin")))
-        os.replace(tmp_path, xml)
+            raise OutputError(f"{path}: cannot write its new version beside it: {e.strerror or e}") from None
+        if exists:
+            os.chmod(tmp_path, path.stat().st_mode & 0o7777)
+        if check is not None:
+            check(tmp_path)
+        os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
     _fsync_dir(directory)
+
+
+def read_back(xml: Path, weights_of: Path, check: Callable[[object], None]) -> None:
+    """Read a new `.xml` with the `.bin` of the IR it replaces (weights_of) and pass the model to `check`."""
+    import openvino as ov
+
+    try:
+        model = _read(ov, xml, weights_of.with_suffix(".bin"))
+    except IRError as e:
+        raise IRError(f"{weights_of}: the edited copy does not read back; original kept ({e})") from None
+    check(model)
+
+
+def replace_xml(xml: Path, data: bytes, check: Callable[[object], None]) -> None:
+    """Atomically replace xml by data, read back with OpenVINO and `check(model)` first; the `.bin` is never opened
+    for writing."""
+    write_atomic(xml, data, lambda tmp: read_back(tmp, xml, check))
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -129,23 +117,37 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_rt_info(xml: Path, values: dict[tuple[str, ...], str], check: Callable[[object], None] | None = None,
-                  data: bytes | None = None) -> bytes:
-    """Set net-level rt_info values (path -> string) in xml by a text edit, atomically; return the new bytes.
-
-    OpenVINO must read the result back with every value in place (and pass `check`) before it replaces xml.
-    """
-    data = read_ir_bytes(xml) if data is None else data
-    new = data
+def edit_rt_info(data: bytes, values: dict[tuple[str, ...], str], source: str) -> bytes:
+    """The `.xml` bytes with net-level rt_info values (path -> string) set by a text edit."""
     for path, value in values.items():
-        new = xmlsafe.set_value(new, path, value, str(xml))
+        data = xmlsafe.set_value(data, path, value, source)
+    return data
 
+
+def rt_info_check(xml: Path, values: dict[tuple[str, ...], str], check: Callable[[object], None] | None = None):
+    """A read-back check: every value in place, then `check(model)`."""
     def verify(model) -> None:
         for path, value in values.items():
             if not model.has_rt_info(list(path)) or model.get_rt_info(list(path)).value != value:
                 raise IRError(f"{xml}: rt_info {'/'.join(path)} did not read back as written; original kept")
         if check is not None:
             check(model)
+    return verify
 
-    replace_xml(xml, new, verify)
+
+def write_rt_info(xml: Path, values: dict[tuple[str, ...], str], check: Callable[[object], None] | None = None,
+                  data: bytes | None = None, into: Callable[[bytes], Path] | None = None) -> bytes:
+    """Set net-level rt_info values in xml by a text edit; return the new bytes. OpenVINO must read the result back
+    with every value in place (and pass `check`) before it counts as written.
+
+    into=None: replace xml atomically. Otherwise `into(new bytes)` writes the new version elsewhere (a staging
+    folder) and returns its path, which is read back with xml's `.bin` the same way.
+    """
+    data = read_ir_bytes(xml) if data is None else data
+    new = edit_rt_info(data, values, str(xml))
+    verify = rt_info_check(xml, values, check)
+    if into is None:
+        replace_xml(xml, new, verify)
+    else:
+        read_back(into(new), xml, verify)
     return new

@@ -1,86 +1,13 @@
-"""f16 weights without a float32 model: round slice by slice, decide as openvino's compression pass decides.
-
-openvino's `compress_model_transformation` (CompressFloatConstantsImpl, openvino 2026.4 src/common/transformations/
-.../compress_float_constants.cpp with reference/convert.hpp `check_f16_compression`) turns an f32 Constant into an
-f16 Constant + a Convert marked `decompression`, unless
-    - any in-range value's f16 round trip is off by more than 1.0 (`f16_compression_max_abs_error`), or
-    - at least 75% of the values are rejected: beyond f16's largest, or off by a relative error above the threshold
-      after rounding (the build shipped with openvino 2026.4.1 rejects above 1e-3: measured against the pass, see
-      tests/test_half.py; in f16's normal range the relative error is at most 2^-11, so only values below
-      2^-14 can be rejected).
-Rounding is to nearest even, the same as numpy's float32 -> float16 cast (checked against the pass on every bf16
-bit pattern in tests/test_half.py). `Tally` collects what the rule looks at while each slice is rounded straight
-into the final f16 buffer, so the largest temporary is one slice, never a float32 copy of the tensor.
-"""
+"""The f16 Constant + decompression Convert of a weight rounded by `irsurgeon.weights.half` (the rule and the
+rounding are there; this is the openvino side: the graph form openvino's own compression pass makes)."""
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 from openvino._offline_transformations import compress_model_transformation
 
-F16_MAX = 65504.0            # largest finite float16
-F16_NORMAL = 2.0 ** -14      # smallest normal float16
-MAX_ABS_ERROR = 1.0          # openvino's tensor-wide veto
-MAX_REL_ERROR = 1e-3         # relative error above which openvino counts a value as not fitting (measured)
-KEEP_THRESHOLD = np.float32(0.75)
-SLICE = 1 << 20              # elements rounded at a time
-
-
-@dataclass
-class Tally:
-    """What openvino's rule counts over a tensor, gathered slice by slice."""
-
-    size: int = 0
-    rejected: int = 0
-    veto: bool = False       # a value whose round trip is off by more than MAX_ABS_ERROR
-    beyond: bool = False     # a value beyond f16's largest: openvino would clamp it; irsurgeon keeps the tensor f32
-    nonfinite: bool = False  # NaN/Inf: left to the f32 path, which reports them
-
-    @property
-    def fits(self) -> bool:
-        """True when the f16 rounding is what openvino's pass would store (and no value needs the f32 path)."""
-        if self.veto or self.beyond or self.nonfinite:
-            return False
-        return not self.size or np.float32(self.rejected) / np.float32(self.size) < KEEP_THRESHOLD
-
-
-def round_slice(src: np.ndarray, dst: np.ndarray, tally: Tally) -> None:
-    """src (float32, one slice) rounded into dst (float16, same shape); tally updated with openvino's counts."""
-    with np.errstate(over="ignore", invalid="ignore"):  # beyond-range and NaN values are tallied, not warned
-        np.copyto(dst, src, casting="unsafe")
-    tally.size += src.size
-    lo, hi = (float(src.min()), float(src.max())) if src.size else (0.0, 0.0)
-    if not (np.isfinite(lo) and np.isfinite(hi)):  # NaN propagates through min/max
-        tally.nonfinite = True
-        return
-    if max(-lo, hi) > F16_MAX:
-        tally.beyond = True
-        return
-    exponent = dst.view(np.uint16) & 0x7C00
-    small = exponent == 0  # zero or subnormal in f16: only these can be off by more than 2^-11 relatively
-    if small.any():
-        v = src[small].astype(np.float64)
-        nonzero = v != 0
-        rel = np.abs(v[nonzero] - dst[small][nonzero].astype(np.float64)) / np.abs(v[nonzero])
-        tally.rejected += int((rel > MAX_REL_ERROR).sum())
-    if max(-lo, hi) >= 4096.0:  # below 4096 the f16 spacing is at most 2: an error of at most 1
-        large = np.abs(src) >= 4096.0
-        err = np.abs(src[large].astype(np.float64) - dst[large].astype(np.float64))
-        tally.veto = tally.veto or bool((err > MAX_ABS_ERROR).any())
-
-
-def to_half(data: np.ndarray) -> tuple[np.ndarray, Tally]:
-    """A float array as float16, slice by slice, with its tally (the caller checks `tally.fits`)."""
-    out = np.empty(data.shape, np.float16)
-    tally = Tally()
-    flat_in, flat_out = data.reshape(-1), out.reshape(-1)
-    for lo in range(0, flat_in.size, SLICE):
-        part = np.asarray(flat_in[lo:lo + SLICE], dtype=np.float32)
-        round_slice(part, flat_out[lo:lo + SLICE], tally)
-    return out, tally
+from irsurgeon.weights.half import F16_MAX, F16_NORMAL, to_half  # noqa: F401  (re-exported for ops.core)
 
 
 def decompression_convert() -> ov.Node:

@@ -12,7 +12,7 @@ out_proj [H, Vh*Vd]).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -131,7 +131,8 @@ def spec_from_config(tc: dict, **overrides) -> SynthSpec:
         **moe).with_(**overrides)
 
 
-def config_json(s: SynthSpec) -> dict:
+def checkpoint_config(s: SynthSpec) -> dict:
+    """The checkpoint's config.json: the text config, nested under text_config for a VLM."""
     tc = text_config(s)
     if not s.vlm:
         return tc
@@ -226,7 +227,7 @@ def write_checkpoint(out_dir: str | Path, spec: SynthSpec = SynthSpec(), seed: i
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {**mtp_tensors(spec, np.random.default_rng(seed)), **(extra or {})}
-    (out / "config.json").write_text(json.dumps(config_json(spec), indent=1))
+    (out / "config.json").write_text(json.dumps(checkpoint_config(spec), indent=1))
     if dtype == "bf16":
         bits = {k: f32_to_bf16(v) for k, v in tensors.items()}
         write_safetensors(out / "model.safetensors", bits, {k: "BF16" for k in bits})
@@ -234,10 +235,6 @@ def write_checkpoint(out_dir: str | Path, spec: SynthSpec = SynthSpec(), seed: i
     arrays = {k: v.astype(np.dtype(dtype)) for k, v in tensors.items()}
     write_safetensors(out / "model.safetensors", arrays)
     return {k: v.astype(np.float32) for k, v in arrays.items()}
-
-
-def spec_dict(s: SynthSpec) -> dict:
-    return asdict(s)
 
 
 def lm_tensors(s: SynthSpec, rng: np.random.Generator, prefix: str = "model.language_model.",

@@ -23,6 +23,7 @@ import openvino as ov
 from irsurgeon import limits, rtinfo
 from irsurgeon.build import name_anonymous_nodes
 from irsurgeon.errors import ConfigError, OutputError
+from irsurgeon.ir import export as ex
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.synth import configs
 from irsurgeon.synth.checkpoint import (FULL, LINEAR, SynthSpec, bf16_round, layer_types, lm_tensors, mtp_tensors,
@@ -156,14 +157,14 @@ def _write(kind: str, s: SynthSpec, seed: int, with_mtp: bool, weight_format: st
     tensors = checkpoint_tensors(kind, s, seed, with_mtp)
     write_tensors(ckpt / "model.safetensors", tensors)
     cfg = configs.config_json(kind, s, VisionSpec(), with_mtp)
-    write_json(ckpt / "config.json", cfg)
+    write_json(ckpt / ex.CONFIG, cfg)
     models = target_models(kind, s, bf16_round(tensors), weight_format)
-    for stem, model in models.items():
-        save(model, target / f"{stem}.xml")
-    write_json(target / "config.json", cfg)
-    write_json(target / "generation_config.json", configs.generation_config())
+    for name, model in models.items():
+        save(model, target / name)
+    write_json(target / ex.CONFIG, cfg)
+    write_json(target / ex.GENERATION_CONFIG, configs.generation_config())
     if kind != "llama":
-        write_json(target / "preprocessor_config.json", configs.preprocessor_config(VisionSpec()))
+        write_json(target / ex.PREPROCESSOR_CONFIG, configs.preprocessor_config(VisionSpec()))
     return Synthesized(target, ckpt, s)
 
 
@@ -190,21 +191,21 @@ def checkpoint_tensors(kind: str, s: SynthSpec, seed: int, with_mtp: bool) -> di
 
 
 def target_models(kind: str, s: SynthSpec, t: dict[str, np.ndarray], weight_format: str) -> dict[str, ov.Model]:
-    """Every IR of the target directory by file stem, weights in `weight_format` (int4: the LM's MatMuls)."""
+    """Every IR of the target directory by file name, weights in `weight_format` (int4: the LM's MatMuls)."""
     fmt = WeightFormat.F16 if weight_format == "int4" else WeightFormat(weight_format)
     lm_fmt = WeightFormat.F32 if weight_format == "int4" else fmt  # nncf compresses from f32
     w = tg.Weights(t, lm_fmt, zero_centred=kind != "llama")
     if kind == "llama":
-        models = {"openvino_model": tg.llama_model(s, w)}
+        models = {ex.TEXT_ONLY_MODEL: tg.llama_model(s, w)}
     else:
         v = VisionSpec()
         vw = tg.Weights(t, fmt, zero_centred=False)
-        models = {"openvino_language_model": tg.qwen35_language_model(s, w),
-                  "openvino_text_embeddings_model": tg.text_embeddings_model(s, tg.Weights(t, fmt, True)),
-                  "openvino_vision_embeddings_model": patch_embed_model(v, vw),
-                  "openvino_vision_embeddings_pos_model": pos_embed_model(v, vw),
-                  "openvino_vision_embeddings_merger_model": merger_model(v, s.hidden, vw)}
-    lm = models.get("openvino_language_model") or models["openvino_model"]
+        models = {ex.LANGUAGE_MODEL: tg.qwen35_language_model(s, w),
+                  ex.TEXT_EMBEDDINGS: tg.text_embeddings_model(s, tg.Weights(t, fmt, True)),
+                  ex.VISION_EMBEDDINGS: patch_embed_model(v, vw),
+                  ex.VISION_POS: pos_embed_model(v, vw),
+                  ex.VISION_MERGER: merger_model(v, s.hidden, vw)}
+    lm = models.get(ex.LANGUAGE_MODEL) or models[ex.TEXT_ONLY_MODEL]
     if weight_format == "int4":
         models[next(k for k, m in models.items() if m is lm)] = lm = compress_int4(lm)
     rtinfo.set_runtime_option(lm, "ACTIVATIONS_SCALE_FACTOR", "8.0")
@@ -213,7 +214,7 @@ def target_models(kind: str, s: SynthSpec, t: dict[str, np.ndarray], weight_form
     tok, detok = tokenizer_model(s.vocab), detokenizer_model(s.vocab)
     tokenizer_rt_info(tok, detokenizer=False)
     tokenizer_rt_info(detok, detokenizer=True)
-    return {**models, "openvino_tokenizer": tok, "openvino_detokenizer": detok}
+    return {**models, ex.TOKENIZER: tok, ex.DETOKENIZER: detok}
 
 
 def compress_int4(model: ov.Model) -> ov.Model:

@@ -8,11 +8,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from irsurgeon.contract import MTP_BIN, MTP_XML
 from irsurgeon.ir import xmlsafe
+from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_BIN, MTP_XML
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
-
-LANGUAGE_MODEL = "openvino_language_model.xml"
 
 
 def strip_mtp(export_dir: str | Path, dest: str | Path) -> Path:

@@ -20,8 +20,6 @@ from irsurgeon.ops.core import const, named
 
 SPECIAL = 8
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                  "<|image_pad|>", "<|video_pad|>", "<|reserved|>")
 CHAT_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 I64 = np.int64

@@ -20,7 +20,7 @@ import numpy as np
 from irsurgeon.config import MTPConfig
 from irsurgeon.errors import CheckpointError
 from irsurgeon.weights.checkpoint import Checkpoint
-from irsurgeon.ops.half import Tally, round_slice
+from irsurgeon.weights.half import Tally, round_slice
 from irsurgeon.weights.spec import (LAYER, MTP_PREFIX, LazyWeights, Stored, _common_shapes, check_dtypes,
                                     check_tensor_set, inspect_stored, read_half, read_tensor, round_rows)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from irsurgeon.config import MTPConfig
 from irsurgeon.errors import CheckpointError
-from irsurgeon.ops.half import SLICE, Tally, round_slice
+from irsurgeon.weights.half import SLICE, Tally, round_slice
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, check_scale, dequantize_blocks, split_scales
 from irsurgeon.weights.quant import SUPPORTED, fp8_scheme
@@ -166,7 +166,7 @@ class LazyWeights(Mapping):
 
     `half(name)` gives the f16 build its tensor as float16 decoded slice by slice (no float32 copy of the tensor),
     or None when the tensor must take the float32 path (FP8 block scales, or values openvino's compression would
-    keep f32: ops/half.py). The graph turns each weight into a constant as it goes, so besides what the model keeps
+    keep f32: weights/half.py). The graph turns each weight into a constant as it goes, so besides what the model keeps
     at most one tensor being decoded is alive; the checkpoint must stay open until the model is built.
     """
 

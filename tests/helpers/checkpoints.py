@@ -138,7 +138,7 @@ def split_per_expert(tensors: dict) -> dict:
 
 
 def fused_view(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per-expert values (names without `mtp.`) -> the fused names tests/numpy_mtp.moe reads."""
+    """Per-expert values (names without `mtp.`) -> the fused names tests/helpers/numpy_mtp.moe reads."""
     p = "layers.0.mlp.experts."
     per_expert = [k for k in w if k.startswith(p) and k[len(p):].split(".")[0].isdigit()]
     if not per_expert:

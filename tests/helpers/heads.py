@@ -5,7 +5,7 @@ import numpy as np
 import openvino as ov
 
 from irsurgeon import contract
-from numpy_mtp import MTPReference, cfg_dict
+from helpers.numpy_mtp import MTPReference, cfg_dict
 
 # f32 everywhere on the CPU plugin: the comparisons then measure the weights, not the runtime's precision
 F32_PROPS = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from numpy_mtp import moe, rms, rope, sigmoid, silu
+from helpers.numpy_mtp import moe, rms, rope, sigmoid, silu
 
 LINEAR = "linear_attention"
 

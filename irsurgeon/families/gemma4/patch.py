@@ -23,11 +23,14 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
+from irsurgeon.build import name_anonymous_nodes
 from irsurgeon.config import read_json
 from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError
 from irsurgeon.families.gemma4 import target as surgery
+from irsurgeon.families.gemma4.assistant import build_assistant
 from irsurgeon.ir import files
 from irsurgeon.models.gemma4_assistant import AssistantConfig, Layer, load_assistant_config, resolve_layers
+from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted, write_staged
 
 TARGET_TYPES = ("gemma4_text", "gemma4")
 ASSISTANT_DIR = "mtp_assistant"
@@ -165,11 +168,7 @@ def ready(target: Gemma4Target, model: ov.Model) -> bool:
 
 
 def patch_gemma4(target_dir: str | Path, source: str | Path, options, echo=print):
-    """The Gemma 4 flow of `irsurgeon patch` (see the module docstring); returns irsurgeon.patch.PatchResult."""
-    from irsurgeon.families.gemma4.assistant import build_assistant
-    from irsurgeon.patch import PatchResult
-    from irsurgeon.transaction import STAGE_DIR, clear_interrupted
-
+    """The Gemma 4 flow of `irsurgeon patch` (see the module docstring)."""
     target_dir, source = Path(target_dir), Path(source)
     if target_type(target_dir) is None:
         raise IRSurgeonError(f"{target_dir / CONFIG}: not a Gemma 4 target (model_type {' or '.join(TARGET_TYPES)}"
@@ -209,9 +208,6 @@ def patch_gemma4(target_dir: str | Path, source: str | Path, options, echo=print
 def commit(target: Gemma4Target, source: Path, assistant: ov.Model, cfg: AssistantConfig, new_xml: bytes | None,
            options, echo) -> list[str]:
     """Stage and check both directories' files, then commit the assistant and, last, the target XML."""
-    from irsurgeon.build import name_anonymous_nodes
-    from irsurgeon.patch import write_staged
-    from irsurgeon.transaction import DirectoryTransaction
 
     asst = target.path / ASSISTANT_DIR
     created = not os.path.lexists(asst)

@@ -31,3 +31,11 @@ def full_disk_on_nth_replace(monkeypatch, n: int = 2) -> None:
             raise OSError(28, "No space left on device")
         return real(src, dst, **dir_fds)
     monkeypatch.setattr(transaction.os, "replace", replace)
+
+
+def digest(d: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every file, plus the set of directories: byte identity of a tree."""
+    files = {p.relative_to(d).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in sorted(d.rglob("*")) if p.is_file()}
+    files["<dirs>"] = ",".join(sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_dir()))
+    return files

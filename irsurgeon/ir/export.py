@@ -1,0 +1,146 @@
+"""An exported model directory, described once: its file names, its layout, and what patch needs to know of it.
+
+Layouts (optimum-intel exports):
+    decomposed VLM   openvino_language_model.xml/.bin + openvino_text_embeddings_model.xml/.bin (+ vision,
+                     tokenizers, preprocessor_config.json): what openvino-genai's MTP pipeline loads
+    text-only        openvino_model.xml/.bin
+Either has config.json; an optimum-intel export may have openvino_config.json (its quantization record). The MTP
+head is openvino_mtp_model.xml/.bin (its I/O: irsurgeon.contract). The language model's `logits` output must be
+made by the lm_head MatMul (ir.graph.logits_matmul). The directory lock and the staging folder belong to the write
+side (irsurgeon.transaction, irsurgeon.journal): nothing here writes.
+
+Nothing here imports openvino at module level: the CLI reads these names while it starts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from irsurgeon.config import MTPConfig, parse_config, read_json
+from irsurgeon.errors import ConfigError, IRError
+from irsurgeon.ir import files, graph
+
+LANGUAGE_MODEL = "openvino_language_model.xml"
+TEXT_EMBEDDINGS = "openvino_text_embeddings_model.xml"
+TEXT_ONLY_MODEL = "openvino_model.xml"
+VISION_EMBEDDINGS = "openvino_vision_embeddings_model.xml"
+VISION_POS = "openvino_vision_embeddings_pos_model.xml"
+VISION_MERGER = "openvino_vision_embeddings_merger_model.xml"
+VISION_MODELS = (VISION_EMBEDDINGS, VISION_POS, VISION_MERGER)
+TOKENIZER = "openvino_tokenizer.xml"
+DETOKENIZER = "openvino_detokenizer.xml"
+MTP_XML = "openvino_mtp_model.xml"
+MTP_BIN = "openvino_mtp_model.bin"
+CONFIG = "config.json"
+PREPROCESSOR_CONFIG = "preprocessor_config.json"
+GENERATION_CONFIG = "generation_config.json"
+OPENVINO_CONFIG = "openvino_config.json"
+LANGUAGE_MODELS = (LANGUAGE_MODEL, TEXT_ONLY_MODEL)  # in the order a directory's language model is looked up
+TARGET_MODELS = (LANGUAGE_MODEL, TEXT_EMBEDDINGS, TEXT_ONLY_MODEL)  # the target's own weights (not the head's)
+HEAD_FILES = (MTP_XML, MTP_BIN)
+
+
+def bin_of(xml_name: str) -> str:
+    """The weights file beside an IR `.xml` name."""
+    return xml_name.removesuffix(".xml") + ".bin"
+
+
+VLM_FILES = (LANGUAGE_MODEL, bin_of(LANGUAGE_MODEL), TEXT_EMBEDDINGS, bin_of(TEXT_EMBEDDINGS), TOKENIZER, DETOKENIZER,
+             CONFIG, PREPROCESSOR_CONFIG)
+EMBEDS_INPUT = "inputs_embeds"
+
+
+class Layout(str, Enum):
+    VLM = "vlm"                         # decomposed: what genai MTP needs
+    VLM_INCOMPLETE = "vlm-incomplete"   # a language model without its text embeddings model
+    TEXT_ONLY = "text-only"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class ExportDir:
+    """The files of one export directory, by role."""
+    path: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+
+    language_model = property(lambda self: self.path / LANGUAGE_MODEL)
+    text_embeddings = property(lambda self: self.path / TEXT_EMBEDDINGS)
+    text_only_model = property(lambda self: self.path / TEXT_ONLY_MODEL)
+    mtp_xml = property(lambda self: self.path / MTP_XML)
+    mtp_bin = property(lambda self: self.path / MTP_BIN)
+    config = property(lambda self: self.path / CONFIG)
+    openvino_config = property(lambda self: self.path / OPENVINO_CONFIG)
+
+    @property
+    def has_mtp(self) -> bool:
+        return self.mtp_xml.is_file() and self.mtp_bin.is_file()
+
+    def layout(self) -> Layout:
+        if self.language_model.is_file():
+            return Layout.VLM if self.text_embeddings.is_file() else Layout.VLM_INCOMPLETE
+        return Layout.TEXT_ONLY if self.text_only_model.is_file() else Layout.NONE
+
+    def lm_xml(self) -> Path:
+        """The language model of either layout; IRError when there is none."""
+        for name in LANGUAGE_MODELS:
+            if (self.path / name).exists():  # not is_file(): a FIFO or device there is refused by name when read
+                return self.path / name
+        raise IRError(f"{self.path}: no language model found (expected {' or '.join(LANGUAGE_MODELS)})")
+
+    def missing_for_mtp(self) -> list[str]:
+        """The files of the decomposed VLM layout this directory lacks."""
+        return [f for f in VLM_FILES if not (self.path / f).is_file()]
+
+
+def language_model_xml(target: str | Path) -> Path:
+    """The language-model `.xml` of a target directory, or the target itself when it is an `.xml`."""
+    target = Path(target)
+    if target.is_dir():
+        return ExportDir(target).lm_xml()
+    if not target.exists():
+        raise IRError(f"{target}: no such file or directory")
+    if target.suffix != ".xml":
+        raise IRError(f"{target}: expected an OpenVINO IR .xml file or an exported model directory")
+    return target
+
+
+@dataclass
+class Target:
+    """A directory patch can make MTP-ready: its files, its config, and the language model's vocab and width."""
+    export: ExportDir
+    cfg: MTPConfig
+    vocab_size: int
+    hidden_size: int
+
+    path = property(lambda self: self.export.path)
+    lm_xml = property(lambda self: self.export.language_model)
+    has_mtp = property(lambda self: self.export.has_mtp)
+
+
+def inspect_target(path: str | Path) -> Target:
+    """Everything patch needs to know about a target directory, or an error saying why it cannot be patched."""
+    export = ExportDir(path)
+    if not export.path.is_dir():
+        raise IRError(f"{export.path}: not a directory")
+    missing = export.missing_for_mtp()
+    if missing:
+        hint = " (a text-only export: re-export it with `optimum-cli export openvino --task image-text-to-text`)" \
+            if export.text_only_model.is_file() else ""
+        raise IRError(f"{export.path}: missing {', '.join(missing)}: openvino-genai MTP needs the decomposed VLM "
+                      f"layout{hint}")
+    try:
+        cfg = parse_config(read_json(export.config), source=str(export.config))
+    except ConfigError as e:
+        raise ConfigError(f"target has no usable MTP head description: {e}") from None
+    xml = export.language_model
+    lm = files.read_model(xml)
+    matmul = graph.logits_matmul(lm, str(xml))  # openvino-genai requires it
+    vocab = matmul.output(0).get_partial_shape()[-1]
+    embeds = [i for i in lm.inputs if EMBEDS_INPUT in i.get_names()]
+    if not embeds or embeds[0].get_partial_shape()[-1].is_dynamic:
+        raise IRError(f"{xml}: no '{EMBEDS_INPUT}' input with a static hidden size")
+    return Target(export, cfg, vocab.get_length() if vocab.is_static else -1,
+                  embeds[0].get_partial_shape()[-1].get_length())

@@ -1,0 +1,82 @@
+"""The package-level API: every name `irsurgeon` exports resolves to the same object on every access, is not
+shadowed by a submodule of the same name, and does its job on the bundled tiny demo (fixtures/demo)."""
+from __future__ import annotations
+
+import importlib
+import re
+import shutil
+from pathlib import Path
+
+import openvino as ov
+import pytest
+
+import irsurgeon
+
+DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo"
+
+
+def api(name: str):
+    """An exported name, spelled api("X") so that the last test can check every export is used here."""
+    return getattr(irsurgeon, name)
+
+
+def writable_copy(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest)
+    for p in [dest, *dest.iterdir()]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return dest
+
+
+def test_an_exported_name_is_the_same_object_before_and_after_its_module_is_imported():
+    first = {name: getattr(irsurgeon, name) for name in irsurgeon.__all__}
+    for module in ("irsurgeon.patch", "irsurgeon.show", "irsurgeon.verify", "irsurgeon.build", "irsurgeon.head"):
+        importlib.import_module(module)
+    assert {name: getattr(irsurgeon, name) for name in irsurgeon.__all__} == first
+    assert irsurgeon.show.__name__ == "irsurgeon.show" and irsurgeon.patch.__name__ == "irsurgeon.patch"  # modules
+    assert not set(irsurgeon.__all__) & {"show", "patch", "verify", "build", "head", "annotate"}
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        irsurgeon.nothing_here  # noqa: B018
+
+
+def test_config_and_error(tmp_path):
+    cfg = api("load_config")(DEMO / "ckpt" / "config.json")
+    assert isinstance(cfg, api("MTPConfig")) and cfg.hidden_size > 0
+    with pytest.raises(api("IRSurgeonError"), match="missing.json"):
+        irsurgeon.load_config(tmp_path / "missing.json")
+
+
+def test_build_and_save(tmp_path):
+    model = api("build_mtp_model")(DEMO / "ckpt", weight_format="f32", warn=lambda _: None)
+    assert isinstance(model, ov.Model) and [o.get_any_name() for o in model.outputs] == ["last_hidden_state"]
+    xml = api("save_mtp_model")(model, tmp_path / "out")
+    assert xml == tmp_path / "out" / "openvino_mtp_model.xml" and xml.with_suffix(".bin").stat().st_size > 0
+
+
+def test_build_head_writes_the_chosen_format(tmp_path):
+    from irsurgeon.precision import choose_format
+    from irsurgeon.rtinfo import PROVENANCE, RUNTIME_OPTIONS
+
+    xml = api("build_head")(DEMO / "ckpt", tmp_path / "out", choose_format("f32"), kv_cache_precision="u8",
+                            echo=lambda _: None)
+    model = ov.Core().read_model(xml)
+    assert model.get_rt_info([PROVENANCE, "weight_format"]).astype(str) == "f32"
+    assert model.get_rt_info([RUNTIME_OPTIONS, "KV_CACHE_PRECISION"]).astype(str) == "u8"
+
+
+def test_patch_verify_show_annotate(tmp_path):
+    target = writable_copy(DEMO / "target", tmp_path / "target")
+    lines: list[str] = []
+    result = api("patch_directory")(target, DEMO / "ckpt", api("Options")(), echo=lines.append)
+    assert "openvino_mtp_model.xml" in result.written and not result.skipped, lines
+    checks = api("verify_directory")(target)
+    assert checks and all(c.ok for c in checks), [(c.name, c.detail) for c in checks if not c.ok]
+    shown = api("show_path")(target)
+    assert shown["kind"] == "directory" and shown["mtp"]["ready"] is True
+    assert api("annotate_ir")(target).status == "unchanged"  # patch wrote the annotation annotate would
+
+
+def test_every_exported_name_is_exercised_here():
+    assert set(re.findall(r'api\("(\w+)"\)', Path(__file__).read_text())) - {"X"} == set(irsurgeon.__all__)

@@ -1,0 +1,139 @@
+"""The package's import graph, read from the source with `ast`: dependencies point one way.
+
+Every `import` counts, at module level or inside a function (a function-local import still runs, so it cannot
+hide a cycle). `from a.b import c` is an edge to `a.b.c` when that is a module, else to `a.b`; the parent packages
+Python imports on the way are not edges (their `__init__` holds no logic but the public API's lazy table).
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "irsurgeon"
+
+# Layers, lowest first: a module may import its own layer or a lower one (never a higher one), and the graph has no
+# cycle. Longest matching prefix wins.
+RANK = {
+    "irsurgeon": 0, "irsurgeon.errors": 0, "irsurgeon.rtinfo": 0, "irsurgeon.config": 0, "irsurgeon.limits": 0,
+    "irsurgeon.ir": 1, "irsurgeon.contract": 1, "irsurgeon.journal": 1,      # what a directory and a head are
+    "irsurgeon.weights": 2, "irsurgeon.footprint": 2, "irsurgeon.transaction": 2,
+    "irsurgeon.ops": 3, "irsurgeon.models": 3, "irsurgeon.identity": 3, "irsurgeon.compress": 3,
+    "irsurgeon.build": 4, "irsurgeon.precision": 4, "irsurgeon.verify": 4, "irsurgeon.annotate": 4,
+    "irsurgeon.head": 5, "irsurgeon.show": 5, "irsurgeon.families": 5,
+    "irsurgeon.genai_check": 6, "irsurgeon.synth": 6, "irsurgeon.patch": 6,
+    "irsurgeon.cli": 7, "irsurgeon.entry": 8,
+}
+READ_ONLY = ("irsurgeon.show", "irsurgeon.verify", "irsurgeon.footprint", "irsurgeon.ir")
+WRITE_FLOW = ("irsurgeon.patch", "irsurgeon.transaction", "irsurgeon.build", "irsurgeon.compress", "irsurgeon.head",
+              "irsurgeon.annotate")
+
+
+def module_files() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imports_of(name: str, path: Path, modules: set[str]) -> set[str]:
+    """The irsurgeon modules `name` imports anywhere in its source."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+    return {m for m in found if m in modules and m != name}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    files = module_files()
+    return {name: imports_of(name, path, set(files)) for name, path in files.items()}
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path (first module repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt, path + [nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def rank(module: str) -> int:
+    prefix = max((p for p in RANK if module == p or module.startswith(p + ".")), key=len)
+    return RANK[prefix]
+
+
+def test_the_graph_is_read(graph):
+    # the parser sees the edges it must (a function-local one included), or every assertion below is vacuous
+    assert "irsurgeon.ir.export" in graph["irsurgeon.patch"] and "irsurgeon.show" in graph["irsurgeon.cli.show"]
+    assert len(graph) > 50
+
+
+def test_no_import_cycle(graph):
+    assert cycle(graph) is None, " -> ".join(cycle(graph))
+
+
+def test_cycle_finder_finds_one():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+
+
+def test_every_module_has_a_layer(graph):
+    assert all(any(m == p or m.startswith(p + ".") for p in RANK) for m in graph)
+
+
+def test_imports_point_down(graph):
+    upward = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps if rank(d) > rank(m))
+    assert not upward, upward
+
+
+@pytest.mark.parametrize("module", READ_ONLY)
+def test_read_only_modules_never_reach_the_write_flow(graph, module):
+    names = [m for m in graph if m == module or m.startswith(module + ".")]
+    reached = {m: sorted(d for d in reachable(graph, m) if d.startswith(WRITE_FLOW)) for m in names}
+    assert not any(reached.values()), reached
+
+
+def test_the_cli_starts_without_openvino_nncf_or_numpy():
+    code = ("import sys, irsurgeon.cli; "
+            "print(sorted({'openvino', 'nncf', 'numpy'} & {m.split('.')[0] for m in sys.modules}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_every_module_imports_in_a_fresh_interpreter():
+    names = sorted(n for n in module_files() if not n.endswith(".__main__"))  # __main__ runs the CLI
+    code = f"import importlib\nfor n in {names!r}:\n    importlib.import_module(n)\n"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
