@@ -97,7 +97,7 @@ def read(stage_fd: int, name: str, where: str) -> dict:
         entry = json.loads(data)
         body = {k: entry[k] for k in ("format", "run", "files")}
         valid = entry["checksum"] == _checksum(body) and body["format"] == FORMAT and _names_ok(body["files"])
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):  # 64 KiB of '[' nests deeper than Python parses
         valid = False
     if not valid:
         raise ForeignLeftovers(f"{where}/{name}: not a journal irsurgeon wrote (expected its format, checksum and "

@@ -167,7 +167,8 @@ def test_staging_link_to_a_missing_folder_is_refused(target, outside):
     refused_untouched(target, outside, "a link")
 
 
-@pytest.mark.parametrize("form", ["bare-list", "named-lists", "checksummed-foreign-name", "checksummed-wrong-hash"])
+@pytest.mark.parametrize("form", ["bare-list", "named-lists", "checksummed-foreign-name", "checksummed-wrong-hash",
+                                  "nested-deeper-than-python-parses"])
 def test_journal_not_written_by_a_commit_is_refused(target, outside, form):
     """A journal shipped inside a downloaded directory: it must never delete the files it names."""
     stage = target / STAGE_DIR
@@ -176,7 +177,8 @@ def test_journal_not_written_by_a_commit_is_refused(target, outside, form):
     data = {"bare-list": json.dumps(["openvino_language_model.bin", LM]),
             "named-lists": json.dumps({"files": ["openvino_language_model.bin"], "replaced": []}),
             "checksummed-foreign-name": journal.encode("x", [{**entry, "name": "openvino_language_model.bin"}]),
-            "checksummed-wrong-hash": journal.encode("x", [entry])}[form]
+            "checksummed-wrong-hash": journal.encode("x", [entry]),
+            "nested-deeper-than-python-parses": "[" * 60000}[form]
     (stage / JOURNAL).write_bytes(data.encode() if isinstance(data, str) else data)
     refused_untouched(target, outside, "irsurgeon wrote" if form != "checksummed-wrong-hash" else "matches neither")
     assert (target / "openvino_language_model.bin").exists() and (target / LM).read_text() == "old language model"

@@ -8,7 +8,6 @@ Used for the checkpoint-identity check: 16 rows of the token-embedding table are
 """
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import struct
@@ -18,6 +17,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from irsurgeon import limits
 from irsurgeon.errors import CheckpointError
 from irsurgeon.weights.safetensors_io import MAX_HEADER_BYTES, STORAGE, decode
 
@@ -84,12 +84,10 @@ def read_header(src: ByteSource) -> tuple[dict, int]:
     if size < 8:
         raise CheckpointError(f"{src.label}: not a safetensors file (only {size} bytes)")
     (n,) = struct.unpack("<Q", src.read([(0, 8)])[0])
-    if n > MAX_HEADER_BYTES or 8 + n > size:
-        raise CheckpointError(f"{src.label}: header length {n} exceeds the file ({size} bytes): not safetensors")
-    try:
-        header = json.loads(src.read([(8, n)])[0])
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise CheckpointError(f"{src.label}: header is not valid JSON: not a safetensors file") from None
+    if n > MAX_HEADER_BYTES or 8 + n > size:  # n itself is not printed: it is the file's first 8 bytes
+        raise CheckpointError(f"{src.label}: its 8-byte header length is larger than the file ({size} bytes) or "
+                              f"than {MAX_HEADER_BYTES} bytes: truncated or not a safetensors file")
+    header = limits.parse_json(src.read([(8, n)])[0], f"{src.label}: header", CheckpointError)
     if not isinstance(header, dict):
         raise CheckpointError(f"{src.label}: header is not a JSON object")
     return header, 8 + n

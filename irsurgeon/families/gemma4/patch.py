@@ -15,7 +15,6 @@ completes it.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
+from irsurgeon import limits
 from irsurgeon.build import name_anonymous_nodes
 from irsurgeon.config import read_json
 from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError
@@ -41,21 +41,24 @@ WEIGHT_FORMATS = {"auto": "f16", "f16": "f16", "f32": "f32"}
 
 def target_type(target_dir: str | Path) -> str | None:
     """The Gemma 4 model_type of TARGET/config.json, or None (not Gemma 4, or no readable config)."""
-    cfg = Path(target_dir) / CONFIG
-    try:
-        model_type = json.loads(cfg.read_text(encoding="utf-8")).get("model_type") if cfg.is_file() else None
-    except (OSError, ValueError, AttributeError):
-        return None
+    model_type = _model_type(Path(target_dir) / CONFIG)
     return model_type if model_type in TARGET_TYPES else None
 
 
 def is_assistant_checkpoint(source: str | Path) -> bool:
     """SOURCE is a local checkpoint whose config.json says gemma4_assistant."""
-    cfg = Path(source) / CONFIG
+    return _model_type(Path(source) / CONFIG) == "gemma4_assistant"
+
+
+def _model_type(cfg: Path) -> object:
+    """config.json's model_type through the bounded reader, or None when it cannot be read: the dispatch only looks;
+    the flow that then runs reads the same file again and reports what is wrong with it."""
+    if not cfg.is_file():
+        return None
     try:
-        return cfg.is_file() and json.loads(cfg.read_text(encoding="utf-8")).get("model_type") == "gemma4_assistant"
-    except (OSError, ValueError, AttributeError):
-        return False
+        return read_json(cfg).get("model_type")
+    except ConfigError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -149,8 +152,9 @@ def check_exposed(xml: Path, bin_path: Path) -> None:
 def generation_config(target: Path, source: Path) -> str:
     """The assistant's generation_config.json: the target's (same tokens), else the checkpoint's, else empty."""
     for where in (target / GENERATION, source / GENERATION):
-        if where.is_file():
-            return where.read_text(encoding="utf-8")
+        if where.is_file():  # bounded like every JSON input; handed on as the file says it
+            limits.read_json(where, ConfigError)
+            return limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "generation config")
     return "{}\n"
 
 
