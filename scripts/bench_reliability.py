@@ -82,7 +82,9 @@ def timed_kills(lab: KillLab, count: int, run_seconds: float, startup: list[str]
             startup.append(f"{sig.name} after {delay:.2f} s")
         elif "Traceback" in err:
             sweep.tracebacks += 1
-            sweep.problems.append(f"{sig.name} after {delay:.2f} s: traceback: {err.strip().splitlines()[-1]}")
+            frames = [ln.strip() for ln in err.splitlines() if ln.strip().startswith("File ")][-6:]
+            sweep.problems.append(f"{sig.name} after {delay:.2f} s: traceback: {err.strip().splitlines()[-1]}; "
+                                  f"innermost frames: {frames}")  # rare and not reproduced so far: keep where
         where = f"{sig.name} after {delay:.2f} s"
         if proc.returncode not in (0, -sig, 130, 1):
             sweep.problems.append(f"{where}: exit {proc.returncode}: {err[-300:]}")
