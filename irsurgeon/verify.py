@@ -13,6 +13,8 @@ import openvino as ov
 
 from irsurgeon import contract, rtinfo
 from irsurgeon.errors import IRError, IRSurgeonError, cause
+from irsurgeon.families.gemma4.layout import target_type as gemma4_type
+from irsurgeon.families.gemma4.verify import verify_gemma4
 from irsurgeon.identity import check_identity
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.ir.export import inspect_target
@@ -42,6 +44,8 @@ def paged_attention_converts(model: ov.Model) -> tuple[bool, str]:
 def verify_directory(target: str | Path, checkpoint: str | Path | None = None, hub=None, echo=print) -> list[Check]:
     """The contract checks; with `checkpoint` (a path or repo id; `hub`: weights.hub.HubOptions) also its identity."""
     target = Path(target)
+    if gemma4_type(target):  # the second draft family: an assistant directory beside a text-only target
+        return [Check(*c) for c in verify_gemma4(target, checkpoint)]
     leftovers = leftover_state(target) if target.is_dir() else None  # a half-done commit mixes two versions
     checks = [Check("interrupted run", *leftovers)] if leftovers is not None else []  # a foreign journal is named
     try:

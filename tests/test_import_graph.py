@@ -24,10 +24,14 @@ RANK = {
     "irsurgeon.ops": 3, "irsurgeon.models": 3, "irsurgeon.identity": 3, "irsurgeon.compress": 3,
     "irsurgeon.build": 4, "irsurgeon.precision": 4, "irsurgeon.verify": 4, "irsurgeon.annotate": 4,
     "irsurgeon.head": 5, "irsurgeon.show": 5, "irsurgeon.families": 5,
+    # Gemma 4's read-only side sits at verify's layer so verify can dispatch to it; its write flow stays at 5
+    "irsurgeon.families.gemma4.target": 4, "irsurgeon.families.gemma4.layout": 4,
+    "irsurgeon.families.gemma4.verify": 4,
     "irsurgeon.genai_check": 6, "irsurgeon.synth": 6, "irsurgeon.patch": 6,
     "irsurgeon.cli": 7, "irsurgeon.entry": 8,
 }
-READ_ONLY = ("irsurgeon.show", "irsurgeon.verify", "irsurgeon.footprint", "irsurgeon.ir")
+READ_ONLY = ("irsurgeon.show", "irsurgeon.verify", "irsurgeon.footprint", "irsurgeon.ir",
+             "irsurgeon.families.gemma4.layout", "irsurgeon.families.gemma4.verify")
 WRITE_FLOW = ("irsurgeon.patch", "irsurgeon.transaction", "irsurgeon.build", "irsurgeon.compress", "irsurgeon.head",
               "irsurgeon.annotate")
 

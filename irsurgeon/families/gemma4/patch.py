@@ -24,101 +24,16 @@ import openvino as ov
 
 from irsurgeon import limits
 from irsurgeon.build import name_anonymous_nodes
-from irsurgeon.config import read_json
 from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError
 from irsurgeon.families.gemma4 import target as surgery
 from irsurgeon.families.gemma4.assistant import build_assistant
-from irsurgeon.ir import files
-from irsurgeon.models.gemma4_assistant import AssistantConfig, Layer, load_assistant_config, resolve_layers
+from irsurgeon.families.gemma4.layout import (ASSISTANT_DIR, CONFIG, GENERATION, MODEL_BIN, MODEL_XML, TARGET_TYPES,
+                                              Gemma4Target, check_pair, inspect_target, is_assistant_checkpoint,
+                                              ready, target_type)
+from irsurgeon.models.gemma4_assistant import AssistantConfig, Layer, load_assistant_config
 from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted, write_staged
 
-TARGET_TYPES = ("gemma4_text", "gemma4")
-ASSISTANT_DIR = "mtp_assistant"
-MODEL_XML, MODEL_BIN = "openvino_model.xml", "openvino_model.bin"
-CONFIG, GENERATION = "config.json", "generation_config.json"
 WEIGHT_FORMATS = {"auto": "f16", "f16": "f16", "f32": "f32"}
-
-
-def target_type(target_dir: str | Path) -> str | None:
-    """The Gemma 4 model_type of TARGET/config.json, or None (not Gemma 4, or no readable config)."""
-    model_type = _model_type(Path(target_dir) / CONFIG)
-    return model_type if model_type in TARGET_TYPES else None
-
-
-def is_assistant_checkpoint(source: str | Path) -> bool:
-    """SOURCE is a local checkpoint whose config.json says gemma4_assistant."""
-    return _model_type(Path(source) / CONFIG) == "gemma4_assistant"
-
-
-def _model_type(cfg: Path) -> object:
-    """config.json's model_type through the bounded reader, or None when it cannot be read: the dispatch only looks;
-    the flow that then runs reads the same file again and reports what is wrong with it."""
-    if not cfg.is_file():
-        return None
-    try:
-        return read_json(cfg).get("model_type")
-    except ConfigError:
-        return None
-
-
-@dataclass(frozen=True)
-class Gemma4Target:
-    path: Path
-    hidden_size: int
-    vocab_size: int
-    layer_types: list[str]
-    layers: tuple[Layer, ...]
-    num_kv_shared: int
-
-    @property
-    def xml(self) -> Path:
-        return self.path / MODEL_XML
-
-    def store_layer(self, kind: str) -> Layer | None:
-        stores = surgery.store_layers(self.layer_types, self.num_kv_shared)
-        return self.layers[stores[kind]] if kind in stores else None
-
-
-def inspect_target(path: str | Path) -> tuple[Gemma4Target, ov.Model]:
-    path = Path(path)
-    if (path / "openvino_language_model.xml").is_file():
-        raise IRError(f"{path}: a VLM-layout export; openvino-genai's Gemma 4 MTP path needs a text-only export "
-                      f"(optimum-cli export openvino --task text-generation-with-past)")
-    if not (path / MODEL_XML).is_file():
-        raise IRError(f"{path}: no {MODEL_XML} (a text-only Gemma 4 export)")
-    raw = read_json(path / CONFIG)
-    text = raw.get("text_config") if raw.get("model_type") == "gemma4" else raw
-    if not isinstance(text, dict):
-        raise ConfigError(f"{path / CONFIG}: model_type gemma4 without a text_config object")
-    layers = resolve_layers(text, str(path / CONFIG))
-    model = files.read_model(path / MODEL_XML)
-    hidden = surgery.lm_head_input(model, str(path / MODEL_XML)).get_partial_shape()[-1]
-    logits = [o for o in model.outputs if surgery.LOGITS in o.get_names()][0].get_partial_shape()[-1]
-    if hidden.is_dynamic or logits.is_dynamic:
-        raise IRError(f"{path / MODEL_XML}: hidden size or vocab is not static")
-    shared = text.get("num_kv_shared_layers", 0) or 0
-    if not isinstance(shared, int) or not 0 <= shared < len(layers):
-        raise ConfigError(f"{path / CONFIG}: num_kv_shared_layers is {shared!r}, expected 0..{len(layers) - 1}")
-    return Gemma4Target(path, hidden.get_length(), logits.get_length(), [x.kind for x in layers], layers,
-                        shared), model
-
-
-def check_pair(target: Gemma4Target, cfg: AssistantConfig) -> None:
-    """The assistant must have been made for this target: widths, vocabulary and the K/V it attends over."""
-    pairs = [("backbone_hidden_size", target.hidden_size, cfg.backbone_hidden_size),
-             ("vocab_size", target.vocab_size, cfg.vocab_size)]
-    for kind in {x.kind for x in cfg.layers}:
-        store = target.store_layer(kind)
-        if store is None:
-            raise IRSurgeonError(f"assistant {cfg.source} does not belong to target {target.path}: it has "
-                                 f"{kind} layers, the target stores no {kind} K/V")
-        mine = cfg.layer_of(kind)
-        pairs += [(f"{kind} head_dim", store.head_dim, mine.head_dim),
-                  (f"{kind} KV heads", store.kv_heads, mine.kv_heads)]
-    for key, want, got in pairs:
-        if want != got:
-            raise IRSurgeonError(f"assistant {cfg.source} does not belong to target {target.path}: {key} is {got}, "
-                                 f"the target has {want}")
 
 
 def smoke_test(xml: Path, cfg: AssistantConfig) -> None:
@@ -163,12 +78,6 @@ def weight_format(requested: str) -> str:
         raise ConfigError(f"--weight-format {requested}: a Gemma 4 assistant is built as f16 or f32 "
                           f"(auto = f16); int4/int8 are not supported for it")
     return WEIGHT_FORMATS[requested]
-
-
-def ready(target: Gemma4Target, model: ov.Model) -> bool:
-    asst = target.path / ASSISTANT_DIR
-    return surgery.present_outputs(model) == set(surgery.OUTPUTS) and all(
-        (asst / n).is_file() for n in (MODEL_XML, MODEL_BIN, CONFIG))
 
 
 def patch_gemma4(target_dir: str | Path, source: str | Path, options, echo=print):

@@ -1,0 +1,94 @@
+"""`irsurgeon verify` and `show` on a Gemma 4 directory (the fixture pair, scripts/make_gemma4_pair.py): a patched
+directory passes every check, an unpatched one fails the outputs and assistant checks (not with Qwen's VLM-layout
+advice), a mismatched assistant fails the pair check, a hidden state that is not the lm_head's input is named, and
+a staging folder left in mtp_assistant/ is reported."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import openvino as ov
+import openvino.opset13 as ops
+import pytest
+from click.testing import CliRunner
+
+from helpers.gemma4 import PAIR, copy_pair
+from irsurgeon.cli import main as cli
+from irsurgeon.families.gemma4.verify import target_outputs
+from irsurgeon.verify import verify_directory
+
+
+def verdicts(target) -> dict[str, bool]:
+    return {c.name: c.ok for c in verify_directory(target)}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """(patched target, unpatched target)."""
+    tmp = tmp_path_factory.mktemp("g4v")
+    target, source = copy_pair(tmp)
+    shutil.copytree(target, tmp / "unpatched")
+    result = CliRunner().invoke(cli, ["patch", str(target), "--checkpoint", str(source)])
+    assert result.exit_code == 0, result.output
+    return target, tmp / "unpatched"
+
+
+def test_patched_directory_passes(pair):
+    result = CliRunner().invoke(cli, ["verify", str(pair[0]), "--checkpoint", str(PAIR / "assistant")])
+    assert result.exit_code == 0, result.output
+    names = [ln.split(":")[0] for ln in result.output.splitlines() if ln.startswith("ok")]
+    assert names == ["ok   target layout", "ok   target outputs", "ok   embedding path", "ok   assistant files",
+                     "ok   assistant pair", "ok   checkpoint pair", "ok   assistant I/O"]
+    assert "FAIL" not in result.output
+
+
+def test_unpatched_directory_fails_with_gemma_advice(pair):
+    result = CliRunner().invoke(cli, ["verify", str(pair[1])])
+    assert result.exit_code == 1
+    assert verdicts(pair[1]) == {"target layout": True, "target outputs": False, "embedding path": True,
+                                 "assistant files": False}
+    assert "image-text-to-text" not in result.output and "--checkpoint ASSISTANT_DIR" in result.output
+
+
+def test_assistant_for_another_width_fails_pair_and_io(pair, tmp_path):
+    target = tmp_path / "t"
+    shutil.copytree(pair[0], target)
+    cfg_path = target / "mtp_assistant" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["backbone_hidden_size"] = 2 * cfg["backbone_hidden_size"]
+    cfg_path.write_text(json.dumps(cfg))
+    checks = {c.name: c for c in verify_directory(target)}
+    assert not checks["assistant pair"].ok and "backbone_hidden_size" in checks["assistant pair"].detail
+    assert not checks["assistant I/O"].ok and "inputs_embeds last dimension" in checks["assistant I/O"].detail
+    assert checks["target outputs"].ok
+
+
+def test_staging_left_in_the_assistant_folder_is_reported(pair, tmp_path):
+    target = tmp_path / "t"
+    shutil.copytree(pair[0], target)
+    (target / "mtp_assistant" / ".irsurgeon-staging").mkdir()
+    checks = [c for c in verify_directory(target) if c.name == "interrupted run"]
+    assert len(checks) == 1 and "mtp_assistant" in checks[0].detail
+
+
+def toy_target(hidden_from_norm: bool) -> ov.Model:
+    """logits = MatMul(x * 2, W); mtp_last_hidden_state from the MatMul's input or from x itself."""
+    x = ops.parameter([1, -1, 4], ov.Type.f32, name="x")
+    kv = ops.parameter([1, 2, -1, 8], ov.Type.f32, name="kv")
+    norm = ops.multiply(x, ops.constant(np.float32(2)))
+    logits = ops.matmul(norm, ops.constant(np.ones((16, 4), np.float32)), False, True)
+    outs = [(logits, "logits"), (norm if hidden_from_norm else x, "mtp_last_hidden_state")]
+    outs += [(kv, f"mtp_{t}_attention_{k}") for t in ("full", "sliding") for k in ("key", "value")]
+    results = []
+    for node, name in outs:
+        r = ops.result(node)
+        r.output(0).get_tensor().set_names({name})
+        results.append(r)
+    return ov.Model(results, [x, kv], "toy")
+
+
+def test_hidden_state_must_be_the_lm_head_input():
+    assert target_outputs(toy_target(True), "toy")[0]
+    ok, detail = target_outputs(toy_target(False), "toy")
+    assert not ok and "not the lm_head MatMul's input" in detail
