@@ -7,6 +7,9 @@ DYNAMIC_QUANTIZATION_GROUP_SIZE=0 for int4 targets: at the CPU defaults even two
 models whose top-2 logits differ by ~1e-4, so only the f32 run can demand identical tokens. The scheduler is sized
 from the directory (scheduler_size): one sequence at a time and a cache budget that holds the linear-attention
 states genai reserves per sequence, which its 256-sequence default does not fit for real hybrid models.
+A Gemma 4 directory (families.gemma4.genai) runs target-only and MTP `LLMPipeline`s on the SDPA backend with
+TARGET/mtp_assistant as draft, at f32 with an f32 KV cache, its equivalence runs honouring EOS (genai's Gemma 4 MTP
+path stops there even with ignore_eos); `Family` holds what differs, `family_of` picks it from config.json.
 
 The speed sweep (`run_speed`) runs afterwards at the device's default precision (no properties: the IRs'
 rt_info runtime_options and the plugin defaults apply), plain greedy first, then MTP for each num_assistant_tokens K
@@ -40,6 +43,8 @@ from typing import Callable, Sequence
 
 from irsurgeon import limits
 from irsurgeon.errors import IRSurgeonError, cause
+from irsurgeon.families.gemma4 import genai as gemma4
+from irsurgeon.families.gemma4.layout import target_type as gemma4_type
 from irsurgeon.footprint import kv_cache
 from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_XML
 from irsurgeon.precision import detect_target_format
@@ -143,9 +148,9 @@ def _scheduler(g, target: Path):
     return sc
 
 
-def _config(g, max_new_tokens: int, nat: int | None):
+def _config(g, max_new_tokens: int, nat: int | None, ignore_eos: bool = True):
     c = g.GenerationConfig()
-    c.max_new_tokens, c.do_sample, c.apply_chat_template, c.ignore_eos = max_new_tokens, False, False, True
+    c.max_new_tokens, c.do_sample, c.apply_chat_template, c.ignore_eos = max_new_tokens, False, False, ignore_eos
     if nat:
         c.num_assistant_tokens = nat
     return c
@@ -161,7 +166,29 @@ def _pipeline(g, target: Path, device: str, props: dict, draft: bool):
         raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory on {device}: {cause(e)}") from None
 
 
-def _generate(g, pipe, prompt: str, config) -> tuple[list[int], object]:
+@dataclass(frozen=True)
+class Family:
+    """What differs between draft families: how a pipeline is made, the exact-token properties, the (target,
+    draft) IRs whose KV grows, and whether the equivalence runs must honour EOS to compare like with like."""
+    pipeline: Callable  # (genai module, target, device, properties, draft: bool) -> pipeline
+    equivalence_properties: Callable[[Path], dict]
+    files: tuple[str, str]
+    honours_eos: bool = False
+    as_batch: bool = False  # LLMPipeline.generate(str) returns only the text: a one-prompt list gets the metrics
+
+    def prompt(self, text: str) -> str | list[str]:
+        return [text] if self.as_batch else text
+
+
+QWEN = Family(_pipeline, equivalence_properties, (LANGUAGE_MODEL, MTP_XML))
+GEMMA4 = Family(gemma4.pipeline, gemma4.equivalence_properties, gemma4.FILES, gemma4.HONOURS_EOS, as_batch=True)
+
+
+def family_of(target: Path) -> Family:
+    return GEMMA4 if gemma4_type(target) else QWEN
+
+
+def _generate(g, pipe, prompt: str | list[str], config) -> tuple[list[int], object]:
     ids: list[int] = []
 
     class Collector(g.StreamerBase):
@@ -185,15 +212,16 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
                     max_new_tokens: int = 40, device: str = "CPU",
                     echo: Callable[[str], None] = print) -> Report:
     target = Path(target)
-    g = _genai()
-    props = equivalence_properties(target)
+    g, fam = _genai(), family_of(target)
+    props = fam.equivalence_properties(target)
     report = Report(properties=props)
     echo(f"equivalence: loading the plain and the MTP pipeline on {device}")  # minutes for a large model
-    plain, mtp = _pipeline(g, target, device, props, False), _pipeline(g, target, device, props, True)
+    plain, mtp = fam.pipeline(g, target, device, props, False), fam.pipeline(g, target, device, props, True)
+    keep_going = not fam.honours_eos
     for i, prompt in enumerate(prompt_list(prompts)):
-        ref, _ = _generate(g, plain, prompt, _config(g, max_new_tokens, None))
+        ref, _ = _generate(g, plain, fam.prompt(prompt), _config(g, max_new_tokens, None, keep_going))
         for nat in nats:
-            ids, result = _generate(g, mtp, prompt, _config(g, max_new_tokens, nat))
+            ids, result = _generate(g, mtp, fam.prompt(prompt), _config(g, max_new_tokens, nat, keep_going))
             ext = result.extended_perf_metrics
             diff = None if ids == ref else next((j for j, (a, b) in enumerate(zip(ids, ref)) if a != b),
                                                 min(len(ids), len(ref)))
@@ -258,6 +286,8 @@ class Measurement:
     def add(self, result, seconds: float, first_round: bool) -> None:
         """One generate call: its time goes to the current round, its counts only from the first round."""
         pm, ext = result.perf_metrics, result.extended_perf_metrics
+        if ext is not None and not pm.get_num_generated_tokens():  # openvino-genai 2026.4.1's Gemma 4 MTP
+            pm = ext.main_model_metrics                               # LLMPipeline fills only the per-model metrics
         self.ttft_ms = (self.ttft_ms * self.calls + pm.get_ttft().mean) / (self.calls + 1)
         self.calls += 1
         self.round_seconds[-1] += seconds
@@ -349,10 +379,10 @@ def device_defaults(device: str) -> dict:
     return out
 
 
-def kv_growth(target: Path, kv_default: str | None) -> dict[str, dict]:
-    """footprint.kv_cache of the language model ("target") and the head ("draft") at the runtime's KV precision."""
-    return {part: kv_cache(f, show_ir(target / f), 1, kv_default)
-            for part, f in (("target", LANGUAGE_MODEL), ("draft", MTP_XML))}
+def kv_growth(target: Path, kv_default: str | None, files: tuple[str, str] = (LANGUAGE_MODEL, MTP_XML)
+              ) -> dict[str, dict]:
+    """footprint.kv_cache of the language model ("target") and the draft at the runtime's KV precision."""
+    return {part: kv_cache(f, show_ir(target / f), 1, kv_default) for part, f in zip(("target", "draft"), files)}
 
 
 def _measure(pipe, prompts: list[str], config, rounds: int, m: Measurement,
@@ -373,26 +403,26 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
               max_new_tokens: int = 40, device: str = "CPU", rounds: int = 3,
               echo: Callable[[str], None] = print) -> SpeedReport:
     """Plain greedy, then MTP at each K of `sweep`, at the device's default precision (see the module docstring)."""
-    target, g, texts = Path(target), _genai(), prompt_list(prompts)
-    defaults = device_defaults(device)
-    kv = kv_growth(target, defaults["KV_CACHE_PRECISION"])
+    target, g, fam = Path(target), _genai(), family_of(target)
+    texts, defaults = [fam.prompt(p) for p in prompt_list(prompts)], device_defaults(device)
+    kv = kv_growth(target, defaults["KV_CACHE_PRECISION"], fam.files)
     kv_target, kv_draft = kv["target"]["bytes_per_token"], kv["draft"]["bytes_per_token"]
     resettable = reset_peak_memory()
-    report = SpeedReport(device, equivalence_properties(target), defaults, {p: k["precision"] for p, k in kv.items()},
+    report = SpeedReport(device, fam.equivalence_properties(target), defaults, {p: k["precision"] for p, k in kv.items()},
                          "peak RSS (VmHWM) during the configuration's runs, reset before each" if resettable else
                          "process-lifetime peak RSS (ru_maxrss): VmHWM cannot be reset here",
                          "computed from the IRs' KV states at the runtime's KV precision, batch 1",
                          kv_precision_source={p: k["precision_source"] for p, k in kv.items()})
     gc.collect()
     echo(f"speed [1/{len(sweep) + 1}] plain greedy")
-    plain = _pipeline(g, target, device, {}, False)
+    plain = fam.pipeline(g, target, device, {}, False)
     reset_peak_memory()
     report.measurements.append(_measure(plain, texts, _config(g, max_new_tokens, None), rounds,
                                         Measurement("plain", None, kv_target, 0), echo))
     del plain
     gc.collect()
     echo("speed: loading the MTP pipeline")
-    mtp = _pipeline(g, target, device, {}, True)
+    mtp = fam.pipeline(g, target, device, {}, True)
     for j, nat in enumerate(sweep):
         echo(f"speed [{j + 2}/{len(sweep) + 1}] MTP num_assistant_tokens {nat}")
         reset_peak_memory()

@@ -92,3 +92,20 @@ def test_hidden_state_must_be_the_lm_head_input():
     assert target_outputs(toy_target(True), "toy")[0]
     ok, detail = target_outputs(toy_target(False), "toy")
     assert not ok and "not the lm_head MatMul's input" in detail
+
+
+def test_genai_runs_the_pair_token_identical_with_drafts_accepted(pair):
+    pytest.importorskip("openvino_genai")
+    result = CliRunner().invoke(cli, ["verify", str(pair[0]), "--genai", "--prompts", "3", "--rounds", "1",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    runs = report["genai"]["runs"]
+    assert len(runs) == 3 * 4 and all(r["identical"] and r["tokens"] == 40 for r in runs)
+    assert report["genai"]["properties"] == {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+    drafted = sum(r["draft_tokens"] for r in runs)
+    assert drafted > 0 and sum(r["accepted"] for r in runs) > 0.8 * drafted
+    speed = report["speed"]["measurements"]
+    assert [m["label"] for m in speed] == ["plain", "mtp K=1", "mtp K=2", "mtp K=3", "mtp K=4"]
+    assert all(m["generated_tokens"] == 3 * 40 and m["tokens_per_second"] > 0 for m in speed)
+    assert all(m["draft_evaluations"] > 0 and m["target_evaluations"] < 3 * 40 for m in speed[1:])
