@@ -26,6 +26,8 @@ from irsurgeon.ir.export import LANGUAGE_MODELS, MTP_XML, TARGET_MODELS, VISION_
 from irsurgeon.rtinfo import KV_CACHE_PRECISION
 
 CPU_DEFAULT_KV = "u8"
+# the draft's IR: Qwen3.5's MTP head, or Gemma 4's assistant (families.gemma4.layout; its KV is the target's)
+MTP_FILES = (MTP_XML, "mtp_assistant/openvino_model.xml")
 RUNTIME_BASELINE = 160 * 2**20  # measured: 138-165 MiB VmHWM, plain and MTP VLMPipeline on fixtures/demo
 BLOCK_TOKENS = 32
 BITS = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "f8e4m3": 8, "f8e5m2": 8, "u8": 8, "i8": 8, "u4": 4, "i4": 4}
@@ -42,7 +44,7 @@ def part_of(file: str) -> str:
     """Which footprint line an IR belongs to: target, mtp, vision or other (tokenizers)."""
     if file in TARGET_MODELS:
         return "target"
-    if file == MTP_XML:
+    if file in MTP_FILES:
         return "mtp"
     return "vision" if file in VISION_MODELS else "other"
 
@@ -115,8 +117,9 @@ def footprint(infos: dict[str, dict], context: int, device_default: str | None =
     """The whole footprint of a directory from its readable IRs' `show_ir` descriptions (file name -> info)."""
     w = weights(infos)
     lm = next((f for f in LANGUAGE_MODELS if f in infos), None)
+    mtp = next((f for f in MTP_FILES if f in infos), None)
     kv = {"target": kv_cache(lm, infos[lm], context, device_default) if lm else None,
-          "mtp": kv_cache(MTP_XML, infos[MTP_XML], context, device_default) if MTP_XML in infos else None}
+          "mtp": kv_cache(mtp, infos[mtp], context, device_default) if mtp else None}
     total = sum(p["bytes"] for p in w.values())
     total += sum(k["bytes_at_context"] + k["constant_bytes"] for k in kv.values() if k)
     return {"context": context, "weights": w, "kv": kv, "runtime_overhead": overhead(), "total_at_context": total}

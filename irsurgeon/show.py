@@ -5,13 +5,16 @@ For an IR (`show_ir`), keys in this order (IR_KEYS):
     strings), hidden_states (the `hidden_states_decoder_layers` table: layer, producer, output_index, op, type, shape,
     problem; None when absent), runtime_options, op_histogram {"Type-opsetN": n}, constants {type: {count, bytes}}
     over every Constant, weights (precision.weight_summary: compressed, bits, modes, group_sizes, by_type).
-For a directory (`show_directory`, DIR_KEYS): kind="directory", path, layout, config (model_type, layers,
-mtp_num_hidden_layers, ...), irs (one entry per IR, ENTRY_KEYS: file, ok, error, summary (the text line), ops,
+For a directory (`show_directory`, DIR_KEYS): kind="directory", path, layout, family (whose draft contract `mtp`
+checks: "gemma4" for a gemma4_text / gemma4 config, the Gemma 4 MTP assistant in mtp_assistant/; else "qwen3_5",
+the MTP head in openvino_mtp_model.xml), config (model_type, layers,
+mtp_num_hidden_layers, ...), irs (one entry per IR, a Gemma 4 assistant's as `mtp_assistant/openvino_model.xml`, ENTRY_KEYS: file, ok, error, summary (the text line), ops,
 inputs/outputs [{name, dtype, shape}], states [{id, dtype, shape}] (shape: a list of ints, null for a dynamic
 dimension, or null for a dynamic rank), weights {precision, compressed, bits, count, modes, group_sizes},
 runtime_options, annotation ({layers: [{layer, producer, output_index, dtype, shape, problem}]} or null); on an IR
 that cannot be read only file, ok=false, error and summary are set), mtp {ready, reasons, checks} (openvino-genai
-MTP readiness: the decomposed VLM layout, an `openvino_mtp_model.xml` that meets the contract, the hidden-state annotation),
+MTP readiness, verify_directory's checks: for Qwen3.5 the decomposed VLM layout, an `openvino_mtp_model.xml` that
+meets the contract, the hidden-state annotation; for Gemma 4 the target's five outputs and the assistant),
 footprint (footprint.FOOTPRINT_KEYS: weights per part, target and MTP KV cache per token and at `context` tokens,
 a runtime-overhead estimate), computed from the IR descriptions above.
 Nothing is written and nothing from the files is executed; every `.xml` is byte-checked before OpenVINO reads it.
@@ -22,6 +25,8 @@ from pathlib import Path
 
 from irsurgeon.config import read_json, text_section
 from irsurgeon.errors import IRError, IRSurgeonError
+from irsurgeon.families.gemma4.layout import ASSISTANT_DIR, MODEL_XML
+from irsurgeon.families.gemma4.layout import target_type as gemma4_type
 from irsurgeon.footprint import footprint
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.export import CONFIG, LANGUAGE_MODEL, MTP_XML, TEXT_EMBEDDINGS, ExportDir
@@ -32,7 +37,7 @@ from irsurgeon.verify import verify_directory
 
 IR_KEYS = ("kind", "path", "inputs", "outputs", "states", "rt_info", "hidden_states", "runtime_options",
            "op_histogram", "constants", "weights")
-DIR_KEYS = ("kind", "path", "layout", "config", "irs", "mtp", "footprint")
+DIR_KEYS = ("kind", "path", "layout", "family", "config", "irs", "mtp", "footprint")
 ENTRY_KEYS = ("file", "ok", "error", "summary", "ops", "inputs", "outputs", "states", "weights", "runtime_options",
               "annotation")
 DEFAULT_CONTEXT = 4096
@@ -117,12 +122,17 @@ def weights(model) -> dict:
 
 
 def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
-    described = {xml.name: _describe(xml) for xml in files.list_irs(directory)}
+    family = "gemma4" if gemma4_type(directory) else "qwen3_5"
+    xmls = files.list_irs(directory)
+    if family == "gemma4" and (directory / ASSISTANT_DIR / MODEL_XML).is_file():
+        xmls.append(directory / ASSISTANT_DIR / MODEL_XML)  # the draft lives in its own folder
+    described = {xml.relative_to(directory).as_posix(): _describe(xml) for xml in xmls}
     irs = [_brief(name, info) for name, info in described.items()]
     return {
         "kind": "directory",
         "path": str(directory),
         "layout": ExportDir(directory).layout().value,
+        "family": family,
         "config": config_facts(directory),
         "irs": irs,
         "mtp": mtp_verdict(directory, {r["file"]: r for r in irs}),

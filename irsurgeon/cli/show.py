@@ -75,8 +75,11 @@ def weights_text(w: dict) -> list[str]:
     return lines
 
 
+FAMILIES = {"qwen3_5": "Qwen3.5 MTP head", "gemma4": "Gemma 4 MTP assistant"}
+
+
 def directory_text(info: dict) -> list[str]:
-    lines = [f"directory {info['path']} (layout: {info['layout']})"]
+    lines = [f"directory {info['path']} (layout: {info['layout']}, draft family: {FAMILIES[info['family']]})"]
     cfg = info["config"]
     if cfg is None:
         lines.append("config.json: absent")
@@ -109,6 +112,10 @@ def footprint_text(fp: dict) -> list[str]:
         kv = fp["kv"][part]
         if kv is None:
             lines.append(f"   {label:<18} {'-':>10}   (no {'language model' if part == 'target' else 'MTP head'})")
+            continue
+        if part == "mtp" and not kv["growing_states"] and not kv["constant_states"]:  # Gemma 4's assistant
+            lines.append(f"   {label:<18} {'0 B':>10}   (the draft has no KV cache of its own: it attends over the "
+                         f"target's)")
             continue
         lines.append(f"   {label:<18} {human(kv['bytes_per_token']):>10}/token, {human(kv['bytes_at_context'])} at "
                      f"{n} tokens ({kv['layers']} attention layer(s) x K,V, {kv['precision']} from "
