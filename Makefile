@@ -2,8 +2,9 @@
 PYTHON ?= python3
 PIP_INSTALL = $(PYTHON) -m pip install -q -e ".[test]"
 DEMO_OUT ?= out/demo
+DEMO_GEMMA4_OUT ?= out/demo-gemma4
 
-.PHONY: install demo test test-all bench bench-optimum reliability fixtures clean
+.PHONY: install demo demo-gemma4 test test-all bench bench-optimum reliability fixtures clean
 
 install:
 	$(PIP_INSTALL)
@@ -15,6 +16,14 @@ demo: install
 	irsurgeon show $(DEMO_OUT)
 	irsurgeon patch $(DEMO_OUT) --checkpoint fixtures/demo/ckpt
 	irsurgeon verify $(DEMO_OUT) --genai --prompts 3
+
+# The same for the second draft family: a tiny Gemma 4 text-only export gets its MTP assistant (mtp_assistant/) and
+# the five outputs openvino-genai reads, then runs with it against target-only greedy decoding.
+demo-gemma4: install
+	rm -rf $(DEMO_GEMMA4_OUT) && mkdir -p $(dir $(DEMO_GEMMA4_OUT)) && cp -r fixtures/gemma4/target $(DEMO_GEMMA4_OUT)
+	irsurgeon show $(DEMO_GEMMA4_OUT)
+	irsurgeon patch $(DEMO_GEMMA4_OUT) --checkpoint fixtures/gemma4/assistant
+	irsurgeon verify $(DEMO_GEMMA4_OUT) --genai --prompts 3
 
 test: install
 	$(PYTHON) -m pytest -q
