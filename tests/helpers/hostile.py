@@ -9,7 +9,6 @@ no peak RSS above `RSS_LIMIT`, no byte of a linked-to file echoed, nothing chang
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -198,18 +197,9 @@ def command_args(command: str, work: Path, victim: Path) -> tuple[list[str], str
 
 def _sharded(directory: Path) -> None:
     """The demo checkpoint in two shards with an index: the mtp.* tensors alone in the second."""
-    from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
+    from helpers.demo import sharded_demo_ckpt
 
-    directory.mkdir(parents=True)
-    shutil.copy(DEMO_CKPT / "config.json", directory / "config.json")
-    st = SafetensorsFile(DEMO_CKPT / "model.safetensors")
-    mtp = [n for n in st.tensors if n.startswith("mtp.")]
-    parts = {"model-1.safetensors": [n for n in st.tensors if n not in mtp], "model-2.safetensors": mtp}
-    for shard, names in parts.items():
-        write_safetensors(directory / shard, {n: st.raw(n) for n in names}, {n: st.tensors[n].dtype for n in names})
-    st.close()
-    weight_map = {n: shard for shard, names in parts.items() for n in names}
-    (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    sharded_demo_ckpt(directory)
 
 
 # --- a checkpoint truncated while a build reads it ------------------------------------------------------------------
