@@ -1,6 +1,6 @@
 """Gemma 4 MTP: the `gemma4_assistant` drafter built from safetensors, and the target surgery genai needs.
 
-    irsurgeon patch TARGET --checkpoint ASSISTANT_DIR [--weight-format auto|f16|f32] [--dry-run] [--force]
+    irsurgeon patch TARGET --checkpoint ASSISTANT_DIR [--weight-format auto|f16|f32|int8|int4] [--dry-run] [--force]
 
 TARGET is a text-only stateful export of a `gemma4_text` / `gemma4` model (optimum-intel
 `--task text-generation-with-past`); ASSISTANT_DIR a local `gemma4_assistant` checkpoint (config.json +
