@@ -33,13 +33,14 @@ from irsurgeon.compress import compress_model
 from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError
 from irsurgeon.families.gemma4 import target as surgery
 from irsurgeon.families.gemma4.assistant import build_assistant
-from irsurgeon.head import build_format
 from irsurgeon.families.gemma4.layout import (ASSISTANT_DIR, CONFIG, GENERATION, MODEL_BIN, MODEL_XML, TARGET_TYPES,
                                               Gemma4Target, check_pair, inspect_target, is_assistant_checkpoint,
                                               ready, target_type)
+from irsurgeon.head import build_format
 from irsurgeon.models.gemma4_assistant import AssistantConfig, Layer, load_assistant_config
 from irsurgeon.precision import Choice, choose_format
 from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted, write_staged
+from irsurgeon.weights.hub import HubOptions, fetch_whole, is_repo_id
 
 # The assistant's lm_head stays float under int4/int8. Left to itself nncf 3.4.0 (compress_weights, int4_asym group
 # 64, all_layers off, on the fixture assistant) stores masked_embedding.centroids and the tied model.embed_tokens
@@ -117,22 +118,36 @@ def build_compressed(source: Path, choice: Choice, echo) -> ov.Model:
     return assistant
 
 
+def assistant_source(target: Gemma4Target, source: Path, options, echo) -> tuple[Path, AssistantConfig]:
+    """The local checkpoint directory (a repo id fetched whole into the hub cache, its config.json pair-checked
+    before any weight is fetched: irsurgeon.weights.hub.fetch_whole) and its checked config."""
+    def paired(config: Path) -> AssistantConfig:
+        cfg = load_assistant_config(config)
+        check_pair(target, cfg)
+        return cfg
+
+    if source.is_dir():
+        return source, paired(source / CONFIG)
+    root = fetch_whole(str(source), options.hub or HubOptions(), paired, echo)
+    return root, load_assistant_config(root / CONFIG)
+
+
 def patch_gemma4(target_dir: str | Path, source: str | Path, options, echo=print):
     """The Gemma 4 flow of `irsurgeon patch` (see the module docstring)."""
     target_dir, source = Path(target_dir), Path(source)
     if target_type(target_dir) is None:
         raise IRSurgeonError(f"{target_dir / CONFIG}: not a Gemma 4 target (model_type {' or '.join(TARGET_TYPES)}"
                              f"), but {source} is a gemma4_assistant")
-    if not source.is_dir():
-        raise IRSurgeonError(f"{source}: a Gemma 4 assistant is read from a local checkpoint directory")
+    if not source.is_dir() and not is_repo_id(source):
+        raise IRSurgeonError(f"{source}: a Gemma 4 assistant is read from a local checkpoint directory or a "
+                             f"Hugging Face repo id")
     asst = target_dir / ASSISTANT_DIR
     if not options.dry_run:
         for where in (target_dir, asst):
             if os.path.lexists(where / STAGE_DIR):
                 clear_interrupted(where, options.wait, echo)
     target, model = inspect_target(target_dir)
-    cfg = load_assistant_config(source / CONFIG)
-    check_pair(target, cfg)
+    source, cfg = assistant_source(target, source, options, echo)
     choice = weight_choice(options.weight_format, target_dir)  # read from the text-only export inspect_target checked
     result = PatchResult(target.path)
     result.run_hint = (f"run it: openvino_genai.LLMPipeline('{target.path}', 'CPU', draft_model=openvino_genai."
