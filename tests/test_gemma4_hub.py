@@ -88,3 +88,17 @@ def test_revision_and_cache_dir_are_honoured(tmp_path):
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert len(list(cache.glob("models--acme--gemma4-assistant/snapshots/*/model.safetensors"))) == 1
     assert not (tmp_path / "hf" / "hub").exists() or not any((tmp_path / "hf" / "hub").glob("models--*"))
+
+
+def test_a_gemma4_assistant_repo_for_a_qwen_target_is_one_line(tmp_path):
+    from irsurgeon.synth import synthesize
+    from irsurgeon.synth.registry import default_spec
+
+    _, source = copy_pair(tmp_path)
+    target = synthesize(tmp_path / "q", "qwen35", default_spec("qwen35"), seed=1).target
+    before = snapshot(target)
+    with HubServer({REPO: {"main": Revision(single_file(source))}}) as hub:
+        proc = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert proc.returncode == 1 and len(errors) == 1 and "is a gemma4_assistant" in errors[0], proc.stderr
+    assert hub.served("model.safetensors") == (0, 0) and snapshot(target) == before
