@@ -39,6 +39,7 @@ def test_patch_from_a_repo_id_fetches_the_whole_assistant(tmp_path):
     assert hub.served("config.json")[1] == (source / "config.json").stat().st_size
     assert hub.served("model.safetensors")[1] == (source / "model.safetensors").stat().st_size
     print(f"gemma4 repo-id patch: {len(hub.log)} requests: {[(e[0], e[1].rsplit('/', 1)[-1]) for e in hub.log]}")
+    assert len([e for e in hub.log if e[0] == "GET"]) == 2  # config.json and model.safetensors, each once
     assert all(c.ok for c in verify_directory(target)), [c for c in verify_directory(target) if not c.ok]
     assert (target / "mtp_assistant" / "config.json").read_bytes() == (source / "config.json").read_bytes()
 
@@ -102,3 +103,15 @@ def test_a_gemma4_assistant_repo_for_a_qwen_target_is_one_line(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
     assert proc.returncode == 1 and len(errors) == 1 and "is a gemma4_assistant" in errors[0], proc.stderr
     assert hub.served("model.safetensors") == (0, 0) and snapshot(target) == before
+
+
+def test_dry_run_and_a_ready_target_fetch_no_weights(tmp_path):
+    target, source = copy_pair(tmp_path)
+    with HubServer({REPO: {"main": Revision(single_file(source))}}) as hub:
+        dry = run_cli("patch", target, "--checkpoint", REPO, "--dry-run", endpoint=hub.url, home=tmp_path / "hf")
+        assert dry.returncode == 0 and "would build mtp_assistant/" in dry.stdout, dry.stderr
+        assert hub.served("model.safetensors") == (0, 0) and not (target / "mtp_assistant").exists()
+        run_cli("patch", target, "--checkpoint", source, endpoint=hub.url, home=tmp_path / "hf")
+        again = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
+    assert again.returncode == 0 and "already Gemma 4 MTP-ready" in again.stdout, again.stderr
+    assert hub.served("model.safetensors") == (0, 0)

@@ -209,20 +209,34 @@ def fetcher(repo_id: str, hub: HubOptions, online: bool) -> Callable[..., Path |
     return fetch
 
 
-def fetch_whole(repo_id: str, hub: HubOptions, check: Callable[[Path], None], echo: Echo = print) -> Path:
+def fetch_whole(repo_id: str, hub: HubOptions, check: Callable[[Path], None], echo: Echo = print,
+                weights: bool = True) -> Path:
     """A small checkpoint fetched whole (a Gemma 4 assistant): config.json, which check(path) judges before any
-    weight is fetched, then model.safetensors, or the index and every shard it lists, all of config.json's commit
-    (a branch that moves meanwhile cannot mix two commits' files)."""
+    weight is fetched, then (weights=True; else later by fetch_whole_weights) its weights. Returns the snapshot."""
     online = probe(repo_id, hub, echo)
     config = fetcher(repo_id, hub, online)(CONFIG_FILE)
     check(config)
-    commit = snapshot_commit(config.parent)
-    fetch = fetcher(repo_id, HubOptions(commit, hub.token, hub.cache_dir) if commit else hub, online)
-    index = fetch(INDEX_FILE, optional=True) if online else cached_file(repo_id, INDEX_FILE, hub)
+    if weights:
+        _fetch_weights_of(repo_id, config.parent, hub, online, echo)
+    return config.parent
+
+
+def fetch_whole_weights(repo_id: str, root: Path, hub: HubOptions, echo: Echo = print) -> Path:
+    """After fetch_whole(weights=False): the weights of root's commit (quiet probe: the first one spoke)."""
+    _fetch_weights_of(repo_id, root, hub, probe(repo_id, hub, lambda _: None), echo)
+    return root
+
+
+def _fetch_weights_of(repo_id: str, root: Path, hub: HubOptions, online: bool, echo: Echo) -> None:
+    """model.safetensors, or the index and every shard it lists, all of root's commit (a branch that moves meanwhile
+    cannot mix two commits' files)."""
+    commit = snapshot_commit(root)
+    pinned = HubOptions(commit, hub.token, hub.cache_dir) if commit else hub
+    fetch = fetcher(repo_id, pinned, online)
+    index = fetch(INDEX_FILE, optional=True) if online else cached_file(repo_id, INDEX_FILE, pinned)
     for name in [SINGLE_FILE] if index is None else all_shards(index):
         echo(f"{repo_id}: fetching {name}")
         fetch(name)
-    return config.parent
 
 
 def all_shards(index: Path) -> list[str]:

@@ -40,7 +40,7 @@ from irsurgeon.head import build_format
 from irsurgeon.models.gemma4_assistant import AssistantConfig, Layer, load_assistant_config
 from irsurgeon.precision import Choice, choose_format
 from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted, write_staged
-from irsurgeon.weights.hub import HubOptions, fetch_whole, is_repo_id
+from irsurgeon.weights.hub import HubOptions, fetch_whole, fetch_whole_weights, is_repo_id
 
 # The assistant's lm_head stays float under int4/int8. Left to itself nncf 3.4.0 (compress_weights, int4_asym group
 # 64, all_layers off, on the fixture assistant) stores masked_embedding.centroids and the tied model.embed_tokens
@@ -119,8 +119,8 @@ def build_compressed(source: Path, choice: Choice, echo) -> ov.Model:
 
 
 def assistant_source(target: Gemma4Target, source: Path, options, echo) -> tuple[Path, AssistantConfig]:
-    """The local checkpoint directory (a repo id fetched whole into the hub cache, its config.json pair-checked
-    before any weight is fetched: irsurgeon.weights.hub.fetch_whole) and its checked config."""
+    """The local checkpoint directory (for a repo id the hub cache snapshot holding its config.json, pair-checked
+    here; the weights follow in patch_gemma4 once something is to be built) and its checked config."""
     def paired(config: Path) -> AssistantConfig:
         cfg = load_assistant_config(config)
         check_pair(target, cfg)
@@ -128,7 +128,7 @@ def assistant_source(target: Gemma4Target, source: Path, options, echo) -> tuple
 
     if source.is_dir():
         return source, paired(source / CONFIG)
-    root = fetch_whole(str(source), options.hub or HubOptions(), paired, echo)
+    root = fetch_whole(str(source), options.hub or HubOptions(), paired, echo, weights=False)
     return root, load_assistant_config(root / CONFIG)
 
 
@@ -147,6 +147,7 @@ def patch_gemma4(target_dir: str | Path, source: str | Path, options, echo=print
             if os.path.lexists(where / STAGE_DIR):
                 clear_interrupted(where, options.wait, echo)
     target, model = inspect_target(target_dir)
+    repo = None if source.is_dir() else str(source)
     source, cfg = assistant_source(target, source, options, echo)
     choice = weight_choice(options.weight_format, target_dir)  # read from the text-only export inspect_target checked
     result = PatchResult(target.path)
@@ -166,6 +167,8 @@ def patch_gemma4(target_dir: str | Path, source: str | Path, options, echo=print
         echo(f"would add {', '.join(surgery.OUTPUTS)} to {MODEL_XML}" if new_xml else f"{MODEL_XML}: outputs present")
         result.skipped = True
         return result
+    if repo:
+        fetch_whole_weights(repo, source, options.hub or HubOptions(), echo)
     assistant = build_compressed(source, choice, echo)
     result.written = commit(target, source, assistant, cfg, new_xml, options, echo)
     echo(f"{target.path}: wrote {', '.join(result.written)}")
