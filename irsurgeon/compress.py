@@ -180,8 +180,9 @@ def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...]
 
 
 def routing_scope(nncf, model, keep_float: tuple[str, ...] = ROUTING_MATMULS):
-    """Keep the MoE router and shared-expert gate out of compression (their float weights stay as built)."""
-    present = {op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "MatMul"}
+    """Keep the MoE router and shared-expert gate (or the nodes a caller names) out of compression (their float
+    weights stay as built). Gather counts too: nncf compresses an embedding table read by a Gather."""
+    present = {op.get_friendly_name() for op in model.get_ops() if op.get_type_name() in ("MatMul", "Gather")}
     names = [n for n in keep_float if n in present]
     return nncf.IgnoredScope(names=names) if names else None
 
@@ -203,8 +204,11 @@ def _report(before: dict, after, params: CompressionParams, keep_float: tuple[st
         if w.bits == params.bits and w.group_size == params.group_size:
             continue
         planned = planned_group(in_ch, params)
-        if w.name.removesuffix(".weight") in keep_float:
+        kept = w.consumer in keep_float or w.name.removesuffix(".weight") in keep_float
+        if kept and w.name.removesuffix(".weight") in ROUTING_MATMULS:
             reason = "MoE routing weights stay float, so experts are chosen as in the float head"
+        elif kept:
+            reason = "kept float: its consumer is in the ignored scope"
         elif w.bits == params.bits:
             reason = f"group size {params.group_size} does not divide {in_ch}"
         elif planned is None:

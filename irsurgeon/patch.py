@@ -153,6 +153,8 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
         result.skipped = True
         return result
     root = resolve_source(source, echo, options.hub, weights=False)  # a repo id: config.json and the index only
+    if gemma4.is_assistant_checkpoint(root):  # a gemma4_assistant repo id, known from the config.json just fetched:
+        return gemma4.patch_gemma4(target_dir, source, options, echo)  # refused there in one line (not Gemma 4)
     identity = require_identity(target.path, source, root, options.hub, options.allow_foreign_checkpoint, echo)
     choice = plan(target, source, options, echo)  # after the source is checked: no plan for a wrong one
     if choice is None:

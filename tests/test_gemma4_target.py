@@ -171,10 +171,9 @@ def test_dry_run_writes_nothing(tmp_path):
     assert "would add mtp_last_hidden_state" in result.output and snapshot(target) == before
 
 
-@pytest.mark.parametrize("args, match", [(["--weight-format", "int4"], "int4/int8 are not supported"),
-                                         ([], "a local checkpoint directory")])
-def test_unsupported_requests_are_refused(tmp_path, args, match):
-    target, source = copy_pair(tmp_path)
+def test_a_source_neither_directory_nor_repo_id_is_refused(tmp_path):
+    target, _ = copy_pair(tmp_path)
     before = snapshot(target)
-    result = run_patch(target, source if args else "google/gemma-4-e2b-it-assistant", *args)
-    assert result.exit_code != 0 and match in result.output and snapshot(target) == before
+    result = run_patch(target, str(tmp_path / "no" / "such"))
+    assert result.exit_code != 0 and "a local checkpoint directory or a Hugging Face repo id" in result.output
+    assert snapshot(target) == before

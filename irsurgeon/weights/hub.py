@@ -174,22 +174,8 @@ def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, weights:
     With a commit hash as revision, files already in the cache are taken without a request (huggingface_hub 2.4.0
     file_download.py: "if user provides a commit_hash and they already have the file on disk, shortcut everything").
     """
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import RemoteEntryNotFoundError
-
     online = probe(repo_id, hub, (lambda _: None) if quiet_probe else echo)  # quiet: said by the first probe
-
-    def fetch(filename: str, optional: bool = False) -> Path | None:
-        try:
-            return Path(hf_hub_download(repo_id, filename, revision=hub.revision, token=hub.token,
-                                        cache_dir=hub.cache_dir, local_files_only=not online))
-        except RemoteEntryNotFoundError as e:
-            if optional:
-                return None
-            raise hub_error(repo_id, filename, hub, e) from None
-        except hub_failures() as e:
-            raise hub_error(repo_id, filename, hub, e) from None
-
+    fetch = fetcher(repo_id, hub, online)
     config = fetch(CONFIG_FILE)
     index = fetch(INDEX_FILE, optional=True) if online else cached_file(repo_id, INDEX_FILE, hub)
     if not weights:
@@ -202,6 +188,65 @@ def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, weights:
         echo(f"{repo_id}: fetching {shard} (holds {MTP_PREFIX}* tensors)")
         fetch(shard)
     return config.parent
+
+
+def fetcher(repo_id: str, hub: HubOptions, online: bool) -> Callable[..., Path | None]:
+    """fetch(filename, optional=False): the file's cached path, fetched when online; None for a missing optional
+    file; any failure one CheckpointError line (hub_error)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+
+    def fetch(filename: str, optional: bool = False) -> Path | None:
+        try:
+            return Path(hf_hub_download(repo_id, filename, revision=hub.revision, token=hub.token,
+                                        cache_dir=hub.cache_dir, local_files_only=not online))
+        except RemoteEntryNotFoundError as e:
+            if optional:
+                return None
+            raise hub_error(repo_id, filename, hub, e) from None
+        except hub_failures() as e:
+            raise hub_error(repo_id, filename, hub, e) from None
+    return fetch
+
+
+def fetch_whole(repo_id: str, hub: HubOptions, check: Callable[[Path], None], echo: Echo = print,
+                weights: bool = True) -> Path:
+    """A small checkpoint fetched whole (a Gemma 4 assistant): config.json, which check(path) judges before any
+    weight is fetched, then (weights=True; else later by fetch_whole_weights) its weights. Returns the snapshot."""
+    online = probe(repo_id, hub, echo)
+    config = fetcher(repo_id, hub, online)(CONFIG_FILE)
+    check(config)
+    if weights:
+        _fetch_weights_of(repo_id, config.parent, hub, online, echo)
+    return config.parent
+
+
+def fetch_whole_weights(repo_id: str, root: Path, hub: HubOptions, echo: Echo = print) -> Path:
+    """After fetch_whole(weights=False): the weights of root's commit (quiet probe: the first one spoke)."""
+    _fetch_weights_of(repo_id, root, hub, probe(repo_id, hub, lambda _: None), echo)
+    return root
+
+
+def _fetch_weights_of(repo_id: str, root: Path, hub: HubOptions, online: bool, echo: Echo) -> None:
+    """model.safetensors, or the index and every shard it lists, all of root's commit (a branch that moves meanwhile
+    cannot mix two commits' files)."""
+    commit = snapshot_commit(root)
+    pinned = HubOptions(commit, hub.token, hub.cache_dir) if commit else hub
+    fetch = fetcher(repo_id, pinned, online)
+    index = fetch(INDEX_FILE, optional=True) if online else cached_file(repo_id, INDEX_FILE, pinned)
+    for name in [SINGLE_FILE] if index is None else all_shards(index):
+        echo(f"{repo_id}: fetching {name}")
+        fetch(name)
+
+
+def all_shards(index: Path) -> list[str]:
+    try:
+        weight_map = read_json(index).get("weight_map")
+    except ConfigError as e:
+        raise CheckpointError(str(e)) from None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index}: 'weight_map' is missing or empty")
+    return sorted({str(s) for s in weight_map.values()})
 
 
 def cached_file(repo_id: str, filename: str, hub: HubOptions) -> Path | None:

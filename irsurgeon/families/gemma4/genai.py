@@ -4,7 +4,9 @@
                 draft_model=draft_model(TARGET/mtp_assistant, device) for the MTP one; genai 2026.4.1 pairs the two
                 by the target's mtp_* outputs (gemma4_mtp_strategy.cpp is_gemma4_mtp_model_pair) and runs the
                 stateful SDPA backend, so no paged-attention scheduler is configured
-    properties  f32 inference and an f32 KV cache: the equivalence runs compare exact greedy tokens
+    properties  f32 inference and an f32 KV cache: the equivalence runs compare exact greedy tokens; for an int4
+                target also DYNAMIC_QUANTIZATION_GROUP_SIZE=0, as for a Qwen int4 target (irsurgeon.genai_check):
+                the CPU plugin otherwise quantizes the activations fed to int4 MatMuls, differently per shape
     honours EOS genai's Gemma 4 MTP path stops at EOS even with ignore_eos (openvino-genai 2026.4.1, seen on
                 tests/test_gemma4_genai.py's pairs), so the equivalence runs honour EOS in both pipelines
 """
@@ -15,13 +17,17 @@ from pathlib import Path
 from irsurgeon import limits
 from irsurgeon.errors import IRSurgeonError, cause
 from irsurgeon.families.gemma4.layout import ASSISTANT_DIR, MODEL_XML
+from irsurgeon.precision import detect_target_format
 
 FILES = (MODEL_XML, f"{ASSISTANT_DIR}/{MODEL_XML}")  # (target, draft): the KV growth of each
 HONOURS_EOS = True
 
 
 def equivalence_properties(target: Path) -> dict:
-    return {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+    props = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+    if detect_target_format(target).weight_format == "int4":
+        props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = "0"
+    return props
 
 
 def pipeline(g, target: Path, device: str, props: dict, draft: bool):

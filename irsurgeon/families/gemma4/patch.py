@@ -3,6 +3,11 @@
     recognise   TARGET/config.json model_type gemma4_text (or gemma4 with a text_config) and a text-only export
     pair check  assistant backbone_hidden_size = target hidden, vocab, and per layer type the head dim and KV heads
                 of the target's store layer = the assistant's (it attends over exactly those K/V)
+    format      --weight-format as for a Qwen head (irsurgeon.precision.choose_format): auto mirrors the target's
+                openvino_model.xml; int4/int8 compress the f16-built assistant with nncf (irsurgeon.compress), its
+                lm_head kept float (FLOAT_WEIGHTS). openvino_config.json is left alone: no entry for a Gemma 4
+                assistant is known to be read (the optimum-intel fixture export has no such file at all); the
+                format is in the assistant's rt_info (irsurgeon/weight_format, nncf/weight_compression)
     stage       TARGET/mtp_assistant/{openvino_model.xml,.bin, config.json, generation_config.json}
                 TARGET/openvino_model.xml with the five outputs (XML only; openvino_model.bin is never written)
     verify      the staged assistant read back and run one step; the staged target XML read back with the
@@ -24,16 +29,26 @@ import openvino as ov
 
 from irsurgeon import limits
 from irsurgeon.build import name_anonymous_nodes
+from irsurgeon.compress import compress_model
 from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError
 from irsurgeon.families.gemma4 import target as surgery
 from irsurgeon.families.gemma4.assistant import build_assistant
 from irsurgeon.families.gemma4.layout import (ASSISTANT_DIR, CONFIG, GENERATION, MODEL_BIN, MODEL_XML, TARGET_TYPES,
                                               Gemma4Target, check_pair, inspect_target, is_assistant_checkpoint,
                                               ready, target_type)
+from irsurgeon.head import build_format
 from irsurgeon.models.gemma4_assistant import AssistantConfig, Layer, load_assistant_config
+from irsurgeon.precision import Choice, choose_format
 from irsurgeon.transaction import STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted, write_staged
+from irsurgeon.weights.hub import HubOptions, fetch_whole, fetch_whole_weights, is_repo_id
 
-WEIGHT_FORMATS = {"auto": "f16", "f16": "f16", "f32": "f32"}
+# The assistant's lm_head stays float under int4/int8. Left to itself nncf 3.4.0 (compress_weights, int4_asym group
+# 64, all_layers off, on the fixture assistant) stores masked_embedding.centroids and the tied model.embed_tokens
+# table (a Gather constant feeding the candidate-row MatMul) as int8_sym per channel, as the "last layer" backup.
+# The centroid scores choose which vocabulary buckets are candidates at all (top-k, like a MoE router) and the
+# embedding rows score the candidates: rounding either changes which tokens are drafted, not just their scores.
+# pre/post_projection and the decoder layers are ordinary linear layers and are compressed as nncf picks.
+FLOAT_WEIGHTS = ("masked_embedding.centroids.weight", "model.embed_tokens.weight")
 
 
 def smoke_test(xml: Path, cfg: AssistantConfig) -> None:
@@ -73,11 +88,48 @@ def generation_config(target: Path, source: Path) -> str:
     return "{}\n"
 
 
-def weight_format(requested: str) -> str:
-    if requested not in WEIGHT_FORMATS:
-        raise ConfigError(f"--weight-format {requested}: a Gemma 4 assistant is built as f16 or f32 "
-                          f"(auto = f16); int4/int8 are not supported for it")
-    return WEIGHT_FORMATS[requested]
+def weight_choice(requested: str, target_dir: Path) -> Choice:
+    """--weight-format as for a Qwen head: auto mirrors the target's openvino_model.xml (irsurgeon.precision)."""
+    return choose_format(requested, target_dir if requested == "auto" else None)
+
+
+def float_scope(model: ov.Model) -> tuple[str, ...]:
+    """The MatMul / Gather nodes whose weight input is one of FLOAT_WEIGHTS (through its f16 decompression)."""
+    names = []
+    for op in model.get_ops():
+        if op.get_type_name() not in ("MatMul", "Gather"):
+            continue
+        for port in op.inputs():
+            src = port.get_source_output().get_node()
+            if src.get_type_name() == "Convert":
+                src = src.input_value(0).get_node()
+            if src.get_type_name() == "Constant" and src.get_friendly_name() in FLOAT_WEIGHTS:
+                names.append(op.get_friendly_name())
+    return tuple(names)
+
+
+def build_compressed(source: Path, choice: Choice, echo) -> ov.Model:
+    """The assistant in the chosen format: built as f16 and compressed by nncf for int4/int8, else built as is."""
+    assistant, _ = build_assistant(source, build_format(choice), warn=echo)
+    if choice.params:
+        assistant, report = compress_model(assistant, choice.params, keep_float=float_scope(assistant))
+        for line in report.lines():
+            echo(line)
+    return assistant
+
+
+def assistant_source(target: Gemma4Target, source: Path, options, echo) -> tuple[Path, AssistantConfig]:
+    """The local checkpoint directory (for a repo id the hub cache snapshot holding its config.json, pair-checked
+    here; the weights follow in patch_gemma4 once something is to be built) and its checked config."""
+    def paired(config: Path) -> AssistantConfig:
+        cfg = load_assistant_config(config)
+        check_pair(target, cfg)
+        return cfg
+
+    if source.is_dir():
+        return source, paired(source / CONFIG)
+    root = fetch_whole(str(source), options.hub or HubOptions(), paired, echo, weights=False)
+    return root, load_assistant_config(root / CONFIG)
 
 
 def patch_gemma4(target_dir: str | Path, source: str | Path, options, echo=print):
@@ -86,17 +138,18 @@ def patch_gemma4(target_dir: str | Path, source: str | Path, options, echo=print
     if target_type(target_dir) is None:
         raise IRSurgeonError(f"{target_dir / CONFIG}: not a Gemma 4 target (model_type {' or '.join(TARGET_TYPES)}"
                              f"), but {source} is a gemma4_assistant")
-    if not source.is_dir():
-        raise IRSurgeonError(f"{source}: a Gemma 4 assistant is read from a local checkpoint directory")
-    fmt = weight_format(options.weight_format)
+    if not source.is_dir() and not is_repo_id(source):
+        raise IRSurgeonError(f"{source}: a Gemma 4 assistant is read from a local checkpoint directory or a "
+                             f"Hugging Face repo id")
     asst = target_dir / ASSISTANT_DIR
     if not options.dry_run:
         for where in (target_dir, asst):
             if os.path.lexists(where / STAGE_DIR):
                 clear_interrupted(where, options.wait, echo)
     target, model = inspect_target(target_dir)
-    cfg = load_assistant_config(source / CONFIG)
-    check_pair(target, cfg)
+    repo = None if source.is_dir() else str(source)
+    source, cfg = assistant_source(target, source, options, echo)
+    choice = weight_choice(options.weight_format, target_dir)  # read from the text-only export inspect_target checked
     result = PatchResult(target.path)
     result.run_hint = (f"run it: openvino_genai.LLMPipeline('{target.path}', 'CPU', draft_model=openvino_genai."
                        f"draft_model('{asst}', 'CPU'), ATTENTION_BACKEND='SDPA')")
@@ -107,12 +160,16 @@ def patch_gemma4(target_dir: str | Path, source: str | Path, options, echo=print
         return result
     new_xml = surgery.expose(target.xml, model, target.layer_types, target.num_kv_shared)
     model = None
+    if choice.note:  # once the target is known good: nothing is said about a pair that is refused
+        echo(choice.note)
     if options.dry_run:
-        echo(f"would build {ASSISTANT_DIR}/ from {source} as {fmt}")
+        echo(f"would build {ASSISTANT_DIR}/ from {source} as {choice.weight_format}")
         echo(f"would add {', '.join(surgery.OUTPUTS)} to {MODEL_XML}" if new_xml else f"{MODEL_XML}: outputs present")
         result.skipped = True
         return result
-    assistant, _ = build_assistant(source, fmt, warn=echo)
+    if repo:
+        fetch_whole_weights(repo, source, options.hub or HubOptions(), echo)
+    assistant = build_compressed(source, choice, echo)
     result.written = commit(target, source, assistant, cfg, new_xml, options, echo)
     echo(f"{target.path}: wrote {', '.join(result.written)}")
     return result
