@@ -1,6 +1,6 @@
 """Read a few rows of one safetensors tensor without reading the file: from a local mapping or by HTTP range requests.
 
-    ByteSource.read(ranges) -> bytes per (offset, length)     LocalBytes: mmap (MADV_RANDOM: no read-around)
+    ByteSource.read(ranges) -> bytes per (offset, length)     LocalBytes: pread (POSIX_FADV_RANDOM: no read-around)
                                                                HubBytes:   GET with `Range: bytes=a-b`, 206 only
     read_rows(source, names, pick) -> TableRows                header (8 + N bytes), then only the rows picked
 
@@ -8,9 +8,7 @@ Used for the checkpoint-identity check: 16 rows of the token-embedding table are
 """
 from __future__ import annotations
 
-import mmap
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
@@ -19,7 +17,7 @@ import numpy as np
 
 from irsurgeon import limits
 from irsurgeon.errors import CheckpointError
-from irsurgeon.weights.safetensors_io import MAX_HEADER_BYTES, STORAGE, decode
+from irsurgeon.weights.safetensors_io import STORAGE, TensorInfo, decode, parse_header
 
 MERGE_GAP = 4096  # rows closer than this are fetched in one range: one page either way
 
@@ -43,28 +41,35 @@ class ByteSource(Protocol):
 
 
 class LocalBytes:
-    """A local file, mapped; only the pages of the ranges read are touched."""
+    """A local regular file, read with pread: only the pages of the ranges read are touched, and a file that shrinks
+    meanwhile is a short read (CheckpointError), never SIGBUS as under a memory map."""
 
     def __init__(self, path: Path):
         self.label = str(path)
-        try:
-            with open(path, "rb") as f:
-                self._size = os.fstat(f.fileno()).st_size
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self._size else None
-        except OSError as e:
-            raise CheckpointError(f"{path}: cannot open: {e.strerror}") from None
-        if self._map is not None and hasattr(mmap, "MADV_RANDOM"):
-            self._map.madvise(mmap.MADV_RANDOM)  # rows are far apart: read-around would fetch 128 KiB per row
+        self._fd, self._size = limits.open_regular(path, CheckpointError)
+        if hasattr(os, "posix_fadvise"):  # rows are far apart: read-around would fetch 128 KiB per row
+            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
 
     def size(self) -> int:
         return self._size
 
     def read(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        return [bytes(self._map[o:o + n]) if self._map is not None else b"" for o, n in ranges]
+        out = []
+        for offset, n in ranges:
+            try:
+                data = os.pread(self._fd, n, offset)
+            except OSError as e:
+                raise CheckpointError(f"{self.label}: cannot read: {e.strerror or type(e).__name__}") from None
+            if len(data) != n:
+                raise CheckpointError(f"{self.label}: the file ends at byte {offset + len(data)}, before byte "
+                                      f"{offset + n}: truncated while being read")
+            out.append(data)
+        return out
 
     def close(self) -> None:
-        if self._map is not None:
-            self._map.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def merge_ranges(ranges: list[tuple[int, int]], gap: int = MERGE_GAP) -> list[tuple[int, int]]:
@@ -78,46 +83,25 @@ def merge_ranges(ranges: list[tuple[int, int]], gap: int = MERGE_GAP) -> list[tu
     return [(o, n) for o, n in merged]
 
 
-def read_header(src: ByteSource) -> tuple[dict, int]:
-    """The safetensors header (JSON object) and the offset where the data starts."""
-    size = src.size()
-    if size < 8:
-        raise CheckpointError(f"{src.label}: not a safetensors file (only {size} bytes)")
-    (n,) = struct.unpack("<Q", src.read([(0, 8)])[0])
-    if n > MAX_HEADER_BYTES or 8 + n > size:  # n itself is not printed: it is the file's first 8 bytes
-        raise CheckpointError(f"{src.label}: its 8-byte header length is larger than the file ({size} bytes) or "
-                              f"than {MAX_HEADER_BYTES} bytes: truncated or not a safetensors file")
-    header = limits.parse_json(src.read([(8, n)])[0], f"{src.label}: header", CheckpointError)
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{src.label}: header is not a JSON object")
-    return header, 8 + n
-
-
-def table_entry(header: dict, name: str, data_size: int, label: str) -> tuple[str, tuple[int, int], int]:
-    """dtype, 2-D shape and data offset of a table tensor, each header field checked against the file."""
-    entry = header.get(name)
+def table_entry(tensors: dict[str, TensorInfo], name: str, label: str) -> TensorInfo:
+    """The header's (already checked) entry of a table tensor: it must be a 2-D float table."""
+    info = tensors[name]
     where = f"{label}: tensor {name!r}"
-    if not isinstance(entry, dict):
-        raise CheckpointError(f"{where}: not in the file's header")
-    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in STORAGE or dtype not in ("F32", "F16", "BF16", "F64"):
-        raise CheckpointError(f"{where}: dtype {dtype!r}, expected a float table (F32, F16, BF16)")
-    if not (isinstance(shape, list) and len(shape) == 2 and all(type(d) is int and d > 0 for d in shape)):
-        raise CheckpointError(f"{where}: shape {shape!r}, expected [vocab, hidden]")
-    nbytes = shape[0] * shape[1] * STORAGE[dtype].itemsize
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
-            and 0 <= offsets[0] and offsets[1] - offsets[0] == nbytes and offsets[1] <= data_size):
-        raise CheckpointError(f"{where}: data_offsets {offsets!r} do not hold {dtype} {shape} inside the file")
-    return dtype, (shape[0], shape[1]), offsets[0]
+    if info.dtype not in ("F32", "F16", "BF16", "F64"):
+        raise CheckpointError(f"{where}: dtype {info.dtype}, expected a float table (F32, F16, BF16)")
+    if len(info.shape) != 2 or 0 in info.shape:
+        raise CheckpointError(f"{where}: shape {list(info.shape)}, expected [vocab, hidden]")
+    return info
 
 
 def read_rows(src: ByteSource, names: tuple[str, ...], pick: Callable[[int], np.ndarray]) -> TableRows | None:
     """Rows `pick(vocab)` of the first 2-D tensor of `names` the file holds, as float32; None when it holds none."""
-    header, start = read_header(src)
-    name = next((n for n in names if n in header), None)
+    tensors, _, start = parse_header(lambda offset, n: src.read([(offset, n)])[0], src.size(), src.label)
+    name = next((n for n in names if n in tensors), None)
     if name is None:
         return None
-    dtype, shape, begin = table_entry(header, name, src.size() - start, src.label)
+    info = table_entry(tensors, name, src.label)
+    dtype, shape, begin = info.dtype, (info.shape[0], info.shape[1]), info.begin
     ids = pick(shape[0])
     row = shape[1] * STORAGE[dtype].itemsize
     spans = merge_ranges([(start + begin + int(i) * row, row) for i in ids])

@@ -13,6 +13,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -93,6 +94,50 @@ def quoted_name(name: str, limit: int = 120) -> str:
     return repr(name) if len(name) <= limit else f"{name[:limit]!r}... ({len(name)} characters)"
 
 
+def parse_header(read: Callable[[int, int], bytes], size: int,
+                 label: str) -> tuple[dict[str, TensorInfo], dict, int]:
+    """(tensors, metadata, data start) of a safetensors file of `size` bytes, read through `read(offset, n)` (a local
+    file or HTTP range requests); every field is checked against the file."""
+    if size < 8:
+        raise CheckpointError(f"{label}: not a safetensors file (only {size} bytes)")
+    (n,) = struct.unpack("<Q", read(0, 8))
+    if n > MAX_HEADER_BYTES or 8 + n > size:  # n itself is not printed: it is the file's first 8 bytes
+        raise CheckpointError(f"{label}: its 8-byte header length is larger than the file ({size} bytes) or "
+                              f"than {MAX_HEADER_BYTES} bytes: truncated or not a safetensors file")
+    header = limits.parse_json(read(8, n), f"{label}: header", CheckpointError)
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{label}: header is not a JSON object")
+    data_size = size - 8 - n
+    metadata = header.pop("__metadata__", None) or {}
+    tensors = {name: check_entry(name, entry, data_size, label) for name, entry in header.items()}
+    return tensors, metadata, 8 + n
+
+
+def check_entry(name: str, entry: object, data_size: int, label: str) -> TensorInfo:
+    """One header entry as a TensorInfo, or a CheckpointError naming the file, the tensor and what is wrong."""
+    where = f"{label}: tensor {quoted_name(name)}"
+    if not isinstance(entry, dict):
+        raise CheckpointError(f"{where}: header entry is not an object")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in STORAGE:
+        shown = f" {dtype}" if isinstance(dtype, str) and DTYPE_NAME.fullmatch(dtype) else ""
+        raise CheckpointError(f"{where}: unsupported dtype{shown} (expected one of {', '.join(STORAGE)})")
+    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                            for d in shape)):
+        raise CheckpointError(f"{where}: shape is not a list of non-negative integers")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+            and 0 <= offsets[0] <= offsets[1]):
+        raise CheckpointError(f"{where}: data_offsets are not [begin, end] with 0 <= begin <= end")
+    nbytes = math.prod(shape) * STORAGE[dtype].itemsize
+    if offsets[1] - offsets[0] != nbytes:
+        raise CheckpointError(f"{where}: data_offsets span {offsets[1] - offsets[0]} bytes, "
+                              f"but {dtype} {shape} needs {nbytes}")
+    if offsets[1] > data_size:
+        raise CheckpointError(f"{where}: data ends at byte {offsets[1]} but the file holds {data_size} "
+                              f"bytes of data: truncated")
+    return TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1])
+
+
 class SafetensorsFile:
     """One .safetensors file, header parsed and validated; tensor bytes read on request with pread.
 
@@ -110,44 +155,9 @@ class SafetensorsFile:
             raise
 
     def _read_header(self) -> tuple[dict[str, TensorInfo], dict]:
-        p = self.path
-        if self.size < 8:
-            raise CheckpointError(f"{p}: not a safetensors file (only {self.size} bytes)")
-        (n,) = struct.unpack("<Q", self._pread(8, 0, "the header length"))
-        if n > MAX_HEADER_BYTES or 8 + n > self.size:  # n itself is not printed: it is the file's first 8 bytes
-            raise CheckpointError(f"{p}: its 8-byte header length is larger than the file ({self.size} bytes) or "
-                                  f"than {MAX_HEADER_BYTES} bytes: truncated or not a safetensors file")
-        header = limits.parse_json(self._pread(n, 8, "the header"), f"{p}: header", CheckpointError)
-        if not isinstance(header, dict):
-            raise CheckpointError(f"{p}: header is not a JSON object")
-        self.data_start = 8 + n
-        data_size = self.size - self.data_start
-        metadata = header.pop("__metadata__", None) or {}
-        tensors = {name: self._check_entry(name, entry, data_size) for name, entry in header.items()}
+        tensors, metadata, self.data_start = parse_header(lambda offset, n: self._pread(n, offset, "the header"),
+                                                          self.size, str(self.path))
         return tensors, metadata
-
-    def _check_entry(self, name: str, entry: object, data_size: int) -> TensorInfo:
-        where = f"{self.path}: tensor {quoted_name(name)}"
-        if not isinstance(entry, dict):
-            raise CheckpointError(f"{where}: header entry is not an object")
-        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if not isinstance(dtype, str) or dtype not in STORAGE:
-            shown = f" {dtype}" if isinstance(dtype, str) and DTYPE_NAME.fullmatch(dtype) else ""
-            raise CheckpointError(f"{where}: unsupported dtype{shown} (expected one of {', '.join(STORAGE)})")
-        if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                                for d in shape)):
-            raise CheckpointError(f"{where}: shape is not a list of non-negative integers")
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
-                and 0 <= offsets[0] <= offsets[1]):
-            raise CheckpointError(f"{where}: data_offsets are not [begin, end] with 0 <= begin <= end")
-        nbytes = math.prod(shape) * STORAGE[dtype].itemsize
-        if offsets[1] - offsets[0] != nbytes:
-            raise CheckpointError(f"{where}: data_offsets span {offsets[1] - offsets[0]} bytes, "
-                                  f"but {dtype} {shape} needs {nbytes}")
-        if offsets[1] > data_size:
-            raise CheckpointError(f"{where}: data ends at byte {offsets[1]} but the file holds {data_size} "
-                                  f"bytes of data: truncated")
-        return TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1])
 
     def raw(self, name: str) -> np.ndarray:
         """The tensor's bytes as a new numpy array in its storage dtype (bf16/fp8 as unsigned ints).
