@@ -3,6 +3,7 @@ which revision, and how each failure reads. huggingface_hub itself runs unmodifi
 (HF_ENDPOINT and HF_HOME are read when huggingface_hub is imported), with a fresh HF_HOME per test."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -147,6 +148,30 @@ FAILURES = {  # case -> (server set-up, words the one error line must hold)
                             [MTP_SHARD, "not in the repo"]),
     "unknown revision (404)": (lambda files: {REPO: {"v1": Revision(files)}}, None, ["no revision 'main'"]),
 }
+
+
+def test_a_repo_index_naming_a_shard_outside_the_repo_is_refused_before_any_download(models, tmp_path):
+    """build-mtp fetches the mtp shards the index names: a name that is not a plain file name is never requested."""
+    files = dict(models[1][1])
+    data = json.loads(files["model.safetensors.index.json"].read_text())
+    data["weight_map"] = {n: "../escape.safetensors" if n.startswith("mtp.") else shard
+                          for n, shard in data["weight_map"].items()}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(data))
+    files["model.safetensors.index.json"] = tmp_path / "model.safetensors.index.json"
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        proc, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "out", endpoint=hub.url, home=tmp_path / "hf")
+    assert proc.returncode == 1 and len(error_lines(proc)) == 1, proc.stderr
+    assert "not a plain file name" in error_lines(proc)[0], proc.stderr
+    assert "escape" not in str(hub.log) and not (tmp_path / "out").exists()
+
+
+def test_any_other_download_failure_is_one_line_naming_the_file():
+    """What huggingface_hub raises beyond its own error types (a ValueError for a bad filename, say) still reads as
+    one line, not an unexpected error of the message code."""
+    from irsurgeon.weights.hub import HubOptions, hub_error
+
+    error = hub_error(REPO, "model.safetensors", HubOptions(), ValueError("Invalid filename"))
+    assert str(error) == f"{REPO}: cannot fetch model.safetensors: Invalid filename"
 
 
 @pytest.mark.parametrize("case", sorted(FAILURES))

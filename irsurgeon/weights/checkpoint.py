@@ -21,13 +21,26 @@ INDEX_FILE = "model.safetensors.index.json"
 CONFIG_FILE = "config.json"
 
 
-def _shard_path(root: Path, shard: object, index: Path) -> Path:
+def weight_map(index: Path) -> dict[str, str]:
+    """An index's {tensor: shard file name}, bounded, each shard a plain `.safetensors` name (index files are
+    untrusted: they decide which files are opened here, or fetched from a hub)."""
+    data = limits.read_json(index, CheckpointError, limits.INDEX_JSON_BYTES)
+    found = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(found, dict) or not found:
+        raise CheckpointError(f"{index}: 'weight_map' is missing or empty")
+    return {str(name): _plain_shard_name(shard, index) for name, shard in found.items()}
+
+
+def _plain_shard_name(shard: object, index: Path) -> str:
     if not isinstance(shard, str) or not shard or "/" in shard or "\\" in shard or shard in (".", ".."):
         raise CheckpointError(f"{index}: shard name {shard!r} is not a plain file name in the checkpoint directory")
-    path = _inside(root, shard, index, f"shard {shard!r}")
-    if path.suffix != ".safetensors":
+    if not shard.endswith(".safetensors"):
         raise CheckpointError(f"{index}: shard {shard!r} is not a .safetensors file (only safetensors are read)")
-    return path
+    return shard
+
+
+def _shard_path(root: Path, shard: object, index: Path) -> Path:
+    return _inside(root, _plain_shard_name(shard, index), index, f"shard {shard!r}")
 
 
 def _inside(root: Path, name: str, where: Path, what: str) -> Path:
@@ -96,11 +109,7 @@ class Checkpoint:
 
     @staticmethod
     def _read_index(index: Path, root: Path) -> dict[str, Path]:
-        data = limits.read_json(index, CheckpointError, limits.INDEX_JSON_BYTES)
-        weight_map = data.get("weight_map") if isinstance(data, dict) else None
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise CheckpointError(f"{index}: 'weight_map' is missing or empty")
-        return {str(name): _shard_path(root, shard, index) for name, shard in weight_map.items()}
+        return {name: _shard_path(root, shard, index) for name, shard in weight_map(index).items()}
 
     def _index_single(self, path: Path) -> None:
         f = self._file(path)

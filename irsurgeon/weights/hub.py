@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from irsurgeon.config import read_json
-from irsurgeon.errors import CheckpointError, ConfigError, cause
-from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE, SINGLE_FILE
+from irsurgeon.errors import CheckpointError, cause
+from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE, SINGLE_FILE, weight_map
 from irsurgeon.weights.spec import MTP_PREFIX
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -155,8 +154,8 @@ def hub_error(repo_id: str, filename: str, hub: HubOptions, e: Exception) -> Che
     if isinstance(e, LocalEntryNotFoundError):
         if is_offline():
             return CheckpointError(f"{at}: {filename} is not in the local Hugging Face cache (HF_HUB_OFFLINE is set)")
-        cause = e.__cause__ if isinstance(e.__cause__, Exception) else e
-        return CheckpointError(f"{at}: cannot fetch {filename} from {endpoint()} ({network_reason(cause)}); "
+        underlying = e.__cause__ if isinstance(e.__cause__, Exception) else e
+        return CheckpointError(f"{at}: cannot fetch {filename} from {endpoint()} ({network_reason(underlying)}); "
                                f"{OFFLINE_HINT}")
     if isinstance(e, HfHubHTTPError):
         status = e.response.status_code if e.response is not None else "?"
@@ -240,13 +239,7 @@ def _fetch_weights_of(repo_id: str, root: Path, hub: HubOptions, online: bool, e
 
 
 def all_shards(index: Path) -> list[str]:
-    try:
-        weight_map = read_json(index).get("weight_map")
-    except ConfigError as e:
-        raise CheckpointError(str(e)) from None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise CheckpointError(f"{index}: 'weight_map' is missing or empty")
-    return sorted({str(s) for s in weight_map.values()})
+    return sorted(set(weight_map(index).values()))
 
 
 def cached_file(repo_id: str, filename: str, hub: HubOptions) -> Path | None:
@@ -258,13 +251,7 @@ def cached_file(repo_id: str, filename: str, hub: HubOptions) -> Path | None:
 
 
 def mtp_shards(index: Path) -> list[str]:
-    try:
-        weight_map = read_json(index).get("weight_map")
-    except ConfigError as e:
-        raise CheckpointError(str(e)) from None
-    if not isinstance(weight_map, dict):
-        raise CheckpointError(f"{index}: 'weight_map' is missing")
-    shards = sorted({str(s) for n, s in weight_map.items() if str(n).startswith(MTP_PREFIX)})
+    shards = sorted({s for n, s in weight_map(index).items() if n.startswith(MTP_PREFIX)})
     if not shards:
         raise CheckpointError(f"{index}: no '{MTP_PREFIX}*' tensors listed: this checkpoint carries no MTP head")
     return shards

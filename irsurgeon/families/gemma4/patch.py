@@ -82,9 +82,10 @@ def check_exposed(xml: Path, bin_path: Path) -> None:
 def generation_config(target: Path, source: Path) -> str:
     """The assistant's generation_config.json: the target's (same tokens), else the checkpoint's, else empty."""
     for where in (target / GENERATION, source / GENERATION):
-        if where.is_file():  # bounded like every JSON input; handed on as the file says it
-            limits.read_json(where, ConfigError)
-            return limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "generation config")
+        if where.is_file():  # read once, bounded and checked like every JSON input; handed on as the file says it
+            text = limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "generation config")
+            limits.parse_json(text, str(where), ConfigError)
+            return text
     return "{}\n"
 
 
