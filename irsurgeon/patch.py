@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -27,14 +26,15 @@ from irsurgeon.annotate import Status, plan_annotation, write_annotation
 from irsurgeon.build import build_model, load_mtp, name_anonymous_nodes
 from irsurgeon.compress import updated_openvino_config
 from irsurgeon.config import MTPConfig
-from irsurgeon.errors import IRError, IRSurgeonError, OutputError, cause
+from irsurgeon.errors import IRError, IRSurgeonError
 from irsurgeon.head import build_format, finish_head
 from irsurgeon.identity import require_identity
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG, Target, inspect_target
 from irsurgeon.precision import choose_format
 from irsurgeon.show import weight_precision, weights
-from irsurgeon.families.gemma4 import patch as gemma4
+from irsurgeon.families.gemma4 import layout as gemma4_layout
+from irsurgeon.families.gemma4.patch import patch_gemma4
 from irsurgeon.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted,  # noqa: F401
                                    shown, write_staged)
 from irsurgeon.verify import verify_directory
@@ -140,8 +140,8 @@ def already_patched(target: Target) -> str | None:
 
 def patch(target_dir: str | Path, source: str | Path, options: Options = Options(), echo: Echo = print) -> PatchResult:
     """The whole in-place flow (see the module docstring); returns what was written."""
-    if gemma4.target_type(target_dir) or gemma4.is_assistant_checkpoint(source):  # the second family: an assistant
-        return gemma4.patch_gemma4(target_dir, source, options, echo)            # and the target's MTP outputs
+    if gemma4_layout.target_type(target_dir) or gemma4_layout.is_assistant_checkpoint(source):  # the second family:
+        return patch_gemma4(target_dir, source, options, echo)  # an assistant and the target's MTP outputs
     start = time.perf_counter()
     if not options.dry_run and os.path.lexists(Path(target_dir) / STAGE_DIR):  # a half-done commit mixes versions:
         clear_interrupted(target_dir, options.wait, echo)                     # undo it before judging the target
@@ -153,8 +153,8 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
         result.skipped = True
         return result
     root = resolve_source(source, echo, options.hub, weights=False)  # a repo id: config.json and the index only
-    if gemma4.is_assistant_checkpoint(root):  # a gemma4_assistant repo id, known from the config.json just fetched:
-        return gemma4.patch_gemma4(target_dir, source, options, echo)  # refused there in one line (not Gemma 4)
+    if gemma4_layout.is_assistant_checkpoint(root):  # a gemma4_assistant repo id, known from the config.json just
+        return patch_gemma4(target_dir, source, options, echo)  # fetched: refused there in one line (not Gemma 4)
     identity = require_identity(target.path, source, root, options.hub, options.allow_foreign_checkpoint, echo)
     choice = plan(target, source, options, echo)  # after the source is checked: no plan for a wrong one
     if choice is None:

@@ -21,7 +21,6 @@ assistant drafts P(token) from the embedding half of its input, so its drafts ar
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np

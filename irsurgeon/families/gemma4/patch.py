@@ -21,7 +21,6 @@ completes it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +33,7 @@ from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError
 from irsurgeon.families.gemma4 import target as surgery
 from irsurgeon.families.gemma4.assistant import build_assistant
 from irsurgeon.families.gemma4.layout import (ASSISTANT_DIR, CONFIG, GENERATION, MODEL_BIN, MODEL_XML, TARGET_TYPES,
-                                              Gemma4Target, check_pair, inspect_target, is_assistant_checkpoint,
-                                              ready, target_type)
+                                              Gemma4Target, check_pair, inspect_target, ready, target_type)
 from irsurgeon.head import build_format
 from irsurgeon.models.gemma4_assistant import AssistantConfig, Layer, load_assistant_config
 from irsurgeon.precision import Choice, choose_format
