@@ -3,13 +3,12 @@ assistant whose lm_head (centroids, tied embedding table) stays float; explicit 
 in openvino-genai token-identical to target-only greedy with drafts accepted."""
 from __future__ import annotations
 
-import json
 
 import openvino as ov
 import pytest
 from click.testing import CliRunner
 
-from helpers.gemma4 import copy_pair
+from helpers.gemma4 import copy_pair, genai_report
 from irsurgeon.cli import main as cli
 from irsurgeon.compress import DEFAULTS, compress_model
 from irsurgeon.ir.storage import weight_summary
@@ -81,10 +80,7 @@ def test_int8_is_per_channel_and_auto_on_a_float_target_mirrors_it(tmp_path):
 
 def test_genai_runs_the_int4_pair_token_identical_with_drafts_accepted(int4_pair):
     pytest.importorskip("openvino_genai")
-    result = CliRunner().invoke(cli, ["verify", str(int4_pair[0]), "--genai", "--prompts", "3", "--rounds", "1",
-                                      "--json"])
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
+    report = genai_report(int4_pair[0])
     assert report["genai"]["properties"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "0"
     runs = report["genai"]["runs"]
     drafted, accepted = sum(r["draft_tokens"] for r in runs), sum(r["accepted"] for r in runs)

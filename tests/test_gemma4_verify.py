@@ -13,7 +13,7 @@ import openvino.opset13 as ops
 import pytest
 from click.testing import CliRunner
 
-from helpers.gemma4 import PAIR, copy_pair
+from helpers.gemma4 import PAIR, copy_pair, genai_report
 from irsurgeon.cli import main as cli
 from irsurgeon.families.gemma4.verify import target_outputs
 from irsurgeon.verify import verify_directory
@@ -96,10 +96,7 @@ def test_hidden_state_must_be_the_lm_head_input():
 
 def test_genai_runs_the_pair_token_identical_with_drafts_accepted(pair):
     pytest.importorskip("openvino_genai")
-    result = CliRunner().invoke(cli, ["verify", str(pair[0]), "--genai", "--prompts", "3", "--rounds", "1",
-                                      "--json"])
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
+    report = genai_report(pair[0])
     runs = report["genai"]["runs"]
     assert len(runs) == 3 * 4 and all(r["identical"] and r["tokens"] == 40 for r in runs)
     assert report["genai"]["properties"] == {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}

@@ -42,3 +42,16 @@ def copy_pair(tmp: Path) -> tuple[Path, Path]:
     target = tmp / "target"
     shutil.copytree(PAIR / "target", target)
     return target, PAIR / "assistant"
+
+
+def genai_report(directory: Path) -> dict:
+    """The JSON report of `irsurgeon verify DIR --genai --prompts 3 --rounds 1 --json`, which must exit 0."""
+    import json
+
+    from click.testing import CliRunner
+
+    from irsurgeon.cli import main
+
+    result = CliRunner().invoke(main, ["verify", str(directory), "--genai", "--prompts", "3", "--rounds", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
