@@ -301,18 +301,23 @@ def test_half_written_journal_is_handled(tmp_path, leftover):
 
 # --- concurrent runs ----------------------------------------------------------------------------------------------
 
+def paused_patch(lab, target: Path, gate: Path, point: str) -> subprocess.Popen:
+    """A patch of target held just before its first write whose description holds `point`, until gate is removed."""
+    gate.write_text("")
+    at = next(i for i, p in enumerate(lab.points, 1) if point in p)
+    proc = run_killer(lab.script, target, at, pause=gate, wait=False)
+    deadline = time.monotonic() + 120
+    while not Path(str(gate) + ".here").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return proc
+
 def test_second_run_is_refused_or_waits_while_the_first_holds_the_lock(lab, tmp_path):
     """Run A is held inside its commit (the lock taken); B is refused at once, C (--wait) waits and then finds
     the directory patched; a holder killed with SIGKILL frees the lock and the next run cleans up after it."""
     target = lab.fresh("concurrent")
     gate = tmp_path / "gate"
-    gate.write_text("")
-    at = next(i for i, p in enumerate(lab.points, 1) if "journal.json" in p)
-    a = run_killer(lab.script, target, at, pause=gate, wait=False)
-    deadline = time.monotonic() + 120
-    while not Path(str(gate) + ".here").exists():
-        assert a.poll() is None and time.monotonic() < deadline, a.communicate()
-        time.sleep(0.05)
+    a = paused_patch(lab, target, gate, "journal.json")
     b = run_cli(*patch_args(target))
     assert b.returncode == 1 and b.stderr.startswith("Error: ") and len(b.stderr.splitlines()) == 1, b.stderr
     assert "another irsurgeon run" in b.stderr
@@ -332,12 +337,7 @@ def test_other_writers_are_refused_while_patch_commits(lab, tmp_path):
     are refused at once (before, build-mtp's .xml met patch's .bin); patch then finishes and verify passes."""
     target = lab.fresh("mixed")
     gate = tmp_path / "gate"
-    gate.write_text("")
-    at = next(i for i, p in enumerate(lab.points, 1) if "os.rename openvino_mtp_model.xml" in p)
-    a = run_killer(lab.script, target, at, pause=gate, wait=False)
-    while not Path(str(gate) + ".here").exists():
-        assert a.poll() is None, a.communicate()
-        time.sleep(0.05)
+    a = paused_patch(lab, target, gate, "os.rename openvino_mtp_model.xml")
     for args in (["build-mtp", str(DEMO_CKPT), "-o", str(target)], ["annotate", str(target)]):
         other = run_cli(*args)
         assert "another irsurgeon run holds" in one_line_error(other), other.stderr
@@ -350,12 +350,7 @@ def test_other_writers_are_refused_while_patch_commits(lab, tmp_path):
 def test_lock_holder_killed_is_detected_and_cleaned_up(lab, tmp_path):
     target = lab.fresh("stale")
     gate = tmp_path / "gate"
-    gate.write_text("")
-    at = next(i for i, p in enumerate(lab.points, 1) if "os.rename openvino_language_model.xml" in p)
-    a = run_killer(lab.script, target, at, pause=gate, wait=False)
-    while not Path(str(gate) + ".here").exists():
-        assert a.poll() is None, a.communicate()
-        time.sleep(0.05)
+    a = paused_patch(lab, target, gate, "os.rename openvino_language_model.xml")
     a.kill()
     a.wait()
     check = run_cli("verify", str(target))
