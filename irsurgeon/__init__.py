@@ -25,8 +25,8 @@ _LAZY = {  # exported name -> (module, attribute)
     "verify_directory": ("irsurgeon.verify", "verify_directory"),
     "annotate_ir": ("irsurgeon.annotate", "annotate_ir"),
     "show_path": ("irsurgeon.show", "show"),
-    "load_config": ("irsurgeon.config", "load_config"),
-    "MTPConfig": ("irsurgeon.config", "MTPConfig"),
+    "load_config": ("irsurgeon.models.qwen35_mtp", "load_config"),
+    "MTPConfig": ("irsurgeon.models.qwen35_mtp", "MTPConfig"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The only place an MTP `ov.Model` is made and written: checkpoint -> weights -> graph -> model -> files."""
+"""The only place a head's `ov.Model` is made and written: checkpoint -> family -> weights -> graph -> model -> files."""
 from __future__ import annotations
 
 import math
@@ -11,42 +11,35 @@ import openvino.opset13 as ops
 
 import irsurgeon
 from irsurgeon import contract, limits, rtinfo
-from irsurgeon.config import MTPConfig, load_config
+from irsurgeon.config import read_json
 from irsurgeon.errors import CheckpointError, CompressionError, OutputError, cause, with_hint
-from irsurgeon.models.qwen35_mtp import Inputs, mtp_head
+from irsurgeon.models.qwen35_mtp import PREFIX, MTPConfig
+from irsurgeon.models.registry import family_for
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
 from irsurgeon.transaction import DirectoryTransaction, shown
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.hub import resolve_source
-from irsurgeon.weights.spec import MTP_PREFIX, dense_shapes, load_weights
-
-
-def expected_shapes(cfg: MTPConfig) -> dict[str, tuple[int, ...]]:
-    if cfg.is_moe:
-        from irsurgeon.weights.moe import moe_shapes
-        return moe_shapes(cfg)
-    return dense_shapes(cfg)
+from irsurgeon.weights.spec import LazyWeights, Table, load_weights
 
 
 def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_nonfinite: bool = False,
-             warn=print) -> tuple[MTPConfig, dict[str, np.ndarray], Checkpoint]:
-    """Open a checkpoint, validate its config, and load the `mtp.*` tensors (only their shards are opened)."""
+             warn=print) -> tuple[MTPConfig, LazyWeights, Checkpoint]:
+    """Open a checkpoint, read its config as its family does, and check its tensors against the family's table
+    (only the shards holding them are opened; no tensor is decoded yet)."""
     ckpt = Checkpoint.open(checkpoint, config)
     if not ckpt.config_path.exists():  # Checkpoint.open always names one; a FIFO or device is refused by its reader
         raise with_hint(CheckpointError(f"{checkpoint}: no config.json beside the weights"), "--config",
                         "pass --config with the checkpoint's config.json")
     try:
-        cfg = load_config(ckpt.config_path)
+        raw = read_json(ckpt.config_path)
+        family = family_for(raw.get("model_type"), str(ckpt.config_path))
+        cfg = family.parse_config(raw, str(ckpt.config_path))
         for line in cfg.warnings:
             warn(line)
-        if cfg.is_moe:
-            from irsurgeon.weights.moe import load_moe_weights
-            weights = load_moe_weights(ckpt, cfg, allow_nonfinite, warn)
-        else:
-            weights = load_weights(ckpt, expected_shapes(cfg), cfg, allow_nonfinite, warn)
+        table = family.tensors(cfg)
+        weights = load_weights(ckpt, table, cfg.dtype, allow_nonfinite, warn)
         # the headers now match the config; no tensor is read yet, and none is if the head cannot fit
-        limits.check_memory(memory_need(expected_shapes(cfg)), f"{checkpoint}: building its MTP head",
-                            CheckpointError)
+        limits.check_memory(memory_need(table.shapes()), f"{checkpoint}: building its MTP head", CheckpointError)
     except BaseException:
         ckpt.close()
         raise
@@ -60,51 +53,66 @@ def memory_need(shapes: dict[str, tuple[int, ...]]) -> int:
     return 2 * sum(sizes) + 4 * max(sizes, default=0)
 
 
-def make_parameters(cfg: MTPConfig) -> tuple[list[ov.Node], Inputs]:
-    params = []
-    for port in contract.INPUTS:
-        p = ops.parameter(contract.partial_shape(port, cfg.hidden_size), port.dtype, name=port.name)
-        p.output(0).set_names({port.name})
-        params.append(p)
-    return params, Inputs(*(p.output(0) for p in params))
+def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | WeightFormat = WeightFormat.F16,
+                warn=None, moe_form: str | None = None) -> ov.Model:
+    """The head as an ov.Model from weights keyed by their roles (names relative to the table's prefix).
 
-
-def build_model(cfg: MTPConfig, weights: dict[str, np.ndarray], fmt: str | WeightFormat = WeightFormat.F16,
-                warn=None) -> ov.Model:
-    """The stateful MTP head as an ov.Model from float32 weights keyed by their names relative to `mtp.`.
-
-    warn: where a weight kept f32 in an f16 build is reported (default: the loader's channel, else print).
+    The family comes from cfg.model_type (irsurgeon.models.registry). Every weight loaded must be used by the graph
+    and every weight the graph asks for must be loaded. warn: where a weight kept f32 in an f16 build is reported
+    (default: the loader's channel, else print). moe_form: the routed experts' graph form (irsurgeon.ops.moe.FORMS).
     """
     fmt = float_format(fmt)
     warn = warn or getattr(weights, "warn", print)
-    params, inputs = make_parameters(cfg)
+    family = family_for(cfg.model_type, cfg.source or "config")
+    table = getattr(weights, "table", None) or family.tensors(cfg)
+    params, inputs = family.parameters(cfg)
+    used: set[str] = set()
 
     def w(name: str) -> ov.Output:
-        key = name[len(MTP_PREFIX):]
-        half = weights.half(key) if fmt is WeightFormat.F16 and hasattr(weights, "half") else None
+        role = name[len(table.prefix):] if name.startswith(table.prefix) else None
+        if role not in weights:
+            raise CheckpointError(f"the {family.name} graph asks for tensor {name}, which its table does not load")
+        used.add(role)
+        half = weights.half(role) if fmt is WeightFormat.F16 and hasattr(weights, "half") else None
         if half is not None:  # decoded straight to f16 (no float32 copy); None: the f32 path decides and reports
             return half_weight(half, name)
-        return weight(weights[key], name, fmt, warn)
+        return weight(weights[role], name, fmt, warn)
 
-    out, sinks = mtp_head(inputs, w, cfg)
-    result = ops.result(out)
-    result.set_friendly_name(contract.OUTPUT)
-    result.output(0).get_tensor().set_names({contract.OUTPUT})
-    out.set_names({contract.OUTPUT})
-    model = ov.Model([result], sinks, params, "qwen3_5_mtp")
-    model.set_rt_info("True", rtinfo.MTP_MODE)
+    outputs, sinks = family.graph(inputs, w, cfg, **({"moe_form": moe_form} if moe_form else {}))
+    unused = sorted(set(weights) - used)
+    if unused:
+        raise CheckpointError(f"tensor {table.prefix}{unused[0]} was loaded but the {family.name} graph never used it"
+                              + (f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""))
+    results = []
+    for out_name, out in outputs.items():
+        result = ops.result(out)
+        result.set_friendly_name(out_name)
+        result.output(0).get_tensor().set_names({out_name})
+        out.set_names({out_name})
+        results.append(result)
+    model = ov.Model(results, sinks, params, family.name)
+    for key, value in family.rt_info.items():
+        model.set_rt_info(value, key)
+    rtinfo.set_provenance(model, **{rtinfo.KEEP_FLOAT: keep_float(table)})
     return model
+
+
+def keep_float(table: Table) -> str:
+    """The weight constants weight compression must leave as built (the table's compress=False rows), space-separated
+    (names hold no spaces: they are checkpoint tensor names)."""
+    return " ".join(table.prefix + t.role for t in table.tensors if not t.compress)
 
 
 def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
                     weight_format: str | WeightFormat = WeightFormat.F16, allow_nonfinite: bool = False,
-                    warn=print, hub=None) -> ov.Model:
+                    warn=print, hub=None, moe_form: str | None = None) -> ov.Model:
     """Build the MTP head of a checkpoint directory, a .safetensors file with its config.json, or a Hugging Face
-    repo id (only config.json, the index and the `mtp.*` shards are fetched; `hub`: weights.hub.HubOptions)."""
+    repo id (only config.json, the index and the `mtp.*` shards are fetched; `hub`: weights.hub.HubOptions).
+    moe_form: the routed experts' graph form (irsurgeon.ops.moe.FORMS; default the one the CPU plugin fuses)."""
     fmt = float_format(weight_format)
-    cfg, weights, ckpt = load_mtp(resolve_source(checkpoint, warn, hub), config, allow_nonfinite, warn)
+    cfg, weights, ckpt = load_mtp(resolve_source(checkpoint, warn, hub, PREFIX), config, allow_nonfinite, warn)
     try:
-        model = build_model(cfg, weights, fmt, warn)
+        model = build_model(cfg, weights, fmt, warn, moe_form)
     finally:
         ckpt.close()
     rtinfo.set_provenance(model, version=irsurgeon.__version__, source=str(checkpoint), weight_format=fmt.value,

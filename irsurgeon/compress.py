@@ -12,7 +12,8 @@ Group-size fallback, per weight with I input channels: group g when g divides I;
 divides I, if it is at least `min_group_size`; else the backup precision. nncf's `GroupSizeFallbackMode.ADJUST`
 applies exactly this rule; the report is read back from the compressed graph, not assumed.
 
-The MoE router (`mlp.gate`) and shared-expert gate stay float (see ROUTING_MATMULS). Only MatMul weights are candidates: RoPE `inv_freq` and the norm gains feed Multiply nodes, which nncf never
+Weights a family marks as never compressed stay float (the Qwen MoE router and shared-expert gate: `compress=False` in
+its tensor table, recorded by the build in rt_info; see marked_consumers). Only MatMul weights are candidates: RoPE `inv_freq` and the norm gains feed Multiply nodes, which nncf never
 treats as weights.
 
 `all_layers` stays off by default, deliberately: nncf then keeps the head's last MatMul (`mlp.down_proj`, whose output
@@ -141,15 +142,28 @@ class CompressionReport:
         return out
 
 
-# MoE routing MatMuls: a few KB of weights whose rounding would change which experts a token goes to.
-ROUTING_MATMULS = ("mtp.layers.0.mlp.gate", "mtp.layers.0.mlp.shared_expert_gate")
+def marked_consumers(model) -> tuple[str, ...]:
+    """The MatMul / Gather nodes (friendly names) reading a weight constant its family marks as never compressed
+    (rtinfo.keep_float: e.g. the MoE router, whose rounding would change which experts a token goes to)."""
+    marked = set(rtinfo.keep_float(model))
+    found = []
+    for op in model.get_ops():
+        if op.get_type_name() not in ("MatMul", "Gather"):
+            continue
+        src = op.input_value(1 if op.get_type_name() == "MatMul" else 0).get_node()
+        src = src.input_value(0).get_node() if src.get_type_name() == "Convert" else src
+        if src.get_friendly_name() in marked:
+            found.append(op.get_friendly_name())
+    return tuple(found)
 
 
-def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...] = ROUTING_MATMULS):
+def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...] | None = None):
     """Compress the MatMul weights of `model` with nncf; returns (the compressed model, the report).
 
-    keep_float: MatMuls (friendly names) whose weights stay as built.
+    keep_float: MatMuls (friendly names) whose weights stay as built; default: the ones the head's family marks.
     """
+    if keep_float is None:
+        keep_float = marked_consumers(model)
     # loaded here, not with the module: importing nncf takes ~1.3 s (python -X importtime, nncf 3.4.0) and the CLI
     # reads this module's option lists at start-up
     import nncf
@@ -174,14 +188,14 @@ def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...]
         raise CompressionError(f"nncf cannot compress the head with {params.mode}: {cause(e)}") from None
     finally:
         nncf.set_log_level(level)
-    report = _report(before, weight_summary(model), params, keep_float)
+    report = _report(before, weight_summary(model), params, keep_float, set(rtinfo.keep_float(model)))
     record(model, params, report)
     return model, report
 
 
-def routing_scope(nncf, model, keep_float: tuple[str, ...] = ROUTING_MATMULS):
-    """Keep the MoE router and shared-expert gate (or the nodes a caller names) out of compression (their float
-    weights stay as built). Gather counts too: nncf compresses an embedding table read by a Gather."""
+def routing_scope(nncf, model, keep_float: tuple[str, ...]):
+    """Keep the named MatMul / Gather nodes out of compression (their float weights stay as built). Gather counts
+    too: nncf compresses an embedding table read by a Gather."""
     present = {op.get_friendly_name() for op in model.get_ops() if op.get_type_name() in ("MatMul", "Gather")}
     names = [n for n in keep_float if n in present]
     return nncf.IgnoredScope(names=names) if names else None
@@ -193,7 +207,8 @@ def _nncf_input_errors(nncf) -> tuple[type, ...]:
     return (e.ValidationError, e.InvalidGroupSizeError, e.ParameterNotSupportedError, e.UnsupportedModelError)
 
 
-def _report(before: dict, after, params: CompressionParams, keep_float: tuple[str, ...]) -> CompressionReport:
+def _report(before: dict, after, params: CompressionParams, keep_float: tuple[str, ...],
+            marked: set[str]) -> CompressionReport:
     modes, fallbacks = {}, []
     for w in after.weights:
         if w.name not in before:
@@ -205,8 +220,8 @@ def _report(before: dict, after, params: CompressionParams, keep_float: tuple[st
             continue
         planned = planned_group(in_ch, params)
         kept = w.consumer in keep_float or w.name.removesuffix(".weight") in keep_float
-        if kept and w.name.removesuffix(".weight") in ROUTING_MATMULS:
-            reason = "MoE routing weights stay float, so experts are chosen as in the float head"
+        if kept and w.name in marked:
+            reason = "kept float as its family marks it (routing weights: the choices stay those of the float head)"
         elif kept:
             reason = "kept float: its consumer is in the ignored scope"
         elif w.bits == params.bits:

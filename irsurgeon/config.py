@@ -1,75 +1,24 @@
-"""The MTP head's configuration, read from a Hugging Face `config.json` exactly as transformers 5.x reads it.
+"""Reading a Hugging Face `config.json` exactly as transformers reads it: generic machinery, no model family.
 
-Every key the head uses is listed once, in QWEN35_KEYS: where transformers reads it (its homes, first present wins),
-its default when absent, and the values the head accepts. A VLM checkpoint (`qwen3_5`, `qwen3_5_moe`) keeps its text
-model under `text_config`; a text-only one (`qwen3_5_text`, `qwen3_5_moe_text`) at the top level. When a key's
-homes disagree, the value transformers uses wins and MTPConfig.warnings says so, one line per disagreement; the
-callers that build a head print them. Nothing about any particular checkpoint size is assumed.
+A family module (irsurgeon.models.<family>) lists every key its head uses once, as `Key` rows: where transformers
+reads it (its homes, first present wins), its default when absent, and the values the head accepts. `read_key` reads
+one row; when a key's homes disagree, the value transformers uses wins and one warning line says so. Bounds reject
+absurd values before anything is allocated (a hostile hidden_size of 10**9 ...).
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from irsurgeon.errors import ConfigError
 
-DENSE_TYPES = ("qwen3_5", "qwen3_5_text")
-MOE_TYPES = ("qwen3_5_moe", "qwen3_5_moe_text")
-DENSE_TEXT, MOE_TEXT = "qwen3_5_text", "qwen3_5_moe_text"
-# transformers 5.23.0 Qwen3_5Config / Qwen3_5MoeConfig: `sub_configs_defaults` fixes the text config class by the
-# top-level model_type (text_config.model_type does not choose it); the *_text types are their own text config.
-TEXT_TYPE = {"qwen3_5": DENSE_TEXT, "qwen3_5_text": DENSE_TEXT, "qwen3_5_moe": MOE_TEXT, "qwen3_5_moe_text": MOE_TEXT}
-
-# Bounds that reject absurd configs before anything is allocated (a hostile hidden_size of 10**9 ...).
 MAX_WIDTH = 1 << 17
 MAX_HEADS = 1 << 12
 MAX_EXPERTS = 1 << 12
 MAX_VOCAB = 1 << 23
-
-
-@dataclass(frozen=True)
-class MoEConfig:
-    num_experts: int
-    top_k: int
-    expert_size: int
-    shared_expert_size: int
-    norm_topk_prob: bool = True
-
-
-@dataclass(frozen=True)
-class MTPConfig:
-    model_type: str
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float
-    rope_theta: float
-    partial_rotary_factor: float
-    intermediate_size: int | None
-    vocab_size: int | None
-    num_hidden_layers: int | None = None
-    moe: MoEConfig | None = None
-    dtype: str | None = None  # the checkpoint's declared storage dtype ("bfloat16", ...), when it declares one
-    quantized: bool = False  # a quantization_config is present (FP8 releases): stored dtypes may differ from dtype
-    source: str = field(default="", compare=False)
-    warnings: tuple[str, ...] = field(default=(), compare=False)  # "warning: <file>: ..." lines, for the caller
-
-    @property
-    def rotary_dim(self) -> int:
-        return int(self.head_dim * self.partial_rotary_factor)
-
-    @property
-    def kv_groups(self) -> int:
-        return self.num_heads // self.num_kv_heads
-
-    @property
-    def is_moe(self) -> bool:
-        return self.moe is not None
-
 
 REQUIRED = object()  # no default: the key must be present
 MISSING = object()  # lookup: no value at that path
@@ -104,7 +53,7 @@ class Key:
     kind: type = int
     bounds: Range | None = None
     allowed: tuple | None = None
-    types: tuple[str, ...] = (DENSE_TEXT, MOE_TEXT)
+    types: tuple[str, ...] | None = None  # the text model types that have the key (None: all)
     null_is_absent: bool = False
     ignored: tuple[str, ...] = ()
 
@@ -112,56 +61,20 @@ class Key:
         return self.default.get(text_type, REQUIRED) if isinstance(self.default, dict) else self.default
 
 
-def _ints(hi: int) -> Range:
+def ints(hi: int) -> Range:
+    """Positive integers up to hi."""
     return Range(1, hi)
 
 
-# transformers 5.23.0: models/qwen3_5/configuration_qwen3_5.py (Qwen3_5TextConfig) and
-# models/qwen3_5_moe/configuration_qwen3_5_moe.py (Qwen3_5MoeTextConfig) field defaults; RoPE precedence from
-# modeling_rope_utils.py RotaryEmbeddingConfigMixin.convert_rope_params_to_dict (values already in rope_parameters
-# win, `setdefault` only fills them from the legacy top-level rope_theta / partial_rotary_factor; partial_rotary_factor
-# defaults to 0.25 in Qwen3_5TextConfig.__post_init__, rope_theta to `default_theta` 10000.0), and `rope_scaling`, when
-# set, replaces rope_parameters; standardize_rope_params reads rope_type, else the legacy `type`, else "default".
-# dtype: configuration_utils.py PreTrainedConfig.__post_init__ keeps `dtype` over `torch_dtype`; modeling_utils.py
-# _get_dtype reads the top-level config's dtype only (a VLM's text_config.dtype is irsurgeon's fallback declaration:
-# transformers would take the weights' dtype there, which check_dtype then compares against).
-D, M = DENSE_TEXT, MOE_TEXT
-QWEN35_KEYS: tuple[Key, ...] = (
-    # hidden_size: transformers defaults to 4096 (dense) / 2048 (MoE); kept required, a head of a default width
-    # could only fail later with a weight-shape error.
-    Key("hidden_size", ("{text}hidden_size",), bounds=_ints(MAX_WIDTH)),
-    Key("num_heads", ("{text}num_attention_heads",), 16, bounds=_ints(MAX_HEADS)),
-    Key("num_kv_heads", ("{text}num_key_value_heads",), {D: 4, M: 2}, bounds=_ints(MAX_HEADS)),
-    Key("head_dim", ("{text}head_dim",), 256, bounds=_ints(MAX_WIDTH)),
-    Key("rms_norm_eps", ("{text}rms_norm_eps",), 1e-6, float, Range(0, 1, lo_open=True, hi_open=True)),
-    Key("rope_theta", ("{rope}rope_theta", "{text}rope_theta"), 10000.0, float,
-        Range(1, math.inf, lo_open=True, hi_open=True)),
-    Key("partial_rotary_factor", ("{rope}partial_rotary_factor", "{text}partial_rotary_factor"), 0.25, float,
-        Range(0, 1, lo_open=True)),
-    # Qwen3_5TextRotaryEmbedding uses ROPE_INIT_FUNCTIONS[rope_type] for anything but "default"; the head has only
-    # the default inverse frequencies. mrope_section / mrope_interleaved: equal t/h/w positions for text, a no-op.
-    Key("rope_type", ("{rope}rope_type", "{rope}type"), "default", str, allowed=("default",)),
-    Key("intermediate_size", ("{text}intermediate_size",), 12288, bounds=_ints(MAX_WIDTH * 4), types=(D,)),
-    Key("vocab_size", ("{text}vocab_size",), 248320, bounds=_ints(MAX_VOCAB)),
-    Key("num_hidden_layers", ("{text}num_hidden_layers",), {D: 32, M: 40}, bounds=_ints(4096)),
-    # The two mtp_* keys are not transformers fields (kept as extra attributes of the text config; transformers
-    # drops mtp.* at load). Dedicated embeddings would be a table of the head's own; it is fed the model's embeddings.
-    Key("mtp_num_hidden_layers", ("{text}mtp_num_hidden_layers",), 0, bounds=Range(0, 4096)),
-    Key("mtp_use_dedicated_embeddings", ("{text}mtp_use_dedicated_embeddings",), False, bool, allowed=(False,)),
-    # Qwen3_5Attention: nn.Linear(..., bias=config.attention_bias); Qwen3_5MLP: ACT2FN[config.hidden_act]. The head
-    # has no biases and only SiLU.
-    Key("attention_bias", ("{text}attention_bias",), False, bool, allowed=(False,)),
-    Key("hidden_act", ("{text}hidden_act",), "silu", str, allowed=("silu",)),
-    Key("num_experts", ("{text}num_experts",), 256, bounds=_ints(MAX_EXPERTS), types=(M,)),
-    Key("top_k", ("{text}num_experts_per_tok",), 8, bounds=_ints(MAX_EXPERTS), types=(M,)),
-    Key("expert_size", ("{text}moe_intermediate_size",), 512, bounds=_ints(MAX_WIDTH * 4), types=(M,)),
-    Key("shared_expert_size", ("{text}shared_expert_intermediate_size",), 512, bounds=_ints(MAX_WIDTH * 4),
-        types=(M,)),
-    # Qwen3_5MoeTopKRouter.forward always divides the top-k weights by their sum; the config has no such field.
-    Key("norm_topk_prob", (), True, bool, types=(M,), ignored=("{text}norm_topk_prob",)),
-    Key("dtype", ("dtype", "torch_dtype", "{text}dtype", "{text}torch_dtype"), None, str, null_is_absent=True),
-)
-del D, M
+def read_keys(cfg: dict, keys: tuple[Key, ...], text_type: str, where: dict[str, str],
+              source: str) -> tuple[dict[str, Any], list[str]]:
+    """Every key a text model of `text_type` has, by name, with the warning lines of disagreeing homes."""
+    values, warnings = {}, []
+    for key in keys:
+        if key.types is None or text_type in key.types:
+            values[key.name], lines = read_key(cfg, key, key.default_for(text_type), where, source)
+            warnings += lines
+    return values, warnings
 
 
 def read_json(path: Path) -> dict:
@@ -178,79 +91,6 @@ def text_section(cfg: dict) -> dict:
     """The text-model part of a config: `text_config` when present, else the top level."""
     tc = cfg.get("text_config")
     return tc if isinstance(tc, dict) else cfg
-
-
-def load_config(path: str | Path) -> MTPConfig:
-    """Read and validate the MTP configuration in a config.json."""
-    return parse_config(read_json(Path(path)), source=str(path))
-
-
-def parse_config(cfg: dict, source: str = "config.json") -> MTPConfig:
-    """The head's configuration as transformers reads config.json (QWEN35_KEYS), validated and bounded."""
-    text_type, text = text_model(cfg, source)
-    rope, warnings = rope_section(cfg, text, source)
-    values = {}
-    for key in QWEN35_KEYS:
-        if text_type in key.types:
-            values[key.name], lines = read_key(cfg, key, key.default_for(text_type), {"text": text, "rope": rope},
-                                               source)
-            warnings += lines
-    check_head(values, source)
-    moe = None
-    if text_type == MOE_TEXT:
-        moe = MoEConfig(num_experts=values["num_experts"], top_k=values["top_k"], expert_size=values["expert_size"],
-                        shared_expert_size=values["shared_expert_size"], norm_topk_prob=values["norm_topk_prob"])
-    # transformers reads only the top-level quantization_config; a text-level one is honoured too, as
-    # weights/moe.py decodes FP8 experts from either place.
-    quantized = any(isinstance(lookup(cfg, p), dict) for p in ("quantization_config", f"{text}quantization_config"))
-    return MTPConfig(
-        model_type=text_type, hidden_size=values["hidden_size"], num_heads=values["num_heads"],
-        num_kv_heads=values["num_kv_heads"], head_dim=values["head_dim"], rms_norm_eps=values["rms_norm_eps"],
-        rope_theta=values["rope_theta"], partial_rotary_factor=values["partial_rotary_factor"],
-        intermediate_size=values.get("intermediate_size"), vocab_size=values["vocab_size"],
-        num_hidden_layers=values["num_hidden_layers"], moe=moe, dtype=values["dtype"], quantized=quantized,
-        source=source, warnings=tuple(warnings))
-
-
-def text_model(cfg: dict, source: str) -> tuple[str, str]:
-    """(text model type, path prefix of its section) as transformers resolves them from the top-level model_type."""
-    outer = cfg.get("model_type")
-    text_type = TEXT_TYPE.get(outer) if isinstance(outer, str) else None
-    if text_type is None:
-        raise ConfigError(f"{source}: model_type {outer!r} has no supported MTP head "
-                          f"(expected one of {', '.join(DENSE_TYPES + MOE_TYPES)})")
-    if outer == text_type:
-        return text_type, ""
-    tc = cfg.get("text_config")
-    if tc is None:  # transformers would build the text model from its class defaults, which have no MTP head
-        raise ConfigError(f"{source}: model_type {outer!r} keeps its text model under text_config, which is absent")
-    if not isinstance(tc, dict):
-        raise ConfigError(f"{source}: text_config must be a JSON object, found {type(tc).__name__}")
-    inner = tc.get("model_type", text_type)
-    if inner not in (text_type, outer):
-        raise ConfigError(f"{source}: text_config.model_type {inner!r} does not match model_type {outer!r} "
-                          f"(expected {text_type!r})")
-    return text_type, "text_config."
-
-
-def rope_section(cfg: dict, text: str, source: str) -> tuple[str, list[str]]:
-    """The `{rope}` prefix: rope_scaling when set (transformers: `rope_scaling or rope_parameters`), else
-    rope_parameters; one flat dict, as Qwen3_5TextRotaryEmbedding reads it."""
-    params, scaling = f"{text}rope_parameters", f"{text}rope_scaling"
-    chosen, warnings = params, []
-    if (replacing := lookup(cfg, scaling)) is not MISSING and replacing:
-        chosen = scaling
-        other = lookup(cfg, params)
-        if other is not MISSING and other and other != replacing:
-            warnings.append(disagreement(source, params, other, scaling, replacing, label=scaling))
-    rope = lookup(cfg, chosen)
-    if rope not in (MISSING, None) and not isinstance(rope, dict):
-        raise ConfigError(f"{source}: {chosen} must be a JSON object, found {type(rope).__name__}")
-    nested = [k for k, v in (rope or {}).items() if isinstance(v, dict)] if rope is not MISSING else []
-    if nested:
-        raise ConfigError(f"{source}: {chosen}.{nested[0]}: RoPE parameters per layer type are not supported "
-                          f"(Qwen3.5 reads one flat {chosen.rsplit('.', 1)[-1]} dict)")
-    return chosen + ".", warnings
 
 
 
@@ -315,21 +155,3 @@ def disagreement(source: str, ignored: str, ignored_value: Any, used: str, used_
     label = label or show(used_value)
     return (f"warning: {source}: {ignored} {show(ignored_value)} disagrees with {used} {show(used_value)}; "
             f"using {label} (as transformers does)")
-
-
-def check_head(v: dict[str, Any], source: str) -> None:
-    """What the head needs across keys: one MTP layer, whole KV groups, an even rotary width, top-k <= experts."""
-    if not v["mtp_num_hidden_layers"]:
-        raise ConfigError(f"{source}: mtp_num_hidden_layers is absent or 0: this checkpoint has no MTP head")
-    if v["mtp_num_hidden_layers"] != 1:
-        raise ConfigError(f"{source}: mtp_num_hidden_layers is {v['mtp_num_hidden_layers']}; "
-                          f"only a one-layer MTP head is supported")
-    heads, kv_heads, head_dim, prf = v["num_heads"], v["num_kv_heads"], v["head_dim"], v["partial_rotary_factor"]
-    if heads % kv_heads:
-        raise ConfigError(f"{source}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
-    rot = int(head_dim * prf)  # transformers: dim = int(head_dim * partial_rotary_factor)
-    if rot < 2 or rot % 2:
-        raise ConfigError(f"{source}: head_dim {head_dim} x partial_rotary_factor {prf} = {rot} rotary dims; "
-                          f"expected an even number >= 2")
-    if "top_k" in v and v["top_k"] > v["num_experts"]:
-        raise ConfigError(f"{source}: num_experts_per_tok {v['top_k']} exceeds num_experts {v['num_experts']}")

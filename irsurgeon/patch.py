@@ -25,12 +25,13 @@ from irsurgeon import contract, rtinfo
 from irsurgeon.annotate import Status, plan_annotation, write_annotation
 from irsurgeon.build import build_model, load_mtp, name_anonymous_nodes
 from irsurgeon.compress import updated_openvino_config
-from irsurgeon.config import MTPConfig
+from irsurgeon.models.qwen35_mtp import PREFIX, MTPConfig
 from irsurgeon.errors import IRError, IRSurgeonError
 from irsurgeon.head import build_format, finish_head
 from irsurgeon.identity import require_identity
 from irsurgeon.ir import files, xmlsafe
-from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG, Target, inspect_target
+from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG
+from irsurgeon.target import Target, inspect_target
 from irsurgeon.precision import choose_format
 from irsurgeon.show import weight_precision, weights
 from irsurgeon.families.gemma4 import layout as gemma4_layout
@@ -152,7 +153,7 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     if is_done(target, options, echo):
         result.skipped = True
         return result
-    root = resolve_source(source, echo, options.hub, weights=False)  # a repo id: config.json and the index only
+    root = resolve_source(source, echo, options.hub)  # a repo id: config.json and the index only
     if gemma4_layout.is_assistant_checkpoint(root):  # a gemma4_assistant repo id, known from the config.json just
         return patch_gemma4(target_dir, source, options, echo)  # fetched: refused there in one line (not Gemma 4)
     identity = require_identity(target.path, source, root, options.hub, options.allow_foreign_checkpoint, echo)
@@ -160,7 +161,7 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     if choice is None:
         result.skipped = True
         return result
-    root = fetch_weights(source, root, options.hub, echo)
+    root = fetch_weights(source, root, options.hub, PREFIX, echo)
     cfg, weights, ckpt = load_mtp(root, allow_nonfinite=options.allow_nonfinite, warn=echo)
     try:
         check_source_matches(target, cfg)

@@ -6,6 +6,7 @@ HIDDEN_STATES_LAYERS = "hidden_states_decoder_layers"
 RUNTIME_OPTIONS = "runtime_options"
 KV_CACHE_PRECISION = "KV_CACHE_PRECISION"
 PROVENANCE = "irsurgeon"  # section: version, source, weight_format, ...
+KEEP_FLOAT = "keep_float"  # in PROVENANCE: weight constants the family marks as never compressed (space-separated)
 
 
 def set_provenance(model, **fields: str) -> None:
@@ -16,3 +17,10 @@ def set_provenance(model, **fields: str) -> None:
 
 def set_runtime_option(model, key: str, value: str) -> None:
     model.set_rt_info(str(value), [RUNTIME_OPTIONS, key])
+
+
+def keep_float(model) -> tuple[str, ...]:
+    """The weight constants the head's family marks as never compressed (set by irsurgeon.build)."""
+    if not model.has_rt_info([PROVENANCE, KEEP_FLOAT]):
+        return ()
+    return tuple(model.get_rt_info([PROVENANCE, KEEP_FLOAT]).astype(str).split())

@@ -17,7 +17,7 @@ from irsurgeon.families.gemma4.layout import target_type as gemma4_type
 from irsurgeon.families.gemma4.verify import verify_gemma4
 from irsurgeon.identity import check_identity
 from irsurgeon.ir import files, xmlsafe
-from irsurgeon.ir.export import inspect_target
+from irsurgeon.target import inspect_target
 from irsurgeon.ir.hidden_states import parse_annotation
 from irsurgeon.journal import leftover_state
 from irsurgeon.weights.hub import resolve_source
@@ -91,7 +91,7 @@ def _annotation(xml: Path, num_layers: int | None) -> tuple[bool, str]:
 def identity_check(target: Path, checkpoint: str | Path, hub, echo) -> Check:
     """Whether the checkpoint is the one the target was exported from (irsurgeon.identity)."""
     try:
-        root = resolve_source(checkpoint, echo, hub, weights=False)
+        root = resolve_source(checkpoint, echo, hub)
         result = check_identity(target, checkpoint, root, hub)
     except IRSurgeonError as e:
         return Check("checkpoint identity", False, str(e))

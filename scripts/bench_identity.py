@@ -70,7 +70,7 @@ from irsurgeon.identity import check_identity
 from irsurgeon.weights.hub import resolve_source
 import openvino
 before, start = io(), time.perf_counter()
-root = resolve_source({source!r}, echo=lambda s: None, weights=False)
+root = resolve_source({source!r}, echo=lambda s: None)
 r = check_identity({target!r}, {source!r}, root)
 print(json.dumps({{"ok": r.ok, "seconds": time.perf_counter() - start, "read_bytes": io() - before,
                    "detail": r.detail}}))

@@ -21,7 +21,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import openvino as ov
@@ -29,10 +28,8 @@ import openvino as ov
 import irsurgeon.ops.moe as moe_ops
 from irsurgeon import contract
 from irsurgeon.build import build_model, load_mtp
-from irsurgeon.config import MoEConfig, MTPConfig
+from irsurgeon.models.qwen35_mtp import MoEConfig, MTPConfig, tensors
 from irsurgeon.ops.core import WeightFormat
-from irsurgeon.weights.moe import moe_shapes
-from irsurgeon.weights.spec import is_norm
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = Path(os.environ.get("IRSURGEON_REFERENCE", ROOT.parent / "shared" / "reference"))
@@ -48,8 +45,9 @@ def random_weights(cfg: MTPConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """Folded (1 + w) norm gains and N(0, 1/fan_in) matrices in the canonical layout."""
     rng = np.random.default_rng(seed)
     out = {}
-    for name, shape in moe_shapes(cfg).items():
-        if is_norm(name):
+    for t in tensors(cfg).tensors:
+        name, shape = t.role, t.shape
+        if t.transform is not None:  # a (1 + w) norm gain
             out[name] = (1.0 + rng.uniform(-0.5, 0.5, shape)).astype(np.float32)
         else:
             out[name] = rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(shape[-1]))
@@ -96,8 +94,7 @@ def outputs(request: ov.InferRequest, H: int, sizes: list[int]) -> list[np.ndarr
 
 def build(cfg: MTPConfig, weights: dict[str, np.ndarray], form: str) -> tuple[ov.Model, float]:
     t = time.perf_counter()
-    with mock.patch.object(moe_ops, "DEFAULT_FORM", form):
-        model = build_model(cfg, weights, WeightFormat.F16)
+    model = build_model(cfg, weights, WeightFormat.F16, moe_form=form)
     return model, time.perf_counter() - t
 
 

@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from irsurgeon.config import parse_config  # noqa: E402
+from irsurgeon.models.qwen35_mtp import PREFIX, parse_config, tensors  # noqa: E402
 from irsurgeon.ops.core import WeightFormat, weight  # noqa: E402
 from irsurgeon.ops.half import half_constant  # noqa: E402
 from irsurgeon.synth import configs  # noqa: E402
@@ -141,12 +141,10 @@ def write_head(path: Path, shapes: dict[str, tuple[int, ...]], seed: int) -> Non
 
 
 def head_shapes(config: dict) -> dict[str, tuple[int, ...]]:
-    from irsurgeon.weights.moe import stored_shapes
-    from irsurgeon.weights.spec import MTP_PREFIX, dense_shapes
 
     cfg = parse_config(config, source="config.json")
-    shapes = stored_shapes(cfg, "fused") if cfg.is_moe else dense_shapes(cfg)
-    return {MTP_PREFIX + n: s for n, s in shapes.items()}
+    shapes = tensors(cfg).stored("fused" if cfg.is_moe else None)
+    return {PREFIX + n: s for n, s in shapes.items()}
 
 
 def write_checkpoint(ckpt: Path, config: dict, spec, seed: int) -> None:

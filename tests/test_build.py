@@ -11,7 +11,7 @@ import pytest
 import irsurgeon
 from irsurgeon import contract
 from irsurgeon.build import build_model, build_mtp_model, load_mtp, save_mtp_model
-from irsurgeon.config import load_config
+from irsurgeon.models.qwen35_mtp import load_config
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from helpers.golden import INPUT_NAMES, compile_f32, golden_outputs, run_sequence, three_calls

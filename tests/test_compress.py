@@ -405,8 +405,12 @@ def test_moe_routing_stays_float_and_routes_closer_to_the_f32_head(ckpt):
             "beam_idx": np.zeros(1, np.int32)}
     reference = _topk_choices(build_mtp_model(source, weight_format="f32"), feed)
     params = C.resolve_params("int4", group_size=32)
-    kept, _ = C.compress_model(build_mtp_model(source), params)
-    for name in C.ROUTING_MATMULS:
+    built = build_mtp_model(source)
+    marked = C.marked_consumers(built)  # from the family's table: compress=False rows
+    assert sorted(marked) == ["mtp.layers.0.mlp.gate", "mtp.layers.0.mlp.shared_expert_gate"]
+    kept, report = C.compress_model(built, params)
+    assert {f.weight for f in report.fallbacks if "family" in f.reason} == {m + ".weight" for m in marked}
+    for name in marked:
         mm = next(o for o in kept.get_ops() if o.get_friendly_name() == name)
         src = mm.input_value(1).get_node()
         src = src.input_value(0).get_node() if src.get_type_name() == "Convert" else src

@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from helpers.golden import compile_f32, golden_outputs, run_sequence, three_calls
-from irsurgeon.build import build_mtp_model, expected_shapes
+from irsurgeon.build import build_mtp_model
 from irsurgeon.cli import main
-from irsurgeon.config import MoEConfig, load_config, parse_config
+from irsurgeon.models.qwen35_mtp import MoEConfig, load_config, parse_config, tensors
 from irsurgeon.errors import ConfigError
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.synth.strip import strip_mtp
@@ -63,7 +63,7 @@ def test_real_config_parses_to_its_published_values(real_config, name):
 @pytest.mark.parametrize("name", sorted(HEAD_PARAMETERS))
 def test_real_config_gives_the_published_head_size(real_config, name):
     """The tensor shapes the config implies add up to the head's parameter count listed from real headers."""
-    shapes = expected_shapes(load_config(real_config(name)))
+    shapes = tensors(load_config(real_config(name))).shapes()
     assert sum(math.prod(s) for s in shapes.values()) == HEAD_PARAMETERS[name]
 
 

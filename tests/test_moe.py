@@ -17,12 +17,11 @@ import irsurgeon.ops.moe as moe_ops
 from irsurgeon import contract
 from irsurgeon.build import build_model, build_mtp_model, load_mtp
 from irsurgeon.cli import main as cli
-from irsurgeon.config import MoEConfig, MTPConfig
+from irsurgeon.models.qwen35_mtp import MoEConfig, MTPConfig, tensors
 from irsurgeon.errors import CheckpointError
 from irsurgeon.ops.core import WeightFormat, weight
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.weights.fp8 import dequantize_blocks
-from irsurgeon.weights.moe import moe_shapes
 from irsurgeon.weights.safetensors_io import FP8_E4M3FN, SafetensorsFile, decode, write_safetensors
 from helpers.numpy_mtp import MTPReference, cfg_dict, moe
 from helpers.golden import F32_PROPS, INPUT_NAMES, compile_f32, golden_outputs, run_sequence, three_calls
@@ -170,8 +169,8 @@ def test_per_expert_layout_loads_the_same_weights_as_fused(synth_moe, tmp_path):
     per_expert = write_variant(synth_moe, tmp_path / "pe", split_per_expert(read_stored(synth_moe)))
     cfg, fused_w, _ = load_mtp(synth_moe)
     _, pe_w, _ = load_mtp(per_expert)
-    assert sorted(fused_w) == sorted(pe_w) == sorted(moe_shapes(cfg))
-    for name, shape in moe_shapes(cfg).items():
+    assert sorted(fused_w) == sorted(pe_w) == sorted(tensors(cfg).shapes())
+    for name, shape in tensors(cfg).shapes().items():
         assert fused_w[name].shape == shape and fused_w[name].dtype == np.float32
         np.testing.assert_array_equal(fused_w[name], pe_w[name])
     raw = read_stored(synth_moe)[MLP + "experts.gate_up_proj"]
@@ -286,7 +285,8 @@ def moe_config(E: int, k: int, H: int = 48, inter: int = 24, shared: int = 40, n
 
 def moe_layer(cfg: MTPConfig, weights: dict[str, np.ndarray], form: str) -> ov.InferRequest:
     x = ops.parameter([-1, -1, cfg.hidden_size], np.float32, name="x")
-    out = moe_ops.sparse_moe(x.output(0), lambda n: weight(weights[n[len("mtp."):]], n, WeightFormat.F32), cfg,
+    out = moe_ops.sparse_moe(x.output(0), lambda n: weight(weights[n[len("mtp."):]], n, WeightFormat.F32),
+                             moe_ops.MoEShape(cfg.hidden_size, cfg.moe.num_experts, cfg.moe.top_k, cfg.moe.norm_topk_prob),
                              MLP[:-1], form=form)
     return compile_f32(ov.Model([ops.result(out)], [x], "moe"))
 
@@ -294,7 +294,7 @@ def moe_layer(cfg: MTPConfig, weights: dict[str, np.ndarray], form: str) -> ov.I
 def random_moe(cfg: MTPConfig, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {n: (rng.standard_normal(s) / np.sqrt(s[-1])).astype(np.float32)
-            for n, s in moe_shapes(cfg).items() if ".mlp." in n}
+            for n, s in tensors(cfg).shapes().items() if ".mlp." in n}
 
 
 def fused_view(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -325,14 +325,13 @@ def test_moe_layer_matches_numpy(form, E, k, norm_topk):
 
 
 @pytest.mark.parametrize("form", sorted(moe_ops.FORMS))
-def test_moe_head_matches_numpy_three_calls(synth_moe, form, monkeypatch):
-    monkeypatch.setattr(moe_ops, "DEFAULT_FORM", form)
+def test_moe_head_matches_numpy_three_calls(synth_moe, form):
     cfg, weights, _ = load_mtp(synth_moe)
     stored = {n[len("mtp."):]: decode(r, dt) for n, (r, dt) in read_stored(synth_moe).items()}
     calls = three_calls(np.random.default_rng(5), cfg.hidden_size, batch=2)
     ref = MTPReference(stored, cfg_dict(cfg))
     want = [ref.step(c["hidden_states"], c["inputs_embeds"], c["attention_mask"], c["position_ids"]) for c in calls]
-    got = run_sequence(compile_f32(build_model(cfg, weights, WeightFormat.F32)), calls)
+    got = run_sequence(compile_f32(build_model(cfg, weights, WeightFormat.F32, moe_form=form)), calls)
     for g, w_ in zip(got, want):
         np.testing.assert_allclose(g, w_, atol=1e-4 * np.abs(w_).max(), rtol=0)
 
@@ -353,9 +352,8 @@ def max_diff(got, want) -> float:
     # smallest bug the golden tool lists (rope_theta x10) moves outputs by 2.3e-2, top-k 2 -> 3 by 0.29.
     ("f32", 5e-3),
 ])
-def test_golden_moe_matches_optimum(ckpt, golden, form, fmt, atol, monkeypatch):
-    monkeypatch.setattr(moe_ops, "DEFAULT_FORM", form)
-    got, want = golden_outputs(build_mtp_model(ckpt("qwen35-moe"), weight_format=fmt), golden("moe-fp16"))
+def test_golden_moe_matches_optimum(ckpt, golden, form, fmt, atol):
+    got, want = golden_outputs(build_mtp_model(ckpt("qwen35-moe"), weight_format=fmt, moe_form=form), golden("moe-fp16"))
     assert max_diff(got, want) <= atol
 
 

@@ -12,9 +12,10 @@ from click.testing import CliRunner
 
 from helpers.dirsnap import snapshot
 from helpers.checkpoints import read_tensors, write_header_only, write_variant
-from irsurgeon.build import expected_shapes, load_mtp
+from irsurgeon.build import load_mtp
 from irsurgeon.cli import main
-from irsurgeon.config import parse_config
+from irsurgeon.models.qwen35_mtp import parse_config
+from irsurgeon.models.qwen35_mtp import tensors as table_of
 from irsurgeon.synth.strip import strip_mtp
 
 
@@ -36,7 +37,7 @@ def real_config(reference: Path, name: str, quantization_config=None) -> dict:
 def layout(config: dict, scheme: str) -> dict[str, tuple[str, list[int]]]:
     """The head's tensors at the config's real sizes as `scheme` stores them (name -> (dtype, shape))."""
     out = {}
-    for rel, shape in expected_shapes(parse_config(config)).items():
+    for rel, shape in table_of(parse_config(config)).shapes().items():
         name, (O, I) = "mtp." + rel, (shape if len(shape) == 2 else (0, 0))
         m = name[: -len(".weight")]
         if len(shape) == 1 or (name == "mtp.fc.weight" and scheme in ("compressed-tensors", "fp8")):
@@ -144,7 +145,7 @@ def test_real_fp8_release_layouts_pass_every_check(reference, tmp_path, config_n
     d = header_only_checkpoint(tmp_path / "ckpt", config, tensors)
     cfg, weights, ck = load_mtp(d)
     ck.close()
-    assert sorted(weights) == sorted(k for k in expected_shapes(cfg))
+    assert sorted(weights) == sorted(k for k in table_of(cfg).shapes())
 
 
 def per_expert_fp8(tensors: dict, config: dict) -> dict:

@@ -1,4 +1,5 @@
-"""An exported model directory, described once: its file names, its layout, and what patch needs to know of it.
+"""An exported model directory, described once: its file names, and its layout (the family-aware view patch takes
+of a target: irsurgeon.target).
 
 Layouts (optimum-intel exports):
     decomposed VLM   openvino_language_model.xml/.bin + openvino_text_embeddings_model.xml/.bin (+ vision,
@@ -17,9 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from irsurgeon.config import MTPConfig, parse_config, read_json
-from irsurgeon.errors import ConfigError, IRError
-from irsurgeon.ir import files, graph
+from irsurgeon.errors import IRError
 
 LANGUAGE_MODEL = "openvino_language_model.xml"
 TEXT_EMBEDDINGS = "openvino_text_embeddings_model.xml"
@@ -105,42 +104,3 @@ def language_model_xml(target: str | Path) -> Path:
     if target.suffix != ".xml":
         raise IRError(f"{target}: expected an OpenVINO IR .xml file or an exported model directory")
     return target
-
-
-@dataclass
-class Target:
-    """A directory patch can make MTP-ready: its files, its config, and the language model's vocab and width."""
-    export: ExportDir
-    cfg: MTPConfig
-    vocab_size: int
-    hidden_size: int
-
-    path = property(lambda self: self.export.path)
-    lm_xml = property(lambda self: self.export.language_model)
-    has_mtp = property(lambda self: self.export.has_mtp)
-
-
-def inspect_target(path: str | Path) -> Target:
-    """Everything patch needs to know about a target directory, or an error saying why it cannot be patched."""
-    export = ExportDir(path)
-    if not export.path.is_dir():
-        raise IRError(f"{export.path}: not a directory")
-    missing = export.missing_for_mtp()
-    if missing:
-        hint = " (a text-only export: re-export it with `optimum-cli export openvino --task image-text-to-text`)" \
-            if export.text_only_model.is_file() else ""
-        raise IRError(f"{export.path}: missing {', '.join(missing)}: openvino-genai MTP needs the decomposed VLM "
-                      f"layout{hint}")
-    try:
-        cfg = parse_config(read_json(export.config), source=str(export.config))
-    except ConfigError as e:
-        raise ConfigError(f"target has no usable MTP head description: {e}") from None
-    xml = export.language_model
-    lm = files.read_model(xml)
-    matmul = graph.logits_matmul(lm, str(xml))  # openvino-genai requires it
-    vocab = matmul.output(0).get_partial_shape()[-1]
-    embeds = [i for i in lm.inputs if EMBEDS_INPUT in i.get_names()]
-    if not embeds or embeds[0].get_partial_shape()[-1].is_dynamic:
-        raise IRError(f"{xml}: no '{EMBEDS_INPUT}' input with a static hidden size")
-    return Target(export, cfg, vocab.get_length() if vocab.is_static else -1,
-                  embeds[0].get_partial_shape()[-1].get_length())

@@ -19,6 +19,7 @@ prefill 0.77 s vs 6.0 s; on the tiny reference head both are within noise of eac
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -26,7 +27,7 @@ import openvino as ov
 import openvino.opset13 as ops
 from openvino.utils.node_factory import NodeFactory
 
-from irsurgeon.config import MTPConfig
+from irsurgeon.errors import ConfigError
 from irsurgeon.ops.core import const, linear, named
 from irsurgeon.ops.mlp import swiglu
 
@@ -35,11 +36,23 @@ Weights = Callable[[str], ov.Output]
 DEFAULT_FORM = "tiled"
 
 
-def sparse_moe(x: ov.Output, w: Weights, cfg: MTPConfig, name: str, form: str | None = None) -> ov.Output:
-    """x [B, S, H] -> routed experts + gated shared expert [B, S, H]; `name` is the mlp path (`mtp.layers.0.mlp`)."""
-    t = named(ops.reshape(x, const([-1, cfg.hidden_size], I64), special_zero=False), f"{name}/tokens")  # [N, H]
-    idx, v = route(t, w, cfg, name)
-    routed = FORMS[form or DEFAULT_FORM](t, x, idx, v, w, cfg, name)
+@dataclass(frozen=True)
+class MoEShape:
+    """What the graph needs of a MoE block: widths, expert count, top-k and whether top-k weights are renormalised."""
+    hidden_size: int
+    num_experts: int
+    top_k: int
+    norm_topk_prob: bool = True
+
+
+def sparse_moe(x: ov.Output, w: Weights, m: MoEShape, name: str, form: str = DEFAULT_FORM) -> ov.Output:
+    """x [B, S, H] -> routed experts + gated shared expert [B, S, H]; `name` is the mlp path (`mtp.layers.0.mlp`),
+    form one of FORMS."""
+    if form not in FORMS:
+        raise ConfigError(f"MoE graph form {form!r}: expected one of {', '.join(FORMS)}")
+    t = named(ops.reshape(x, const([-1, m.hidden_size], I64), special_zero=False), f"{name}/tokens")  # [N, H]
+    idx, v = route(t, w, m, name)
+    routed = FORMS[form](t, x, idx, v, w, m, name)
     shared = swiglu(x, w(f"{name}.shared_expert.gate_proj.weight"), w(f"{name}.shared_expert.up_proj.weight"),
                     w(f"{name}.shared_expert.down_proj.weight"), f"{name}.shared_expert")
     gate = named(ops.sigmoid(linear(x, w(f"{name}.shared_expert_gate.weight"), f"{name}.shared_expert_gate")),
@@ -47,14 +60,14 @@ def sparse_moe(x: ov.Output, w: Weights, cfg: MTPConfig, name: str, form: str | 
     return named(ops.add(routed, named(ops.multiply(gate, shared), f"{name}/shared_scaled")), f"{name}/output")
 
 
-def route(t: ov.Output, w: Weights, cfg: MTPConfig, name: str) -> tuple[ov.Output, ov.Output]:
+def route(t: ov.Output, w: Weights, m: MoEShape, name: str) -> tuple[ov.Output, ov.Output]:
     """Chosen experts idx [N, k] (i32) and their weights v [N, k], from an f32 softmax over the router logits."""
     probs = named(ops.softmax(linear(t, w(f"{name}.gate.weight"), f"{name}.gate"), -1), f"{name}.gate/softmax")
-    top = ops.topk(probs, const(cfg.moe.top_k, I64), axis=-1, mode="max", sort="value",
+    top = ops.topk(probs, const(m.top_k, I64), axis=-1, mode="max", sort="value",
                    index_element_type=ov.Type.i32)
     top.set_friendly_name(f"{name}.gate/topk")
     v, idx = top.output(0), top.output(1)
-    if cfg.moe.norm_topk_prob:
+    if m.norm_topk_prob:
         total = ops.reduce_sum(v, const([-1], I64), keep_dims=True)
         v = named(ops.divide(v, total), f"{name}.gate/renormalize")
     return idx, v
@@ -70,10 +83,10 @@ def _dims(x: ov.Output, first: int, stop: int) -> ov.Output:
     return ops.slice(ops.shape_of(x, ov.Type.i64), const([first], I64), const([stop], I64), const([1], I64)).output(0)
 
 
-def tiled_experts(t: ov.Output, x: ov.Output, idx: ov.Output, v: ov.Output, w: Weights, cfg: MTPConfig,
+def tiled_experts(t: ov.Output, x: ov.Output, idx: ov.Output, v: ov.Output, w: Weights, m: MoEShape,
                   name: str) -> ov.Output:
     """All experts as batched MatMuls on t tiled E times, weighted by the scattered routing matrix -> [B, S, H]."""
-    E, H, ex = cfg.moe.num_experts, cfg.hidden_size, f"{name}.experts"
+    E, H, ex = m.num_experts, m.hidden_size, f"{name}.experts"
     tiled = named(ops.reshape(ops.tile(t, const([E, 1], I64)), const([E, -1, H], I64), special_zero=False),
                   f"{ex}/tiled")  # [E, N, H]
     act = silu(linear(tiled, w(f"{ex}.gate_proj.weight"), f"{ex}.gate_proj"), f"{ex}.act_fn")
@@ -98,7 +111,7 @@ def take_experts(weight: ov.Output, idx: ov.Output) -> ov.Output:
     return ops.gather(weight, idx, const(0, I64)).output(0)
 
 
-def gathered_experts(t: ov.Output, x: ov.Output, idx: ov.Output, v: ov.Output, w: Weights, cfg: MTPConfig,
+def gathered_experts(t: ov.Output, x: ov.Output, idx: ov.Output, v: ov.Output, w: Weights, m: MoEShape,
                      name: str) -> ov.Output:
     """Only the chosen experts: their weights gathered per row, [N, k, O, I], multiplied with t -> [B, S, H]."""
     ex = f"{name}.experts"

@@ -18,7 +18,6 @@ from typing import Callable
 
 from irsurgeon.errors import CheckpointError, cause
 from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE, SINGLE_FILE, weight_map
-from irsurgeon.weights.spec import MTP_PREFIX
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PROBE_TIMEOUT = 5.0  # seconds for the first HEAD; HF_HUB_ETAG_TIMEOUT, when set, wins
@@ -49,27 +48,28 @@ def is_repo_id(source: str | Path) -> bool:
 
 
 def resolve_source(source: str | Path, echo: Echo = print, hub: HubOptions | None = None,
-                   weights: bool = True) -> Path:
+                   prefix: str | None = None) -> Path:
     """A local checkpoint path as is; a repo id fetched (partially: see the module docstring) into the cache.
 
-    weights=False fetches config.json and the index only (what the identity check needs besides a few rows).
+    prefix: fetch the shards holding the tensors named `prefix*` (the head's, e.g. "mtp."); None fetches config.json
+    and the index only (what the identity check needs besides a few rows).
     """
     path = Path(source)
     if path.exists():
         return path
     if not looks_like_repo_id(str(source)):
         raise CheckpointError(f"{source}: no such checkpoint file or directory (nor a Hugging Face repo id)")
-    return fetch_checkpoint(str(source), hub or HubOptions(), echo, weights)
+    return fetch_checkpoint(str(source), hub or HubOptions(), echo, prefix)
 
 
-def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, echo: Echo = print) -> Path:
-    """After resolve_source(weights=False): the `mtp.*` shards of that same commit (a local path is returned as is),
+def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, prefix: str, echo: Echo = print) -> Path:
+    """After resolve_source(prefix=None): the `prefix*` shards of that same commit (a local path is returned as is),
     so a branch that moves between the two steps cannot mix files of two commits."""
     commit = snapshot_commit(root)
     if not (commit and is_repo_id(source)):
         return root
     pinned = HubOptions(commit, (hub or HubOptions()).token, (hub or HubOptions()).cache_dir)
-    return fetch_checkpoint(str(source), pinned, echo, weights=True, quiet_probe=True)
+    return fetch_checkpoint(str(source), pinned, echo, prefix, quiet_probe=True)
 
 
 def probe_timeout() -> float:
@@ -166,9 +166,9 @@ def hub_error(repo_id: str, filename: str, hub: HubOptions, e: Exception) -> Che
     return CheckpointError(f"{at}: cannot fetch {filename}: {cause(e)}")
 
 
-def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, weights: bool = True,
+def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, prefix: str | None = None,
                      quiet_probe: bool = False) -> Path:
-    """The cache snapshot directory holding config.json, the index and (weights=True) the `mtp.*` shards.
+    """The cache snapshot directory holding config.json, the index and (prefix given) the shards of `prefix*`.
 
     With a commit hash as revision, files already in the cache are taken without a request (huggingface_hub 2.4.0
     file_download.py: "if user provides a commit_hash and they already have the file on disk, shortcut everything").
@@ -177,14 +177,14 @@ def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, weights:
     fetch = fetcher(repo_id, hub, online)
     config = fetch(CONFIG_FILE)
     index = fetch(INDEX_FILE, optional=True) if online else cached_file(repo_id, INDEX_FILE, hub)
-    if not weights:
+    if prefix is None:
         return config.parent
     if index is None:
         echo(f"{repo_id}: no {INDEX_FILE}; fetching the single {SINGLE_FILE}")
         fetch(SINGLE_FILE)
         return config.parent
-    for shard in mtp_shards(index):
-        echo(f"{repo_id}: fetching {shard} (holds {MTP_PREFIX}* tensors)")
+    for shard in head_shards(index, prefix):
+        echo(f"{repo_id}: fetching {shard} (holds {prefix}* tensors)")
         fetch(shard)
     return config.parent
 
@@ -250,10 +250,10 @@ def cached_file(repo_id: str, filename: str, hub: HubOptions) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def mtp_shards(index: Path) -> list[str]:
-    shards = sorted({s for n, s in weight_map(index).items() if n.startswith(MTP_PREFIX)})
+def head_shards(index: Path, prefix: str) -> list[str]:
+    shards = sorted({s for n, s in weight_map(index).items() if n.startswith(prefix)})
     if not shards:
-        raise CheckpointError(f"{index}: no '{MTP_PREFIX}*' tensors listed: this checkpoint carries no MTP head")
+        raise CheckpointError(f"{index}: no '{prefix}*' tensors listed: this checkpoint carries no MTP head")
     return shards
 
 

@@ -1,8 +1,11 @@
-"""Which `mtp.*` tensors a head needs, their shapes from the config, and the arithmetic applied on load.
+"""A family's declarative tensor table, and the generic loader that checks a checkpoint against it.
 
-Names are the checkpoint's own, relative to `MTP_PREFIX`; the graph's friendly names are the same paths, so this
-table is the only place a checkpoint name is spelled. The one transform: Qwen3.5 RMSNorm weights are stored
-zero-centred, so every norm gain becomes `1 + w` (done here once, never in the graph).
+A family module (irsurgeon.models.<family>) describes its head as `Tensor` rows: a role (the name the graph asks
+for, relative to the table's prefix), the shape the config gives it, how it may be stored (`layouts`: a whole tensor
+under the role's name by default, or a part of a fused tensor, or a stack of per-item tensors), an optional transform
+applied on load, and whether weight compression may touch it. Nothing here knows a family: the loader checks the
+stored tensor set against one layout of the table (missing, extra and mis-shaped tensors are errors naming them),
+the dtypes, and returns `LazyWeights`, role -> float32 array decoded when read.
 
 Any float storage dtype is read as stored (transformers loads a tensor whatever float dtype it has, casting it to the
 model's), FP8 through its block scales (`fp8.py`); what cannot hold a weight (integers, bool, other quantized
@@ -10,90 +13,173 @@ layouts, `quant.py`) is refused by name.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import numpy as np
 
-from irsurgeon.config import MTPConfig
 from irsurgeon.errors import CheckpointError
-from irsurgeon.weights.half import SLICE, Tally, round_slice
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, check_scale, dequantize_blocks, split_scales
+from irsurgeon.weights.half import SLICE, Tally, round_slice
 from irsurgeon.weights.quant import SUPPORTED, fp8_scheme
 from irsurgeon.weights.safetensors_io import bf16_to_f32
 
-MTP_PREFIX = "mtp."
-LAYER = "layers.0."
+Transform = Callable[[np.ndarray], np.ndarray]
 
 
-def dense_shapes(cfg: MTPConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor of the dense head with its expected shape."""
-    H, I = cfg.hidden_size, cfg.intermediate_size
-    return {
-        **_common_shapes(cfg),
-        f"{LAYER}mlp.gate_proj.weight": (I, H),
-        f"{LAYER}mlp.up_proj.weight": (I, H),
-        f"{LAYER}mlp.down_proj.weight": (H, I),
-    }
+@dataclass(frozen=True)
+class Whole:
+    """Stored as one tensor of the role's shape."""
+    name: str
 
 
-def _common_shapes(cfg: MTPConfig) -> dict[str, tuple[int, ...]]:
-    H, nH, nKV, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    return {
-        "fc.weight": (H, 2 * H),
-        "pre_fc_norm_embedding.weight": (H,),
-        "pre_fc_norm_hidden.weight": (H,),
-        "norm.weight": (H,),
-        f"{LAYER}input_layernorm.weight": (H,),
-        f"{LAYER}post_attention_layernorm.weight": (H,),
-        f"{LAYER}self_attn.q_proj.weight": (2 * nH * hd, H),
-        f"{LAYER}self_attn.k_proj.weight": (nKV * hd, H),
-        f"{LAYER}self_attn.v_proj.weight": (nKV * hd, H),
-        f"{LAYER}self_attn.o_proj.weight": (H, nH * hd),
-        f"{LAYER}self_attn.q_norm.weight": (hd,),
-        f"{LAYER}self_attn.k_norm.weight": (hd,),
-    }
+@dataclass(frozen=True)
+class Part:
+    """Rows lo:hi along `axis` of a fused stored tensor of shape `stored_shape` (e.g. gate half of gate_up_proj)."""
+    name: str
+    stored_shape: tuple[int, ...]
+    axis: int
+    lo: int
+    hi: int
 
 
-def is_norm(name: str) -> bool:
-    """RMSNorm gains: `norm`, `q_norm`, `input_layernorm`, `pre_fc_norm_hidden`, ... (module name holds 'norm')."""
-    module, _, leaf = name.rpartition(".")
-    return leaf == "weight" and "norm" in module.rpartition(".")[2]
+@dataclass(frozen=True)
+class Stack:
+    """One stored tensor per index 0..count-1 (`template` with `{i}`), stacked on a new leading axis."""
+    template: str
+    count: int
+    unit: str = "item"  # what one index is, for messages ("expert")
+
+    def name(self, i: int) -> str:
+        return self.template.format(i=i)
+
+    def index(self, name: str) -> str | None:
+        """The index text of a stored name of this stack's form (any digits), else None."""
+        head, _, tail = self.template.partition("{i}")
+        match = re.fullmatch(re.escape(head) + r"(\d+)" + re.escape(tail), name)
+        return match.group(1) if match else None
 
 
-TRANSFORMS: list[tuple[Callable[[str], bool], Callable[[np.ndarray], np.ndarray]]] = [
-    (is_norm, lambda w: 1.0 + w),  # zero-centred RMSNorm: x_hat * (1 + w)
-]
+Source = Whole | Part | Stack
 
 
-def check_tensor_set(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], present: set[str] | None = None,
+@dataclass(frozen=True)
+class Tensor:
+    """One row of a family's tensor table."""
+    role: str
+    shape: tuple[int, ...]
+    layouts: Mapping[str, Source] | None = None  # layout name -> how it is stored; None: Whole(role) in every layout
+    transform: Transform | None = None
+    compress: bool = True  # False: weight compression leaves it as built (e.g. MoE routing)
+
+    def source(self, layout: str | None) -> Source:
+        return self.layouts[layout] if self.layouts else Whole(self.role)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A family's tensors for one config. layouts: the alternative stored layouts (none: one), named in messages
+    with `layouts_of` (what they store, e.g. "routed experts")."""
+    prefix: str
+    tensors: tuple[Tensor, ...]
+    layouts: tuple[str, ...] = ()
+    layouts_of: str = "tensors"
+    source: str = field(default="the config", compare=False)  # where the shapes come from, for messages
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """role -> shape: what the loader returns."""
+        return {t.role: t.shape for t in self.tensors}
+
+    def stored(self, layout: str | None) -> dict[str, tuple[int, ...]]:
+        """The stored names (relative to the prefix, FP8 scales aside) a checkpoint of `layout` holds, with shapes."""
+        out: dict[str, tuple[int, ...]] = {}
+        for t in self.tensors:
+            src = t.source(layout)
+            if isinstance(src, Whole):
+                out[src.name] = t.shape
+            elif isinstance(src, Part):
+                out[src.name] = src.stored_shape
+            else:
+                out.update({src.name(i): t.shape[1:] for i in range(src.count)})
+        return out
+
+
+def choose_layout(table: Table, present: set[str], root: object) -> str | None:
+    """The one stored layout the names belong to; a mixture, or none of them, is an error naming what was found."""
+    if not table.layouts:
+        return None
+    hits = {layout: sorted(n for n in present if _claims(table, layout, n)) for layout in table.layouts}
+    found = [layout for layout in table.layouts if hits[layout]]
+    p = table.prefix
+    if len(found) > 1:
+        a, b = found[:2]
+        raise CheckpointError(f"{root}: {table.layouts_of} mix the {a} layout ({p}{hits[a][0]}) and the {b} "
+                              f"layout ({p}{hits[b][0]}); expected exactly one")
+    if not found:
+        expected = " or ".join(f"{' + '.join(p + n for n in _names(table, layout))} ({layout})"
+                               for layout in table.layouts)
+        raise CheckpointError(f"{root}: no {table.layouts_of} found: expected {expected}")
+    layout = found[0]
+    for t in table.tensors:
+        src = t.source(layout)
+        if isinstance(src, Stack):
+            _check_stack(src, present, p, root)
+    return layout
+
+
+def _claims(table: Table, layout: str, name: str) -> bool:
+    for t in table.tensors:
+        if t.layouts:
+            src = t.layouts[layout]
+            if (src.index(name) is not None) if isinstance(src, Stack) else src.name == name:
+                return True
+    return False
+
+
+def _names(table: Table, layout: str) -> list[str]:
+    names = [src.template.replace("{i}", "<i>") if isinstance(src, Stack) else src.name
+             for t in table.tensors if t.layouts for src in [t.layouts[layout]]]
+    return list(dict.fromkeys(names))
+
+
+def _check_stack(src: Stack, present: set[str], prefix: str, root: object) -> None:
+    """Every index 0..count-1 present, none beyond, in canonical spelling."""
+    n = src.count
+    indices = {name: i for name in present if (i := src.index(name)) is not None}
+    for name, i in sorted(indices.items()):
+        if int(i) >= n or i != str(int(i)):
+            raise CheckpointError(f"{root}: tensor {prefix}{name} is not one of {src.unit}s 0..{n - 1} "
+                                  f"({n} {src.unit}s)")
+    others = {int(i) for name, i in indices.items()}
+    for i in range(n):
+        if src.name(i) not in present:
+            raise CheckpointError(f"{root}: missing {src.unit} {i} of {n}: no tensor {prefix}{src.name(i)}"
+                                  + ("" if i in others else f" (the whole {src.unit} is absent)"))
+
+
+def check_tensor_set(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], present: set[str], prefix: str,
                      context: str = "") -> None:
-    """Missing, extra and mis-shaped `mtp.*` tensors are errors naming the tensor and both shapes.
-
-    present: the stored names (relative to `mtp.`) to check, by default all of them; context: a note for messages.
-    """
-    if present is None:
-        present = {n[len(MTP_PREFIX):] for n in ckpt.names(MTP_PREFIX)}
+    """Missing, extra and mis-shaped tensors (names relative to prefix) are errors naming the tensor and shapes."""
     if not present:
-        raise CheckpointError(f"{ckpt.root}: no '{MTP_PREFIX}*' tensors: this checkpoint carries no MTP head")
+        raise CheckpointError(f"{ckpt.root}: no '{prefix}*' tensors: this checkpoint carries no such head")
     note = f", {context}" if context else ""
     missing = sorted(set(expected) - present)
     if missing:
-        raise CheckpointError(f"{ckpt.root}: missing MTP tensor {MTP_PREFIX}{missing[0]} "
+        raise CheckpointError(f"{ckpt.root}: missing tensor {prefix}{missing[0]} "
                               f"(expected shape {list(expected[missing[0]])}{note})"
                               + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
     extra = sorted(present - set(expected))
     if extra:
-        raise CheckpointError(f"{ckpt.root}: unexpected MTP tensor {MTP_PREFIX}{extra[0]} not used by a "
-                              f"one-layer head of this config{note}"
-                              + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+        raise CheckpointError(f"{ckpt.root}: unexpected tensor {prefix}{extra[0]} not used by a "
+                              f"head of this config{note}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
     for name, shape in expected.items():
-        info = ckpt.info(MTP_PREFIX + name)
+        info = ckpt.info(prefix + name)
         if info.shape != shape:
-            raise CheckpointError(f"tensor {MTP_PREFIX}{name}: expected shape {list(shape)} from the config, "
-                                  f"found {list(info.shape)} in {ckpt.shard_of[MTP_PREFIX + name].name}")
+            raise CheckpointError(f"tensor {prefix}{name}: expected shape {list(shape)} from the config, "
+                                  f"found {list(info.shape)} in {ckpt.shard_of[prefix + name].name}")
 
 
 # config.json dtype -> the safetensors dtype a checkpoint that declares it stores
@@ -103,43 +189,43 @@ WEIGHT_DTYPES = ("F64", "F32", "F16", "BF16")  # read as stored; F8_E4M3 only wi
 
 @dataclass(frozen=True)
 class Stored:
-    """What a checkpoint's `mtp.*` tensors are: weight names (relative to `mtp.`, scales split off), which of them
-    are FP8 with block scales, and the FP8 scheme of its quantization_config."""
-
+    """What a checkpoint's tensors under a prefix are: weight names (relative to it, scales split off), which of
+    them are FP8 with block scales, and the FP8 scheme of its quantization_config."""
+    prefix: str
     names: set[str]
     scaled: set[str]
     scheme: FP8Scheme
 
 
-def inspect_stored(ckpt: Checkpoint) -> Stored:
+def inspect_stored(ckpt: Checkpoint, prefix: str) -> Stored:
     """Refuse foreign quantized layouts, pair FP8 tensors with their scales and check the scales' shapes."""
-    full = ckpt.names(MTP_PREFIX)
+    full = ckpt.names(prefix)
     if not full:
-        raise CheckpointError(f"{ckpt.root}: no '{MTP_PREFIX}*' tensors: this checkpoint carries no MTP head")
+        raise CheckpointError(f"{ckpt.root}: no '{prefix}*' tensors: this checkpoint carries no such head")
     scheme = fp8_scheme(ckpt, full)
     weights, scaled = split_scales(set(full), lambda n: ckpt.info(n).dtype, scheme)
     for name in sorted(scaled):
         check_scale(name, ckpt.info(name).shape, ckpt.info(name + SCALE_SUFFIX).shape, scheme.block)
-    cut = len(MTP_PREFIX)
-    return Stored({n[cut:] for n in weights}, {n[cut:] for n in scaled}, scheme)
+    cut = len(prefix)
+    return Stored(prefix, {n[cut:] for n in weights}, {n[cut:] for n in scaled}, scheme)
 
 
-def check_dtypes(ckpt: Checkpoint, names, stored: Stored, cfg: MTPConfig, warn) -> None:
+def check_dtypes(ckpt: Checkpoint, names, stored: Stored, declared: str | None, source: str, warn) -> None:
     """Every tensor must hold floats; one stored in another float dtype than config.json's is noted, not refused."""
-    want = DECLARED.get(cfg.dtype or "")
+    want, p = DECLARED.get(declared or ""), stored.prefix
     other: dict[str, list[str]] = {}
     for name in sorted(names):
         if name in stored.scaled:
             continue
-        dtype = ckpt.info(MTP_PREFIX + name).dtype
+        dtype = ckpt.info(p + name).dtype
         if dtype not in WEIGHT_DTYPES:
-            raise CheckpointError(f"tensor {MTP_PREFIX}{name}: stored as {dtype}, which cannot hold a float weight; "
+            raise CheckpointError(f"tensor {p}{name}: stored as {dtype}, which cannot hold a float weight; "
                                   f"{SUPPORTED}")
         if want and dtype != want:
-            other.setdefault(dtype, []).append(MTP_PREFIX + name)
+            other.setdefault(dtype, []).append(p + name)
     for dtype, found in sorted(other.items()):
         more = f" and {len(found) - 1} more" if len(found) > 1 else ""
-        warn(f"note: {found[0]}{more} stored as {dtype}, not the {cfg.dtype} {cfg.source} declares; read as stored")
+        warn(f"note: {found[0]}{more} stored as {dtype}, not the {declared} {source} declares; read as stored")
 
 
 def finite(name: str, w: np.ndarray, allow_nonfinite: bool, warn) -> np.ndarray:
@@ -153,34 +239,38 @@ def finite(name: str, w: np.ndarray, allow_nonfinite: bool, warn) -> np.ndarray:
     return w
 
 
-def transform(name: str, w: np.ndarray) -> np.ndarray:
+def apply(fn: Transform | None, w: np.ndarray) -> np.ndarray:
+    if fn is None:
+        return w
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf are reported by `finite`, not as numpy warnings
-        for matches, fn in TRANSFORMS:
-            if matches(name):
-                w = fn(w)
-    return w
+        return fn(w)
 
 
 class LazyWeights(Mapping):
-    """name -> float32 array, decoded from the checkpoint (read with pread) each time it is asked for.
+    """role -> float32 array, decoded from the checkpoint (read with pread) each time it is asked for.
 
-    `half(name)` gives the f16 build its tensor as float16 decoded slice by slice (no float32 copy of the tensor),
+    `half(role)` gives the f16 build its tensor as float16 decoded slice by slice (no float32 copy of the tensor),
     or None when the tensor must take the float32 path (FP8 block scales, or values openvino's compression would
     keep f32: weights/half.py). The graph turns each weight into a constant as it goes, so besides what the model keeps
     at most one tensor being decoded is alive; the checkpoint must stay open until the model is built.
+    `table`: the rows the weights were loaded for (compress flags, ...).
     """
 
     def __init__(self, readers: dict[str, Callable[[], np.ndarray]], warn=print,
-                 halves: dict[str, Callable[[], np.ndarray | None]] | None = None):
+                 halves: dict[str, Callable[[], np.ndarray | None]] | None = None, table: Table | None = None):
         self.readers = readers
         self.halves = halves or {}
         self.warn = warn  # where loading reports, and building after it (a weight kept f32, ...)
+        self.table = table
 
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.readers[name]()
+    def __getitem__(self, role: str) -> np.ndarray:
+        return self.readers[role]()
 
-    def half(self, name: str) -> np.ndarray | None:
-        reader = self.halves.get(name)
+    def __contains__(self, role: object) -> bool:  # Mapping's own would decode the tensor to answer
+        return role in self.readers
+
+    def half(self, role: str) -> np.ndarray | None:
+        reader = self.halves.get(role)
         return reader() if reader else None
 
     def __iter__(self) -> Iterator[str]:
@@ -195,47 +285,83 @@ def decode_slice(raw: np.ndarray, dtype: str) -> np.ndarray:
     return bf16_to_f32(raw) if dtype == "BF16" else np.array(raw, dtype=np.float32)
 
 
-def round_rows(ckpt: Checkpoint, name: str, dst: np.ndarray, tally: Tally, select=lambda raw: raw) -> None:
+def round_rows(ckpt: Checkpoint, name: str, dst: np.ndarray, tally: Tally, fn: Transform | None = None,
+               select=lambda raw: raw) -> None:
     """Decode `select(stored view)` into dst (float16, same shape) a few leading-axis rows at a time (one slice of
-    about `SLICE` values, or one expert), transforms applied."""
-    raw, dtype = ckpt.raw(MTP_PREFIX + name)
+    about `SLICE` values, or one expert), `fn` applied."""
+    raw, dtype = ckpt.raw(name)
     src = select(raw)
     step = max(1, SLICE // max(1, int(np.prod(src.shape[1:], dtype=np.int64))))
     for lo in range(0, src.shape[0], step):
-        part = transform(name, decode_slice(src[lo:lo + step], dtype))
-        round_slice(part, dst[lo:lo + step], tally)
+        round_slice(apply(fn, decode_slice(src[lo:lo + step], dtype)), dst[lo:lo + step], tally)
 
 
-def read_half(ckpt: Checkpoint, name: str, stored: Stored) -> np.ndarray | None:
-    """One tensor as float16 exactly as the f16 build stores it, or None for the float32 path (see LazyWeights)."""
+def read_tensor(ckpt: Checkpoint, name: str, stored: Stored, fn: Transform | None = None,
+                allow_nonfinite: bool = False, warn=print) -> np.ndarray:
+    """One stored tensor as float32: FP8 dequantized by its block scales, `fn` applied, finite."""
+    full = stored.prefix + name
+    w = np.asarray(ckpt.get(full), dtype=np.float32)
     if name in stored.scaled:
-        return None
-    out = np.empty(ckpt.info(MTP_PREFIX + name).shape, np.float16)
-    tally = Tally()
-    round_rows(ckpt, name, out, tally)
-    return out if tally.fits else None
+        w = dequantize_blocks(w, ckpt.get(full + SCALE_SUFFIX), stored.scheme.block, full)
+    return finite(full, apply(fn, w), allow_nonfinite, warn)
 
 
-def read_tensor(ckpt: Checkpoint, name: str, stored: Stored, allow_nonfinite: bool = False,
-                warn=print) -> np.ndarray:
-    """One tensor as float32: FP8 dequantized by its block scales, the table's transforms applied, finite."""
-    w = np.asarray(ckpt.get(MTP_PREFIX + name), dtype=np.float32)
-    if name in stored.scaled:
-        scale = ckpt.get(MTP_PREFIX + name + SCALE_SUFFIX)
-        w = dequantize_blocks(w, scale, stored.scheme.block, MTP_PREFIX + name)
-    return finite(MTP_PREFIX + name, transform(name, w), allow_nonfinite, warn)
+def _index(src: Part) -> tuple[slice, ...]:
+    return (slice(None),) * src.axis + (slice(src.lo, src.hi),)
 
 
-def load_weights(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], cfg: MTPConfig,
-                 allow_nonfinite: bool = False, warn=print) -> LazyWeights:
-    """Check the tensor set and dtypes now; decode each tensor (float32, transforms applied, finite) when read."""
-    stored = inspect_stored(ckpt)
-    check_tensor_set(ckpt, expected, stored.names)
-    check_dtypes(ckpt, expected, stored, cfg, warn)
+def reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored, allow_nonfinite: bool,
+           warn) -> Callable[[], np.ndarray]:
+    """The float32 reader of one role."""
+    def read(name: str) -> np.ndarray:
+        return read_tensor(ckpt, name, stored, t.transform, allow_nonfinite, warn)
+    if isinstance(src, Whole):
+        return lambda: read(src.name)
+    if isinstance(src, Part):
+        return lambda: np.ascontiguousarray(read(src.name)[_index(src)])
 
-    def reader(name: str) -> Callable[[], np.ndarray]:
-        return lambda: read_tensor(ckpt, name, stored, allow_nonfinite, warn)
+    def stacked() -> np.ndarray:
+        out = np.empty(t.shape, np.float32)
+        for i in range(src.count):
+            out[i] = read(src.name(i))
+        return out
+    return stacked
 
-    def half(name: str) -> Callable[[], np.ndarray | None]:
-        return lambda: read_half(ckpt, name, stored)
-    return LazyWeights({name: reader(name) for name in expected}, warn, {name: half(name) for name in expected})
+
+def half_reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored) -> Callable[[], np.ndarray | None]:
+    """The float16 reader of one role: decoded slice by slice (an expert at a time) into its final array, or None
+    when the float32 path must decide (FP8, or values openvino would keep f32)."""
+    p = stored.prefix
+
+    def make() -> np.ndarray | None:
+        out, tally = np.empty(t.shape, np.float16), Tally()
+        if isinstance(src, Stack):
+            for i in range(src.count):
+                name = src.name(i)
+                if name in stored.scaled:
+                    quiet = read_tensor(ckpt, name, stored, t.transform, True, lambda _: None)
+                    round_slice(quiet, out[i], tally)
+                else:
+                    round_rows(ckpt, p + name, out[i], tally, t.transform)
+                if tally.veto or tally.beyond or tally.nonfinite:
+                    return None  # the f32 path reads it again and reports
+            return out if tally.fits else None
+        if src.name in stored.scaled:
+            return None
+        select = (lambda raw: raw[_index(src)]) if isinstance(src, Part) else (lambda raw: raw)
+        round_rows(ckpt, p + src.name, out, tally, t.transform, select)
+        return out if tally.fits else None
+    return make
+
+
+def load_weights(ckpt: Checkpoint, table: Table, declared: str | None = None, allow_nonfinite: bool = False,
+                 warn=print) -> LazyWeights:
+    """Check the tensor set (one layout), shapes and dtypes now; decode each role when it is read."""
+    stored = inspect_stored(ckpt, table.prefix)
+    layout = choose_layout(table, stored.names, ckpt.root)
+    expected = table.stored(layout)
+    check_tensor_set(ckpt, expected, stored.names, table.prefix, f"{layout} layout" if layout else "")
+    check_dtypes(ckpt, expected, stored, declared, table.source, warn)
+    sources = {t.role: (t, t.source(layout)) for t in table.tensors}
+    return LazyWeights({role: reader(ckpt, t, src, stored, allow_nonfinite, warn) for role, (t, src) in sources.items()},
+                       warn, {role: half_reader(ckpt, t, src, stored) for role, (t, src) in sources.items()}, table)

@@ -232,8 +232,7 @@ def absurd_checkpoint(directory: Path, hidden: int = 1 << 17) -> int:
     """A config at hidden_size `hidden` (config.py's bound) and a sparse model.safetensors whose header matches it
     exactly: every check of shapes and offsets passes, and the file really holds the bytes (as zeros). Returns the
     file's size."""
-    from irsurgeon.config import parse_config
-    from irsurgeon.weights.spec import MTP_PREFIX, dense_shapes
+    from irsurgeon.models.qwen35_mtp import PREFIX, parse_config, tensors
 
     directory.mkdir(parents=True)
     cfg = json.loads((DEMO_CKPT / "config.json").read_text())
@@ -242,9 +241,9 @@ def absurd_checkpoint(directory: Path, hidden: int = 1 << 17) -> int:
               head_dim=64)
     (directory / "config.json").write_text(json.dumps(cfg))
     offset, entries = 0, {}
-    for name, shape in sorted(dense_shapes(parse_config(cfg)).items()):
+    for name, shape in sorted(tensors(parse_config(cfg)).shapes().items()):
         nbytes = 2 * math.prod(shape)
-        entries[MTP_PREFIX + name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        entries[PREFIX + name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     raw = json.dumps(entries).encode()
     path = directory / "model.safetensors"
