@@ -1,4 +1,5 @@
-"""The only place a head's `ov.Model` is made and written: checkpoint -> family -> weights -> graph -> model -> files."""
+"""The only place a head's `ov.Model` is made and written:
+checkpoint -> family -> weights -> graph -> model -> files."""
 from __future__ import annotations
 
 import math
@@ -14,6 +15,7 @@ from irsurgeon import contract, limits, rtinfo
 from irsurgeon.config import read_json
 from irsurgeon.errors import CheckpointError, CompressionError, OutputError, cause, with_hint
 from irsurgeon.models.qwen35_mtp import PREFIX, MTPConfig
+from irsurgeon.models.family import Family
 from irsurgeon.models.registry import family_for
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
 from irsurgeon.transaction import DirectoryTransaction, shown
@@ -54,32 +56,22 @@ def memory_need(shapes: dict[str, tuple[int, ...]]) -> int:
 
 
 def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | WeightFormat = WeightFormat.F16,
-                warn=None, moe_form: str | None = None) -> ov.Model:
+                warn=None, moe_form: str | None = None, family: Family | None = None) -> ov.Model:
     """The head as an ov.Model from weights keyed by their roles (names relative to the table's prefix).
 
-    The family comes from cfg.model_type (irsurgeon.models.registry). Every weight loaded must be used by the graph
-    and every weight the graph asks for must be loaded. warn: where a weight kept f32 in an f16 build is reported
-    (default: the loader's channel, else print). moe_form: the routed experts' graph form (irsurgeon.ops.moe.FORMS).
+    family: by default the one of cfg.model_type (irsurgeon.models.registry). Every weight loaded must be used by the
+    graph and every weight the graph asks for must be loaded. warn: where a weight kept f32 in an f16 build is
+    reported (default: the loader's channel, else print). moe_form: the routed experts' graph form
+    (irsurgeon.ops.moe.FORMS).
     """
     fmt = float_format(fmt)
     warn = warn or getattr(weights, "warn", print)
-    family = family_for(cfg.model_type, cfg.source or "config")
+    family = family or family_for(cfg.model_type, cfg.source or "config")
     table = getattr(weights, "table", None) or family.tensors(cfg)
     params, inputs = family.parameters(cfg)
-    used: set[str] = set()
-
-    def w(name: str) -> ov.Output:
-        role = name[len(table.prefix):] if name.startswith(table.prefix) else None
-        if role not in weights:
-            raise CheckpointError(f"the {family.name} graph asks for tensor {name}, which its table does not load")
-        used.add(role)
-        half = weights.half(role) if fmt is WeightFormat.F16 and hasattr(weights, "half") else None
-        if half is not None:  # decoded straight to f16 (no float32 copy); None: the f32 path decides and reports
-            return half_weight(half, name)
-        return weight(weights[role], name, fmt, warn)
-
-    outputs, sinks = family.graph(inputs, w, cfg, **({"moe_form": moe_form} if moe_form else {}))
-    unused = sorted(set(weights) - used)
+    source = GraphWeights(weights, table, fmt, warn, family.name)
+    outputs, sinks = family.graph(inputs, source, cfg, **({"moe_form": moe_form} if moe_form else {}))
+    unused = sorted(set(weights) - source.used)
     if unused:
         raise CheckpointError(f"tensor {table.prefix}{unused[0]} was loaded but the {family.name} graph never used it"
                               + (f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""))
@@ -95,6 +87,38 @@ def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | We
         model.set_rt_info(value, key)
     rtinfo.set_provenance(model, **{rtinfo.KEEP_FLOAT: keep_float(table)})
     return model
+
+
+class GraphWeights:
+    """What a family's graph calls `w`: w(name) is the weight constant of the tensor `name` (table prefix + role),
+    made once however often it is asked for; w.array(name) the tensor itself (an index table). Records what was used.
+    """
+
+    def __init__(self, weights, table: Table, fmt: WeightFormat, warn, family: str):
+        self.weights, self.table, self.fmt, self.warn, self.family = weights, table, fmt, warn, family
+        self.used: set[str] = set()
+        self.made: dict[str, ov.Output] = {}
+
+    def role(self, name: str) -> str:
+        role = name[len(self.table.prefix):] if name.startswith(self.table.prefix) else None
+        if role not in self.weights:
+            raise CheckpointError(f"the {self.family} graph asks for tensor {name}, which its table does not load")
+        self.used.add(role)
+        return role
+
+    def array(self, name: str) -> np.ndarray:
+        return self.weights[self.role(name)]
+
+    def __call__(self, name: str) -> ov.Output:
+        if name in self.made:
+            return self.made[name]
+        role = self.role(name)
+        half = self.weights.half(role) if self.fmt is WeightFormat.F16 and hasattr(self.weights, "half") else None
+        if half is not None:  # decoded straight to f16 (no float32 copy); None: the f32 path decides and reports
+            self.made[name] = half_weight(half, name)
+        else:
+            self.made[name] = weight(self.weights[role], name, self.fmt, self.warn)
+        return self.made[name]
 
 
 def keep_float(table: Table) -> str:

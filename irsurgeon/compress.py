@@ -13,8 +13,8 @@ divides I, if it is at least `min_group_size`; else the backup precision. nncf's
 applies exactly this rule; the report is read back from the compressed graph, not assumed.
 
 Weights a family marks as never compressed stay float (the Qwen MoE router and shared-expert gate: `compress=False` in
-its tensor table, recorded by the build in rt_info; see marked_consumers). Only MatMul weights are candidates: RoPE `inv_freq` and the norm gains feed Multiply nodes, which nncf never
-treats as weights.
+its tensor table, recorded by the build in rt_info; see marked_consumers). Only MatMul weights are candidates: RoPE
+`inv_freq` and the norm gains feed Multiply nodes, which nncf never treats as weights.
 
 `all_layers` stays off by default, deliberately: nncf then keeps the head's last MatMul (`mlp.down_proj`, whose output
 is added straight into the residual stream before the final norm) at the int8 backup, as optimum-intel's own int4 MTP

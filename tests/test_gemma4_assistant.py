@@ -101,7 +101,7 @@ def test_bad_assistant_checkpoints_are_one_line_errors(tmp_path):
 
 
 def test_norm_gains_reach_the_graph_as_stored():
-    """Gemma 4 stores plain RMSNorm gains: the Qwen3.5 `1 + w` fold (weights/spec.py TRANSFORMS) must not apply."""
+    """Gemma 4 stores plain RMSNorm gains: the Qwen3.5 `1 + w` fold (a row of that family's table) must not apply."""
     from safetensors.numpy import load_file
 
     stored = load_file(DATA / "plain" / "model.safetensors")

@@ -33,15 +33,18 @@ import openvino as ov
 import openvino.opset13 as ops
 
 from irsurgeon.config import read_json
-from irsurgeon.errors import ConfigError
+from irsurgeon.errors import CheckpointError, ConfigError
+from irsurgeon.models.family import Family
 from irsurgeon.ops import apply_rope, expand_kv, linear, rms_norm
 from irsurgeon.ops.core import const, named
+from irsurgeon.weights.spec import Table, Tensor
 
 I64 = np.int64
 MODEL_TYPE = "gemma4_assistant"
 TEXT_TYPE = "gemma4_text"
 TYPES = ("sliding_attention", "full_attention")
-Weights = Callable[[str], ov.Output]  # checkpoint name -> weight output
+Weights = Callable[[str], ov.Output]  # checkpoint name -> weight output (irsurgeon.build.GraphWeights)
+OUTPUTS = ("logits", "last_hidden_state")
 
 # How transformers 5.24.0 reads each key (configuration_gemma4_assistant.py, configuration_gemma4.py):
 # key -> (where, default). Gemma4AssistantConfig fields sit at the top level, Gemma4TextConfig's in `text_config`.
@@ -81,6 +84,9 @@ class AssistantConfig:
     ordered: bool
     num_centroids: int
     top_k: int
+    model_type: str = MODEL_TYPE
+    dtype: str | None = None  # no storage dtype is declared to compare against: tensors are read as stored
+    warnings: tuple[str, ...] = ()
 
     def layer_of(self, kind: str) -> Layer:
         """Head dim and KV heads of a layer type (every layer of one type reads the same target KV)."""
@@ -199,6 +205,18 @@ def tensor_table(cfg: AssistantConfig) -> dict[str, tuple[int, ...]]:
 
 
 INTEGER_TENSORS = frozenset({"masked_embedding.token_ordering"})
+ORDERED_EMBEDDINGS = ("masked_embedding.centroids.weight", "masked_embedding.token_ordering")
+
+
+def tensors(cfg: AssistantConfig) -> Table:
+    """tensor_table as the build loads it. Tolerated, never read: the tied lm_head and, with use_ordered_embeddings
+    off, masked_embedding.* (transformers then builds no masked embedder and drops them as unexpected keys:
+    modeling_gemma4_assistant.py, 5.24.0). Gemma 4 norm gains are plain: no transform."""
+    rows = tuple(Tensor(name, shape, integer=name in INTEGER_TENSORS) for name, shape in tensor_table(cfg).items())
+    ignored = {"lm_head.weight": ""}
+    if not cfg.ordered:
+        ignored.update({n: "use_ordered_embeddings is off; not used" for n in ORDERED_EMBEDDINGS})
+    return Table("", rows, source=cfg.source, ignored=ignored)
 
 
 def inv_freq(cfg: AssistantConfig, kind: str) -> np.ndarray:
@@ -321,3 +339,49 @@ def scale_check(cfg: AssistantConfig) -> None:
     total = sum(math.prod(s) for s in tensor_table(cfg).values())
     if total > 1 << 34:
         raise ConfigError(f"{cfg.source}: describes {total} weight values; refusing an assistant that large")
+
+
+# ---- the family, as the build sees it ----
+
+def parse_config(cfg: dict, source: str) -> AssistantConfig:
+    parsed = parse_assistant_config(cfg, source)
+    scale_check(parsed)
+    return parsed
+
+
+def parameters(cfg: AssistantConfig) -> tuple[list[ov.Node], Inputs]:
+    """inputs_embeds, position_ids, attention_mask and the K/V of each layer type present (names as genai's)."""
+    def param(name: str, shape: list[int], dtype=ov.Type.f32) -> ov.Node:
+        p = ops.parameter(ov.PartialShape(shape), dtype, name=name)
+        p.output(0).set_names({name})
+        return p
+
+    params = [param("inputs_embeds", [-1, -1, 2 * cfg.backbone_hidden_size]),
+              param("position_ids", [-1, -1], ov.Type.i64), param("attention_mask", [-1, -1], ov.Type.i64)]
+    kv = {}
+    for kind in TYPES:  # genai feeds all four; a type without layers still gets its inputs (unused)
+        layer = next((x for x in cfg.layers if x.kind == kind), None)
+        shape = [-1, layer.kv_heads, -1, layer.head_dim] if layer else [-1, -1, -1, -1]
+        pair = [param(f"{kind}_{kv_name}", shape) for kv_name in ("key", "value")]
+        params += pair
+        kv[kind] = tuple(p.output(0) for p in pair)
+    return params, Inputs(params[0].output(0), params[1].output(0), params[2].output(0), kv)
+
+
+def ordering_of(w, cfg: AssistantConfig) -> np.ndarray | None:
+    """token_ordering must be a permutation of the vocabulary (each id in exactly one centroid's bucket)."""
+    if not cfg.ordered:
+        return None
+    name = "masked_embedding.token_ordering"
+    ordering = w.array(name)
+    if not np.array_equal(np.sort(ordering), np.arange(cfg.vocab_size)):
+        raise CheckpointError(f"tensor {name}: expected a permutation of 0..{cfg.vocab_size - 1}")
+    return ordering
+
+
+def graph(x: Inputs, w, cfg: AssistantConfig) -> tuple[dict[str, ov.Output], list[ov.Node]]:
+    return dict(zip(OUTPUTS, assistant(x, w, cfg, ordering_of(w, cfg)))), []
+
+
+FAMILY = Family(MODEL_TYPE, (MODEL_TYPE,), parse_config, tensors, parameters, graph,
+                describe="Gemma 4 MTP assistant (gemma4_assistant checkpoint)")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import openvino as ov
@@ -31,12 +31,13 @@ from irsurgeon.config import (MAX_EXPERTS, MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISS
                               lookup, read_json, read_keys)
 from irsurgeon import contract
 from irsurgeon.contract import KEY_STATE, VALUE_STATE
-from irsurgeon.models.family import Family, Weights
-from irsurgeon.rtinfo import MTP_MODE
 from irsurgeon.errors import ConfigError
-from irsurgeon.ops import apply_rope, attention_mask_bias, expand_kv, kv_cache, linear, rms_norm, rope_cos_sin, sdpa, swiglu
+from irsurgeon.models.family import Family, Weights
+from irsurgeon.ops import (apply_rope, attention_mask_bias, expand_kv, kv_cache, linear, rms_norm, rope_cos_sin, sdpa,
+                           swiglu)
 from irsurgeon.ops.core import const, named
 from irsurgeon.ops.moe import DEFAULT_FORM, MoEShape, sparse_moe
+from irsurgeon.rtinfo import MTP_MODE
 from irsurgeon.weights.spec import Part, Stack, Table, Tensor, Whole
 
 

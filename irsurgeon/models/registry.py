@@ -3,11 +3,12 @@ in FAMILIES."""
 from __future__ import annotations
 
 from irsurgeon.errors import ConfigError
-from irsurgeon.models import qwen35_mtp
+from irsurgeon.models import gemma4_assistant, qwen35_mtp
 from irsurgeon.models.family import Family
 
 FAMILIES: tuple[Family, ...] = (
     qwen35_mtp.FAMILY,
+    gemma4_assistant.FAMILY,
 )
 
 

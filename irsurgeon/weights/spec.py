@@ -74,6 +74,7 @@ class Tensor:
     layouts: Mapping[str, Source] | None = None  # layout name -> how it is stored; None: Whole(role) in every layout
     transform: Transform | None = None
     compress: bool = True  # False: weight compression leaves it as built (e.g. MoE routing)
+    integer: bool = False  # an index table (I64/I32), read as int64: never a weight constant, never transformed
 
     def source(self, layout: str | None) -> Source:
         return self.layouts[layout] if self.layouts else Whole(self.role)
@@ -88,6 +89,7 @@ class Table:
     layouts: tuple[str, ...] = ()
     layouts_of: str = "tensors"
     source: str = field(default="the config", compare=False)  # where the shapes come from, for messages
+    ignored: Mapping[str, str] = field(default_factory=dict)  # stored names the head never reads -> a note ("": none)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """role -> shape: what the loader returns."""
@@ -174,7 +176,8 @@ def check_tensor_set(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], pre
     extra = sorted(present - set(expected))
     if extra:
         raise CheckpointError(f"{ckpt.root}: unexpected tensor {prefix}{extra[0]} not used by a "
-                              f"head of this config{note}" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+                              f"head of this config{note}"
+                              + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
     for name, shape in expected.items():
         info = ckpt.info(prefix + name)
         if info.shape != shape:
@@ -210,14 +213,24 @@ def inspect_stored(ckpt: Checkpoint, prefix: str) -> Stored:
     return Stored(prefix, {n[cut:] for n in weights}, {n[cut:] for n in scaled}, scheme)
 
 
-def check_dtypes(ckpt: Checkpoint, names, stored: Stored, declared: str | None, source: str, warn) -> None:
-    """Every tensor must hold floats; one stored in another float dtype than config.json's is noted, not refused."""
+INDEX_DTYPES = ("I64", "I32")
+
+
+def check_dtypes(ckpt: Checkpoint, names, stored: Stored, declared: str | None, source: str, warn,
+                 integers: frozenset[str] = frozenset()) -> None:
+    """Every tensor must hold floats (an index table integers); one stored in another float dtype than
+    config.json's is noted, not refused."""
     want, p = DECLARED.get(declared or ""), stored.prefix
     other: dict[str, list[str]] = {}
     for name in sorted(names):
         if name in stored.scaled:
             continue
         dtype = ckpt.info(p + name).dtype
+        if name in integers:
+            if dtype not in INDEX_DTYPES:
+                raise CheckpointError(f"tensor {p}{name}: stored as {dtype}, expected integer indices "
+                                      f"({' or '.join(INDEX_DTYPES)})")
+            continue
         if dtype not in WEIGHT_DTYPES:
             raise CheckpointError(f"tensor {p}{name}: stored as {dtype}, which cannot hold a float weight; "
                                   f"{SUPPORTED}")
@@ -306,8 +319,26 @@ def read_tensor(ckpt: Checkpoint, name: str, stored: Stored, fn: Transform | Non
     return finite(full, apply(fn, w), allow_nonfinite, warn)
 
 
-def _index(src: Part) -> tuple[slice, ...]:
-    return (slice(None),) * src.axis + (slice(src.lo, src.hi),)
+def _index(src: Part) -> slice | tuple[slice, ...]:
+    """The part's index into its fused tensor: rows, or `[:, ..., lo:hi]` (StoredRows narrows trailing axes)."""
+    return slice(src.lo, src.hi) if src.axis == 0 else (slice(None),) * src.axis + (slice(src.lo, src.hi),)
+
+
+def read_part(ckpt: Checkpoint, src: Part, stored: Stored, fn: Transform | None, allow_nonfinite: bool,
+              warn) -> np.ndarray:
+    """A part of a fused tensor as float32, decoding only its own rows (the other part is not read); FP8 is
+    dequantized whole first, as its scale blocks may straddle the cut."""
+    if src.name in stored.scaled:
+        whole = read_tensor(ckpt, src.name, stored, None, True, lambda _: None)
+        part = np.ascontiguousarray(whole[_index(src)])
+    else:
+        raw, dtype = ckpt.raw(stored.prefix + src.name)
+        view = raw[_index(src)]
+        part = np.empty(view.shape, np.float32)
+        step = max(1, SLICE // max(1, int(np.prod(view.shape[1:], dtype=np.int64))))
+        for lo in range(0, view.shape[0], step):
+            part[lo:lo + step] = decode_slice(view[lo:lo + step], dtype)
+    return finite(stored.prefix + src.name, apply(fn, part), allow_nonfinite, warn)
 
 
 def reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored, allow_nonfinite: bool,
@@ -315,10 +346,12 @@ def reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored, allow_nonfi
     """The float32 reader of one role."""
     def read(name: str) -> np.ndarray:
         return read_tensor(ckpt, name, stored, t.transform, allow_nonfinite, warn)
+    if t.integer:
+        return lambda: np.asarray(ckpt.get(stored.prefix + src.name), dtype=np.int64)
     if isinstance(src, Whole):
         return lambda: read(src.name)
     if isinstance(src, Part):
-        return lambda: np.ascontiguousarray(read(src.name)[_index(src)])
+        return lambda: read_part(ckpt, src, stored, t.transform, allow_nonfinite, warn)
 
     def stacked() -> np.ndarray:
         out = np.empty(t.shape, np.float32)
@@ -334,6 +367,8 @@ def half_reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored) -> Cal
     p = stored.prefix
 
     def make() -> np.ndarray | None:
+        if t.integer:
+            return None
         out, tally = np.empty(t.shape, np.float16), Tally()
         if isinstance(src, Stack):
             for i in range(src.count):
@@ -360,8 +395,13 @@ def load_weights(ckpt: Checkpoint, table: Table, declared: str | None = None, al
     stored = inspect_stored(ckpt, table.prefix)
     layout = choose_layout(table, stored.names, ckpt.root)
     expected = table.stored(layout)
-    check_tensor_set(ckpt, expected, stored.names, table.prefix, f"{layout} layout" if layout else "")
-    check_dtypes(ckpt, expected, stored, declared, table.source, warn)
+    ignored = sorted(n for n in stored.names if n in table.ignored and n not in expected)
+    for note in dict.fromkeys(table.ignored[n] for n in ignored if table.ignored[n]):
+        warn(f"note: {ckpt.root}: {note}: {', '.join(table.prefix + n for n in ignored if table.ignored[n] == note)}")
+    check_tensor_set(ckpt, expected, stored.names - set(ignored), table.prefix, f"{layout} layout" if layout else "")
+    check_dtypes(ckpt, expected, stored, declared, table.source, warn,
+                 frozenset(t.role for t in table.tensors if t.integer))
     sources = {t.role: (t, t.source(layout)) for t in table.tensors}
-    return LazyWeights({role: reader(ckpt, t, src, stored, allow_nonfinite, warn) for role, (t, src) in sources.items()},
-                       warn, {role: half_reader(ckpt, t, src, stored) for role, (t, src) in sources.items()}, table)
+    readers = {role: reader(ckpt, t, src, stored, allow_nonfinite, warn) for role, (t, src) in sources.items()}
+    halves = {role: half_reader(ckpt, t, src, stored) for role, (t, src) in sources.items()}
+    return LazyWeights(readers, warn, halves, table)

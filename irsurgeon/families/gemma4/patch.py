@@ -107,9 +107,9 @@ def float_scope(model: ov.Model) -> tuple[str, ...]:
     return tuple(names)
 
 
-def build_compressed(source: Path, choice: Choice, echo) -> ov.Model:
+def build_compressed(source: Path, choice: Choice, echo, allow_nonfinite: bool = False) -> ov.Model:
     """The assistant in the chosen format: built as f16 and compressed by nncf for int4/int8, else built as is."""
-    assistant, _ = build_assistant(source, build_format(choice), warn=echo)
+    assistant, _ = build_assistant(source, build_format(choice), warn=echo, allow_nonfinite=allow_nonfinite)
     if choice.params:
         assistant, report = compress_model(assistant, choice.params, keep_float=float_scope(assistant))
         for line in report.lines():
@@ -168,7 +168,7 @@ def patch_gemma4(target_dir: str | Path, source: str | Path, options, echo=print
         return result
     if repo:
         fetch_whole_weights(repo, source, options.hub or HubOptions(), echo)
-    assistant = build_compressed(source, choice, echo)
+    assistant = build_compressed(source, choice, echo, options.allow_nonfinite)
     result.written = commit(target, source, assistant, cfg, new_xml, options, echo)
     echo(f"{target.path}: wrote {', '.join(result.written)}")
     return result

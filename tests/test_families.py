@@ -1,0 +1,111 @@
+"""The house: families registered by model_type, the build dispatching on them and checking that the graph uses
+exactly the tensors the family's table loads."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers.gemma4 import DATA
+from irsurgeon.build import build_model, build_mtp_model, load_mtp
+from irsurgeon.errors import CheckpointError, ConfigError
+from irsurgeon.models import gemma4_assistant, qwen35_mtp
+from irsurgeon.models.registry import FAMILIES, family_for
+from irsurgeon.weights.spec import LazyWeights, Tensor
+
+DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo" / "ckpt"
+
+
+def test_every_model_type_has_one_family():
+    types = [t for f in FAMILIES for t in f.model_types]
+    assert len(types) == len(set(types))
+    assert {f.name for f in FAMILIES} == {"qwen3_5_mtp", "gemma4_assistant"}
+    for family in FAMILIES:
+        for t in family.model_types:
+            assert family_for(t, "config.json") is family
+    with pytest.raises(ConfigError, match=r"model_type 'llama' has no supported MTP head .*qwen3_5.*gemma4_assistant"):
+        family_for("llama", "config.json")
+
+
+def test_only_the_qwen_norm_rows_carry_the_one_plus_fold():
+    cfg, _, ckpt = load_mtp(DEMO)
+    ckpt.close()
+    folded = sorted(t.role for t in qwen35_mtp.tensors(cfg).tensors if t.transform is not None)
+    assert folded and all("norm" in role for role in folded)
+    assert len(folded) == 7  # 3 head norms, 2 layer norms, q/k norms
+    gemma = gemma4_assistant.tensors(gemma4_assistant.load_assistant_config(DATA / "plain" / "config.json"))
+    assert not any(t.transform for t in gemma.tensors)
+
+
+def random_weights(cfg) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {role: rng.standard_normal(shape).astype(np.float32) * 0.1
+            for role, shape in qwen35_mtp.tensors(cfg).shapes().items()}
+
+
+def test_a_loaded_tensor_the_graph_never_uses_is_refused():
+    cfg, _, ckpt = load_mtp(DEMO)
+    ckpt.close()
+    weights = random_weights(cfg)
+    build_model(cfg, weights, "f32")  # the family's own table: every row used
+    extra = Tensor("spare.weight", (cfg.hidden_size,))
+    family = dataclasses.replace(qwen35_mtp.FAMILY, tensors=lambda c: dataclasses.replace(
+        qwen35_mtp.tensors(c), tensors=qwen35_mtp.tensors(c).tensors + (extra,)))
+    weights["spare.weight"] = np.ones(cfg.hidden_size, np.float32)
+    with pytest.raises(CheckpointError, match=r"tensor mtp\.spare\.weight was loaded but the qwen3_5_mtp graph "
+                                              r"never used it"):
+        build_model(cfg, weights, "f32", family=family)
+
+
+def test_a_tensor_the_table_does_not_load_is_refused():
+    cfg, _, ckpt = load_mtp(DEMO)
+    ckpt.close()
+    weights = random_weights(cfg)
+    del weights["fc.weight"]
+    with pytest.raises(CheckpointError, match=r"asks for tensor mtp\.fc\.weight, which its table does not load"):
+        build_model(cfg, weights, "f32")
+
+
+def test_membership_does_not_decode_a_tensor():
+    reads = []
+    lazy = LazyWeights({"a": lambda: reads.append("a") or np.zeros(2, np.float32)})
+    assert "a" in lazy and "b" not in lazy and not reads
+    lazy["a"]
+    assert reads == ["a"]
+
+
+def test_build_dispatches_a_gemma4_assistant_checkpoint_by_its_model_type():
+    model = build_mtp_model(DATA / "plain", weight_format="f32")
+    assert model.get_friendly_name() == "gemma4_assistant"
+    assert sorted(o.get_any_name() for o in model.outputs) == ["last_hidden_state", "logits"]
+    assert model.get_rt_info(["irsurgeon", "model_type"]).astype(str) == "gemma4_assistant"
+
+
+def test_table_layouts_read_parts_and_stacks_of_their_stored_tensors(tmp_path):
+    """A Part along either axis and a Stack give the same float32 (and f16) arrays as slicing / stacking numpy."""
+    from irsurgeon.weights.checkpoint import Checkpoint
+    from irsurgeon.weights.safetensors_io import write_safetensors
+    from irsurgeon.weights.spec import Part, Stack, Table, load_weights
+
+    rng = np.random.default_rng(1)
+    fused = rng.standard_normal((6, 4)).astype(np.float32)
+    items = [rng.standard_normal((3, 2)).astype(np.float32) for _ in range(3)]
+    stored = {"h.fused": fused, **{f"h.item.{i}.w": a for i, a in enumerate(items)}}
+    write_safetensors(tmp_path / "model.safetensors", stored, {n: "F32" for n in stored})
+    (tmp_path / "config.json").write_text("{}")
+    table = Table("h.", (
+        Tensor("top", (2, 4), {"one": Part("fused", (6, 4), 0, 0, 2)}),
+        Tensor("right", (6, 3), {"one": Part("fused", (6, 4), 1, 1, 4)}),
+        Tensor("stack", (3, 3, 2), {"one": Stack("item.{i}.w", 3, "item")}),
+    ), layouts=("one",))
+    ckpt = Checkpoint.open(tmp_path)
+    try:
+        weights = load_weights(ckpt, table)
+        want = {"top": fused[:2], "right": fused[:, 1:4], "stack": np.stack(items)}
+        for role, expected in want.items():
+            np.testing.assert_array_equal(weights[role], expected)
+            np.testing.assert_array_equal(weights.half(role), expected.astype(np.float16))
+    finally:
+        ckpt.close()
