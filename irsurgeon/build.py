@@ -13,7 +13,7 @@ import openvino.opset13 as ops
 import irsurgeon
 from irsurgeon import contract, limits, rtinfo
 from irsurgeon.config import read_json
-from irsurgeon.errors import CheckpointError, CompressionError, OutputError, cause, with_hint
+from irsurgeon.errors import CheckpointError, CompressionError, ConfigError, OutputError, cause, with_hint
 from irsurgeon.models.qwen35_mtp import PREFIX, MTPConfig
 from irsurgeon.models.family import Family
 from irsurgeon.models.registry import family_for
@@ -25,20 +25,23 @@ from irsurgeon.weights.spec import LazyWeights, Table, load_weights
 
 
 def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_nonfinite: bool = False,
-             warn=print) -> tuple[MTPConfig, LazyWeights, Checkpoint]:
+             warn=print, family: Family | None = None) -> tuple[MTPConfig, LazyWeights, Checkpoint]:
     """Open a checkpoint, read its config as its family does, and check its tensors against the family's table
-    (only the shards holding them are opened; no tensor is decoded yet)."""
+    (only the shards holding them are opened; no tensor is decoded yet). family: the only one accepted here."""
     ckpt = Checkpoint.open(checkpoint, config)
     if not ckpt.config_path.exists():  # Checkpoint.open always names one; a FIFO or device is refused by its reader
         raise with_hint(CheckpointError(f"{checkpoint}: no config.json beside the weights"), "--config",
                         "pass --config with the checkpoint's config.json")
     try:
         raw = read_json(ckpt.config_path)
-        family = family_for(raw.get("model_type"), str(ckpt.config_path))
-        cfg = family.parse_config(raw, str(ckpt.config_path))
+        found = family_for(raw.get("model_type"), str(ckpt.config_path))
+        if family is not None and found is not family:
+            raise ConfigError(f"{ckpt.config_path}: model_type {raw.get('model_type')!r} is a {found.describe}; "
+                              f"expected a {family.describe} here")
+        cfg = found.parse_config(raw, str(ckpt.config_path))
         for line in cfg.warnings:
             warn(line)
-        table = family.tensors(cfg)
+        table = found.tensors(cfg)
         weights = load_weights(ckpt, table, cfg.dtype, allow_nonfinite, warn)
         # the headers now match the config; no tensor is read yet, and none is if the head cannot fit
         limits.check_memory(memory_need(table.shapes()), f"{checkpoint}: building its MTP head", CheckpointError)
@@ -129,12 +132,14 @@ def keep_float(table: Table) -> str:
 
 def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
                     weight_format: str | WeightFormat = WeightFormat.F16, allow_nonfinite: bool = False,
-                    warn=print, hub=None, moe_form: str | None = None) -> ov.Model:
+                    warn=print, hub=None, moe_form: str | None = None, family: Family | None = None) -> ov.Model:
     """Build the MTP head of a checkpoint directory, a .safetensors file with its config.json, or a Hugging Face
     repo id (only config.json, the index and the `mtp.*` shards are fetched; `hub`: weights.hub.HubOptions).
-    moe_form: the routed experts' graph form (irsurgeon.ops.moe.FORMS; default the one the CPU plugin fuses)."""
+    moe_form: the routed experts' graph form (irsurgeon.ops.moe.FORMS; default the one the CPU plugin fuses).
+    family: the only family accepted (default: any registered one, by the config's model_type)."""
     fmt = float_format(weight_format)
-    cfg, weights, ckpt = load_mtp(resolve_source(checkpoint, warn, hub, PREFIX), config, allow_nonfinite, warn)
+    cfg, weights, ckpt = load_mtp(resolve_source(checkpoint, warn, hub, PREFIX), config, allow_nonfinite, warn,
+                                  family)
     try:
         model = build_model(cfg, weights, fmt, warn, moe_form)
     finally:

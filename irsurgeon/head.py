@@ -16,6 +16,7 @@ import irsurgeon
 from irsurgeon import rtinfo
 from irsurgeon.build import build_mtp_model, save_mtp_model
 from irsurgeon.compress import check_kv_cache_precision, compress_model, set_kv_cache_precision
+from irsurgeon.models import qwen35_mtp
 from irsurgeon.precision import Choice
 
 Echo = Callable[[str], None]
@@ -46,6 +47,6 @@ def build_head(checkpoint: str | Path, out_dir: str | Path, choice: Choice, *, c
     """
     check_kv_cache_precision(kv_cache_precision)
     model = build_mtp_model(checkpoint, config, build_format(choice), allow_nonfinite=allow_nonfinite, warn=echo,
-                            hub=hub)
+                            hub=hub, family=qwen35_mtp.FAMILY)  # a Gemma 4 assistant goes into its target by patch
     model = finish_head(model, choice, kv_cache_precision, echo)
     return save_mtp_model(model, out_dir, wait=wait, echo=echo, replace=replace)

@@ -25,17 +25,18 @@ from irsurgeon import contract, rtinfo
 from irsurgeon.annotate import Status, plan_annotation, write_annotation
 from irsurgeon.build import build_model, load_mtp, name_anonymous_nodes
 from irsurgeon.compress import updated_openvino_config
-from irsurgeon.models.qwen35_mtp import PREFIX, MTPConfig
 from irsurgeon.errors import IRError, IRSurgeonError
 from irsurgeon.head import build_format, finish_head
 from irsurgeon.identity import require_identity
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG
-from irsurgeon.target import Target, inspect_target
-from irsurgeon.precision import choose_format
-from irsurgeon.show import weight_precision, weights
+from irsurgeon.models import qwen35_mtp
+from irsurgeon.models.qwen35_mtp import PREFIX, MTPConfig
 from irsurgeon.families.gemma4 import layout as gemma4_layout
 from irsurgeon.families.gemma4.patch import patch_gemma4
+from irsurgeon.precision import choose_format
+from irsurgeon.show import weight_precision, weights
+from irsurgeon.target import Target, inspect_target
 from irsurgeon.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted,  # noqa: F401
                                    shown, write_staged)
 from irsurgeon.verify import verify_directory
@@ -162,7 +163,8 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
         result.skipped = True
         return result
     root = fetch_weights(source, root, options.hub, PREFIX, echo)
-    cfg, weights, ckpt = load_mtp(root, allow_nonfinite=options.allow_nonfinite, warn=echo)
+    cfg, weights, ckpt = load_mtp(root, allow_nonfinite=options.allow_nonfinite, warn=echo,
+                                  family=qwen35_mtp.FAMILY)
     try:
         check_source_matches(target, cfg)
         result.written = stage_and_commit(target, cfg, weights, ckpt, choice, options, source, echo, identity)

@@ -109,3 +109,18 @@ def test_table_layouts_read_parts_and_stacks_of_their_stored_tensors(tmp_path):
             np.testing.assert_array_equal(weights.half(role), expected.astype(np.float16))
     finally:
         ckpt.close()
+
+
+def test_build_mtp_and_a_qwen_patch_refuse_a_checkpoint_of_another_family(tmp_path):
+    """build-mtp writes the Qwen3.5 head and a Qwen target takes only that: a Gemma 4 assistant is named, not built."""
+    from click.testing import CliRunner
+
+    from irsurgeon.cli import main as cli
+
+    result = CliRunner().invoke(cli, ["build-mtp", str(DATA / "plain"), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert "model_type 'gemma4_assistant' is a Gemma 4 MTP assistant" in result.output
+    assert "expected a Qwen3.5 / Qwen3.6 MTP head" in result.output
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match="expected a Qwen3.5"):
+        load_mtp(DATA / "plain", family=qwen35_mtp.FAMILY)
