@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
+from irsurgeon import limits
 from irsurgeon.errors import IRSurgeonError
 
 
@@ -26,9 +27,6 @@ class PromptsParam(click.ParamType):
             return value
         path = Path(value)
         if path.is_file():
-            from irsurgeon import limits
-            from irsurgeon.errors import IRSurgeonError
-
             try:
                 text = limits.read_text(path, limits.TEXT_BYTES, IRSurgeonError, "prompts")
             except IRSurgeonError as e:

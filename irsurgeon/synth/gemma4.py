@@ -31,7 +31,10 @@ from irsurgeon.errors import OutputError
 from irsurgeon.models.gemma4_assistant import parse_assistant_config, rope, rope_inv_freq, tensor_table
 from irsurgeon.ops import expand_kv, kv_cache, linear, rms_norm
 from irsurgeon.ops.core import WeightFormat, const, named, weight
+from irsurgeon.synth.registry import make_dir, save, write_json
 from irsurgeon.synth.tokenizer import SPECIAL, detokenizer_model, tokenizer_model, tokenizer_rt_info
+from irsurgeon.transaction import directory_lock
+from irsurgeon.weights.safetensors_io import write_safetensors
 
 I64 = np.int64
 M = "__module.model"
@@ -220,26 +223,19 @@ def target_model(tensors: dict[str, np.ndarray], window: int = WINDOW) -> ov.Mod
 def synthesize_gemma4(out_dir: str | Path, seed: int = 0, wait: bool = False) -> tuple[Path, Path]:
     """Write out_dir/target and out_dir/assistant (see the module docstring) under out_dir's lock; both must be
     new or empty folders. Returns both paths."""
-    from irsurgeon.synth.registry import _make_dir
-    from irsurgeon.transaction import directory_lock
-
     out = Path(out_dir)
-    _make_dir(out)
+    make_dir(out)
     with directory_lock(out, wait):
         target, assistant = out / "target", out / "assistant"
         for d in (target, assistant):
             if d.is_symlink() or (d.exists() and any(d.iterdir())):
                 raise OutputError(f"{d}: a link or a folder that is not empty; synth writes only into new folders")
-            _make_dir(d)
+            make_dir(d)
         _write(target, assistant, seed)
     return target, assistant
 
 
 def _write(target: Path, assistant: Path, seed: int) -> None:
-    from safetensors.numpy import save_file
-
-    from irsurgeon.synth.registry import save, write_json
-
     save(target_model(target_tensors(seed)), target / "openvino_model.xml")
     tok, detok = tokenizer_model(V), detokenizer_model(V)
     tokenizer_rt_info(tok, detokenizer=False)
@@ -249,4 +245,4 @@ def _write(target: Path, assistant: Path, seed: int) -> None:
     write_json(target / "config.json", target_config())
     write_json(target / "generation_config.json", {"do_sample": False, "eos_token_id": 2, "pad_token_id": 0})
     write_json(assistant / "config.json", assistant_config())
-    save_file(assistant_tensors(seed), str(assistant / "model.safetensors"))
+    write_safetensors(assistant / "model.safetensors", assistant_tensors(seed))

@@ -31,6 +31,7 @@ from irsurgeon.synth.checkpoint import (FULL, LINEAR, SynthSpec, bf16_round, lay
 from irsurgeon.synth.tokenizer import SPECIAL, detokenizer_model, tokenizer_model, tokenizer_rt_info
 from irsurgeon.synth.vision import VisionSpec, merger_model, patch_embed_model, pos_embed_model, vision_tensors
 from irsurgeon.synth import target as tg
+from irsurgeon.transaction import directory_lock
 
 KINDS = ("qwen35", "qwen35-moe", "llama")
 WEIGHT_FORMATS = ("f32", "f16", "int4")
@@ -126,14 +127,12 @@ def validate_layer_types(s: SynthSpec) -> None:
 def synthesize(out_dir: str | Path, kind: str = "qwen35", spec: SynthSpec | None = None, seed: int = 0,
                with_mtp: bool = True, weight_format: str = "f32", wait: bool = False) -> Synthesized:
     """Write out_dir/target and out_dir/ckpt for `kind` (see the module docstring), holding out_dir's lock."""
-    from irsurgeon.transaction import directory_lock
-
     s = spec or default_spec(kind)
     validate(kind, s, with_mtp, weight_format)
     limits.check_memory(memory_need(s, with_mtp), f"synth {kind} at hidden {s.hidden}, vocab {s.vocab}, "
                         f"{s.layers} layers", ConfigError)
     out = Path(out_dir)
-    _make_dir(out)
+    make_dir(out)
     with directory_lock(out, wait):
         target, ckpt = out / "target", out / "ckpt"
         for d in (target, ckpt):
@@ -141,11 +140,11 @@ def synthesize(out_dir: str | Path, kind: str = "qwen35", spec: SynthSpec | None
                 raise OutputError(f"{d}: is a link; synth writes only into folders of its own")
             if d.exists() and any(d.iterdir()):
                 raise OutputError(f"{d}: exists and is not empty")
-            _make_dir(d)
+            make_dir(d)
         return _write(kind, s, seed, with_mtp, weight_format, target, ckpt)
 
 
-def _make_dir(d: Path) -> None:
+def make_dir(d: Path) -> None:
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
