@@ -38,7 +38,7 @@ def read_ir_bytes(xml: Path) -> bytes:
 
 def read_model(xml: Path, checked: bool = False):
     """ov.Model of an IR, checked first unless the caller already did (the `.bin` is memory-mapped, not read)."""
-    import openvino as ov
+    import openvino as ov  # ~120 ms: the CLI imports this module at start-up (annotate) and needs openvino only here
 
     size = len(read_ir_bytes(xml)) if not checked else xml.stat().st_size
     limits.check_memory(size * limits.IR_XML_MEMORY_FACTOR, f"{xml}: reading it with OpenVINO", IRError)
@@ -91,7 +91,7 @@ def write_atomic(path: Path, data: bytes, check: Callable[[Path], None] | None =
 
 def read_back(xml: Path, weights_of: Path, check: Callable[[object], None]) -> None:
     """Read a new `.xml` with the `.bin` of the IR it replaces (weights_of) and pass the model to `check`."""
-    import openvino as ov
+    import openvino as ov  # as in read_model
 
     try:
         model = _read(ov, xml, weights_of.with_suffix(".bin"))
