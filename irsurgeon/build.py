@@ -21,7 +21,8 @@ from irsurgeon.ops.core import WeightFormat, half_weight, weight
 from irsurgeon.transaction import DirectoryTransaction, shown
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.hub import resolve_source
-from irsurgeon.weights.spec import LazyWeights, Table, load_weights
+from irsurgeon.weights.spec import LazyWeights, load_weights
+from irsurgeon.weights.table import Table
 
 
 def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_nonfinite: bool = False,

@@ -13,7 +13,8 @@ from irsurgeon.build import build_model, build_mtp_model, load_mtp
 from irsurgeon.errors import CheckpointError, ConfigError
 from irsurgeon.models import gemma4_assistant, qwen35_mtp
 from irsurgeon.models.registry import FAMILIES, family_for
-from irsurgeon.weights.spec import LazyWeights, Tensor
+from irsurgeon.weights.spec import LazyWeights
+from irsurgeon.weights.table import Tensor
 
 DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo" / "ckpt"
 
@@ -87,7 +88,8 @@ def test_table_layouts_read_parts_and_stacks_of_their_stored_tensors(tmp_path):
     """A Part along either axis and a Stack give the same float32 (and f16) arrays as slicing / stacking numpy."""
     from irsurgeon.weights.checkpoint import Checkpoint
     from irsurgeon.weights.safetensors_io import write_safetensors
-    from irsurgeon.weights.spec import Part, Stack, Table, load_weights
+    from irsurgeon.weights.spec import load_weights
+    from irsurgeon.weights.table import Part, Stack, Table
 
     rng = np.random.default_rng(1)
     fused = rng.standard_normal((6, 4)).astype(np.float32)

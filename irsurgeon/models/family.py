@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import openvino as ov
 
-from irsurgeon.weights.spec import Table
+from irsurgeon.weights.table import Table
 
 Weights = Callable[[str], ov.Output]  # full checkpoint name (table prefix + role) -> weight output
 

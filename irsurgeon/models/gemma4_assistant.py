@@ -37,7 +37,7 @@ from irsurgeon.errors import CheckpointError, ConfigError
 from irsurgeon.models.family import Family
 from irsurgeon.ops import apply_rope, expand_kv, linear, rms_norm
 from irsurgeon.ops.core import const, named
-from irsurgeon.weights.spec import Table, Tensor
+from irsurgeon.weights.table import Table, Tensor
 
 I64 = np.int64
 MODEL_TYPE = "gemma4_assistant"

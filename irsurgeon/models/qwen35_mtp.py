@@ -38,7 +38,7 @@ from irsurgeon.ops import (apply_rope, attention_mask_bias, expand_kv, kv_cache,
 from irsurgeon.ops.core import const, named
 from irsurgeon.ops.moe import DEFAULT_FORM, MoEShape, sparse_moe
 from irsurgeon.rtinfo import MTP_MODE
-from irsurgeon.weights.spec import Part, Stack, Table, Tensor, Whole
+from irsurgeon.weights.table import Part, Stack, Table, Tensor, Whole
 
 
 # ---- config: every key the head reads, as transformers 5.23.0 reads it ----
