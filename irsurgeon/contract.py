@@ -22,6 +22,14 @@ OUTPUT = "last_hidden_state"
 KEY_STATE = "past_key_values.0.keypresent_key_values.0.key"
 VALUE_STATE = "past_key_values.0.valuepresent_key_values.0.value"
 STATE_IDS = (KEY_STATE, VALUE_STATE)
+# The head's activations are f32 (ops.core.WeightFormat), so are the K and V it keeps; the cache precision the
+# runtime uses (KV_CACHE_PRECISION) is its own, set after genai converts the head to PagedAttention.
+STATE_TYPE = ov.Type.f32
+
+
+def state_shape(num_kv_heads: int, head_dim: int) -> ov.PartialShape:
+    """A KV state's shape: [batch, nKV, tokens, D], batch and tokens dynamic."""
+    return ov.PartialShape([-1, num_kv_heads, -1, head_dim])
 
 
 @dataclass(frozen=True)
@@ -64,18 +72,19 @@ def check_model(model: ov.Model, hidden_size: int, num_kv_heads: int, head_dim: 
     if len(outs) != 1 or OUTPUT not in outs[0]:
         problems.append(f"outputs are {outs}, expected exactly one named {OUTPUT}")
     else:
-        out = model.outputs[0]
-        want = partial_shape(OUTPUTS[0], hidden_size)
-        if out.get_element_type() != ov.Type.f32 or not out.get_partial_shape().same_scheme(want):
+        out, port = model.outputs[0], OUTPUTS[0]
+        want = partial_shape(port, hidden_size)
+        if out.get_element_type() != port.dtype or not out.get_partial_shape().same_scheme(want):
             problems.append(f"output {OUTPUT} is {out.get_element_type().get_type_name()} {out.get_partial_shape()}, "
-                            f"expected f32 {want}")
+                            f"expected {port.dtype.get_type_name()} {want}")
     states = {v.get_info().variable_id: v.get_info() for v in model.get_variables()}
     if sorted(states) != sorted(STATE_IDS):
         problems.append(f"state variables are {sorted(states)}, expected {sorted(STATE_IDS)}")
-    want_state = ov.PartialShape([-1, num_kv_heads, -1, head_dim])
+    want_state = state_shape(num_kv_heads, head_dim)
     for vid, info in states.items():
-        if vid in STATE_IDS and (info.data_type != ov.Type.f32 or not info.data_shape.same_scheme(want_state)):
-            problems.append(f"state {vid} is {info.data_type.get_type_name()} {info.data_shape}, expected f32 {want_state}")
+        if vid in STATE_IDS and (info.data_type != STATE_TYPE or not info.data_shape.same_scheme(want_state)):
+            problems.append(f"state {vid} is {info.data_type.get_type_name()} {info.data_shape}, "
+                            f"expected {STATE_TYPE.get_type_name()} {want_state}")
     return problems
 
 

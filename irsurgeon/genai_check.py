@@ -1,14 +1,11 @@
 """Run openvino-genai MTP speculative decoding against plain greedy decoding on a target directory.
 
-Both pipelines are `VLMPipeline`s with the paged-attention backend and prefix caching off (genai's MTP path needs
-that); the MTP one gets `draft_model(dir)`, which loads `dir/openvino_mtp_model.xml`. Token ids are collected with a
-streamer. The equivalence check runs at INFERENCE_PRECISION_HINT=f32, plus KV_CACHE_PRECISION=f16 and
-DYNAMIC_QUANTIZATION_GROUP_SIZE=0 for int4 targets: at the CPU defaults even two plain backends disagree on tiny
-models whose top-2 logits differ by ~1e-4, so only the f32 run can demand identical tokens. The scheduler is sized
-from the directory (scheduler_size): one sequence at a time and a cache budget that holds the linear-attention
-states genai reserves per sequence, which its 256-sequence default does not fit for real hybrid models.
-A Gemma 4 directory (families.gemma4.genai) runs target-only and MTP `LLMPipeline`s on the SDPA backend with
-TARGET/mtp_assistant as draft, at f32 with an f32 KV cache, its equivalence runs honouring EOS (genai's Gemma 4 MTP
+A Qwen3.5 directory (genai_runtime) runs plain and MTP `VLMPipeline`s on the paged-attention backend, with a
+scheduler sized from the directory, its equivalence runs at INFERENCE_PRECISION_HINT=f32 (plus an f16 KV cache and
+no dynamic quantization for int4 targets): at the CPU defaults even two plain backends disagree on tiny models whose
+top-2 logits differ by ~1e-4, so only the f32 run can demand identical tokens. Token ids are collected with a
+streamer. A Gemma 4 directory (families.gemma4.genai) runs target-only and MTP `LLMPipeline`s on the SDPA backend
+with TARGET/mtp_assistant as draft, at f32 with an f32 KV cache, its equivalence runs honouring EOS (genai's Gemma 4 MTP
 path stops there even with ignore_eos); `Family` holds what differs, `family_of` picks it from config.json.
 
 The speed sweep (`run_speed`) runs afterwards at the device's default precision (no properties: the IRs'
@@ -41,13 +38,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from irsurgeon import limits
-from irsurgeon.errors import IRSurgeonError, cause
+from irsurgeon import genai_runtime as qwen
+from irsurgeon.errors import IRSurgeonError
 from irsurgeon.families.gemma4 import genai as gemma4
 from irsurgeon.families.gemma4.layout import target_type as gemma4_type
 from irsurgeon.footprint import kv_cache
-from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_XML
-from irsurgeon.precision import detect_target_format
 from irsurgeon.show import show_ir
 
 PROMPTS = (
@@ -100,14 +95,6 @@ class Report:
                 "runs": [asdict(r) for r in self.runs]}
 
 
-def equivalence_properties(target: Path) -> dict:
-    """f32 inference; plus an f16 KV cache and no dynamic quantization when the target is int4 (the contract, 5)."""
-    props = {"INFERENCE_PRECISION_HINT": "f32"}
-    if detect_target_format(target).weight_format == "int4":
-        props.update(KV_CACHE_PRECISION="f16", DYNAMIC_QUANTIZATION_GROUP_SIZE="0")
-    return props
-
-
 def _genai():
     try:
         import openvino_genai
@@ -117,53 +104,12 @@ def _genai():
     return openvino_genai
 
 
-GIB = 1 << 30
-SEQUENCES = 1  # every generate() here decodes one prompt greedily: one sequence at a time
-CONTEXT_TOKENS = 4096  # KV budget per sequence: built-in prompts are short; a --prompts FILE may be long
-
-
-def scheduler_size(target: Path, sequences: int = SEQUENCES, context: int = CONTEXT_TOKENS) -> tuple[int, int]:
-    """(max_num_seqs, cache_size in GiB) that fit `sequences` sequences of `context` tokens of this directory.
-
-    openvino-genai 2026.4's cache orchestrator (src/cpp/src/continuous_batching/cache/cache_orchestrator.hpp,
-    normalize_block_counts; the file its refusal names)
-    reserves, with prefix caching off and cache_size set, one linear-attention block (every linear-attention
-    layer's conv + recurrent state of one sequence) per schedulable sequence, max_num_seqs of them, out of the
-    cache_size budget before any KV block, and refuses the pipeline when `reserved_la_bytes <= budget_in_bytes`
-    fails. Its default max_num_seqs of 256 does not fit a real hybrid model in a few GiB (Qwen3.5-0.8B: 18 x 1.1
-    MiB per sequence), so both follow the model and the batch used: the constant-size states and the KV growth per
-    token of the language model and the head (footprint.kv_cache, at f32, an upper bound of any runtime precision).
-    """
-    files = [f for f in (LANGUAGE_MODEL, MTP_XML) if (target / f).is_file()]
-    # f32 whatever rt_info says: an upper bound of the precision the runtime picks
-    kv = [kv_cache(f, {**show_ir(target / f), "runtime_options": {}}, 1, "f32") for f in files]
-    per_sequence = sum(k["constant_bytes"] + context * k["bytes_per_token"] for k in kv)
-    return sequences, max(1, -(-sequences * per_sequence // GIB))
-
-
-def _scheduler(g, target: Path):
-    sc = g.SchedulerConfig()
-    sc.enable_prefix_caching = False
-    sc.max_num_seqs, sc.cache_size = scheduler_size(target)
-    return sc
-
-
 def _config(g, max_new_tokens: int, nat: int | None, ignore_eos: bool = True):
     c = g.GenerationConfig()
     c.max_new_tokens, c.do_sample, c.apply_chat_template, c.ignore_eos = max_new_tokens, False, False, ignore_eos
     if nat:
         c.num_assistant_tokens = nat
     return c
-
-
-def _pipeline(g, target: Path, device: str, props: dict, draft: bool):
-    """A VLMPipeline on the paged backend, with the directory's MTP head as draft model when `draft`."""
-    limits.check_directory_files(target, IRSurgeonError)  # genai opens its files itself: a FIFO would block it
-    try:
-        extra = {"draft_model": g.draft_model(str(target), device, **props)} if draft else {}
-        return g.VLMPipeline(str(target), device, scheduler_config=_scheduler(g, target), **extra, **props)
-    except RuntimeError as e:
-        raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory on {device}: {cause(e)}") from None
 
 
 @dataclass(frozen=True)
@@ -180,7 +126,7 @@ class Family:
         return [text] if self.as_batch else text
 
 
-QWEN = Family(_pipeline, equivalence_properties, (LANGUAGE_MODEL, MTP_XML))
+QWEN = Family(qwen.pipeline, qwen.equivalence_properties, qwen.FILES)
 GEMMA4 = Family(gemma4.pipeline, gemma4.equivalence_properties, gemma4.FILES, gemma4.HONOURS_EOS, as_batch=True)
 
 
@@ -379,8 +325,7 @@ def device_defaults(device: str) -> dict:
     return out
 
 
-def kv_growth(target: Path, kv_default: str | None, files: tuple[str, str] = (LANGUAGE_MODEL, MTP_XML)
-              ) -> dict[str, dict]:
+def kv_growth(target: Path, kv_default: str | None, files: tuple[str, str] = qwen.FILES) -> dict[str, dict]:
     """footprint.kv_cache of the language model ("target") and the draft at the runtime's KV precision."""
     return {part: kv_cache(f, show_ir(target / f), 1, kv_default) for part, f in zip(("target", "draft"), files)}
 

@@ -103,10 +103,9 @@ def smoke_test(xml: Path, cfg: MTPConfig) -> None:
     narrow_feed_forward(model)
     request = ov.Core().compile_model(model, "CPU").create_infer_request()
     H = cfg.hidden_size
-    hidden, embeds, mask, positions, beam = (port.name for port in contract.INPUTS)
-    feed = {hidden: np.full((1, 2, H), 0.5, np.float32), embeds: np.full((1, 2, H), 0.25, np.float32),
-            mask: np.ones((1, 2), np.int64), positions: np.arange(2, dtype=np.int64)[None],
-            beam: np.zeros(1, np.int32)}
+    # hidden_states, inputs_embeds, attention_mask, position_ids, beam_idx: each in the contract's dtype
+    values = (np.full((1, 2, H), 0.5), np.full((1, 2, H), 0.25), np.ones((1, 2)), np.arange(2)[None], np.zeros(1))
+    feed = {port.name: v.astype(port.dtype.to_dtype()) for port, v in zip(contract.INPUTS, values)}
     out = request.infer(feed)[0]
     if out.shape != (1, 2, H) or not np.isfinite(out).all():
         raise IRError(f"{xml}: one-step inference gave {out.shape} with non-finite values")

@@ -22,8 +22,9 @@ RANK = {
     "irsurgeon.ir": 1, "irsurgeon.contract": 1, "irsurgeon.journal": 1,      # what a directory and a head are
     "irsurgeon.weights": 2, "irsurgeon.footprint": 2, "irsurgeon.transaction": 2,
     "irsurgeon.ops": 3, "irsurgeon.models": 3, "irsurgeon.identity": 3, "irsurgeon.compress": 3,
-    "irsurgeon.build": 4, "irsurgeon.target": 4, "irsurgeon.precision": 4, "irsurgeon.verify": 4, "irsurgeon.annotate": 4,
-    "irsurgeon.head": 5, "irsurgeon.show": 5, "irsurgeon.families": 5,
+    "irsurgeon.build": 4, "irsurgeon.target": 4, "irsurgeon.precision": 4, "irsurgeon.verify": 4,
+    "irsurgeon.annotate": 4,
+    "irsurgeon.head": 5, "irsurgeon.show": 5, "irsurgeon.families": 5, "irsurgeon.genai_runtime": 5,
     # Gemma 4's read-only side sits at verify's layer so verify can dispatch to it; its write flow stays at 5
     "irsurgeon.families.gemma4.target": 4, "irsurgeon.families.gemma4.layout": 4,
     "irsurgeon.families.gemma4.verify": 4,

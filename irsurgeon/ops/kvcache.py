@@ -2,7 +2,9 @@
 
     Broadcast(0, [B, nKV, 0, D]) -> ReadValue(var) -> Gather(beam_idx, axis 0) -> Concat(axis 2, [past, new]) -> Assign(var)
 
-Nothing sits between Gather and Concat. One `Variable` object is shared by the ReadValue and the Assign.
+Nothing sits between Gather and Concat. One `Variable` object is shared by the ReadValue and the Assign. The state's
+type and shape are the MTP head's (irsurgeon.contract.STATE_TYPE, state_shape); the synthetic targets' KV states
+have the same form.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import openvino.opset13 as ops
 import openvino.opset6 as ops6
 from openvino.op.util import Variable, VariableInfo
 
+from irsurgeon.contract import STATE_TYPE, state_shape
 from irsurgeon.ops.core import const, named
 
 I64 = np.int64
@@ -22,11 +25,11 @@ def kv_cache(new: ov.Output, beam_idx: ov.Output, batch: ov.Output, variable_id:
     """Append new [B, nKV, S, D] to the cached state; returns (present [B, nKV, T, D], the Assign sink)."""
     info = VariableInfo()
     info.variable_id = variable_id
-    info.data_type = ov.Type.f32
-    info.data_shape = ov.PartialShape([-1, num_kv_heads, -1, head_dim])
+    info.data_type = STATE_TYPE
+    info.data_shape = state_shape(num_kv_heads, head_dim)
     var = Variable(info)
     init_shape = ops.concat([batch, const([num_kv_heads, 0, head_dim], I64)], axis=0)
-    init = named(ops.broadcast(const(0.0), init_shape), f"{name}/init")
+    init = named(ops.broadcast(const(0.0, STATE_TYPE.to_dtype()), init_shape), f"{name}/init")
     past = ops6.read_value(init, var)
     past.set_friendly_name(f"{name}/read")
     reordered = named(ops.gather(past, beam_idx, const(0, I64)), f"{name}/beam_gather")

@@ -5,7 +5,7 @@
                 by the target's mtp_* outputs (gemma4_mtp_strategy.cpp is_gemma4_mtp_model_pair) and runs the
                 stateful SDPA backend, so no paged-attention scheduler is configured
     properties  f32 inference and an f32 KV cache: the equivalence runs compare exact greedy tokens; for an int4
-                target also DYNAMIC_QUANTIZATION_GROUP_SIZE=0, as for a Qwen int4 target (irsurgeon.genai_check):
+                target also DYNAMIC_QUANTIZATION_GROUP_SIZE=0, as for a Qwen int4 target (irsurgeon.genai_runtime):
                 the CPU plugin otherwise quantizes the activations fed to int4 MatMuls, differently per shape
     honours EOS genai's Gemma 4 MTP path stops at EOS even with ignore_eos (openvino-genai 2026.4.1, seen on
                 tests/test_gemma4_genai.py's pairs), so the equivalence runs honour EOS in both pipelines
