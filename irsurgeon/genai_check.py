@@ -96,7 +96,7 @@ class Report:
 
 
 def _genai():
-    try:
+    try:  # here, not at module level: openvino-genai takes ~240 ms to import and is the optional `test` extra
         import openvino_genai
     except ImportError:
         raise IRSurgeonError("openvino-genai is not installed: pip install 'openvino-genai==2026.4.1.0' "
@@ -314,7 +314,7 @@ def peak_memory_bytes() -> int:
 
 def device_defaults(device: str) -> dict:
     """The precision properties the device uses when none are given (what the speed runs get)."""
-    import openvino as ov
+    import openvino as ov  # ~120 ms, needed only by the speed runs
 
     core, out = ov.Core(), {}
     for key in ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION"):
