@@ -32,8 +32,11 @@ import numpy as np
 import openvino as ov
 
 NNCF_READ = "3.4.0"  # the release whose internals (file names above) this module was written against
-HEAD_SHARE = 256  # a block is at most 1/256 of the head's weight values: nncf's temporaries ~2% of its f16 bytes
-MIN_BLOCK_VALUES = 1 << 18  # below this the per-block overhead (one inference call) starts to show
+# A block's inference peaks at ~65 bytes per value above what it leaves behind (measured on the CPU plugin, dense
+# hidden-2048 head: 1 M-value blocks +69 MB, 256 K +18 MB, 64 K +6 MB); 1/2048 of the head keeps that near 3% of
+# the head's f16 bytes. Each block is one more inference call (~0.3 ms): 64 K values is the floor.
+HEAD_SHARE = 2048
+MIN_BLOCK_VALUES = 1 << 16
 
 
 def block_values(head_values: int) -> int:
@@ -78,15 +81,21 @@ def _sliceable(weight) -> bool:
 FIELDS = ("tensor", "scale", "zero_point", "codebook", "global_scale")  # nncf's CompressedWeight, in order
 
 
-def _allocate(part, rows: int):
-    """An empty nncf Tensor like `part` (a block's result field) with `rows` rows; None stays None."""
+def _allocate(part, rows: int, own: bool = False):
+    """An empty nncf Tensor like `part` (a block's result field) with `rows` rows; None stays None.
+
+    own: an openvino tensor (openvino's own memory) even for a numpy part. nncf 3.4.0 makes the constant of an
+    openvino tensor in place but copies a numpy array (openvino/graph/node_utils.py, create_ov_const_from_tensor:
+    `assert x.data.get_element_type() == dtype`, then shared_memory=True); 8-bit quantized values then skip that copy.
+    """
     from nncf.tensor import Tensor, TensorBackend
 
     if part is None:
         return None
-    if part.backend != TensorBackend.ov:
-        return Tensor(np.empty((rows, *part.data.shape[1:]), part.data.dtype))
-    return Tensor(ov.Tensor(part.data.get_element_type(), [rows, *list(part.data.get_shape())[1:]]))
+    if part.backend == TensorBackend.ov or (own and part.data.dtype in (np.uint8, np.int8)):
+        etype = part.data.get_element_type() if part.backend == TensorBackend.ov else ov.Type(part.data.dtype)
+        return Tensor(ov.Tensor(etype, [rows, *list(part.shape)[1:]]))
+    return Tensor(np.empty((rows, *part.data.shape[1:]), part.data.dtype))
 
 
 def _put(whole, part, start: int) -> None:
@@ -95,11 +104,12 @@ def _put(whole, part, start: int) -> None:
 
     if part is None:
         return
-    if part.backend != TensorBackend.ov:
+    if whole.backend != TensorBackend.ov:
         whole.data[start:start + part.data.shape[0]] = part.data
         return
-    src = part.data.data.reshape(-1).view(np.uint8)  # packed for 4-bit types: two values a byte
-    row_bits = int(np.prod(list(part.data.get_shape())[1:])) * part.data.get_element_type().bitwidth
+    src = (part.data.data if part.backend == TensorBackend.ov else part.data).reshape(-1).view(np.uint8)
+    etype = whole.data.get_element_type()  # 4-bit types: two values a byte
+    row_bits = int(np.prod(list(part.shape)[1:])) * etype.bitwidth
     offset = start * row_bits // 8  # start is a multiple of an even block height: a whole byte
     whole.data.data.reshape(-1).view(np.uint8)[offset:offset + src.size] = src
 
@@ -114,8 +124,8 @@ def _assemble(compress_weight, weight, blocks: list[tuple[int, int]], reduction_
         for start, stop in blocks:
             part = compress_weight(_rows(weight, start, stop), reduction_axes, config)
             fields = [getattr(part, f) for f in FIELDS]
-            if whole is None:
-                whole = [_allocate(f, blocks[-1][1]) for f in fields]
+            if whole is None:  # the quantized values (8-bit ones come as numpy) in openvino's memory
+                whole = [_allocate(f, blocks[-1][1], own=name == "tensor") for name, f in zip(FIELDS, fields)]
             for dst, src in zip(whole, fields):
                 _put(dst, src, start)  # now: the next block's inference reuses the memory of these results
             del part, fields
