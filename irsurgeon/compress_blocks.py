@@ -1,5 +1,5 @@
-"""nncf's weight compression in bounded memory: each weight quantized in blocks of its leading axis, and each float
-source constant released as soon as its compressed form is in the graph.
+"""nncf's weight compression in bounded memory: each weight quantized in blocks of rows, and each float source
+constant released as soon as its compressed form is in the graph.
 
 nncf 3.4.0 compresses the weights of a model one at a time (quantization/algorithms/weight_compression/
 openvino_backend.py, OVWeightCompressionAlgoBackend.transform_model): `compress_weight(weight, reduction_axes,
@@ -11,12 +11,15 @@ until the last weight is done, so the f16 head and its compressed copy coexist i
 
 `bounded()` changes only those two things, for the duration of one compress_weights call, and only on the nncf
 release read for this (NNCF_READ; setup.cfg pins it; another release runs unchanged, in nncf's own memory):
-  - compress_weight gets the weight in blocks of whole rows of its leading axis (block_values(): a share of the head,
-    an even number of rows so that every packed 4-bit block ends on a byte), and each block's results are copied into
-    the whole weight's as they come. The leading axis is never a reduction axis here (MatMul weights [O, I] and
-    expert stacks [E, O, I] reduce over the last axis; nncf reshapes the grouped case to [..., I/g, g] behind the
-    leading axis), so every scale, zero point and quantized value comes from the same values through the same
-    compiled model as without blocks: the IR is bitwise the same (tests/test_compress_blocks.py saves both).
+  - compress_weight gets the weight in blocks of whole rows (flat_shape: the axes before the first reduced one
+    merged, so an expert stack [E, O, I] is split within experts too; block_values(): a share of the head; an even
+    number of rows, so that every packed 4-bit block ends on a byte; never under nncf's own minimum for its compiled
+    model), and each block's results are copied into the whole weight's as they come. Rows are never reduced over
+    (MatMul weights [O, I] and expert stacks reduce over I; nncf reshapes the grouped case to [..., I/g, g] behind
+    them), so every scale, zero point and quantized value comes from the same values through the same kind of
+    compiled model as without blocks. The saved IR is byte-identical (tests/test_compress_blocks.py saves both) but
+    for the unused half of the last byte of a 4-bit constant with an odd count of values, which openvino never reads:
+    nncf leaves there what its plugin wrote, _clear_padding zeroes it.
   - the backend's _replace_node, after rewiring a constant's consumers to the compressed subgraph, also drops that
     constant from name_to_node_mapping, its last reference: its f16 bytes are freed as the next weight starts.
 nncf's planning (which weight gets which mode, group-size fallback, the last layer at the backup precision, ratio)
@@ -32,9 +35,9 @@ import numpy as np
 import openvino as ov
 
 NNCF_READ = "3.4.0"  # the release whose internals (file names above) this module was written against
-# A block's inference peaks at ~65 bytes per value above what it leaves behind (measured on the CPU plugin, dense
-# hidden-2048 head: 1 M-value blocks +69 MB, 256 K +18 MB, 64 K +6 MB); 1/2048 of the head keeps that near 3% of
-# the head's f16 bytes. Each block is one more inference call (~0.3 ms): 64 K values is the floor.
+# A block's inference peaks well above what it leaves behind (CPU plugin, dense hidden-2048 head: 1 M-value blocks
+# +69 MB, 256 K +18 MB, 64 K +6 MB); 1/2048 of the head keeps that to a few % of the head's f16 bytes. Each block is
+# one more inference call (~0.3 ms): 64 K values is the floor.
 HEAD_SHARE = 2048
 MIN_BLOCK_VALUES = 1 << 16
 
@@ -62,13 +65,24 @@ def leading_blocks(shape: tuple[int, ...], reduction_axes, block_values: int, mi
     return blocks
 
 
-def _rows(weight, start: int, stop: int):
-    """Rows [start, stop) of an nncf Tensor (numpy or openvino backend) as a Tensor of the same backend, no copy."""
+def flat_shape(shape: tuple[int, ...], reduction_axes) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The weight seen as rows: the axes before the first reduced one merged into one (an expert stack [E, O, I]
+    reduced over I is [E*O, I]), and the reduction axes in that view; the shape as it is when axis 0 is reduced."""
+    axes = (reduction_axes,) if isinstance(reduction_axes, int) else tuple(reduction_axes or ())
+    k = min(axes, default=0)
+    if k < 1:
+        return tuple(shape), axes
+    return (int(np.prod(shape[:k])), *shape[k:]), tuple(a - k + 1 for a in axes)
+
+
+def _rows(weight, shape: tuple[int, ...], start: int, stop: int):
+    """Rows [start, stop) of an nncf Tensor (numpy or openvino backend) seen in `shape`, as a Tensor of the same
+    backend, no copy."""
     from nncf.tensor import Tensor, TensorBackend
 
     if weight.backend == TensorBackend.ov:
-        return Tensor(ov.Tensor(weight.data.data[start:stop], shared_memory=True))
-    return Tensor(weight.data[start:stop])
+        return Tensor(ov.Tensor(weight.data.data.reshape(shape)[start:stop], shared_memory=True))
+    return Tensor(weight.data.reshape(shape)[start:stop])
 
 
 def _sliceable(weight) -> bool:
@@ -81,8 +95,9 @@ def _sliceable(weight) -> bool:
 FIELDS = ("tensor", "scale", "zero_point", "codebook", "global_scale")  # nncf's CompressedWeight, in order
 
 
-def _allocate(part, rows: int, own: bool = False):
-    """An empty nncf Tensor like `part` (a block's result field) with `rows` rows; None stays None.
+def _allocate(part, lead: tuple[int, ...], own: bool = False):
+    """An empty nncf Tensor like `part` (a block's result field) whose rows are the whole weight's, in its leading
+    axes `lead`; None stays None.
 
     own: an openvino tensor (openvino's own memory) even for a numpy part. nncf 3.4.0 makes the constant of an
     openvino tensor in place but copies a numpy array (openvino/graph/node_utils.py, create_ov_const_from_tensor:
@@ -94,8 +109,8 @@ def _allocate(part, rows: int, own: bool = False):
         return None
     if part.backend == TensorBackend.ov or (own and part.data.dtype in (np.uint8, np.int8)):
         etype = part.data.get_element_type() if part.backend == TensorBackend.ov else ov.Type(part.data.dtype)
-        return Tensor(ov.Tensor(etype, [rows, *list(part.shape)[1:]]))
-    return Tensor(np.empty((rows, *part.data.shape[1:]), part.data.dtype))
+        return Tensor(ov.Tensor(etype, [*lead, *list(part.shape)[1:]]))
+    return Tensor(np.empty((*lead, *part.data.shape[1:]), part.data.dtype))
 
 
 def _put(whole, part, start: int) -> None:
@@ -105,7 +120,7 @@ def _put(whole, part, start: int) -> None:
     if part is None:
         return
     if whole.backend != TensorBackend.ov:
-        whole.data[start:start + part.data.shape[0]] = part.data
+        whole.data.reshape(-1, *part.data.shape[1:])[start:start + part.data.shape[0]] = part.data
         return
     src = (part.data.data if part.backend == TensorBackend.ov else part.data).reshape(-1).view(np.uint8)
     etype = whole.data.get_element_type()  # 4-bit types: two values a byte
@@ -114,22 +129,40 @@ def _put(whole, part, start: int) -> None:
     whole.data.data.reshape(-1).view(np.uint8)[offset:offset + src.size] = src
 
 
-def _assemble(compress_weight, weight, blocks: list[tuple[int, int]], reduction_axes, config):
-    """compress_weight on each block, copied into the whole weight's result as it comes (one block's result and
-    its temporaries alive at a time)."""
+def _assemble(compress_weight, weight, view: tuple[tuple[int, ...], tuple[int, ...]], blocks: list[tuple[int, int]],
+              config):
+    """compress_weight on each block of rows of the weight seen as `view` (flat_shape: shape, reduction axes),
+    copied into the whole weight's result as it comes (one block's result and its temporaries alive at a time)."""
     from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
 
+    shape, axes = view
+    lead = tuple(weight.shape)[:len(weight.shape) - len(shape) + 1]  # the weight's axes merged into the rows
     whole = None
     with _one_compiled_model():
         for start, stop in blocks:
-            part = compress_weight(_rows(weight, start, stop), reduction_axes, config)
+            part = compress_weight(_rows(weight, shape, start, stop), axes, config)
             fields = [getattr(part, f) for f in FIELDS]
             if whole is None:  # the quantized values (8-bit ones come as numpy) in openvino's memory
-                whole = [_allocate(f, blocks[-1][1], own=name == "tensor") for name, f in zip(FIELDS, fields)]
+                whole = [_allocate(f, lead, own=name == "tensor") for name, f in zip(FIELDS, fields)]
             for dst, src in zip(whole, fields):
                 _put(dst, src, start)  # now: the next block's inference reuses the memory of these results
             del part, fields
+    for field in whole:
+        _clear_padding(field)
     return CompressedWeight(*whole)
+
+
+def _clear_padding(values) -> None:
+    """Zero the unused high bits of the last byte of packed sub-byte data (an odd count of 4-bit values): the last
+    block's copy brought whatever its padding held; a whole-weight result has zeros there, and the bits are saved."""
+    from nncf.tensor import TensorBackend
+
+    if values is None or values.backend != TensorBackend.ov:
+        return
+    bits = values.data.get_size() * values.data.get_element_type().bitwidth
+    if bits % 8:
+        data = values.data.data.reshape(-1).view(np.uint8)
+        data[-1] &= (1 << bits % 8) - 1
 
 
 @contextmanager
@@ -162,12 +195,12 @@ def blockwise(compress_weight, block_values: int):
     from nncf.quantization.algorithms.weight_compression.constants import MIN_INPUT_SIZE_FOR_OPTIMIZED_COMPRESSION
 
     def compress(weight, reduction_axes, config, precomputed_compressed_weight=None):
-        blocks = leading_blocks(tuple(weight.shape), reduction_axes, block_values,
-                                MIN_INPUT_SIZE_FOR_OPTIMIZED_COMPRESSION)
+        view = flat_shape(tuple(weight.shape), reduction_axes)
+        blocks = leading_blocks(*view, block_values, MIN_INPUT_SIZE_FOR_OPTIMIZED_COMPRESSION)
         can_split = precomputed_compressed_weight is None and config.is_integer and _sliceable(weight)
         if len(blocks) == 1 or not can_split:
             return compress_weight(weight, reduction_axes, config, precomputed_compressed_weight)
-        return _assemble(compress_weight, weight, blocks, reduction_axes, config)
+        return _assemble(compress_weight, weight, view, blocks, config)
     return compress
 
 
