@@ -1,6 +1,6 @@
 """Peak memory of `build-mtp` at int4/int8 follows the head's bytes (slow: writes and compresses heads of 150-200 MB).
 
-Each build runs in a fresh process; its peak RSS (os.wait4) above the import baseline of `python -c "import
+Each build runs in a fresh process; its peak RSS (VmHWM) above the import baseline of `python -c "import
 openvino, nncf"` must stay within 1.5x the head's bf16 bytes. Before compression ran in blocks with early release,
 these builds took 2.3-2.9x (scripts/bench_build.py: dense int4 2.29x, int8 2.44x, MoE 2.64x / 2.94x): nncf 3.4
 quantized each weight in one inference over all of it and kept every f16 constant until the end.
