@@ -155,3 +155,16 @@ def test_nncf_is_left_as_found(tmp_path):
     compress_model(build_mtp_model(tmp_path / "ckpt", weight_format="f16"), resolve_params("int4"))
     after = backend.compress_weight, backend.OVWeightCompressionAlgoBackend._replace_node, OV_MODEL_CACHE.enabled()
     assert after == before
+
+
+def test_another_nncf_release_runs_unchanged(monkeypatch):
+    """The internals read for nncf 3.4.0 are left alone under any other release (plain nncf, its own memory)."""
+    import nncf
+    from nncf.quantization.algorithms.weight_compression import openvino_backend as backend
+
+    real = backend.compress_weight
+    with compress_blocks.bounded(1 << 30):
+        assert backend.compress_weight is not real
+    monkeypatch.setattr(nncf, "__version__", "3.5.0")
+    with compress_blocks.bounded(1 << 30):
+        assert backend.compress_weight is real
