@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -169,7 +170,8 @@ def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...]
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
 
-    from irsurgeon.ir.storage import weight_summary  # openvino (~0.2 s): for the same reason
+    from irsurgeon.compress_blocks import bounded  # openvino (~0.2 s): for the same reason
+    from irsurgeon.ir.storage import weight_summary
 
     before = {w.name: w for w in weight_summary(model).weights}
     grouped = params.bits == 4 and params.group_size != -1
@@ -178,12 +180,15 @@ def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...]
     level = logging.getLogger("nncf").level
     nncf.set_log_level(logging.WARNING)  # nncf's INFO tables would interleave with the command's own report
     try:
-        model = nncf.compress_weights(
-            model, mode=nncf.CompressWeightsMode(params.mode), ignored_scope=routing_scope(nncf, model, keep_float),
-            group_size=params.group_size if grouped else None,
-            ratio=params.ratio if params.bits == 4 else None, all_layers=params.all_layers if params.bits == 4 else None,
-            backup_mode=nncf.BackupMode(params.backup) if params.bits == 4 else None,
-            advanced_parameters=advanced if grouped else None)
+        with bounded(sum(math.prod(w.shape) for w in before.values())):  # the same IR in bounded memory
+            model = nncf.compress_weights(
+                model, mode=nncf.CompressWeightsMode(params.mode),
+                ignored_scope=routing_scope(nncf, model, keep_float),
+                group_size=params.group_size if grouped else None,
+                ratio=params.ratio if params.bits == 4 else None,
+                all_layers=params.all_layers if params.bits == 4 else None,
+                backup_mode=nncf.BackupMode(params.backup) if params.bits == 4 else None,
+                advanced_parameters=advanced if grouped else None)
     except _nncf_input_errors(nncf) as e:
         raise CompressionError(f"nncf cannot compress the head with {params.mode}: {cause(e)}") from None
     finally:

@@ -1,6 +1,7 @@
 """Build benchmark: `irsurgeon build-mtp` on a realistically sized checkpoint, one subprocess per weight format.
 
     python scripts/bench_build.py [--work DIR] [--formats f16,f32,int8,int4] [--big-shard-gib 4] [--keep] [--moe]
+                                  [--no-latency]
 
 The checkpoint (bf16, seeded): hidden 2048, 16 heads / 2 KV heads, head_dim 256, intermediate 6144. Its 15 `mtp.*`
 tensors (~73 M parameters, ~147 MB) sit in their own shard beside a large non-MTP shard; both are listed in
@@ -9,8 +10,9 @@ model.safetensors.index.json, so a build that reads only what it needs touches ~
 Per format, for the child process: wall time; peak RSS (os.wait4's rusage); bytes read, from /proc/self/io as the
 child exits (with VmHWM, the same peak seen from inside): `read_bytes` came from the device (the checkpoint is evicted from the page cache with posix_fadvise
 before each run, so it counts the shards really read), `rchar` went through read() calls (mmap reads are not in it);
-the .bin size; peak RSS per byte of the head's shard (RSS/mtp). Then the int4/f16 .bin ratio and the import-only
-baseline, `python -c "import openvino"`, with the machine's load average.
+the .bin size; peak RSS per byte of the head's shard (RSS/mtp; the shard is the head's bf16 bytes plus a header of a
+few KB) and the same above the import baseline `python -c "import openvino, nncf"` ((RSS-base)/mtp: the figure the
+int4/int8 budget of 1.5x is about). Then the int4/f16 .bin ratio, with the machine's load average before each run.
 """
 from __future__ import annotations
 
@@ -125,6 +127,18 @@ def build(ckpt: Path, out: Path, fmt: str) -> dict:
     return result
 
 
+def baselines() -> int:
+    """Print the import-only peak RSS of `import openvino` and of `import openvino, nncf`; returns the latter."""
+    run_child(["-c", "import openvino, nncf"])  # warm the page cache for the libraries, not measured
+    rss = {}
+    for libs in ("openvino", "openvino, nncf"):
+        r = run_child(["-c", f"import {libs}"])
+        rss[libs] = r["rss"]
+        print(f"import-only baseline (python -c 'import {libs}'): peak RSS {mb(r['rss']).strip()} MB, "
+              f"{r['wall']:.2f} s; load {os.getloadavg()[0]:.1f}")
+    return rss["openvino, nncf"]
+
+
 def mb(n: float) -> str:
     return f"{n / 1e6:9.1f}"
 
@@ -138,6 +152,7 @@ def main() -> None:
     ap.add_argument("--moe", action="store_true",
                     help="a MoE head at Qwen3.6-35B-A3B sizes; then also the MoE graph forms' draft-step latency "
                          "against optimum-intel's MoE head (scripts/bench_moe.py --geometry reference)")
+    ap.add_argument("--no-latency", action="store_true", help="--moe: skip the graph forms' latency comparison")
     ap.add_argument("--write-checkpoint", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.write_checkpoint:
@@ -154,20 +169,19 @@ def main() -> None:
             print(f"checkpoint written in {time.perf_counter() - t:.1f} s: {ckpt}")
         sizes = {f: (ckpt / f).stat().st_size for f in (MTP_SHARD, BIG_SHARD)}
         print(f"shards: mtp {mb(sizes[MTP_SHARD]).strip()} MB, non-MTP {mb(sizes[BIG_SHARD]).strip()} MB")
-        run_child(["-c", "import openvino, nncf"])  # warm the page cache for the libraries, not measured
-        base = run_child(["-c", "import openvino"])
-        print(f"import-only baseline (python -c 'import openvino'): peak RSS {mb(base['rss']).strip()} MB, "
-              f"{base['wall']:.2f} s; load {os.getloadavg()[0]:.1f}")
-        print(f"{'format':8}{'wall s':>8}{'peak RSS MB':>13}{'(VmHWM)':>9}{'RSS/mtp':>9}{'read_bytes MB':>15}"
-              f"{'rchar MB':>10}{'.bin MB':>10}")
+        base = baselines()
+        print(f"{'format':8}{'wall s':>8}{'peak RSS MB':>13}{'(VmHWM)':>9}{'RSS/mtp':>9}{'(RSS-base)/mtp':>16}"
+              f"{'read_bytes MB':>15}{'rchar MB':>10}{'.bin MB':>10}{'load':>6}")
         results = {}
         for fmt in a.formats.split(","):
+            load = os.getloadavg()[0]
             r = results[fmt] = build(ckpt, work / f"out-{fmt}", fmt)
             print(f"{fmt:8}{r['wall']:8.1f}{mb(r['rss']):>13}{mb(r['hwm']):>9}{r['rss'] / sizes[MTP_SHARD]:9.2f}"
-                  f"{mb(r['read_bytes']):>15}{mb(r['rchar']):>10}{mb(r['bin']):>10}")
+                  f"{(r['rss'] - base) / sizes[MTP_SHARD]:16.2f}{mb(r['read_bytes']):>15}{mb(r['rchar']):>10}"
+                  f"{mb(r['bin']):>10}{load:6.1f}")
         if "int4" in results and "f16" in results:
             print(f"int4/f16 .bin size ratio: {results['int4']['bin'] / results['f16']['bin']:.3f}")
-        if a.moe:
+        if a.moe and not a.no_latency:
             forms = run_child([str(Path(__file__).parent / "bench_moe.py"), "--geometry", "reference"])
             print(forms["out"])
     finally:

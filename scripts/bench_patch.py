@@ -1,13 +1,15 @@
 """Patch benchmark: `irsurgeon patch` of a target whose checkpoint has a realistically sized head beside big shards.
 
-    python scripts/bench_patch.py [--work DIR] [--formats f16,int4] [--big-shard-gib 4] [--keep]
+    python scripts/bench_patch.py [--work DIR] [--formats f16,int4] [--big-shard-gib 4] [--keep] [--moe]
+                                  [--no-latency]
 
 The checkpoint is scripts/bench_build.py's (bf16, hidden 2048, 16/2 heads of 256, intermediate 6144; the `mtp.*`
 shard, ~147 MB, beside a non-MTP shard of --big-shard-gib GiB, both in the index). The target is `irsurgeon synth`'s
 qwen35 layout with the same attention geometry (one decoder layer, vocabulary 2048, f16), and the checkpoint's
 config.json carries that vocabulary so that patch's checkpoint-belongs-to-target check passes. Per weight format, a
 fresh copy of the target is patched in a child process (checkpoint evicted from the page cache first): wall time,
-peak RSS, bytes read from the device, the written head; then the import-only baseline and, when the reference data
+peak RSS (also above the import baseline `python -c "import openvino, nncf"`, per byte of the head's shard), bytes
+read from the device, the written head; then, when the reference data
 is there, the draft-step latency of the head patched into the reference export against optimum-intel's head
 (prefill 128 tokens, then the median of 50 one-token steps).
 """
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_build import CHILD, SPEC, evict, mb, run_child  # noqa: E402
+from bench_build import CHILD, SPEC, baselines, evict, mb, run_child  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 2048
@@ -135,15 +137,14 @@ def main() -> None:
         mtp = (ckpt / "model-00002-of-00002.safetensors").stat().st_size
         big = (ckpt / "model-00001-of-00002.safetensors").stat().st_size
         print(f"checkpoint shards: mtp {mb(mtp).strip()} MB, non-MTP {mb(big).strip()} MB; target {target}")
-        run_child(["-c", "import openvino, nncf"])
-        base = run_child(["-c", "import openvino"])
-        print(f"import-only baseline: peak RSS {mb(base['rss']).strip()} MB; load {os.getloadavg()[0]:.1f}")
-        print(f"{'format':8}{'wall s':>8}{'peak RSS MB':>13}{'RSS/mtp shard':>15}{'read MB':>10}{'read/mtp shard':>16}"
-              f"{'head .bin MB':>14}")
+        base = baselines()
+        print(f"{'format':8}{'wall s':>8}{'peak RSS MB':>13}{'RSS/mtp shard':>15}{'(RSS-base)/mtp':>16}{'read MB':>10}"
+              f"{'read/mtp shard':>16}{'head .bin MB':>14}{'load':>6}")
         for fmt in a.formats.split(","):
+            load = os.getloadavg()[0]
             r = patch(ckpt, target, work / f"patched-{fmt}", fmt)
-            print(f"{fmt:8}{r['wall']:8.1f}{mb(r['rss']):>13}{r['rss'] / mtp:15.2f}{mb(r['read_bytes']):>10}"
-                  f"{r['read_bytes'] / mtp:16.2f}{mb(r['bin']):>14}")
+            print(f"{fmt:8}{r['wall']:8.1f}{mb(r['rss']):>13}{r['rss'] / mtp:15.2f}{(r['rss'] - base) / mtp:16.2f}"
+                  f"{mb(r['read_bytes']):>10}{r['read_bytes'] / mtp:16.2f}{mb(r['bin']):>14}{load:6.1f}")
         if not a.no_latency:
             draft_step_latency(a.reference, work)
     finally:
