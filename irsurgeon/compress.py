@@ -184,7 +184,7 @@ def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...]
             model = nncf.compress_weights(
                 model, mode=nncf.CompressWeightsMode(params.mode),
                 ignored_scope=routing_scope(nncf, model, keep_float),
-                group_size=params.group_size if grouped else None,
+                group_size=params.group_size if params.bits == 4 else None,  # -1: per channel
                 ratio=params.ratio if params.bits == 4 else None,
                 all_layers=params.all_layers if params.bits == 4 else None,
                 backup_mode=nncf.BackupMode(params.backup) if params.bits == 4 else None,

@@ -155,6 +155,15 @@ def test_group_128_on_hidden_64_falls_back_to_64(tmp_path):
                                              "mlp.gate_proj", "mlp.up_proj")}
 
 
+@pytest.mark.parametrize("spec", [SynthSpec(), SynthSpec(num_experts=4, top_k=2, expert_size=64, shared_expert_size=64)],
+                         ids=["dense", "moe"])
+def test_int4_group_size_minus_one_is_per_channel(tmp_path, spec):
+    """--group-size -1 asks nncf for per-channel int4 (group_size=-1), not nncf's default group of 128."""
+    model, report = built(tmp_path, spec, "int4", group_size=-1)
+    modes = set(report.modes.values()) - {"f16"}  # MoE routing stays float
+    assert modes == {"int4_asym per-channel", "int8_sym per-channel"}, modes  # read back from the saved IR
+
+
 def test_ratio_and_backup_none(tmp_path):
     model, report = built(tmp_path, SynthSpec(), "int4", ratio=0.5, backup="none")
     types = [c["weight"].get_element_type() for c in matmul_weights(model).values()]
