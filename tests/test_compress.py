@@ -161,7 +161,7 @@ def test_int4_group_size_minus_one_is_per_channel(tmp_path, spec):
     """--group-size -1 asks nncf for per-channel int4 (group_size=-1), not nncf's default group of 128."""
     model, report = built(tmp_path, spec, "int4", group_size=-1)
     modes = set(report.modes.values()) - {"f16"}  # MoE routing stays float
-    assert modes == {"int4_asym per-channel", "int8_sym per-channel"}, modes  # read back from the saved IR
+    assert modes == {"int4_asym per-channel", "int8_sym per-channel"}, modes  # read from the compressed graph
 
 
 def test_ratio_and_backup_none(tmp_path):
