@@ -261,6 +261,36 @@ def test_bad_expert_layouts_are_one_line_errors(synth_moe, tmp_path, case):
     assert not (tmp_path / "out").exists()
 
 
+def experts(*names: str) -> list[str]:
+    return [f"{MLP}experts.{n}.weight" for n in names]
+
+
+GIANT = "9" * 5000  # more digits than Python's int() parses (sys.get_int_max_str_digits, 4300)
+INDEX_CASES = {  # per-expert layout edit -> (words the message holds, words it must not hold)
+    "one-projection-of-an-expert": (dict(drop=experts("2.gate_proj")),
+                                    ["missing expert 2 of 4", "experts.2.gate_proj"], ["whole expert"]),
+    "lowest-expert-first": (dict(drop=experts("3.gate_proj", "1.up_proj")),
+                            ["missing expert 1 of 4", "experts.1.up_proj"], ["whole expert"]),
+    "leading-zero": (dict(rename={experts("1.up_proj")[0]: experts("01.up_proj")[0]}),
+                     ["experts.01.up_proj", "0..3"], []),
+    "huge-index": (dict(rename={experts("1.up_proj")[0]: experts("9" * 30 + ".up_proj")[0]}),
+                   ["experts." + "9" * 30, "0..3"], []),
+    "giant-index": (dict(rename={experts("1.up_proj")[0]: experts(GIANT + ".up_proj")[0]}),
+                    ["not one of experts 0..3"], []),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INDEX_CASES))
+def test_per_expert_index_errors_name_the_first_gap(synth_moe, tmp_path, case):
+    change, needles, absent = INDEX_CASES[case]
+    d = write_variant(synth_moe, tmp_path / "ckpt", split_per_expert(read_stored(synth_moe)))
+    edit(d, **change)
+    with pytest.raises(CheckpointError) as err:
+        load_mtp(d)
+    message = str(err.value)
+    assert all(n in message for n in needles) and not any(n in message for n in absent), message
+
+
 def test_nonfinite_expert_weights_refused_unless_allowed(synth_moe, tmp_path):
     d = tmp_path / "ckpt"
     shutil.copytree(synth_moe, d)
