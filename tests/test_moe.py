@@ -3,6 +3,7 @@ numpy, optimum's golden, the CPU MoE fusion, and the paged-attention conversion.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -22,7 +23,7 @@ from irsurgeon.errors import CheckpointError
 from irsurgeon.ops.core import WeightFormat, weight
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.weights.fp8 import dequantize_blocks
-from irsurgeon.weights.safetensors_io import FP8_E4M3FN, SafetensorsFile, decode, write_safetensors
+from irsurgeon.weights.safetensors_io import FP8_E4M3FN, SafetensorsFile, decode, f32_to_bf16, write_safetensors
 from helpers.numpy_mtp import MTPReference, cfg_dict, moe
 from helpers.golden import F32_PROPS, INPUT_NAMES, compile_f32, golden_outputs, run_sequence, three_calls
 
@@ -289,6 +290,36 @@ def test_per_expert_index_errors_name_the_first_gap(synth_moe, tmp_path, case):
         load_mtp(d)
     message = str(err.value)
     assert all(n in message for n in needles) and not any(n in message for n in absent), message
+
+
+def fused_with(synth_moe: Path, d: Path, value: float, row: int) -> Path:
+    """synth_moe with one value of experts.gate_up_proj (expert 1, fused row `row`, column 0) replaced."""
+    shutil.copytree(synth_moe, d)
+    raw, dt = read_stored(d)[MLP + "experts.gate_up_proj"]
+    w = decode(raw, dt).astype(np.float32)
+    w[1, row, 0] = value
+    edit(d, add={MLP + "experts.gate_up_proj": (f32_to_bf16(w), "BF16")})
+    return d
+
+
+def test_nonfinite_in_one_fused_half_names_that_half(synth_moe, tmp_path):
+    d = fused_with(synth_moe, tmp_path / "ckpt", np.nan, I + 3)  # a row of the up half
+    part = rf"experts\.gate_up_proj\[:, {I}:{2 * I}\] \(read as mtp\.layers\.0\.mlp\.experts\.up_proj\.weight\)"
+    with pytest.raises(CheckpointError, match=part + ": holds 1 NaN"):
+        build_mtp_model(d)
+    warnings = []
+    build_mtp_model(d, allow_nonfinite=True, warn=warnings.append)
+    assert len(warnings) == 1 and re.search(part, warnings[0]), warnings
+
+
+def test_f16_overflow_in_one_fused_half_keeps_only_that_half_f32(synth_moe, tmp_path):
+    d = fused_with(synth_moe, tmp_path / "ckpt", 1e6, I + 3)  # beyond f16's 65504, in the up half
+    warnings = []
+    model = build_mtp_model(d, warn=warnings.append)
+    assert len(warnings) == 1 and "experts.up_proj.weight" in warnings[0] and "kept as f32" in warnings[0], warnings
+    kinds = {op.get_friendly_name(): op.get_element_type().get_type_name() for op in model.get_ops()
+             if op.get_type_name() == "Constant"}
+    assert kinds[MLP + "experts.up_proj.weight"] == "f32" and kinds[MLP + "experts.gate_proj.weight"] == "f16"
 
 
 def test_nonfinite_expert_weights_refused_unless_allowed(synth_moe, tmp_path):
