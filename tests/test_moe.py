@@ -322,6 +322,27 @@ def test_f16_overflow_in_one_fused_half_keeps_only_that_half_f32(synth_moe, tmp_
     assert kinds[MLP + "experts.up_proj.weight"] == "f32" and kinds[MLP + "experts.gate_proj.weight"] == "f16"
 
 
+def test_fused_halves_read_only_their_own_rows(synth_moe, monkeypatch):
+    """Each half of experts.gate_up_proj reads its I rows per expert from the file, not the expert's 2I rows: the
+    f16 and f32 readers of both halves together read the fused tensor's bytes twice (once per path), not four times."""
+    gate_up = decode(*read_stored(synth_moe)[MLP + "experts.gate_up_proj"])
+    read = Counter()
+    real = SafetensorsFile._read_into
+
+    def counting(self, arr, offset, name):
+        read[name] += arr.nbytes
+        return real(self, arr, offset, name)
+    monkeypatch.setattr(SafetensorsFile, "_read_into", counting)
+    cfg, w, ckpt = load_mtp(synth_moe)
+    try:
+        for role, want in (("gate_proj", gate_up[:, :I]), ("up_proj", gate_up[:, I:])):
+            np.testing.assert_array_equal(w[f"layers.0.mlp.experts.{role}.weight"], want)
+            np.testing.assert_array_equal(w.half(f"layers.0.mlp.experts.{role}.weight"), want.astype(np.float16))
+    finally:
+        ckpt.close()
+    assert read[MLP + "experts.gate_up_proj"] == 2 * gate_up.size * 2  # bf16: 2 bytes a value
+
+
 def test_nonfinite_expert_weights_refused_unless_allowed(synth_moe, tmp_path):
     d = tmp_path / "ckpt"
     shutil.copytree(synth_moe, d)
