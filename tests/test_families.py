@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.checkpoints import read_tensors, write_variant
 from helpers.gemma4 import DATA
 from irsurgeon.build import build_model, build_mtp_model, load_mtp
 from irsurgeon.errors import CheckpointError, ConfigError
@@ -126,3 +127,37 @@ def test_build_mtp_and_a_qwen_patch_refuse_a_checkpoint_of_another_family(tmp_pa
     assert not (tmp_path / "out").exists()
     with pytest.raises(ConfigError, match="expected a Qwen3.5"):
         load_mtp(DATA / "plain", family=qwen35_mtp.FAMILY)
+
+
+GEMMA_ASSISTANT = Path(__file__).resolve().parents[1] / "fixtures" / "gemma4" / "assistant"
+
+
+def ordered_off(config: dict) -> None:
+    config["use_ordered_embeddings"] = False
+
+
+@pytest.mark.parametrize("edit, extra, note", [
+    (None, "lm_head.weight", None),  # the tied lm_head: tolerated silently
+    (ordered_off, None, "use_ordered_embeddings is off; not used: masked_embedding.centroids.weight, "
+                        "masked_embedding.token_ordering"),
+])
+def test_gemma4_assistant_tolerates_the_tensors_it_never_reads(tmp_path, edit, extra, note):
+    tensors = read_tensors(GEMMA_ASSISTANT)
+    if extra:
+        tensors[extra] = tensors["model.embed_tokens.weight"]
+    d = write_variant(GEMMA_ASSISTANT, tmp_path / "ckpt", tensors, edit)
+    notes = []
+    cfg, weights, ckpt = load_mtp(d, warn=notes.append)
+    ckpt.close()
+    assert sorted(weights) == sorted(gemma4_assistant.tensor_table(cfg))
+    assert [n.split(": ", 2)[-1] for n in notes] == ([note] if note else [])
+
+
+def test_gemma4_assistant_refuses_a_masked_embedding_tensor_transformers_does_not_have(tmp_path):
+    """transformers 5.24.0 modeling_gemma4_assistant.py Gemma4AssistantMaskedEmbedder holds `centroids` (a Linear
+    without bias) and the `token_ordering` buffer only: any other masked_embedding.* tensor is foreign."""
+    tensors = read_tensors(GEMMA_ASSISTANT)
+    tensors["masked_embedding.other"] = tensors["model.norm.weight"]
+    d = write_variant(GEMMA_ASSISTANT, tmp_path / "ckpt", tensors, ordered_off)
+    with pytest.raises(CheckpointError, match=r"unexpected tensor masked_embedding\.other"):
+        load_mtp(d, warn=lambda _: None)

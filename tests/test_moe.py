@@ -3,6 +3,7 @@ numpy, optimum's golden, the CPU MoE fusion, and the paged-attention conversion.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -22,7 +23,7 @@ from irsurgeon.errors import CheckpointError
 from irsurgeon.ops.core import WeightFormat, weight
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.weights.fp8 import dequantize_blocks
-from irsurgeon.weights.safetensors_io import FP8_E4M3FN, SafetensorsFile, decode, write_safetensors
+from irsurgeon.weights.safetensors_io import FP8_E4M3FN, SafetensorsFile, decode, f32_to_bf16, write_safetensors
 from helpers.numpy_mtp import MTPReference, cfg_dict, moe
 from helpers.golden import F32_PROPS, INPUT_NAMES, compile_f32, golden_outputs, run_sequence, three_calls
 
@@ -259,6 +260,87 @@ def test_bad_expert_layouts_are_one_line_errors(synth_moe, tmp_path, case):
     assert result.exit_code == 1
     assert result.output.startswith("Error: ") and result.output.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def experts(*names: str) -> list[str]:
+    return [f"{MLP}experts.{n}.weight" for n in names]
+
+
+GIANT = "9" * 5000  # more digits than Python's int() parses (sys.get_int_max_str_digits, 4300)
+INDEX_CASES = {  # per-expert layout edit -> (words the message holds, words it must not hold)
+    "one-projection-of-an-expert": (dict(drop=experts("2.gate_proj")),
+                                    ["missing expert 2 of 4", "experts.2.gate_proj"], ["whole expert"]),
+    "lowest-expert-first": (dict(drop=experts("3.gate_proj", "1.up_proj")),
+                            ["missing expert 1 of 4", "experts.1.up_proj"], ["whole expert"]),
+    "leading-zero": (dict(rename={experts("1.up_proj")[0]: experts("01.up_proj")[0]}),
+                     ["experts.01.up_proj", "0..3"], []),
+    "huge-index": (dict(rename={experts("1.up_proj")[0]: experts("9" * 30 + ".up_proj")[0]}),
+                   ["experts." + "9" * 30, "0..3"], []),
+    "giant-index": (dict(rename={experts("1.up_proj")[0]: experts(GIANT + ".up_proj")[0]}),
+                    ["not one of experts 0..3"], []),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INDEX_CASES))
+def test_per_expert_index_errors_name_the_first_gap(synth_moe, tmp_path, case):
+    change, needles, absent = INDEX_CASES[case]
+    d = write_variant(synth_moe, tmp_path / "ckpt", split_per_expert(read_stored(synth_moe)))
+    edit(d, **change)
+    with pytest.raises(CheckpointError) as err:
+        load_mtp(d)
+    message = str(err.value)
+    assert all(n in message for n in needles) and not any(n in message for n in absent), message
+
+
+def fused_with(synth_moe: Path, d: Path, value: float, row: int) -> Path:
+    """synth_moe with one value of experts.gate_up_proj (expert 1, fused row `row`, column 0) replaced."""
+    shutil.copytree(synth_moe, d)
+    raw, dt = read_stored(d)[MLP + "experts.gate_up_proj"]
+    w = decode(raw, dt).astype(np.float32)
+    w[1, row, 0] = value
+    edit(d, add={MLP + "experts.gate_up_proj": (f32_to_bf16(w), "BF16")})
+    return d
+
+
+def test_nonfinite_in_one_fused_half_names_that_half(synth_moe, tmp_path):
+    d = fused_with(synth_moe, tmp_path / "ckpt", np.nan, I + 3)  # a row of the up half
+    part = rf"experts\.gate_up_proj\[:, {I}:{2 * I}\] \(read as mtp\.layers\.0\.mlp\.experts\.up_proj\.weight\)"
+    with pytest.raises(CheckpointError, match=part + ": holds 1 NaN"):
+        build_mtp_model(d)
+    warnings = []
+    build_mtp_model(d, allow_nonfinite=True, warn=warnings.append)
+    assert len(warnings) == 1 and re.search(part, warnings[0]), warnings
+
+
+def test_f16_overflow_in_one_fused_half_keeps_only_that_half_f32(synth_moe, tmp_path):
+    d = fused_with(synth_moe, tmp_path / "ckpt", 1e6, I + 3)  # beyond f16's 65504, in the up half
+    warnings = []
+    model = build_mtp_model(d, warn=warnings.append)
+    assert len(warnings) == 1 and "experts.up_proj.weight" in warnings[0] and "kept as f32" in warnings[0], warnings
+    kinds = {op.get_friendly_name(): op.get_element_type().get_type_name() for op in model.get_ops()
+             if op.get_type_name() == "Constant"}
+    assert kinds[MLP + "experts.up_proj.weight"] == "f32" and kinds[MLP + "experts.gate_proj.weight"] == "f16"
+
+
+def test_fused_halves_read_only_their_own_rows(synth_moe, monkeypatch):
+    """Each half of experts.gate_up_proj reads its I rows per expert from the file, not the expert's 2I rows: the
+    f16 and f32 readers of both halves together read the fused tensor's bytes twice (once per path), not four times."""
+    gate_up = decode(*read_stored(synth_moe)[MLP + "experts.gate_up_proj"])
+    read = Counter()
+    real = SafetensorsFile._read_into
+
+    def counting(self, arr, offset, name):
+        read[name] += arr.nbytes
+        return real(self, arr, offset, name)
+    monkeypatch.setattr(SafetensorsFile, "_read_into", counting)
+    cfg, w, ckpt = load_mtp(synth_moe)
+    try:
+        for role, want in (("gate_proj", gate_up[:, :I]), ("up_proj", gate_up[:, I:])):
+            np.testing.assert_array_equal(w[f"layers.0.mlp.experts.{role}.weight"], want)
+            np.testing.assert_array_equal(w.half(f"layers.0.mlp.experts.{role}.weight"), want.astype(np.float16))
+    finally:
+        ckpt.close()
+    assert read[MLP + "experts.gate_up_proj"] == 2 * gate_up.size * 2  # bf16: 2 bytes a value
 
 
 def test_nonfinite_expert_weights_refused_unless_allowed(synth_moe, tmp_path):

@@ -210,7 +210,8 @@ ORDERED_EMBEDDINGS = ("masked_embedding.centroids.weight", "masked_embedding.tok
 
 def tensors(cfg: AssistantConfig) -> Table:
     """tensor_table as the build loads it. Tolerated, never read: the tied lm_head and, with use_ordered_embeddings
-    off, masked_embedding.* (transformers then builds no masked embedder and drops them as unexpected keys:
+    off, the masked embedder's two tensors (transformers then builds no masked embedder and drops them as unexpected
+    keys; Gemma4AssistantMaskedEmbedder holds only `centroids` and the `token_ordering` buffer:
     modeling_gemma4_assistant.py, 5.24.0). Gemma 4 norm gains are plain: no transform."""
     rows = tuple(Tensor(name, shape, integer=name in INTEGER_TENSORS) for name, shape in tensor_table(cfg).items())
     ignored = {"lm_head.weight": ""}

@@ -268,7 +268,7 @@ class StoredRows:
     """A tensor's stored values, read on indexing: `rows[lo:hi]` reads only rows lo..hi of the leading axis (they are
     contiguous in the file) and returns them as a new array in the storage dtype. `rows[:, cols...]` first narrows
     the trailing axes of every block read later (the fused gate/up halves of an expert stack), so a large tensor is
-    decoded block by block without ever being held whole.
+    decoded block by block without ever being held whole; a `[:, a:b]` narrowing reads only those bytes of each row.
     """
 
     def __init__(self, file: SafetensorsFile, info: TensorInfo, trailing: tuple = ()):
@@ -284,7 +284,25 @@ class StoredRows:
         lo, hi, _ = key.indices(self.info.shape[0])
         storage = STORAGE[self.info.dtype]
         per_row = math.prod(self.info.shape[1:])
+        start = self.file.data_start + self.info.begin
+        if (narrow := self._second_axis_range()) is not None:  # contiguous within each row: read only those bytes
+            a, b = narrow
+            inner = math.prod(self.info.shape[2:])
+            block = np.empty((max(hi - lo, 0), b - a, *self.info.shape[2:]), storage)
+            for k in range(block.shape[0]):
+                self.file._read_into(block[k], start + ((lo + k) * per_row + a * inner) * storage.itemsize,
+                                     self.info.name)
+            return block
         block = np.empty((max(hi - lo, 0), *self.info.shape[1:]), storage)
-        self.file._read_into(block, self.file.data_start + self.info.begin + lo * per_row * storage.itemsize,
-                             self.info.name)
+        self.file._read_into(block, start + lo * per_row * storage.itemsize, self.info.name)
         return block[(slice(None), *self.trailing)] if self.trailing else block
+
+    def _second_axis_range(self) -> tuple[int, int] | None:
+        """(a, b) when the narrowing is `[:, a:b]` (axes after the second whole): the a..b rows of each leading row
+        are contiguous in the file, e.g. one half of a fused expert stack."""
+        if len(self.info.shape) < 2 or not self.trailing or not isinstance(self.trailing[0], slice):
+            return None
+        if any(t != slice(None) for t in self.trailing[1:]):
+            return None
+        a, b, step = self.trailing[0].indices(self.info.shape[1])
+        return (a, max(a, b)) if step == 1 else None

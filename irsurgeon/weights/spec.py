@@ -187,10 +187,16 @@ def _index(src: Part) -> slice | tuple[slice, ...]:
     return slice(src.lo, src.hi) if src.axis == 0 else (slice(None),) * src.axis + (slice(src.lo, src.hi),)
 
 
-def read_part(ckpt: Checkpoint, src: Part, stored: Stored, fn: Transform | None, allow_nonfinite: bool,
+def part_name(src: Part, prefix: str, role: str) -> str:
+    """How messages name a part: `mtp.x.gate_up_proj[:, 32:64] (read as mtp.x.up_proj.weight)`."""
+    return f"{prefix}{src.name}[{':, ' * src.axis}{src.lo}:{src.hi}] (read as {prefix}{role})"
+
+
+def read_part(ckpt: Checkpoint, src: Part, stored: Stored, t: Tensor, allow_nonfinite: bool,
               warn) -> np.ndarray:
     """A part of a fused tensor as float32, decoding only its own rows (the other part is not read); FP8 is
-    dequantized whole first, as its scale blocks may straddle the cut."""
+    dequantized whole first, as its scale blocks may straddle the cut. NaN/Inf are reported against the part, as
+    each part is read and checked on its own."""
     if src.name in stored.scaled:
         whole = read_tensor(ckpt, src.name, stored, None, True, lambda _: None)
         part = np.ascontiguousarray(whole[_index(src)])
@@ -201,7 +207,7 @@ def read_part(ckpt: Checkpoint, src: Part, stored: Stored, fn: Transform | None,
         step = max(1, SLICE // max(1, int(np.prod(view.shape[1:], dtype=np.int64))))
         for lo in range(0, view.shape[0], step):
             part[lo:lo + step] = decode_slice(view[lo:lo + step], dtype)
-    return finite(stored.prefix + src.name, apply(fn, part), allow_nonfinite, warn)
+    return finite(part_name(src, stored.prefix, t.role), apply(t.transform, part), allow_nonfinite, warn)
 
 
 def reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored, allow_nonfinite: bool,
@@ -214,7 +220,7 @@ def reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored, allow_nonfi
     if isinstance(src, Whole):
         return lambda: read(src.name)
     if isinstance(src, Part):
-        return lambda: read_part(ckpt, src, stored, t.transform, allow_nonfinite, warn)
+        return lambda: read_part(ckpt, src, stored, t, allow_nonfinite, warn)
 
     def stacked() -> np.ndarray:
         out = np.empty(t.shape, np.float32)

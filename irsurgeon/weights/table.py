@@ -115,10 +115,12 @@ def choose_layout(table: Table, present: set[str], root: object) -> str | None:
                                for layout in table.layouts)
         raise CheckpointError(f"{root}: no {table.layouts_of} found: expected {expected}")
     layout = found[0]
+    groups: dict[tuple[int, str], list[Stack]] = {}  # stacks over the same items are checked together
     for t in table.tensors:
-        src = t.source(layout)
-        if isinstance(src, Stack):
-            _check_stack(src, present, p, root)
+        if isinstance(src := t.source(layout), Stack):
+            groups.setdefault((src.count, src.unit), []).append(src)
+    for stacks in groups.values():
+        _check_stacks(stacks, present, p, root)
     return layout
 
 
@@ -137,16 +139,24 @@ def _names(table: Table, layout: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _check_stack(src: Stack, present: set[str], prefix: str, root: object) -> None:
-    """Every index 0..count-1 present, none beyond, in canonical spelling."""
-    n = src.count
-    indices = {name: i for name in present if (i := src.index(name)) is not None}
+def _check_stacks(stacks: list[Stack], present: set[str], prefix: str, root: object) -> None:
+    """Every index 0..count-1 of every stack (same count and unit) present, none beyond, in canonical spelling; a
+    gap is named at its lowest index (then in table order), as the whole item when no stack holds that index."""
+    n, unit = stacks[0].count, stacks[0].unit
+    indices = {name: i for src in stacks for name in present if (i := src.index(name)) is not None}
     for name, i in sorted(indices.items()):
-        if int(i) >= n or i != str(int(i)):
-            raise CheckpointError(f"{root}: tensor {prefix}{name} is not one of {src.unit}s 0..{n - 1} "
-                                  f"({n} {src.unit}s)")
-    others = {int(i) for name, i in indices.items()}
+        if not _canonical_below(i, n):
+            raise CheckpointError(f"{root}: tensor {prefix}{name} is not one of {unit}s 0..{n - 1} ({n} {unit}s)")
+    held = {int(i) for i in indices.values()}
     for i in range(n):
-        if src.name(i) not in present:
-            raise CheckpointError(f"{root}: missing {src.unit} {i} of {n}: no tensor {prefix}{src.name(i)}"
-                                  + ("" if i in others else f" (the whole {src.unit} is absent)"))
+        for src in stacks:
+            if src.name(i) not in present:
+                raise CheckpointError(f"{root}: missing {unit} {i} of {n}: no tensor {prefix}{src.name(i)}"
+                                      + ("" if i in held else f" (the whole {unit} is absent)"))
+
+
+def _canonical_below(i: str, n: int) -> bool:
+    """i spells an index below n as str(int) would (ASCII digits, no leading zero); never int() of a long
+    string (Python refuses more than 4300 digits, sys.get_int_max_str_digits)."""
+    canonical = i.isascii() and i.isdigit() and (i == "0" or not i.startswith("0"))
+    return canonical and len(i) <= len(str(n)) and int(i) < n
