@@ -8,8 +8,8 @@ a run's latency is the median step. All heads are compiled first, then timed in 
 machine may be shared); the result is the median over rounds, with the best round beside it. Each round also records
 the CPU time other processes used while it ran (/proc/stat busy time minus this process's, in cores): with
 --max-others, "quiet_ms" is the median over the rounds where others used at most that many cores ("quiet_rounds" says
-how many). --matmul-floor adds, per head, a model of only its 2-D weight MatMuls (each with its own weight subgraph,
-fed [1, 1, K] zeros) timed the same way: what the FullyConnected weight reads alone cost. Modes:
+how many). --matmul-floor adds, per head, a model of only its 2-D weight MatMuls (`matmul_floor`, fed [1, 1, K] zeros) timed
+the same way: what the FullyConnected weight reads alone cost. Modes:
     f32      INFERENCE_PRECISION_HINT=f32, KV_CACHE_PRECISION=f32, DYNAMIC_QUANTIZATION_GROUP_SIZE=0 for every head
              (the setting under which speculative output equals plain greedy: the graphs alone are compared)
     default  nothing set: the CPU's defaults plus whatever the IR's rt_info runtime_options ask for
@@ -77,40 +77,20 @@ def timed(request: ov.InferRequest, inputs: list[dict]) -> float:
 
 
 def matmul_floor(model: ov.Model) -> ov.Model:
-    """Only the 2-D weight MatMuls of `model`, each on its own weight subgraph, fed by one Parameter [?, ?, K] per K."""
-    params, results = {}, []
+    """Only the 2-D weight MatMuls of `model`, each on its own weight subgraph, in a chain: MatMul i reads a Parameter
+    [?, ?, K] plus 0 * sum(output of MatMul i - 1), so they run one after the other as in the head (independent
+    MatMuls may be run concurrently by the plugin); the chain adds two tiny ops per MatMul."""
+    params, prev, last = {}, None, None
     for op in model.get_ordered_ops():
         w = op.input_value(1) if op.get_type_name() == "MatMul" else None
         if w is None or w.get_node().get_type_name() not in ("Convert", "Constant") or len(w.get_partial_shape()) != 2:
             continue
         k = w.get_partial_shape()[1].get_length()
-        params.setdefault(k, ops.parameter([-1, -1, k], np.float32, name=f"x{k}"))
-        results.append(ops.result(ops.matmul(params[k], w, transpose_a=False, transpose_b=True)))
-    return ov.Model(results, list(params.values()), "matmul_floor")
-
-
-def text(value) -> str:
-    return value.to_string() if isinstance(value, ov.Type) else str(value)
-
-
-def op_split(request: ov.InferRequest, hidden: int, prefill: int, steps: int = 30) -> dict[str, float]:
-    """Microseconds per `node_type/exec_type`, the least over `steps` one-token steps after a prefill (on a shared
-    machine a preempted op inflates a step; its least is what the op itself costs)."""
-    rng = np.random.default_rng(2)
-    request.reset_state()
-    request.infer(feeds(rng, hidden, 0, prefill))
-    per_step: dict[str, list[float]] = {}
-    for i in range(steps):
-        request.infer(feeds(rng, hidden, prefill + i, 1))
-        split: dict[str, float] = {}
-        for info in request.profiling_info:
-            if info.status == ov.ProfilingInfo.Status.EXECUTED:
-                key = f"{info.node_type}/{info.exec_type}"
-                split[key] = split.get(key, 0.0) + info.real_time.total_seconds() * 1e6
-        for key, us in split.items():
-            per_step.setdefault(key, []).append(us)
-    least = {key: round(min(v), 1) for key, v in per_step.items()}
-    return dict(sorted(least.items(), key=lambda kv: -kv[1]))
+        x = params.setdefault(k, ops.parameter([-1, -1, k], np.float32, name=f"x{k}")).output(0)
+        if prev is not None:
+            x = ops.add(x, ops.multiply(ops.reduce_sum(prev, np.int64(-1), keep_dims=True), np.float32(0)))
+        prev = last = ops.matmul(x, w, transpose_a=False, transpose_b=True).output(0)
+    return ov.Model([ops.result(last)], list(params.values()), "matmul_floor")
 
 
 def step_input(model: ov.Model):
