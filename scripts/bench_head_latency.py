@@ -93,6 +93,30 @@ def matmul_floor(model: ov.Model) -> ov.Model:
     return ov.Model([ops.result(last)], list(params.values()), "matmul_floor")
 
 
+def text(value) -> str:
+    return value.to_string() if isinstance(value, ov.Type) else str(value)
+
+
+def op_split(request: ov.InferRequest, hidden: int, prefill: int, steps: int = 30) -> dict[str, float]:
+    """Microseconds per `node_type/exec_type`, the least over `steps` one-token steps after a prefill (on a shared
+    machine a preempted op inflates a step; its least is what the op itself costs)."""
+    rng = np.random.default_rng(2)
+    request.reset_state()
+    request.infer(feeds(rng, hidden, 0, prefill))
+    per_step: dict[str, list[float]] = {}
+    for i in range(steps):
+        request.infer(feeds(rng, hidden, prefill + i, 1))
+        split: dict[str, float] = {}
+        for info in request.profiling_info:
+            if info.status == ov.ProfilingInfo.Status.EXECUTED:
+                key = f"{info.node_type}/{info.exec_type}"
+                split[key] = split.get(key, 0.0) + info.real_time.total_seconds() * 1e6
+        for key, us in split.items():
+            per_step.setdefault(key, []).append(us)
+    least = {key: round(min(v), 1) for key, v in per_step.items()}
+    return dict(sorted(least.items(), key=lambda kv: -kv[1]))
+
+
 def step_input(model: ov.Model):
     """A head's hidden size (feeds() makes its inputs), or a floor model's whole one-token feed."""
     if model.get_friendly_name() != "matmul_floor":
