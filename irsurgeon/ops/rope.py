@@ -53,11 +53,12 @@ def fusable_rope(x: ov.Output, cos: ov.Output, sin: ov.Output, rotary_dim: int, 
                  name: str) -> ov.Output:
     """apply_rope on x [B, N, S, D] in the form openvino's RoPE fusion turns into one RoPE node per q/k.
 
-    openvino 2026.4, src/common/transformations/src/transformations/common_optimizations/
-    fuse_rotary_positional_embeddings.cpp: RoPEFusionGPTNEOX matches VariadicSplit(x, 3, [half, half]) (the axis
-    constant compared with 3, so -1 does not match), the negation as Multiply(x2, -1.0) (not Negative) and
-    Add(x * cos, concat(-x2, x1) * sin); RoPEFusionIOSlicing folds the pass-through VariadicSplit(x, 3, [R, D - R])
-    and Concat, RoPEFusionPreprocess the [0, 2, 1, 3] Transpose before it. Same numbers as the plain form.
+    openvino's fuse_rotary_positional_embeddings.cpp (src/common/transformations/.../common_optimizations/, read at
+    commit 003910ec): RoPEFusionGPTNEOX matches VariadicSplit(x, 3, [half, half]) or Slices on axis 3, the negation
+    as Multiply(x2, -1.0) and Add(x * cos, concat(-x2, x1) * sin); RoPEFusionIOSlicing folds the pass-through
+    VariadicSplit(x, 3, [R, D - R]) and its Concat, RoPEFusionPreprocess the [0, 2, 1, 3] Transpose before it. On
+    openvino 2026.4.1 the split axis written as -1 stops the fusion (tests/test_build.py checks the runtime graph).
+    Same numbers as the plain form.
     """
     axis = const(3, np.int64)
     x_rot, x_pass = x, None
