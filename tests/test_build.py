@@ -171,3 +171,20 @@ def test_same_checkpoint_builds_byte_identical_files(tmp_path):
         save_mtp_model(build_mtp_model(tmp_path / "ckpt"), tmp_path / out)
     for name in (contract.MTP_XML, contract.MTP_BIN):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def exec_nodes(model: ov.Model, props: dict) -> list[tuple[str, list[str]]]:
+    """The CPU plugin's runtime graph after its fusions: (layer type, input layer types) per node."""
+    compiled = ov.Core().compile_model(model, "CPU", props)
+    kind = lambda op: op.get_rt_info()["layerType"].astype(str)  # noqa: E731
+    return [(kind(op), [kind(v.get_node()) for v in op.input_values()]) for op in compiled.get_runtime_model().get_ops()]
+
+
+@pytest.mark.parametrize("props", [{"INFERENCE_PRECISION_HINT": "f32"}, {}], ids=["f32", "default"])
+def test_cpu_plugin_fuses_rope_and_the_stateful_attention(saved_head, props):
+    """q and k each run as one RoPE node straight into SDPA, which reads both cache states itself (no Concat)."""
+    model, _ = saved_head
+    nodes = exec_nodes(model, props)
+    assert Counter(kind for kind, _ in nodes)["RoPE"] == 2
+    (sdpa_inputs,) = [inputs for kind, inputs in nodes if kind == "ScaledDotProductAttention"]
+    assert sdpa_inputs[:2] == ["RoPE", "RoPE"] and sdpa_inputs.count("MemoryInput") == 2

@@ -337,8 +337,8 @@ def self_attention(a: ov.Output, x: Inputs, w: Weights, cfg: MTPConfig) -> tuple
     v = heads(linear(a, w(f"{name}.v_proj.weight"), f"{name}.v_proj"), nKV, D, f"{name}/v_heads")
 
     cos, sin = rope_cos_sin(x.position_ids, R, cfg.rope_theta, PREFIX + "rotary_emb")
-    q = apply_rope(to_bnsd(q), cos, sin, R, D, f"{name}/q_rope")  # [B, nH, S, D]
-    k = apply_rope(to_bnsd(k), cos, sin, R, D, f"{name}/k_rope")  # [B, nKV, S, D]
+    q = apply_rope(to_bnsd(q), cos, sin, R, D, f"{name}/q_rope", fusable=True)  # [B, nH, S, D]
+    k = apply_rope(to_bnsd(k), cos, sin, R, D, f"{name}/k_rope", fusable=True)  # [B, nKV, S, D]
     batch = ops.gather(ops.shape_of(x.inputs_embeds, ov.Type.i64), const([0], I64), const(0, I64)).output(0)
     k_all, k_sink = kv_cache(k, x.beam_idx, batch, KEY_STATE, nKV, D, f"{name}/key_cache")
     v_all, v_sink = kv_cache(to_bnsd(v), x.beam_idx, batch, VALUE_STATE, nKV, D, f"{name}/value_cache")
