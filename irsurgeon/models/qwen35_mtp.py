@@ -277,7 +277,7 @@ def swiglu_rows(path: str, inner: int, H: int) -> list[Tensor]:
 
 # ---- graph ----
 
-L = PREFIX + LAYER  # graph names of the decoder layer
+LAYER_NAME = PREFIX + LAYER  # graph names of the decoder layer
 I64 = np.int64
 
 
@@ -293,25 +293,25 @@ class Inputs:
 def mtp_head(x: Inputs, w: Weights, cfg: MTPConfig, moe_form: str = DEFAULT_FORM) -> tuple[ov.Output, list[ov.Node]]:
     """last_hidden_state and the two Assign sinks of the KV cache; moe_form: the routed experts' graph form
     (irsurgeon.ops.moe.FORMS)."""
-    eps = cfg.rms_norm_eps
-    e = rms_norm(x.inputs_embeds, w(PREFIX + "pre_fc_norm_embedding.weight"), eps, PREFIX + "pre_fc_norm_embedding")
-    h = rms_norm(x.hidden_states, w(PREFIX + "pre_fc_norm_hidden.weight"), eps, PREFIX + "pre_fc_norm_hidden")
+    def norm(t: ov.Output, name: str) -> ov.Output:
+        return rms_norm(t, w(f"{name}.weight"), cfg.rms_norm_eps, name)
+
+    e = norm(x.inputs_embeds, PREFIX + "pre_fc_norm_embedding")
+    h = norm(x.hidden_states, PREFIX + "pre_fc_norm_hidden")
     hidden = linear(named(ops.concat([e, h], axis=-1), PREFIX + "fc/concat"), w(PREFIX + "fc.weight"), PREFIX + "fc")
-    attn, sinks = self_attention(rms_norm(hidden, w(L + "input_layernorm.weight"), eps, L + "input_layernorm"),
-                                 x, w, cfg)
-    hidden = named(ops.add(hidden, attn), L + "attn_residual")
-    post = rms_norm(hidden, w(L + "post_attention_layernorm.weight"), eps, L + "post_attention_layernorm")
-    hidden = named(ops.add(hidden, mlp(post, w, cfg, moe_form)), L + "mlp_residual")
-    return rms_norm(hidden, w(PREFIX + "norm.weight"), eps, PREFIX + "norm"), sinks
+    attn, sinks = self_attention(norm(hidden, LAYER_NAME + "input_layernorm"), x, w, cfg)
+    hidden = named(ops.add(hidden, attn), LAYER_NAME + "attn_residual")
+    post = norm(hidden, LAYER_NAME + "post_attention_layernorm")
+    hidden = named(ops.add(hidden, mlp(post, w, cfg, moe_form)), LAYER_NAME + "mlp_residual")
+    return norm(hidden, PREFIX + "norm"), sinks
 
 
 def mlp(x: ov.Output, w: Weights, cfg: MTPConfig, moe_form: str = DEFAULT_FORM) -> ov.Output:
+    name = LAYER_NAME + "mlp"
     if cfg.moe is not None:
         m = cfg.moe
-        return sparse_moe(x, w, MoEShape(cfg.hidden_size, m.num_experts, m.top_k, m.norm_topk_prob), L + "mlp",
-                          moe_form)
-    return swiglu(x, w(L + "mlp.gate_proj.weight"), w(L + "mlp.up_proj.weight"), w(L + "mlp.down_proj.weight"),
-                  L + "mlp")
+        return sparse_moe(x, w, MoEShape(cfg.hidden_size, m.num_experts, m.top_k, m.norm_topk_prob), name, moe_form)
+    return swiglu(x, *(w(f"{name}.{p}.weight") for p in ("gate_proj", "up_proj", "down_proj")), name)
 
 
 def heads(x: ov.Output, n: int, d: int, name: str) -> ov.Output:
@@ -326,7 +326,7 @@ def to_bnsd(x: ov.Output) -> ov.Output:
 
 def self_attention(a: ov.Output, x: Inputs, w: Weights, cfg: MTPConfig) -> tuple[ov.Output, list[ov.Node]]:
     """Gated attention with q/k norms, partial RoPE, GQA and a stateful KV cache; returns o_proj output."""
-    name, eps = L + "self_attn", cfg.rms_norm_eps
+    name, eps = LAYER_NAME + "self_attn", cfg.rms_norm_eps
     nH, nKV, D, R = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rotary_dim
     qg = heads(linear(a, w(f"{name}.q_proj.weight"), f"{name}.q_proj"), nH, 2 * D, f"{name}/q_heads")
     q_gate = ops.split(qg, const(-1, I64), 2)  # per head: [q (D) | gate (D)]
