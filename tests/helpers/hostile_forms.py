@@ -101,9 +101,14 @@ def header_raw(path: Path, raw: bytes) -> None:
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
 
 
+def _victim(h: dict) -> str:
+    """The tensor a header form edits: the first mtp.* one of a Qwen3.5 checkpoint, else the first one."""
+    names = [k for k in h if k != "__metadata__"]
+    return next((k for k in names if k.startswith("mtp.")), names[0])
+
+
 def _with_shape(h: dict, shape) -> dict:
-    name = next(k for k in h if k.startswith("mtp."))
-    h[name]["shape"] = shape
+    h[_victim(h)]["shape"] = shape
     return h
 
 
@@ -113,7 +118,7 @@ SAFETENSORS_FORMS = {
     "header-huge-int": lambda p: header(p, lambda h: _with_shape(h, ["HUGE"])),
     "header-40-digit-int": lambda p: header(p, lambda h: _with_shape(h, [10 ** 39, 10 ** 39])),
     "header-not-utf8": lambda p: header_raw(p, b'{"\xff\xfe' + CANARY.encode() + b'": 1}'),
-    "header-secret-values": lambda p: header(p, lambda h: {**h, next(k for k in h if k.startswith("mtp.")): {
+    "header-secret-values": lambda p: header(p, lambda h: {**h, _victim(h): {
         "dtype": CANARY, "shape": CANARY, "data_offsets": CANARY}}),
 }
 
@@ -190,6 +195,52 @@ PROMPT_FORMS = {"fifo": fifo, "dev-zero": dev_zero, "sparse-2GiB": sparse, "not-
                 "secret-link": secret_link}
 
 
+def tensors_edit(edit: Callable[[dict], None]) -> Callable[[Path], None]:
+    """A form rewriting a (small) safetensors file with edit(tensors) applied to its {name: array}."""
+    def form(path: Path) -> None:
+        from safetensors.numpy import load_file, save_file
+
+        tensors = load_file(path)
+        edit(tensors)
+        save_file(tensors, path)
+    return form
+
+
+def _cast(name: str, dtype) -> Callable[[dict], None]:
+    return lambda t: t.update({name: t[name].astype(dtype)})
+
+
+def _poke(name: str, value) -> Callable[[dict], None]:
+    def edit(t: dict) -> None:
+        t[name] = t[name].copy()
+        t[name].flat[-1] = value
+    return edit
+
+
+ORDERING, EMBED = "masked_embedding.token_ordering", "model.embed_tokens.weight"
+
+# Well-formed safetensors whose content contradicts a gemma4_assistant config.json
+GEMMA4_ASSISTANT_FORMS = {
+    **SAFETENSORS_FORMS,
+    "token_ordering-float": tensors_edit(_cast(ORDERING, "float32")),
+    "token_ordering-int32": tensors_edit(_cast(ORDERING, "int32")),
+    "embed-int": tensors_edit(_cast(EMBED, "int32")),
+    "embed-f64": tensors_edit(_cast(EMBED, "float64")),
+    "weight-nan": tensors_edit(_poke("pre_projection.weight", float("nan"))),
+    "weight-inf": tensors_edit(_poke("model.norm.weight", float("inf"))),
+    "token_ordering-duplicate": tensors_edit(_poke(ORDERING, 0)),
+    "token_ordering-out-of-range": tensors_edit(_poke(ORDERING, 1 << 40)),
+    "token_ordering-negative": tensors_edit(_poke(ORDERING, -1)),
+    "token_ordering-short": tensors_edit(lambda t: t.update({ORDERING: t[ORDERING][:-1]})),
+    "extra-tensor": tensors_edit(lambda t: t.update({"model.layers.2.input_layernorm.weight": t["model.norm.weight"]})),
+    "missing-tensor": tensors_edit(lambda t: t.pop("model.norm.weight")),
+    "missing-token_ordering": tensors_edit(lambda t: t.pop(ORDERING)),
+    "wrong-shape": tensors_edit(lambda t: t.update({"pre_projection.weight": t["pre_projection.weight"][:, :-1]})),
+    "scalar-0-d": tensors_edit(lambda t: t.update({"model.layers.0.layer_scalar": t["model.layers.0.layer_scalar"]
+                                                   .reshape(())})),
+}
+
+
 # --- where each input lives and which commands read it ------------------------------------------------------------
 
 # input -> (path in the lab, forms, commands)
@@ -208,6 +259,17 @@ INPUTS = {
     "openvino_config.json": ("target/openvino_config.json", OPENVINO_CONFIG_FORMS, ("patch", "build-mtp-auto")),
     "prompts file": ("prompts.txt", PROMPT_FORMS, ("verify-prompts",)),
     "generation_config.json": ("patched/generation_config.json", BIN_FORMS, ("verify-genai",)),  # genai reads it
+    # Gemma 4: a text-only target, a gemma4_assistant checkpoint, and the target patched with it (hostile.Lab)
+    "gemma4 assistant config.json": ("g4ckpt/config.json", JSON_FORMS, ("g4-patch", "g4-build-mtp")),
+    "gemma4 assistant model.safetensors": ("g4ckpt/model.safetensors", GEMMA4_ASSISTANT_FORMS, ("g4-patch",)),
+    "gemma4 target config.json": ("g4target/config.json", JSON_FORMS, ("g4-show", "g4-patch")),
+    "gemma4 target generation_config.json": ("g4target/generation_config.json", JSON_FORMS, ("g4-patch",)),
+    "gemma4 target .xml": ("g4target/openvino_model.xml", XML_FORMS, ("g4-show-xml", "g4-show", "g4-patch")),
+    "gemma4 patched .xml": ("g4patched/openvino_model.xml", XML_FORMS, ("g4-verify",)),
+    "gemma4 patched assistant .xml": ("g4patched/mtp_assistant/openvino_model.xml", XML_FORMS, ("g4-verify",
+                                                                                                 "g4-show")),
+    "gemma4 patched assistant config.json": ("g4patched/mtp_assistant/config.json", JSON_FORMS, ("g4-verify",
+                                                                                                  "g4-show")),
 }
 
 
