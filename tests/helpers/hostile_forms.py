@@ -241,6 +241,54 @@ GEMMA4_ASSISTANT_FORMS = {
 }
 
 
+def json_edit(edit: Callable[[dict], None]) -> Callable[[Path], None]:
+    """A form rewriting a JSON object file with edit(object) applied."""
+    def form(path: Path) -> None:
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data))
+    return form
+
+
+def _text(**values) -> Callable[[Path], None]:
+    return json_edit(lambda d: d["text_config"].update(values))
+
+
+# Well-formed JSON whose values a gemma4_assistant config.json cannot have
+GEMMA4_CONFIG_FORMS = {
+    **JSON_FORMS,
+    "json-list": lambda p: p.write_text("[]"),
+    "model_type-list": json_edit(lambda d: d.update(model_type=["gemma4_assistant"])),
+    "text_config-list": json_edit(lambda d: d.update(text_config=[1])),
+    "layer_types-int": _text(layer_types=5),
+    "layer_types-string": _text(layer_types="sliding_attention"),
+    "layer_types-lists": _text(layer_types=[["x"], {}]),
+    "layer_types-100000": _text(layer_types=["x" * 100] * 100_000),
+    "per_layer_config-list": _text(per_layer_config=[1]),
+    "per_layer_config-value-int": _text(per_layer_config={"1": 5}),
+    "per_layer_config-head_dim-str": _text(per_layer_config={"1": {"head_dim": "32"}}),
+    "rope_parameters-list": _text(rope_parameters=[1]),
+    "rope_theta-str": _text(rope_parameters={"sliding_attention": {"rope_theta": "1e4"},
+                                             "full_attention": {"rope_theta": 1e6}}),
+    "partial_rotary_factor-str": _text(rope_parameters={"sliding_attention": {"rope_theta": 1e4}, "full_attention": {
+        "rope_type": "proportional", "partial_rotary_factor": "x", "rope_theta": 1e6}}),
+    "partial_rotary_factor-1e300": _text(rope_parameters={"sliding_attention": {"rope_theta": 1e4}, "full_attention": {
+        "rope_type": "proportional", "partial_rotary_factor": 1e300, "rope_theta": 1e6}}),
+    "hidden_activation-list": _text(hidden_activation=["gelu"]),
+    "rms_norm_eps-nan": lambda p: p.write_text(p.read_text().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": NaN')),
+    "vocab_size-0": _text(vocab_size=0),
+    "vocab_size-2e24": _text(vocab_size=1 << 24),
+    "num_centroids-0": json_edit(lambda d: d.update(num_centroids=0)),
+    "num_centroids-not-dividing": json_edit(lambda d: d.update(num_centroids=3)),
+    "backbone-mismatch": json_edit(lambda d: d.update(backbone_hidden_size=32)),
+    "head_dim-mismatch": _text(head_dim=8),
+    "num_hidden_layers-1": _text(num_hidden_layers=1),
+    "sliding_window-float": _text(sliding_window=16.0),
+    "use_ordered_embeddings-off": json_edit(lambda d: d.update(use_ordered_embeddings=False)),
+    "use_ordered_embeddings-str": json_edit(lambda d: d.update(use_ordered_embeddings="false")),
+}
+
+
 # --- where each input lives and which commands read it ------------------------------------------------------------
 
 # input -> (path in the lab, forms, commands)
@@ -260,7 +308,7 @@ INPUTS = {
     "prompts file": ("prompts.txt", PROMPT_FORMS, ("verify-prompts",)),
     "generation_config.json": ("patched/generation_config.json", BIN_FORMS, ("verify-genai",)),  # genai reads it
     # Gemma 4: a text-only target, a gemma4_assistant checkpoint, and the target patched with it (hostile.Lab)
-    "gemma4 assistant config.json": ("g4ckpt/config.json", JSON_FORMS, ("g4-patch", "g4-build-mtp")),
+    "gemma4 assistant config.json": ("g4ckpt/config.json", GEMMA4_CONFIG_FORMS, ("g4-patch", "g4-build-mtp")),
     "gemma4 assistant model.safetensors": ("g4ckpt/model.safetensors", GEMMA4_ASSISTANT_FORMS, ("g4-patch",)),
     "gemma4 target config.json": ("g4target/config.json", JSON_FORMS, ("g4-show", "g4-patch")),
     "gemma4 target generation_config.json": ("g4target/generation_config.json", JSON_FORMS, ("g4-patch",)),
