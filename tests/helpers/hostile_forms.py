@@ -289,6 +289,28 @@ GEMMA4_CONFIG_FORMS = {
 }
 
 
+def _top(**values) -> Callable[[Path], None]:
+    return json_edit(lambda d: d.update(values))
+
+
+# Well-formed JSON whose values a text-only Gemma 4 target's config.json (gemma4_text, flat) cannot have
+GEMMA4_TARGET_CONFIG_FORMS = {
+    **JSON_FORMS,
+    "json-list": lambda p: p.write_text("[]"),
+    "model_type-list": _top(model_type=["gemma4_text"]),
+    "model_type-gemma4-without-text_config": _top(model_type="gemma4"),
+    "layer_types-int": _top(layer_types=5),
+    "layer_types-100000": _top(layer_types=["x" * 100] * 100_000),
+    "num_hidden_layers-str": _top(num_hidden_layers="4"),
+    "num_kv_shared_layers-str": _top(num_kv_shared_layers="2"),
+    "num_kv_shared_layers-all": _top(num_kv_shared_layers=4),
+    "per_layer_config-value-int": _top(per_layer_config={"1": 5}),
+    "head_dim-mismatch": _top(head_dim=8),
+    "global_head_dim-str": _top(global_head_dim="x"),
+    "rope_parameters-str": _top(rope_parameters="x"),
+}
+
+
 # --- where each input lives and which commands read it ------------------------------------------------------------
 
 # input -> (path in the lab, forms, commands)
@@ -310,7 +332,8 @@ INPUTS = {
     # Gemma 4: a text-only target, a gemma4_assistant checkpoint, and the target patched with it (hostile.Lab)
     "gemma4 assistant config.json": ("g4ckpt/config.json", GEMMA4_CONFIG_FORMS, ("g4-patch", "g4-build-mtp")),
     "gemma4 assistant model.safetensors": ("g4ckpt/model.safetensors", GEMMA4_ASSISTANT_FORMS, ("g4-patch",)),
-    "gemma4 target config.json": ("g4target/config.json", JSON_FORMS, ("g4-show", "g4-patch")),
+    "gemma4 target config.json": ("g4target/config.json", GEMMA4_TARGET_CONFIG_FORMS, ("g4-show", "g4-patch")),
+    "gemma4 patched config.json": ("g4patched/config.json", GEMMA4_TARGET_CONFIG_FORMS, ("g4-verify",)),
     "gemma4 target generation_config.json": ("g4target/generation_config.json", JSON_FORMS, ("g4-patch",)),
     "gemma4 target .xml": ("g4target/openvino_model.xml", XML_FORMS, ("g4-show-xml", "g4-show", "g4-patch")),
     "gemma4 patched .xml": ("g4patched/openvino_model.xml", XML_FORMS, ("g4-verify",)),
