@@ -11,7 +11,9 @@
 4. Hostile inputs (attack_inputs; --attack-inputs-only runs just this): every input file (configs, index, safetensors,
    IR .xml/.bin, openvino_config.json, a prompts file) made a FIFO, a /dev/zero link, a sparse 2 GiB file, a
    directory, a link to a secret file, deep JSON, huge integers, absurd IR numbers, wrong-typed values, through
-   every command reading it (tests/helpers/hostile_forms.py), an absurd but consistent 128 GiB checkpoint, synth at
+   every command reading it (tests/helpers/hostile_forms.py; the Qwen3.5 demo and the Gemma 4 target, its
+   gemma4_assistant checkpoint and the patched pair, whose tensors also get wrong dtypes, NaN, a token_ordering that is
+   not a permutation, extra and missing tensors), an absurd but consistent 128 GiB checkpoint, synth at
    its largest sizes, and a checkpoint truncated by another process during a build.
 5. Link and journal attacks (scripts/attack_links.py; --only-link-attacks runs just these): leftover staging folders
    and journals irsurgeon did not write, links out of a checkpoint, folders swapped mid-run, concurrent writers.

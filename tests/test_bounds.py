@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import invoke, no_hang, one_error  # noqa: F401  (no_hang: an autouse fixture)
-from helpers.hostile import DEMO_CKPT, DEMO_TARGET, Lab
-from helpers.hostile_forms import CANARY, OPENVINO_CONFIG_FORMS, Case
+from helpers.hostile import DEMO_CKPT, DEMO_TARGET, Lab, judge, run_cli
+from helpers.hostile_forms import (CANARY, GEMMA4_ASSISTANT_FORMS, OPENVINO_CONFIG_FORMS, SAFETENSORS_FORMS, Case,
+                                   all_cases)
 from irsurgeon import limits
 from irsurgeon.errors import ConfigError, IRError
 from irsurgeon.precision import detect_target_format
@@ -212,6 +213,89 @@ def test_hostile_inputs_through_the_commands(lab, case, code):
     outcome = lab.run(case)
     assert not outcome.problems, (outcome.problems, outcome.stderr)
     assert outcome.code == code and outcome.seconds < 30, outcome
+
+
+# Gemma 4: a text-only target, its gemma4_assistant checkpoint and the target patched with it. A slice of every
+# input; scripts/bench_reliability.py and the slow test below run every form of each.
+G4_MATRIX = [
+    (Case("gemma4 assistant config.json", "fifo", "g4-patch"), 1),
+    (Case("gemma4 assistant config.json", "huge-int", "g4-patch"), 1),
+    (Case("gemma4 assistant config.json", "deep-array", "g4-build-mtp"), 1),
+    (Case("gemma4 assistant model.safetensors", "sparse-2GiB", "g4-patch"), 0),  # zeros past the data: unread
+    (Case("gemma4 assistant model.safetensors", "secret-link", "g4-patch"), 1),
+    (Case("gemma4 assistant model.safetensors", "header-huge-int", "g4-patch"), 1),
+    (Case("gemma4 assistant model.safetensors", "header-secret-values", "g4-patch"), 1),
+    (Case("gemma4 target config.json", "dev-zero", "g4-patch"), 1),
+    (Case("gemma4 target config.json", "huge-int", "g4-show"), 0),
+    (Case("gemma4 target generation_config.json", "sparse-2GiB", "g4-patch"), 1),
+    (Case("gemma4 target generation_config.json", "deep-object", "g4-patch"), 1),
+    (Case("gemma4 target .xml", "fifo", "g4-show-xml"), 1),
+    (Case("gemma4 target .xml", "offset-5000-digits", "g4-patch"), 1),
+    (Case("gemma4 target .xml", "rt-info-deep-100000", "g4-patch"), 1),
+    (Case("gemma4 target .xml", "name-5000-digits", "g4-patch"), 0),
+    (Case("gemma4 patched .xml", "char-ref-huge", "g4-verify"), 1),
+    (Case("gemma4 patched assistant .xml", "secret-link", "g4-verify"), 1),
+    (Case("gemma4 patched assistant .xml", "fifo", "g4-show"), 0),
+    (Case("gemma4 patched assistant config.json", "deep-object", "g4-verify"), 1),
+    # config.json values of the wrong type or range (were "unexpected TypeError/AttributeError/ValueError")
+    (Case("gemma4 assistant config.json", "layer_types-int", "g4-patch"), 1),
+    (Case("gemma4 assistant config.json", "per_layer_config-value-int", "g4-patch"), 1),
+    (Case("gemma4 assistant config.json", "partial_rotary_factor-str", "g4-patch"), 1),
+    (Case("gemma4 assistant config.json", "partial_rotary_factor-1e300", "g4-patch"), 1),
+    (Case("gemma4 assistant config.json", "layer_types-100000", "g4-patch"), 1),  # was a 10 MB Error: line
+    (Case("gemma4 assistant config.json", "num_centroids-0", "g4-patch"), 1),
+    (Case("gemma4 assistant config.json", "model_type-list", "g4-patch"), 1),
+    (Case("gemma4 target config.json", "per_layer_config-value-int", "g4-patch"), 1),
+    (Case("gemma4 target config.json", "layer_types-100000", "g4-patch"), 1),
+    (Case("gemma4 patched config.json", "num_kv_shared_layers-all", "g4-verify"), 1),
+] + [(Case("gemma4 assistant model.safetensors", form, "g4-patch"), 0 if form in ("token_ordering-int32", "embed-f64")
+      else 1) for form in GEMMA4_ASSISTANT_FORMS if form not in SAFETENSORS_FORMS]
+
+
+@pytest.mark.parametrize("case, code", G4_MATRIX, ids=[str(c) for c, _ in G4_MATRIX])
+def test_hostile_gemma4_inputs_through_the_commands(lab, case, code):
+    outcome = lab.run(case)
+    assert not outcome.problems, (outcome.problems, outcome.stderr[:300])
+    assert outcome.code == code and outcome.seconds < 30 and len(outcome.stderr) < 1000, outcome
+
+
+# What the one line says: the unreadable file and why, not a guess at the directory's kind
+G4_MESSAGES = [
+    (Case("gemma4 assistant model.safetensors", "token_ordering-float", "g4-patch"),
+     "masked_embedding.token_ordering: stored as F32, expected integer indices"),
+    (Case("gemma4 assistant model.safetensors", "embed-int", "g4-patch"), "model.embed_tokens.weight: stored as I32"),
+    (Case("gemma4 assistant model.safetensors", "weight-nan", "g4-patch"), "pre_projection.weight: holds 1 NaN"),
+    (Case("gemma4 assistant model.safetensors", "token_ordering-duplicate", "g4-patch"),
+     "token_ordering: expected a permutation of 0..255"),
+    (Case("gemma4 assistant model.safetensors", "extra-tensor", "g4-patch"),
+     "unexpected tensor model.layers.2.input_layernorm.weight"),
+    (Case("gemma4 assistant model.safetensors", "missing-tensor", "g4-patch"), "missing tensor model.norm.weight"),
+    (Case("gemma4 target config.json", "fifo", "g4-patch"), "g4target/config.json: is a FIFO"),
+    (Case("gemma4 target config.json", "sparse-2GiB", "g4-patch"), "g4target/config.json: 2147487744 bytes"),
+    (Case("gemma4 target .xml", "fifo", "g4-patch"), "g4target/openvino_model.xml: is a FIFO"),
+    (Case("gemma4 target .xml", "directory", "g4-patch"), "g4target/openvino_model.xml: is a directory"),
+]
+
+
+@pytest.mark.parametrize("case, words", G4_MESSAGES, ids=[str(c) for c, _ in G4_MESSAGES])
+def test_hostile_gemma4_inputs_are_named_for_what_is_wrong(lab, case, words):
+    outcome = lab.run(case)
+    assert outcome.refused and words in outcome.stderr, outcome
+
+
+def test_build_mtp_refuses_a_gemma4_assistant_in_one_line(lab):
+    work = lab.fresh()
+    code, out, err, seconds, peak = run_cli(["build-mtp", str(work / "g4ckpt"), "-o", str(work / "out")])
+    outcome = judge("gemma4 assistant / build-mtp", code, out, err, seconds, peak, [])
+    assert outcome.refused and "gemma4_assistant" in err and not (work / "out").exists(), outcome
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c for c in all_cases() if c.input.startswith("gemma4")], ids=str)
+def test_every_hostile_gemma4_input(lab, case):
+    outcome = lab.run(case)
+    assert not outcome.problems, (outcome.problems, outcome.stderr[:300])
+    assert len(outcome.stderr) < 1000, outcome.stderr[:300]
 
 
 def test_genai_never_gets_a_directory_holding_a_fifo(tmp_path):

@@ -104,8 +104,8 @@ def resolve_layers(text: dict, source: str) -> tuple[Layer, ...]:
     """Layer types and per-layer head dims / KV heads as Gemma4TextConfig.__post_init__ resolves them."""
     n = _int(text, "num_hidden_layers", TEXT_KEYS["num_hidden_layers"], source)
     kinds = text.get("layer_types") or ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
-    if len(kinds) != n or any(k not in TYPES for k in kinds):
-        raise ConfigError(f"{source}: text_config.layer_types must list {n} of {TYPES}, got {kinds!r}")
+    if not isinstance(kinds, list) or len(kinds) != n or any(k not in TYPES for k in kinds):
+        raise ConfigError(f"{source}: text_config.layer_types must list {n} of {TYPES}, got {kinds!r:.200}")
     kinds = [*kinds[:-1], "full_attention"]  # __post_init__ forces the last layer to full attention
     head_dim = _int(text, "head_dim", TEXT_KEYS["head_dim"], source)
     kv = _int(text, "num_key_value_heads", TEXT_KEYS["num_key_value_heads"], source)
@@ -120,6 +120,8 @@ def resolve_layers(text: dict, source: str) -> tuple[Layer, ...]:
     layers = []
     for i, kind in enumerate(kinds):
         o = overrides.get(str(i), overrides.get(i, {})) or {}
+        if not isinstance(o, dict):
+            raise ConfigError(f"{source}: text_config.per_layer_config.{i} must be an object, got {o!r:.80}")
         layers.append(Layer(kind, _int(o, "head_dim", head_dim, source), _int(o, "num_key_value_heads", kv, source)))
     for kind in set(kinds):
         if len({(x.head_dim, x.kv_heads) for x in layers if x.kind == kind}) > 1:
@@ -136,6 +138,13 @@ def _rope(text: dict, kinds: set[str], source: str) -> dict:
                               f"rope, got {p!r}")
         if not isinstance(p.get("rope_theta"), (int, float)) or p["rope_theta"] <= 0:
             raise ConfigError(f"{source}: text_config.rope_parameters.{kind}.rope_theta must be a positive number")
+        # transformers 5.23.0 modeling_rope_utils.py (_compute_proportional_rope_parameters): partial_rotary_factor is
+        # "the proportion of the embedding dimension" (0.0 .. 1.0) and the inverse frequencies are divided by factor
+        for key, lo, hi in (("partial_rotary_factor", 0.0, 1.0), ("factor", 1e-6, 1e6)):
+            value = p.get(key, 1.0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+                raise ConfigError(f"{source}: text_config.rope_parameters.{kind}.{key} is {value!r:.40}, expected "
+                                  f"a number in [{lo:g}, {hi:g}]")
     return rope
 
 

@@ -23,6 +23,7 @@ from helpers.hostile_forms import CANARY, INPUTS, Case
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_TARGET = ROOT / "fixtures" / "demo" / "target"
 DEMO_CKPT = ROOT / "fixtures" / "demo" / "ckpt"
+GEMMA4 = ROOT / "fixtures" / "gemma4"  # a text-only target and its gemma4_assistant checkpoint
 CLI = "import sys; from irsurgeon.entry import run; sys.argv[0] = 'irsurgeon'; run()"  # the console script
 TIMEOUT = 60.0
 RSS_LIMIT = 2 << 30
@@ -119,7 +120,7 @@ def judge(case: str, code: int | None, out: str, err: str, seconds: float, peak:
         o.problems.append(f"killed by signal {-code if code < 0 else code - 128} (exit {code})")
     elif code not in (0, 1) and not (allow_usage_error and code == 2):
         o.problems.append(f"exit {code}: {err.strip()[-200:]}")
-    if "Traceback" in err or "unexpected" in err:
+    if "Traceback" in err or "Error: unexpected " in err:  # cli/__init__.py's fallback for a non-IRSurgeonError
         o.problems.append(f"traceback or unexpected error: {lines[-1] if lines else ''}")
     elif code == 1 and not (len(lines) == 1 and lines[0].startswith("Error: ")):
         o.problems.append(f"not one Error: line: {err.strip()[:300]!r}")
@@ -149,6 +150,10 @@ class Lab:
         (self.pristine / "prompts.txt").write_text("The capital of France is\n")
         from irsurgeon.patch import patch
         patch(self.pristine / "patched", self.pristine / "ckpt", echo=lambda _line: None)
+        shutil.copytree(GEMMA4 / "assistant", self.pristine / "g4ckpt")
+        shutil.copytree(GEMMA4 / "target", self.pristine / "g4target")
+        shutil.copytree(GEMMA4 / "target", self.pristine / "g4patched")
+        patch(self.pristine / "g4patched", self.pristine / "g4ckpt", echo=lambda _line: None)
         self.count = 0
 
     def fresh(self) -> Path:
@@ -178,6 +183,7 @@ def command_args(command: str, work: Path, victim: Path) -> tuple[list[str], str
     """CLI arguments of a command reading `victim`, and the folder it may change when it succeeds."""
     ckpt = work / ("sharded" if "sharded" in victim.parts else "ckpt")
     target = work / ("patched" if "patched" in victim.parts else "target")
+    g4 = work / ("g4patched" if "g4patched" in victim.parts else "g4target")
     table = {
         "show": (["show", target], None),
         "show-xml": (["show", victim], None),
@@ -190,6 +196,11 @@ def command_args(command: str, work: Path, victim: Path) -> tuple[list[str], str
         "verify-prompts": (["verify", work / "patched", "--prompts", victim], None),
         "verify-genai": (["verify", target, "--genai", "--prompts", "1", "--sweep", "1", "--max-new-tokens", "4"],
                          None),
+        "g4-show": (["show", g4], None),
+        "g4-show-xml": (["show", victim], None),
+        "g4-build-mtp": (["build-mtp", work / "g4ckpt", "-o", work / "out"], "out"),
+        "g4-patch": (["patch", g4, "--checkpoint", work / "g4ckpt"], g4.name),
+        "g4-verify": (["verify", g4], None),
     }
     args, output = table[command]
     return [str(a) for a in args], output

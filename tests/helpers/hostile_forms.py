@@ -101,9 +101,14 @@ def header_raw(path: Path, raw: bytes) -> None:
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
 
 
+def _victim(h: dict) -> str:
+    """The tensor a header form edits: the first mtp.* one of a Qwen3.5 checkpoint, else the first one."""
+    names = [k for k in h if k != "__metadata__"]
+    return next((k for k in names if k.startswith("mtp.")), names[0])
+
+
 def _with_shape(h: dict, shape) -> dict:
-    name = next(k for k in h if k.startswith("mtp."))
-    h[name]["shape"] = shape
+    h[_victim(h)]["shape"] = shape
     return h
 
 
@@ -113,7 +118,7 @@ SAFETENSORS_FORMS = {
     "header-huge-int": lambda p: header(p, lambda h: _with_shape(h, ["HUGE"])),
     "header-40-digit-int": lambda p: header(p, lambda h: _with_shape(h, [10 ** 39, 10 ** 39])),
     "header-not-utf8": lambda p: header_raw(p, b'{"\xff\xfe' + CANARY.encode() + b'": 1}'),
-    "header-secret-values": lambda p: header(p, lambda h: {**h, next(k for k in h if k.startswith("mtp.")): {
+    "header-secret-values": lambda p: header(p, lambda h: {**h, _victim(h): {
         "dtype": CANARY, "shape": CANARY, "data_offsets": CANARY}}),
 }
 
@@ -190,6 +195,122 @@ PROMPT_FORMS = {"fifo": fifo, "dev-zero": dev_zero, "sparse-2GiB": sparse, "not-
                 "secret-link": secret_link}
 
 
+def tensors_edit(edit: Callable[[dict], None]) -> Callable[[Path], None]:
+    """A form rewriting a (small) safetensors file with edit(tensors) applied to its {name: array}."""
+    def form(path: Path) -> None:
+        from safetensors.numpy import load_file, save_file
+
+        tensors = load_file(path)
+        edit(tensors)
+        save_file(tensors, path)
+    return form
+
+
+def _cast(name: str, dtype) -> Callable[[dict], None]:
+    return lambda t: t.update({name: t[name].astype(dtype)})
+
+
+def _poke(name: str, value) -> Callable[[dict], None]:
+    def edit(t: dict) -> None:
+        t[name] = t[name].copy()
+        t[name].flat[-1] = value
+    return edit
+
+
+ORDERING, EMBED = "masked_embedding.token_ordering", "model.embed_tokens.weight"
+
+# Well-formed safetensors whose content contradicts a gemma4_assistant config.json
+GEMMA4_ASSISTANT_FORMS = {
+    **SAFETENSORS_FORMS,
+    "token_ordering-float": tensors_edit(_cast(ORDERING, "float32")),
+    "token_ordering-int32": tensors_edit(_cast(ORDERING, "int32")),
+    "embed-int": tensors_edit(_cast(EMBED, "int32")),
+    "embed-f64": tensors_edit(_cast(EMBED, "float64")),
+    "weight-nan": tensors_edit(_poke("pre_projection.weight", float("nan"))),
+    "weight-inf": tensors_edit(_poke("model.norm.weight", float("inf"))),
+    "token_ordering-duplicate": tensors_edit(_poke(ORDERING, 0)),
+    "token_ordering-out-of-range": tensors_edit(_poke(ORDERING, 1 << 40)),
+    "token_ordering-negative": tensors_edit(_poke(ORDERING, -1)),
+    "token_ordering-short": tensors_edit(lambda t: t.update({ORDERING: t[ORDERING][:-1]})),
+    "extra-tensor": tensors_edit(lambda t: t.update({"model.layers.2.input_layernorm.weight": t["model.norm.weight"]})),
+    "missing-tensor": tensors_edit(lambda t: t.pop("model.norm.weight")),
+    "missing-token_ordering": tensors_edit(lambda t: t.pop(ORDERING)),
+    "wrong-shape": tensors_edit(lambda t: t.update({"pre_projection.weight": t["pre_projection.weight"][:, :-1]})),
+    "scalar-0-d": tensors_edit(lambda t: t.update({"model.layers.0.layer_scalar": t["model.layers.0.layer_scalar"]
+                                                   .reshape(())})),
+}
+
+
+def json_edit(edit: Callable[[dict], None]) -> Callable[[Path], None]:
+    """A form rewriting a JSON object file with edit(object) applied."""
+    def form(path: Path) -> None:
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data))
+    return form
+
+
+def _text(**values) -> Callable[[Path], None]:
+    return json_edit(lambda d: d["text_config"].update(values))
+
+
+# Well-formed JSON whose values a gemma4_assistant config.json cannot have
+GEMMA4_CONFIG_FORMS = {
+    **JSON_FORMS,
+    "json-list": lambda p: p.write_text("[]"),
+    "model_type-list": json_edit(lambda d: d.update(model_type=["gemma4_assistant"])),
+    "text_config-list": json_edit(lambda d: d.update(text_config=[1])),
+    "layer_types-int": _text(layer_types=5),
+    "layer_types-string": _text(layer_types="sliding_attention"),
+    "layer_types-lists": _text(layer_types=[["x"], {}]),
+    "layer_types-100000": _text(layer_types=["x" * 100] * 100_000),
+    "per_layer_config-list": _text(per_layer_config=[1]),
+    "per_layer_config-value-int": _text(per_layer_config={"1": 5}),
+    "per_layer_config-head_dim-str": _text(per_layer_config={"1": {"head_dim": "32"}}),
+    "rope_parameters-list": _text(rope_parameters=[1]),
+    "rope_theta-str": _text(rope_parameters={"sliding_attention": {"rope_theta": "1e4"},
+                                             "full_attention": {"rope_theta": 1e6}}),
+    "partial_rotary_factor-str": _text(rope_parameters={"sliding_attention": {"rope_theta": 1e4}, "full_attention": {
+        "rope_type": "proportional", "partial_rotary_factor": "x", "rope_theta": 1e6}}),
+    "partial_rotary_factor-1e300": _text(rope_parameters={"sliding_attention": {"rope_theta": 1e4}, "full_attention": {
+        "rope_type": "proportional", "partial_rotary_factor": 1e300, "rope_theta": 1e6}}),
+    "hidden_activation-list": _text(hidden_activation=["gelu"]),
+    "rms_norm_eps-nan": lambda p: p.write_text(p.read_text().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": NaN')),
+    "vocab_size-0": _text(vocab_size=0),
+    "vocab_size-2e24": _text(vocab_size=1 << 24),
+    "num_centroids-0": json_edit(lambda d: d.update(num_centroids=0)),
+    "num_centroids-not-dividing": json_edit(lambda d: d.update(num_centroids=3)),
+    "backbone-mismatch": json_edit(lambda d: d.update(backbone_hidden_size=32)),
+    "head_dim-mismatch": _text(head_dim=8),
+    "num_hidden_layers-1": _text(num_hidden_layers=1),
+    "sliding_window-float": _text(sliding_window=16.0),
+    "use_ordered_embeddings-off": json_edit(lambda d: d.update(use_ordered_embeddings=False)),
+    "use_ordered_embeddings-str": json_edit(lambda d: d.update(use_ordered_embeddings="false")),
+}
+
+
+def _top(**values) -> Callable[[Path], None]:
+    return json_edit(lambda d: d.update(values))
+
+
+# Well-formed JSON whose values a text-only Gemma 4 target's config.json (gemma4_text, flat) cannot have
+GEMMA4_TARGET_CONFIG_FORMS = {
+    **JSON_FORMS,
+    "json-list": lambda p: p.write_text("[]"),
+    "model_type-list": _top(model_type=["gemma4_text"]),
+    "model_type-gemma4-without-text_config": _top(model_type="gemma4"),
+    "layer_types-int": _top(layer_types=5),
+    "layer_types-100000": _top(layer_types=["x" * 100] * 100_000),
+    "num_hidden_layers-str": _top(num_hidden_layers="4"),
+    "num_kv_shared_layers-str": _top(num_kv_shared_layers="2"),
+    "num_kv_shared_layers-all": _top(num_kv_shared_layers=4),
+    "per_layer_config-value-int": _top(per_layer_config={"1": 5}),
+    "head_dim-mismatch": _top(head_dim=8),
+    "global_head_dim-str": _top(global_head_dim="x"),
+    "rope_parameters-str": _top(rope_parameters="x"),
+}
+
+
 # --- where each input lives and which commands read it ------------------------------------------------------------
 
 # input -> (path in the lab, forms, commands)
@@ -208,6 +329,18 @@ INPUTS = {
     "openvino_config.json": ("target/openvino_config.json", OPENVINO_CONFIG_FORMS, ("patch", "build-mtp-auto")),
     "prompts file": ("prompts.txt", PROMPT_FORMS, ("verify-prompts",)),
     "generation_config.json": ("patched/generation_config.json", BIN_FORMS, ("verify-genai",)),  # genai reads it
+    # Gemma 4: a text-only target, a gemma4_assistant checkpoint, and the target patched with it (hostile.Lab)
+    "gemma4 assistant config.json": ("g4ckpt/config.json", GEMMA4_CONFIG_FORMS, ("g4-patch", "g4-build-mtp")),
+    "gemma4 assistant model.safetensors": ("g4ckpt/model.safetensors", GEMMA4_ASSISTANT_FORMS, ("g4-patch",)),
+    "gemma4 target config.json": ("g4target/config.json", GEMMA4_TARGET_CONFIG_FORMS, ("g4-show", "g4-patch")),
+    "gemma4 patched config.json": ("g4patched/config.json", GEMMA4_TARGET_CONFIG_FORMS, ("g4-verify",)),
+    "gemma4 target generation_config.json": ("g4target/generation_config.json", JSON_FORMS, ("g4-patch",)),
+    "gemma4 target .xml": ("g4target/openvino_model.xml", XML_FORMS, ("g4-show-xml", "g4-show", "g4-patch")),
+    "gemma4 patched .xml": ("g4patched/openvino_model.xml", XML_FORMS, ("g4-verify",)),
+    "gemma4 patched assistant .xml": ("g4patched/mtp_assistant/openvino_model.xml", XML_FORMS, ("g4-verify",
+                                                                                                 "g4-show")),
+    "gemma4 patched assistant config.json": ("g4patched/mtp_assistant/config.json", JSON_FORMS, ("g4-verify",
+                                                                                                  "g4-show")),
 }
 
 

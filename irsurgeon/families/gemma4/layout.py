@@ -71,7 +71,7 @@ def inspect_target(path: str | Path) -> tuple[Gemma4Target, ov.Model]:
     if (path / "openvino_language_model.xml").is_file():
         raise IRError(f"{path}: a VLM-layout export; openvino-genai's Gemma 4 MTP path needs a text-only export "
                       f"(optimum-cli export openvino --task text-generation-with-past)")
-    if not (path / MODEL_XML).is_file():
+    if not (path / MODEL_XML).is_symlink() and not (path / MODEL_XML).exists():  # else read_model says what it is
         raise IRError(f"{path}: no {MODEL_XML} (a text-only Gemma 4 export)")
     raw = read_json(path / CONFIG)
     text = raw.get("text_config") if raw.get("model_type") == "gemma4" else raw

@@ -29,6 +29,7 @@ import openvino as ov
 from irsurgeon import limits
 from irsurgeon.build import name_anonymous_nodes
 from irsurgeon.compress import compress_model
+from irsurgeon.config import read_json
 from irsurgeon.errors import ConfigError, IRError, IRSurgeonError, OutputError
 from irsurgeon.families.gemma4 import target as surgery
 from irsurgeon.families.gemma4.assistant import build_assistant
@@ -135,6 +136,8 @@ def patch_gemma4(target_dir: str | Path, source: str | Path, options, echo=print
     """The Gemma 4 flow of `irsurgeon patch` (see the module docstring)."""
     target_dir, source = Path(target_dir), Path(source)
     if target_type(target_dir) is None:
+        if os.path.lexists(target_dir / CONFIG):  # one there but unreadable is reported as what is wrong with it
+            read_json(target_dir / CONFIG)
         raise IRSurgeonError(f"{target_dir / CONFIG}: not a Gemma 4 target (model_type {' or '.join(TARGET_TYPES)}"
                              f"), but {source} is a gemma4_assistant")
     if not source.is_dir() and not is_repo_id(source):
