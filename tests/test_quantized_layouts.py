@@ -103,7 +103,7 @@ def test_other_quantized_layouts_are_refused_naming_the_scheme(reference, tmp_pa
     d = header_only_checkpoint(tmp_path / "ckpt", config, layout(config, scheme))
     code, out = run("build-mtp", d, "-o", tmp_path / "out")
     assert code == 1 and out.startswith("Error: ") and out.count("\n") == 1, out
-    for needle in needles + ["supported: bf16, f16, f32, and FP8 e4m3 with block scales"]:
+    for needle in needles + ["supported: bf16, f16, f32, f64, and FP8 e4m3 with block scales"]:
         assert needle in out
     assert not (tmp_path / "out").exists()
 

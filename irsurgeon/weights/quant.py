@@ -21,7 +21,7 @@ from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, parse_scheme
 from irsurgeon.weights.safetensors_io import FLOAT_DTYPES
 
-SUPPORTED = "supported: bf16, f16, f32, and FP8 e4m3 with block scales (quant_method 'fp8', weight_scale_inv)"
+SUPPORTED = "supported: bf16, f16, f32, f64, and FP8 e4m3 with block scales (quant_method 'fp8', weight_scale_inv)"
 
 # (scheme, leaf names that only it writes), checked in order: GPTQ/AWQ before MLX, as both write `scales`
 SIGNATURES = [
