@@ -32,42 +32,30 @@ def apply_rope(x: ov.Output, cos: ov.Output, sin: ov.Output, rotary_dim: int, he
                fusable: bool = False) -> ov.Output:
     """Rotate the first rotary_dim dims of x [B, N, S, D]; the rest pass through.
 
-    fusable: the form openvino's RoPE fusion matches (`fusable_rope`), for heads that run; the default keeps the
-    form the committed synthetic fixtures were generated with (their manifest pins the bytes).
-    """
-    if fusable:
-        return fusable_rope(x, cos, sin, rotary_dim, head_dim, name)
-    x_rot, x_pass = x, None
-    if rotary_dim < head_dim:
-        parts = ops.variadic_split(x, const(-1, np.int64), const([rotary_dim, head_dim - rotary_dim], np.int64))
-        x_rot, x_pass = parts.output(0), parts.output(1)
-    halves = ops.split(x_rot, const(-1, np.int64), 2)
-    rotated = ops.concat([ops.negative(halves.output(1)), halves.output(0)], axis=-1)
-    out = ops.add(ops.multiply(x_rot, cos), ops.multiply(rotated, sin))
-    if x_pass is None:
-        return named(out, name)
-    return named(ops.concat([out, x_pass], axis=-1), name)
-
-
-def fusable_rope(x: ov.Output, cos: ov.Output, sin: ov.Output, rotary_dim: int, head_dim: int,
-                 name: str) -> ov.Output:
-    """apply_rope on x [B, N, S, D] in the form openvino's RoPE fusion turns into one RoPE node per q/k.
-
+    fusable: the form openvino's RoPE fusion turns into one RoPE node per q/k, for heads that run; the default keeps
+    the form the committed synthetic fixtures were generated with (their manifest pins the bytes). Same numbers.
     openvino's fuse_rotary_positional_embeddings.cpp (src/common/transformations/.../common_optimizations/, read at
     commit 003910ec): RoPEFusionGPTNEOX matches VariadicSplit(x, 3, [half, half]) or Slices on axis 3, the negation
     as Multiply(x2, -1.0) and Add(x * cos, concat(-x2, x1) * sin); RoPEFusionIOSlicing folds the pass-through
     VariadicSplit(x, 3, [R, D - R]) and its Concat, RoPEFusionPreprocess the [0, 2, 1, 3] Transpose before it. On
     openvino 2026.4.1 the split axis written as -1 stops the fusion (tests/test_build.py checks the runtime graph).
-    Same numbers as the plain form.
     """
-    axis = const(3, np.int64)
+    fused_axis = const(3, np.int64) if fusable else None  # one axis constant shared by both splits
+
+    def axis() -> ov.Output:
+        return fused_axis if fusable else const(-1, np.int64)
+
     x_rot, x_pass = x, None
     if rotary_dim < head_dim:
-        parts = ops.variadic_split(x, axis, const([rotary_dim, head_dim - rotary_dim], np.int64))
+        parts = ops.variadic_split(x, axis(), const([rotary_dim, head_dim - rotary_dim], np.int64))
         x_rot, x_pass = parts.output(0), parts.output(1)
-    half = rotary_dim // 2
-    halves = ops.variadic_split(x_rot, axis, const([half, half], np.int64))
-    rotated = ops.concat([ops.multiply(halves.output(1), const(-1.0)), halves.output(0)], axis=-1)
+    if fusable:
+        halves = ops.variadic_split(x_rot, axis(), const([rotary_dim // 2] * 2, np.int64))
+        minus = ops.multiply(halves.output(1), const(-1.0))
+    else:
+        halves = ops.split(x_rot, axis(), 2)
+        minus = ops.negative(halves.output(1))
+    rotated = ops.concat([minus, halves.output(0)], axis=-1)
     out = ops.add(ops.multiply(x_rot, cos), ops.multiply(rotated, sin))
     if x_pass is None:
         return named(out, name)
