@@ -29,10 +29,7 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_non
              warn=print, family: Family | None = None) -> tuple[MTPConfig, LazyWeights, Checkpoint]:
     """Open a checkpoint, read its config as its family does, and check its tensors against the family's table
     (only the shards holding them are opened; no tensor is decoded yet). family: the only one accepted here."""
-    ckpt = Checkpoint.open(checkpoint, config)
-    if not ckpt.config_path.exists():  # Checkpoint.open always names one; a FIFO or device is refused by its reader
-        raise with_hint(CheckpointError(f"{checkpoint}: no config.json beside the weights"), "--config",
-                        "pass --config with the checkpoint's config.json")
+    ckpt = open_checkpoint(checkpoint, config)
     try:
         raw = read_json(ckpt.config_path)
         found = family_for(raw.get("model_type"), str(ckpt.config_path))
@@ -42,14 +39,31 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_non
         cfg = found.parse_config(raw, str(ckpt.config_path))
         for line in cfg.warnings:
             warn(line)
-        table = found.tensors(cfg)
-        weights = load_weights(ckpt, table, cfg.dtype, allow_nonfinite, warn)
-        # the headers now match the config; no tensor is read yet, and none is if the head cannot fit
-        limits.check_memory(memory_need(table.shapes()), f"{checkpoint}: building its MTP head", CheckpointError)
+        weights = load_tensors(ckpt, found, cfg, checkpoint, allow_nonfinite, warn)
     except BaseException:
         ckpt.close()
         raise
     return cfg, weights, ckpt
+
+
+def open_checkpoint(checkpoint: str | Path, config: str | Path | None = None) -> Checkpoint:
+    """The checkpoint's files, with its config.json (or `config`) present."""
+    ckpt = Checkpoint.open(checkpoint, config)
+    if not ckpt.config_path.exists():  # Checkpoint.open always names one; a FIFO or device is refused by its reader
+        ckpt.close()
+        raise with_hint(CheckpointError(f"{checkpoint}: no config.json beside the weights"), "--config",
+                        "pass --config with the checkpoint's config.json")
+    return ckpt
+
+
+def load_tensors(ckpt: Checkpoint, family: Family, cfg, checkpoint: str | Path, allow_nonfinite: bool = False,
+                 warn=print) -> LazyWeights:
+    """The family's table for cfg, checked against the checkpoint, within the memory budget (no tensor decoded)."""
+    table = family.tensors(cfg)
+    weights = load_weights(ckpt, table, cfg.dtype, allow_nonfinite, warn)
+    # the headers now match the config; no tensor is read yet, and none is if the head cannot fit
+    limits.check_memory(memory_need(table.shapes()), f"{checkpoint}: building its MTP head", CheckpointError)
+    return weights
 
 
 def memory_need(shapes: dict[str, tuple[int, ...]]) -> int:

@@ -167,9 +167,14 @@ def round_rows(ckpt: Checkpoint, name: str, dst: np.ndarray, tally: Tally, fn: T
     about `SLICE` values, or one expert), `fn` applied."""
     raw, dtype = ckpt.raw(name)
     src = select(raw)
-    step = max(1, SLICE // max(1, int(np.prod(src.shape[1:], dtype=np.int64))))
-    for lo in range(0, src.shape[0], step):
-        round_slice(apply(fn, decode_slice(src[lo:lo + step], dtype)), dst[lo:lo + step], tally)
+    for rows in row_blocks(src.shape):
+        round_slice(apply(fn, decode_slice(src[rows], dtype)), dst[rows], tally)
+
+
+def row_blocks(shape: tuple[int, ...]) -> Iterator[slice]:
+    """Leading-axis slices of about `SLICE` values each (at least one row): how stored tensors are decoded."""
+    step = max(1, SLICE // max(1, int(np.prod(shape[1:], dtype=np.int64))))
+    return (slice(lo, lo + step) for lo in range(0, shape[0], step))
 
 
 def read_tensor(ckpt: Checkpoint, name: str, stored: Stored, fn: Transform | None = None,
@@ -204,9 +209,8 @@ def read_part(ckpt: Checkpoint, src: Part, stored: Stored, t: Tensor, allow_nonf
         raw, dtype = ckpt.raw(stored.prefix + src.name)
         view = raw[_index(src)]
         part = np.empty(view.shape, np.float32)
-        step = max(1, SLICE // max(1, int(np.prod(view.shape[1:], dtype=np.int64))))
-        for lo in range(0, view.shape[0], step):
-            part[lo:lo + step] = decode_slice(view[lo:lo + step], dtype)
+        for rows in row_blocks(view.shape):
+            part[rows] = decode_slice(view[rows], dtype)
     return finite(part_name(src, stored.prefix, t.role), apply(t.transform, part), allow_nonfinite, warn)
 
 

@@ -11,12 +11,9 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from irsurgeon.build import build_model
-from irsurgeon.errors import CheckpointError
+from irsurgeon.build import build_model, load_tensors, open_checkpoint
 from irsurgeon.models.gemma4_assistant import FAMILY, OUTPUTS, AssistantConfig, load_assistant_config, scale_check
 from irsurgeon.ops.core import WeightFormat
-from irsurgeon.weights.checkpoint import Checkpoint
-from irsurgeon.weights.spec import load_weights
 
 __all__ = ["OUTPUTS", "build_assistant"]
 
@@ -49,13 +46,11 @@ def build_assistant(checkpoint: str | Path, weight_format: str | WeightFormat = 
     config replaces the checkpoint's parsed config and adjust(name, array) -> array edits a weight: both exist for
     the negative controls of the fidelity tests.
     """
-    ckpt = Checkpoint.open(checkpoint)
-    if not ckpt.config_path.is_file():  # Checkpoint.open always names one
-        raise CheckpointError(f"{checkpoint}: no config.json beside the weights")
+    ckpt = open_checkpoint(checkpoint)
     try:
         cfg = config or load_assistant_config(ckpt.config_path)
         scale_check(cfg)
-        weights = load_weights(ckpt, FAMILY.tensors(cfg), cfg.dtype, allow_nonfinite, warn)
+        weights = load_tensors(ckpt, FAMILY, cfg, checkpoint, allow_nonfinite, warn)
         model = build_model(cfg, Adjusted(weights, adjust) if adjust else weights, weight_format, warn,
                             family=FAMILY)
     finally:
