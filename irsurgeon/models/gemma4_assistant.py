@@ -45,6 +45,7 @@ TEXT_TYPE = "gemma4_text"
 TYPES = ("sliding_attention", "full_attention")
 Weights = Callable[[str], ov.Output]  # checkpoint name -> weight output (irsurgeon.build.GraphWeights)
 OUTPUTS = ("logits", "last_hidden_state")
+KV_INPUTS = {kind: (f"{kind}_key", f"{kind}_value") for kind in TYPES}  # the target K/V per layer type, as genai feeds
 
 # How transformers 5.24.0 reads each key (configuration_gemma4_assistant.py, configuration_gemma4.py):
 # key -> (where, default). Gemma4AssistantConfig fields sit at the top level, Gemma4TextConfig's in `text_config`.
@@ -372,7 +373,7 @@ def parameters(cfg: AssistantConfig) -> tuple[list[ov.Node], Inputs]:
     for kind in TYPES:  # genai feeds all four; a type without layers still gets its inputs (unused)
         layer = next((x for x in cfg.layers if x.kind == kind), None)
         shape = [-1, layer.kv_heads, -1, layer.head_dim] if layer else [-1, -1, -1, -1]
-        pair = [param(f"{kind}_{kv_name}", shape) for kv_name in ("key", "value")]
+        pair = [param(kv_name, shape) for kv_name in KV_INPUTS[kind]]
         params += pair
         kv[kind] = tuple(p.output(0) for p in pair)
     return params, Inputs(params[0].output(0), params[1].output(0), params[2].output(0), kv)

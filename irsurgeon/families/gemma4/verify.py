@@ -24,11 +24,9 @@ from irsurgeon.families.gemma4.layout import (ASSISTANT_DIR, CONFIG, GENERATION,
                                               inspect_target)
 from irsurgeon.ir import files
 from irsurgeon.journal import leftover_state
-from irsurgeon.models.gemma4_assistant import TYPES, load_assistant_config
+from irsurgeon.models.gemma4_assistant import KV_INPUTS, OUTPUTS, TYPES, load_assistant_config
 
 ASSISTANT_FILES = (MODEL_XML, MODEL_BIN, CONFIG, GENERATION)
-ASSISTANT_OUTPUTS = ("logits", "last_hidden_state")
-KV_INPUTS = tuple(f"{kind}_{kv}" for kind in TYPES for kv in ("key", "value"))
 Result = tuple[str, bool, str]
 
 
@@ -116,7 +114,7 @@ def pair(info, config: Path) -> tuple[bool, str]:
 
 
 def assistant_io(xml: Path, config: Path) -> tuple[bool, str]:
-    """The assistant IR's ports as genai feeds and reads them (names from families.gemma4.assistant.parameters)."""
+    """The assistant IR's ports as genai feeds and reads them (names from models.gemma4_assistant)."""
     try:
         cfg = load_assistant_config(config)
         model = files.read_model(xml)
@@ -125,9 +123,9 @@ def assistant_io(xml: Path, config: Path) -> tuple[bool, str]:
     ins = {n: i for i in model.inputs for n in i.get_names()}
     outs = {n for o in model.outputs for n in o.get_names()}
     want = {"inputs_embeds": (ov.Type.f32, 3), "position_ids": (ov.Type.i64, 2), "attention_mask": (ov.Type.i64, 2),
-            **{n: (ov.Type.f32, 4) for n in KV_INPUTS}}
+            **{n: (ov.Type.f32, 4) for pair in KV_INPUTS.values() for n in pair}}
     problems = [f"no input {n}" for n in want if n not in ins]
-    problems += [f"no output {n}" for n in ASSISTANT_OUTPUTS if n not in outs]
+    problems += [f"no output {n}" for n in OUTPUTS if n not in outs]
     for name, (etype, rank) in want.items():
         shape = ins[name].get_partial_shape() if name in ins else None
         if shape is not None and (ins[name].get_element_type() != etype or shape.rank.is_dynamic
