@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 from irsurgeon.errors import IRSurgeonError  # noqa: E402,F401
 
 _LAZY = {  # exported name -> (module, attribute)
-    "build_mtp_model": ("irsurgeon.build", "build_mtp_model"),
+    "build_mtp_model": ("irsurgeon.head", "build_mtp_model"),
     "save_mtp_model": ("irsurgeon.build", "save_mtp_model"),
     "build_head": ("irsurgeon.head", "build_head"),
     "patch_directory": ("irsurgeon.patch", "patch"),
@@ -25,8 +25,8 @@ _LAZY = {  # exported name -> (module, attribute)
     "verify_directory": ("irsurgeon.verify", "verify_directory"),
     "annotate_ir": ("irsurgeon.annotate", "annotate_ir"),
     "show_path": ("irsurgeon.show", "show"),
-    "load_config": ("irsurgeon.models.qwen35_mtp", "load_config"),
-    "MTPConfig": ("irsurgeon.models.qwen35_mtp", "MTPConfig"),
+    "load_config": ("irsurgeon.families.qwen35_mtp.model", "load_config"),  # the Qwen3.5 MTP head's config
+    "MTPConfig": ("irsurgeon.families.qwen35_mtp.model", "MTPConfig"),
 }
 
 

@@ -1,5 +1,10 @@
-"""The only place a head's `ov.Model` is made and written:
-checkpoint -> family -> weights -> graph -> model -> files."""
+"""The only place a draft's `ov.Model` is made and written: checkpoint -> builder -> weights -> graph -> model -> files.
+
+Every family's draft goes through here (families.builder.Builder gives its config, table and graph), so the strict
+accounting is the house's: the checkpoint's tensors are checked against the table (missing, extra, misshaped, tied
+copies proven equal: irsurgeon.weights.spec), and every row loaded must be used by the graph, every weight the graph
+asks for must be loaded. Finding the builder of a checkpoint by its model_type is the flows' (irsurgeon.head).
+"""
 from __future__ import annotations
 
 import math
@@ -10,36 +15,28 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-import irsurgeon
-from irsurgeon import contract, limits, rtinfo
+from irsurgeon import limits, rtinfo
 from irsurgeon.config import read_json
-from irsurgeon.errors import CheckpointError, CompressionError, ConfigError, OutputError, cause, with_hint
-from irsurgeon.models.qwen35_mtp import PREFIX, MTPConfig
-from irsurgeon.models.family import Family
-from irsurgeon.models.registry import family_for
+from irsurgeon.errors import CheckpointError, CompressionError, OutputError, cause, with_hint
+from irsurgeon.families.builder import Builder
+from irsurgeon.ir.export import MTP_BIN, MTP_XML
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
 from irsurgeon.transaction import DirectoryTransaction, shown
 from irsurgeon.weights.checkpoint import Checkpoint
-from irsurgeon.weights.hub import resolve_source
 from irsurgeon.weights.spec import LazyWeights, load_weights
 from irsurgeon.weights.table import Table
 
 
-def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_nonfinite: bool = False,
-             warn=print, family: Family | None = None) -> tuple[MTPConfig, LazyWeights, Checkpoint]:
-    """Open a checkpoint, read its config as its family does, and check its tensors against the family's table
-    (only the shards holding them are opened; no tensor is decoded yet). family: the only one accepted here."""
+def load_with(builder: Builder, checkpoint: str | Path, config: str | Path | None = None,
+              allow_nonfinite: bool = False, warn=print):
+    """Open a checkpoint, read its config as `builder` does, and check its tensors against its table (only the
+    shards holding them are opened; no tensor is decoded yet). Returns (config, weights, open checkpoint)."""
     ckpt = open_checkpoint(checkpoint, config)
     try:
-        raw = read_json(ckpt.config_path)
-        found = family_for(raw.get("model_type"), str(ckpt.config_path))
-        if family is not None and found is not family:
-            raise ConfigError(f"{ckpt.config_path}: model_type {raw.get('model_type')!r} is a {found.describe}; "
-                              f"expected a {family.describe} here")
-        cfg = found.parse_config(raw, str(ckpt.config_path))
+        cfg = builder.parse_config(read_json(ckpt.config_path), str(ckpt.config_path))
         for line in cfg.warnings:
             warn(line)
-        weights = load_tensors(ckpt, found, cfg, checkpoint, allow_nonfinite, warn)
+        weights = load_tensors(ckpt, builder, cfg, checkpoint, allow_nonfinite, warn)
     except BaseException:
         ckpt.close()
         raise
@@ -56,7 +53,7 @@ def open_checkpoint(checkpoint: str | Path, config: str | Path | None = None) ->
     return ckpt
 
 
-def load_tensors(ckpt: Checkpoint, family: Family, cfg, checkpoint: str | Path, allow_nonfinite: bool = False,
+def load_tensors(ckpt: Checkpoint, family: Builder, cfg, checkpoint: str | Path, allow_nonfinite: bool = False,
                  warn=print) -> LazyWeights:
     """The family's table for cfg, checked against the checkpoint, within the memory budget (no tensor decoded)."""
     table = family.tensors(cfg)
@@ -84,7 +81,7 @@ def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | We
     """
     fmt = float_format(fmt)
     warn = warn or getattr(weights, "warn", print)
-    family = family or family_for(cfg.model_type, cfg.source or "config")
+    family = family or cfg.builder
     table = getattr(weights, "table", None) or family.tensors(cfg)
     params, inputs = family.parameters(cfg)
     source = GraphWeights(weights, table, fmt, warn, family.name)
@@ -145,25 +142,6 @@ def keep_float(table: Table) -> str:
     return " ".join(table.prefix + t.role for t in table.tensors if not t.compress)
 
 
-def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
-                    weight_format: str | WeightFormat = WeightFormat.F16, allow_nonfinite: bool = False,
-                    warn=print, hub=None, moe_form: str | None = None, family: Family | None = None) -> ov.Model:
-    """Build the MTP head of a checkpoint directory, a .safetensors file with its config.json, or a Hugging Face
-    repo id (only config.json, the index and the `mtp.*` shards are fetched; `hub`: weights.hub.HubOptions).
-    moe_form: the routed experts' graph form (irsurgeon.ops.moe.FORMS; default the one the CPU plugin fuses).
-    family: the only family accepted (default: any registered one, by the config's model_type)."""
-    fmt = float_format(weight_format)
-    cfg, weights, ckpt = load_mtp(resolve_source(checkpoint, warn, hub, PREFIX), config, allow_nonfinite, warn,
-                                  family)
-    try:
-        model = build_model(cfg, weights, fmt, warn, moe_form)
-    finally:
-        ckpt.close()
-    rtinfo.set_provenance(model, version=irsurgeon.__version__, source=str(checkpoint), weight_format=fmt.value,
-                          model_type=cfg.model_type)
-    return model
-
-
 def float_format(weight_format: str | WeightFormat) -> WeightFormat:
     """The float storage build_mtp_model writes; anything else is a CompressionError naming what it takes."""
     try:
@@ -175,7 +153,7 @@ def float_format(weight_format: str | WeightFormat) -> WeightFormat:
 
 
 def existing_head(out_dir: Path) -> OutputError:
-    return with_hint(OutputError(f"{out_dir}: already holds {contract.MTP_XML}; not replaced"), "--force",
+    return with_hint(OutputError(f"{out_dir}: already holds {MTP_XML}; not replaced"), "--force",
                      "pass --force to replace it")
 
 
@@ -215,10 +193,10 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, ech
         raise OutputError(f"{out_dir}: cannot create output directory: {e.strerror}") from None
     try:
         with DirectoryTransaction(out_dir, wait=wait, echo=echo) as tx:
-            if not replace and os.path.lexists(out_dir / contract.MTP_XML):
+            if not replace and os.path.lexists(out_dir / MTP_XML):
                 raise existing_head(out_dir)
-            tx.stage(contract.MTP_BIN)
-            xml = tx.stage(contract.MTP_XML)
+            tx.stage(MTP_BIN)
+            xml = tx.stage(MTP_XML)
             name_anonymous_nodes(model)
             try:
                 ov.save_model(model, xml, compress_to_fp16=False)
@@ -229,4 +207,4 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, ech
         if created and out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()
         raise
-    return out_dir / contract.MTP_XML
+    return out_dir / MTP_XML

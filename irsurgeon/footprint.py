@@ -8,7 +8,7 @@ Inputs are `show.show_ir` descriptions (constants per type, states, runtime_opti
     row(d)          = d x bits / 8, plus per (head, token) 8 bytes of f32 scale + zero point for u8 / u4 and
                       4 bytes of scale for i4 (the CPU plugin's layout, one group per head when no group size is set)
     target          = 2 x nKV x head_dim x bytes per full-attention layer (a key and a value state each)
-    MTP head        = the same for its one layer
+    draft           = the same for the draft IR's own states (a draft that attends over the target's KV has none)
     constant states = linear-attention conv / ssm states (no growing dim): product of static dims x the state's type
     KV at context   = KV per token x context  (batch 1; the CPU allocates it in blocks of BLOCK_TOKENS tokens)
 
@@ -40,11 +40,11 @@ KV_KEYS = ("file", "precision", "precision_source", "estimate", "layers", "growi
            "bytes_at_context", "constant_states", "constant_bytes", "problems")
 
 
-def part_of(file: str) -> str:
-    """Which footprint line an IR belongs to: target, mtp, vision or other (tokenizers)."""
+def part_of(file: str, draft: str = MTP_XML) -> str:
+    """Which footprint line an IR belongs to: target, mtp (the draft IR `draft`), vision or other (tokenizers)."""
     if file in TARGET_MODELS:
         return "target"
-    if file in MTP_FILES:
+    if file == draft:
         return "mtp"
     return "vision" if file in VISION_MODELS else "other"
 
@@ -99,11 +99,11 @@ def kv_cache(file: str, info: dict, context: int, device_default: str | None = N
             "problems": problems}
 
 
-def weights(infos: dict[str, dict]) -> dict[str, dict]:
+def weights(infos: dict[str, dict], draft: str = MTP_XML) -> dict[str, dict]:
     """Per part: its IR files, Constant bytes per element type, and their total."""
     out = {p: {"files": [], "bytes": 0, "by_type": {}} for p in PARTS}
     for file, info in sorted(infos.items()):
-        part = out[part_of(file)]
+        part = out[part_of(file, draft)]
         part["files"].append(file)
         for etype, total in info["constants"].items():
             part["by_type"][etype] = part["by_type"].get(etype, 0) + total["bytes"]
@@ -113,11 +113,13 @@ def weights(infos: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def footprint(infos: dict[str, dict], context: int, device_default: str | None = None) -> dict:
-    """The whole footprint of a directory from its readable IRs' `show_ir` descriptions (file name -> info)."""
-    w = weights(infos)
-    lm = next((f for f in LANGUAGE_MODELS if f in infos), None)
-    mtp = next((f for f in MTP_FILES if f in infos), None)
+def footprint(infos: dict[str, dict], context: int, device_default: str | None = None, target: str | None = None,
+              draft: str = MTP_XML) -> dict:
+    """The whole footprint of a directory from its readable IRs' `show_ir` descriptions (file name -> info); `target`
+    and `draft` name the IRs whose KV counts (default: the first language model found, the MTP head)."""
+    w = weights(infos, draft)
+    lm = target if target in infos else next((f for f in LANGUAGE_MODELS if f in infos), None)
+    mtp = draft if draft in infos else None
     kv = {"target": kv_cache(lm, infos[lm], context, device_default) if lm else None,
           "mtp": kv_cache(mtp, infos[mtp], context, device_default) if mtp else None}
     total = sum(p["bytes"] for p in w.values())

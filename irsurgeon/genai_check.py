@@ -1,12 +1,8 @@
 """Run openvino-genai MTP speculative decoding against plain greedy decoding on a target directory.
 
-A Qwen3.5 directory (genai_runtime) runs plain and MTP `VLMPipeline`s on the paged-attention backend, with a
-scheduler sized from the directory, its equivalence runs at INFERENCE_PRECISION_HINT=f32 (plus an f16 KV cache and
-no dynamic quantization for int4 targets): at the CPU defaults even two plain backends disagree on tiny models whose
-top-2 logits differ by ~1e-4, so only the f32 run can demand identical tokens. Token ids are collected with a
-streamer. A Gemma 4 directory (families.gemma4.genai) runs target-only and MTP `LLMPipeline`s on the SDPA backend
-with TARGET/mtp_assistant as draft, at f32 with an f32 KV cache, its equivalence runs honouring EOS (genai's Gemma 4 MTP
-path stops there even with ignore_eos); `Family` holds what differs, `family_of` picks it from config.json.
+The directory's family (families.registry.for_directory) says how genai runs it (Family.genai: the plain and the
+speculative pipeline, the properties under which exact tokens can be demanded, whether the equivalence runs honour
+EOS) and which IRs' KV grows (Family.layout). Token ids are collected with a streamer.
 
 The speed sweep (`run_speed`) runs afterwards at the device's default precision (no properties: the IRs'
 rt_info runtime_options and the plugin defaults apply), plain greedy first, then MTP for each num_assistant_tokens K
@@ -38,12 +34,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from irsurgeon import genai_runtime as qwen
 from irsurgeon.errors import IRSurgeonError
-from irsurgeon.families.gemma4 import genai as gemma4
-from irsurgeon.families.gemma4.layout import target_type as gemma4_type
+from irsurgeon.families import registry
 from irsurgeon.footprint import kv_cache
-from irsurgeon.show import show_ir
+from irsurgeon.ir.describe import show_ir
 
 PROMPTS = (
     "Hello world, the quick brown fox",
@@ -112,26 +106,10 @@ def _config(g, max_new_tokens: int, nat: int | None, ignore_eos: bool = True):
     return c
 
 
-@dataclass(frozen=True)
-class Family:
-    """What differs between draft families: how a pipeline is made, the exact-token properties, the (target,
-    draft) IRs whose KV grows, and whether the equivalence runs must honour EOS to compare like with like."""
-    pipeline: Callable  # (genai module, target, device, properties, draft: bool) -> pipeline
-    equivalence_properties: Callable[[Path], dict]
-    files: tuple[str, str]
-    honours_eos: bool = False
-    as_batch: bool = False  # LLMPipeline.generate(str) returns only the text: a one-prompt list gets the metrics
-
-    def prompt(self, text: str) -> str | list[str]:
-        return [text] if self.as_batch else text
-
-
-QWEN = Family(qwen.pipeline, qwen.equivalence_properties, qwen.FILES)
-GEMMA4 = Family(gemma4.pipeline, gemma4.equivalence_properties, gemma4.FILES, gemma4.HONOURS_EOS, as_batch=True)
-
-
-def family_of(target: Path) -> Family:
-    return GEMMA4 if gemma4_type(target) else QWEN
+def runtime_of(target: Path):
+    """(the directory's family, how genai runs it)."""
+    family = registry.for_directory(target)
+    return family, family.genai()
 
 
 def _generate(g, pipe, prompt: str | list[str], config) -> tuple[list[int], object]:
@@ -158,7 +136,7 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
                     max_new_tokens: int = 40, device: str = "CPU",
                     echo: Callable[[str], None] = print) -> Report:
     target = Path(target)
-    g, fam = _genai(), family_of(target)
+    g, (_, fam) = _genai(), runtime_of(target)
     props = fam.equivalence_properties(target)
     report = Report(properties=props)
     echo(f"equivalence: loading the plain and the MTP pipeline on {device}")  # minutes for a large model
@@ -325,8 +303,12 @@ def device_defaults(device: str) -> dict:
     return out
 
 
-def kv_growth(target: Path, kv_default: str | None, files: tuple[str, str] = qwen.FILES) -> dict[str, dict]:
-    """footprint.kv_cache of the language model ("target") and the draft at the runtime's KV precision."""
+def kv_growth(target: Path, kv_default: str | None, files: tuple[str, str] | None = None) -> dict[str, dict]:
+    """footprint.kv_cache of the target IR and the draft (default: the directory's family's) at the runtime's KV
+    precision."""
+    if files is None:
+        layout = registry.for_directory(target).layout
+        files = (layout.target_xml, layout.draft_xml)
     return {part: kv_cache(f, show_ir(target / f), 1, kv_default) for part, f in zip(("target", "draft"), files)}
 
 
@@ -348,9 +330,10 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
               max_new_tokens: int = 40, device: str = "CPU", rounds: int = 3,
               echo: Callable[[str], None] = print) -> SpeedReport:
     """Plain greedy, then MTP at each K of `sweep`, at the device's default precision (see the module docstring)."""
-    target, g, fam = Path(target), _genai(), family_of(target)
+    target, g = Path(target), _genai()
+    family, fam = runtime_of(target)
     texts, defaults = [fam.prompt(p) for p in prompt_list(prompts)], device_defaults(device)
-    kv = kv_growth(target, defaults["KV_CACHE_PRECISION"], fam.files)
+    kv = kv_growth(target, defaults["KV_CACHE_PRECISION"], (family.layout.target_xml, family.layout.draft_xml))
     kv_target, kv_draft = kv["target"]["bytes_per_token"], kv["draft"]["bytes_per_token"]
     resettable = reset_peak_memory()
     report = SpeedReport(device, fam.equivalence_properties(target), defaults, {p: k["precision"] for p, k in kv.items()},

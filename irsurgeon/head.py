@@ -1,52 +1,107 @@
-"""The MTP head from checkpoint to files, as `build-mtp` and `patch` both make it:
+"""A draft from a checkpoint alone, as `build-mtp` and the Python API make it (no target directory):
 
-    build (irsurgeon.build, f16 when it is to be compressed) -> compress (irsurgeon.compress, int4/int8 only)
-    -> KV-cache precision (runtime option) -> provenance (rt_info irsurgeon/...) -> save (staged, under the lock)
+    family (the checkpoint's config.json model_type: families.registry) -> build (irsurgeon.build, f16 when it is
+    to be compressed) -> family.finish (compress, runtime options, provenance) -> save (staged, under the lock)
 
-`patch` saves into its own transaction (it stages more than the head); both run finish_head.
+Only a family whose draft stands alone (Family.standalone: the Qwen3.5 MTP head) is written this way; the others
+need their target's surgery too, which `patch` does.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
 
-import openvino as ov
-
 import irsurgeon
 from irsurgeon import rtinfo
-from irsurgeon.build import build_mtp_model, save_mtp_model
-from irsurgeon.compress import check_kv_cache_precision, compress_model, set_kv_cache_precision
-from irsurgeon.models import qwen35_mtp
-from irsurgeon.precision import Choice
+from irsurgeon.build import build_model, float_format, load_with, save_mtp_model
+from irsurgeon.compress import check_kv_cache_precision
+from irsurgeon.config import read_json
+from irsurgeon.errors import ConfigError
+from irsurgeon.families import registry
+from irsurgeon.families.base import Family, Staging
+from irsurgeon.ops.core import WeightFormat
+from irsurgeon.weights.checkpoint import config_of
+from irsurgeon.precision import Choice, build_format
+from irsurgeon.weights.hub import HubOptions, fetch_weights, fetch_whole_weights, is_repo_id, resolve_source
 
 Echo = Callable[[str], None]
 
 
-def build_format(choice: Choice) -> str:
-    """The float format the graph is built in: f16 when nncf compresses it afterwards, else the chosen one."""
-    return "f16" if choice.params else choice.weight_format
+def family_of(checkpoint: str | Path, config: str | Path | None = None, only: Family | None = None) -> Family:
+    """The family of a local checkpoint's config.json (or `config`); `only`: the one accepted here."""
+    where = config_of(checkpoint, config)
+    raw = read_json(where)
+    found = registry.for_config(raw, str(where))
+    if only is not None and found is not only:
+        raise ConfigError(f"{where}: model_type {raw.get('model_type')!r:.80} is a {found.describe}; "
+                          f"expected a {only.describe} here" + ("" if found.standalone else
+                                                                f" (irsurgeon patch TARGET --checkpoint {checkpoint} "
+                                                                f"builds it into its target)"))
+    return found
 
 
-def finish_head(model: ov.Model, choice: Choice, kv_cache_precision: str, echo: Echo, **provenance: str) -> ov.Model:
-    """Compress (when the choice says so), set the KV-cache precision, record the format and provenance."""
-    if choice.params:
-        model, report = compress_model(model, choice.params)
-        for line in report.lines():
-            echo(line)
-    set_kv_cache_precision(model, kv_cache_precision)
-    rtinfo.set_provenance(model, version=irsurgeon.__version__, weight_format=choice.weight_format, **provenance)
+def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_nonfinite: bool = False,
+             warn=print, family=None):
+    """Open a checkpoint, read its config as its family does, and check its tensors against the family's table
+    (only the shards holding them are opened; no tensor is decoded yet). family: a Builder or Family, the only one
+    accepted here. Returns (config, weights, open checkpoint)."""
+    only = _family_arg(family)
+    found = family_of(checkpoint, config, only)
+    return load_with(found.builder(), checkpoint, config, allow_nonfinite, warn)
+
+
+def _family_arg(family) -> Family | None:
+    if family is None or isinstance(family, Family):
+        return family
+    return next(f for f in registry.FAMILIES if f.builder() is family)  # a Builder
+
+
+def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
+                    weight_format: str | WeightFormat = WeightFormat.F16, allow_nonfinite: bool = False,
+                    warn=print, hub=None, moe_form: str | None = None, family=None):
+    """Build the draft of a checkpoint directory, a .safetensors file with its config.json, or a Hugging Face
+    repo id (only config.json, the index and the shards of the family's tensors are fetched; `hub`:
+    weights.hub.HubOptions). moe_form: the routed experts' graph form (irsurgeon.ops.moe.FORMS; default the one
+    the CPU plugin fuses). family: the only family accepted (default: any registered one, by the config's
+    model_type)."""
+    fmt = float_format(weight_format)
+    only = _family_arg(family)
+    root = resolve_source(checkpoint, warn, hub)  # a repo id: config.json and the index first
+    found = family_of(root, config, only)
+    if is_repo_id(checkpoint) and not Path(checkpoint).exists():
+        root = (fetch_weights(checkpoint, root, hub, found.hub_prefix, warn) if found.hub_prefix is not None else
+                fetch_whole_weights(str(checkpoint), root, hub or HubOptions(), warn))
+    cfg, weights, ckpt = load_with(found.builder(), root, config, allow_nonfinite, warn)
+    try:
+        model = build_model(cfg, weights, fmt, warn, moe_form, family=found.builder())
+    finally:
+        ckpt.close()
+    rtinfo.set_provenance(model, version=irsurgeon.__version__, source=str(checkpoint), weight_format=fmt.value,
+                          model_type=cfg.model_type)
     return model
 
 
 def build_head(checkpoint: str | Path, out_dir: str | Path, choice: Choice, *, config: str | Path | None = None,
                kv_cache_precision: str = "f16", allow_nonfinite: bool = False, hub=None, wait: bool = False,
                replace: bool = False, echo: Echo = print) -> Path:
-    """Build, compress and save the head of `checkpoint` into out_dir; returns the written `.xml`.
+    """Build, finish and save the draft of `checkpoint` into out_dir; returns the written `.xml`.
 
-    replace=False refuses an out_dir that already holds a head (irsurgeon.build.save_mtp_model).
+    Only a standalone family's (the default family's MTP head) is accepted; replace=False refuses an out_dir that
+    already holds a head (irsurgeon.build.save_mtp_model).
     """
     check_kv_cache_precision(kv_cache_precision)
+    standalone = next(f for f in registry.FAMILIES if f.standalone)
     model = build_mtp_model(checkpoint, config, build_format(choice), allow_nonfinite=allow_nonfinite, warn=echo,
-                            hub=hub, family=qwen35_mtp.FAMILY)  # a Gemma 4 assistant goes into its target by patch
-    model = finish_head(model, choice, kv_cache_precision, echo)
+                            hub=hub, family=standalone)
+    options = _Options(kv_cache_precision)
+    model = standalone.finish(model, Staging(model, Path(str(checkpoint)), str(checkpoint), None, choice, options,
+                                             echo))
     return save_mtp_model(model, out_dir, wait=wait, echo=echo, replace=replace)
+
+
+class _Options:
+    """What a family's finish reads of patch's options, for a build without a target."""
+
+    def __init__(self, kv_cache_precision: str):
+        self.kv_cache_precision = kv_cache_precision
+        self.force = False

@@ -142,6 +142,11 @@ class Choice:
     note: str | None = None
 
 
+def build_format(choice: Choice) -> str:
+    """The float format a draft is built in: f16 when nncf compresses it afterwards, else the chosen one."""
+    return "f16" if choice.params else choice.weight_format
+
+
 def choose_format(weight_format: str, target: str | Path | None = None, **overrides) -> Choice:
     """Resolve `--weight-format` (auto reads `target`) and the compression overrides into one validated choice.
 

@@ -1,98 +1,26 @@
-"""Check a target directory against the MTP contract without running genai: files, head I/O, states, conversion.
+"""Check a directory against its draft family's contract without running genai.
 
-Each check is a (name, ok, detail) line; `verify_directory` never raises for a failed check, only for a directory
-it cannot read at all.
+The family is the one the directory belongs to (families.registry.for_directory); its checks come from the family
+(Family.verify), and the house adds, for every family, the state of an interrupted run's staging folder (a half-done
+commit mixes two versions; a journal irsurgeon cannot prove it wrote is named). Each check is a Check row;
+`verify_directory` never raises for a failed check, only for a directory it cannot read at all.
 """
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
-import openvino as ov
-
-from irsurgeon import contract, rtinfo
-from irsurgeon.errors import IRError, IRSurgeonError, cause
-from irsurgeon.families.gemma4.layout import target_type as gemma4_type
-from irsurgeon.families.gemma4.verify import verify_gemma4
-from irsurgeon.identity import check_identity
-from irsurgeon.ir import files, xmlsafe
-from irsurgeon.target import inspect_target
-from irsurgeon.ir.hidden_states import parse_annotation
+from irsurgeon.families import registry
+from irsurgeon.families.base import Check  # noqa: F401  (the rows verify_directory returns)
 from irsurgeon.journal import leftover_state
-from irsurgeon.weights.hub import resolve_source
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-
-def paged_attention_converts(model: ov.Model) -> tuple[bool, str]:
-    """Run the pass openvino-genai runs on the draft model, on a copy; it must leave one PagedAttention, no state."""
-    try:
-        copy = contract.to_paged_attention(model.clone())
-    except RuntimeError as e:
-        return False, f"SDPAToPagedAttention failed: {cause(e)}"
-    ops = Counter(op.get_type_name() for op in copy.get_ops())
-    ok = ops["PagedAttentionExtension"] == 1 and ops["ReadValue"] == 0 and ops["Assign"] == 0
-    return ok, f"{ops['PagedAttentionExtension']} PagedAttention, {ops['ReadValue']} ReadValue left"
 
 
 def verify_directory(target: str | Path, checkpoint: str | Path | None = None, hub=None, echo=print) -> list[Check]:
-    """The contract checks; with `checkpoint` (a path or repo id; `hub`: weights.hub.HubOptions) also its identity."""
+    """The checks of the directory's family; with `checkpoint` (a path or repo id; `hub`: weights.hub.HubOptions)
+    also whether that checkpoint belongs to the directory, as the family can tell."""
     target = Path(target)
-    if gemma4_type(target):  # the second draft family: an assistant directory beside a text-only target
-        return [Check(*c) for c in verify_gemma4(target, checkpoint)]
-    leftovers = leftover_state(target) if target.is_dir() else None  # a half-done commit mixes two versions
-    checks = [Check("interrupted run", *leftovers)] if leftovers is not None else []  # a foreign journal is named
-    try:
-        info = inspect_target(target)
-    except IRSurgeonError as e:
-        return [Check("target layout", False, str(e)), *checks]
-    if checkpoint is not None:
-        checks.append(identity_check(target, checkpoint, hub, echo))
-    cfg = info.cfg
-    checks.insert(0, Check("target layout", True, f"{cfg.model_type}, hidden {info.hidden_size}, "
-                                                  f"vocab {info.vocab_size}"))
-    if not info.has_mtp:
-        return checks + [Check("MTP head present", False, f"no {contract.MTP_XML}/.bin")]
-    try:
-        head = files.read_model(target / contract.MTP_XML)  # byte-checked first: no DTD, .bin long enough
-    except IRSurgeonError as e:
-        return checks + [Check("MTP head readable", False, str(e))]
-    problems = contract.check_model(head, cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim)
-    checks.append(Check("MTP head contract", not problems, "; ".join(problems) or
-                        "inputs, output, 2 KV states as specified"))
-    checks.append(Check("paged-attention conversion", *paged_attention_converts(head)))
-    checks.append(Check("hidden-state annotation", *_annotation(info.lm_xml, cfg.num_hidden_layers)))
+    family = registry.for_directory(target)
+    checks = family.verify(target, checkpoint, hub, echo)
+    leftovers = leftover_state(target) if target.is_dir() else None
+    if leftovers is not None:  # after the layout line, as every family's first check is its target's layout
+        checks.insert(1, Check("interrupted run", *leftovers))
     return checks
-
-
-def _annotation(xml: Path, num_layers: int | None) -> tuple[bool, str]:
-    """Whether the language model carries a readable hidden-state annotation with one entry per layer.
-
-    Read from the .xml's rt_info text: the graph was already read (and checked) by inspect_target.
-    """
-    value = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.HIDDEN_STATES_LAYERS,), str(xml))
-    if value is None:
-        return False, "absent"
-    try:
-        layers = parse_annotation(value, str(xml))
-    except IRError as e:
-        return False, str(e)
-    if num_layers and len(layers) != num_layers:
-        return False, f"{len(layers)} layers annotated, config has {num_layers}"
-    return True, f"{len(layers)} layers"
-
-
-def identity_check(target: Path, checkpoint: str | Path, hub, echo) -> Check:
-    """Whether the checkpoint is the one the target was exported from (irsurgeon.identity)."""
-    try:
-        root = resolve_source(checkpoint, echo, hub)
-        result = check_identity(target, checkpoint, root, hub)
-    except IRSurgeonError as e:
-        return Check("checkpoint identity", False, str(e))
-    return Check("checkpoint identity", bool(result.ok), result.detail)

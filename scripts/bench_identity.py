@@ -66,7 +66,7 @@ import sys, time, json
 sys.path[:0] = {paths!r}
 def io():
     return int(dict(l.split(': ') for l in open('/proc/self/io').read().splitlines())['read_bytes'])
-from irsurgeon.identity import check_identity
+from irsurgeon.families.qwen35_mtp.identity import check_identity
 from irsurgeon.weights.hub import resolve_source
 import openvino
 before, start = io(), time.perf_counter()

@@ -26,9 +26,10 @@ import numpy as np
 import openvino as ov
 
 import irsurgeon.ops.moe as moe_ops
-from irsurgeon import contract
-from irsurgeon.build import build_model, load_mtp
-from irsurgeon.models.qwen35_mtp import MoEConfig, MTPConfig, tensors
+from irsurgeon.families.qwen35_mtp import contract
+from irsurgeon.build import build_model
+from irsurgeon.head import load_mtp
+from irsurgeon.families.qwen35_mtp.model import MoEConfig, MTPConfig, tensors
 from irsurgeon.ops.core import WeightFormat
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -46,7 +46,7 @@ def by_transformers(cfg: dict) -> dict | str:
 
 
 def by_irsurgeon(cfg: dict) -> tuple[dict | str, tuple[str, ...]]:
-    from irsurgeon.models.qwen35_mtp import parse_config
+    from irsurgeon.families.qwen35_mtp.model import parse_config
     from irsurgeon.errors import ConfigError
 
     try:

@@ -111,7 +111,7 @@ def assistant_config(target_cfg: dict) -> dict:
 
 def assistant_tensors(cfg: dict, emb: np.ndarray, perm: np.ndarray, rng) -> dict[str, np.ndarray]:
     """Weights of an assistant that drafts P(token) from the embedding half of its input."""
-    from irsurgeon.models.gemma4_assistant import parse_assistant_config, tensor_table
+    from irsurgeon.families.gemma4_mtp.model import parse_assistant_config, tensor_table
 
     table = tensor_table(parse_assistant_config(cfg, "assistant"))
     t = {}

@@ -5,7 +5,7 @@ model with KV-shared layers and no per-layer inputs: `per_layer_inputs[:, logits
 
     PYTHONPATH=. /tmp/gemma-opt/bin/python scripts/make_gemma4_synth_golden.py tests/data/gemma4/synth_target.npz
 
-The weights are irsurgeon.synth.gemma4.target_tensors(seed 0) with output gains 0.7 (the synthesized bigram model
+The weights are irsurgeon.families.gemma4_mtp.synth.target_tensors(seed 0) with output gains 0.7 (the synthesized bigram model
 uses 0.01, which would leave attention and MLP nearly invisible); one 40-token prompt, longer than the window.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
-from irsurgeon.synth.gemma4 import target_config, target_tensors
+from irsurgeon.families.gemma4_mtp.synth import target_config, target_tensors
 
 SEED, GAIN, LENGTH = 0, 0.7, 40
 

@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from irsurgeon.models.qwen35_mtp import PREFIX, parse_config, tensors  # noqa: E402
+from irsurgeon.families.qwen35_mtp.model import PREFIX, parse_config, tensors  # noqa: E402
 from irsurgeon.ops.core import WeightFormat, weight  # noqa: E402
 from irsurgeon.ops.half import half_constant  # noqa: E402
 from irsurgeon.synth import configs  # noqa: E402

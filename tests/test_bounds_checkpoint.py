@@ -156,8 +156,9 @@ def test_a_tensor_read_checks_the_budget_too(tmp_path):
 
 
 def test_the_budget_refuses_only_what_does_not_fit(tmp_path, monkeypatch):
-    from irsurgeon.build import build_mtp_model, memory_need
-    from irsurgeon.models.qwen35_mtp import load_config, tensors
+    from irsurgeon.build import memory_need
+    from irsurgeon.head import build_mtp_model
+    from irsurgeon.families.qwen35_mtp.model import load_config, tensors
 
     need = memory_need(tensors(load_config(DEMO_CKPT / "config.json")).shapes())
     monkeypatch.setattr(limits, "available_memory", lambda: need - 1)

@@ -9,9 +9,10 @@ import openvino as ov
 import pytest
 
 import irsurgeon
-from irsurgeon import contract
-from irsurgeon.build import build_model, build_mtp_model, load_mtp, save_mtp_model
-from irsurgeon.models.qwen35_mtp import load_config
+from irsurgeon.families.qwen35_mtp import contract
+from irsurgeon.build import build_model, save_mtp_model
+from irsurgeon.head import build_mtp_model, load_mtp
+from irsurgeon.families.qwen35_mtp.model import load_config
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from helpers.golden import INPUT_NAMES, compile_f32, golden_outputs, run_sequence, three_calls

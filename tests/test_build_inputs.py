@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from irsurgeon import contract
-from irsurgeon.build import build_mtp_model, load_mtp
+from irsurgeon.families.qwen35_mtp import contract
+from irsurgeon.head import build_mtp_model, load_mtp
 from irsurgeon.cli import main
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.weights.checkpoint import Checkpoint

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from helpers.checkpoints import (PER_TENSOR, as_float, dequantized, fp8_config, fp8_tensors, fused_view,
                                  read_tensors, split_per_expert, write_variant)
 from helpers.heads import max_diff, run_head, run_reference, scale, three_calls
-from irsurgeon import contract
-from irsurgeon.build import build_mtp_model, load_mtp
+from irsurgeon.families.qwen35_mtp import contract
+from irsurgeon.head import build_mtp_model, load_mtp
 from irsurgeon.cli import main
 from irsurgeon.errors import CheckpointError
 from irsurgeon.ops.core import WeightFormat, weight

@@ -19,9 +19,10 @@ import pytest
 import nncf.openvino.optimized_functions as optimized
 
 from irsurgeon import compress_blocks
-from irsurgeon.build import build_mtp_model, save_mtp_model
+from irsurgeon.build import save_mtp_model
+from irsurgeon.head import build_mtp_model
 from irsurgeon.compress import compress_model, resolve_params
-from irsurgeon.contract import MTP_BIN, MTP_XML
+from irsurgeon.families.qwen35_mtp.contract import MTP_BIN, MTP_XML
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 
 from nncf.quantization.algorithms.weight_compression.constants import \

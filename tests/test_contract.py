@@ -11,7 +11,7 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 
-from irsurgeon import contract
+from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.ops import kv_cache
 from irsurgeon.ops import kvcache as kvcache_module
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from irsurgeon.build import load_mtp
+from irsurgeon.head import load_mtp
 from irsurgeon.errors import CheckpointError
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.weights.safetensors_io import SafetensorsFile

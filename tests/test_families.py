@@ -10,10 +10,12 @@ import pytest
 
 from helpers.checkpoints import read_tensors, write_variant
 from helpers.gemma4 import DATA
-from irsurgeon.build import build_model, build_mtp_model, load_mtp
+from irsurgeon.build import build_model
+from irsurgeon.head import build_mtp_model, load_mtp
 from irsurgeon.errors import CheckpointError, ConfigError
-from irsurgeon.models import gemma4_assistant, qwen35_mtp
-from irsurgeon.models.registry import FAMILIES, family_for
+from irsurgeon.families.gemma4_mtp import model as gemma4_assistant
+from irsurgeon.families.qwen35_mtp import model as qwen35_mtp
+from irsurgeon.families.registry import FAMILIES, family_for
 from irsurgeon.weights.spec import LazyWeights
 from irsurgeon.weights.table import Tensor
 
@@ -21,13 +23,14 @@ DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo" / "ckpt"
 
 
 def test_every_model_type_has_one_family():
-    types = [t for f in FAMILIES for t in f.model_types]
+    types = [t for f in FAMILIES for t in f.builder().model_types]
     assert len(types) == len(set(types))
-    assert {f.name for f in FAMILIES} == {"qwen3_5_mtp", "gemma4_assistant"}
+    assert {f.builder().name for f in FAMILIES} == {"qwen3_5_mtp", "gemma4_assistant"}
     for family in FAMILIES:
-        for t in family.model_types:
-            assert family_for(t, "config.json") is family
-    with pytest.raises(ConfigError, match=r"model_type 'llama' has no supported MTP head .*qwen3_5.*gemma4_assistant"):
+        assert family.builder_types() == family.builder().model_types  # the light spelling agrees with the build's
+        for t in family.builder().model_types:
+            assert family_for(t, "config.json") is family.builder()
+    with pytest.raises(ConfigError, match=r"model_type 'llama' has no supported draft family .*qwen3_5.*gemma4_assistant"):
         family_for("llama", "config.json")
 
 
@@ -53,7 +56,7 @@ def test_a_loaded_tensor_the_graph_never_uses_is_refused():
     weights = random_weights(cfg)
     build_model(cfg, weights, "f32")  # the family's own table: every row used
     extra = Tensor("spare.weight", (cfg.hidden_size,))
-    family = dataclasses.replace(qwen35_mtp.FAMILY, tensors=lambda c: dataclasses.replace(
+    family = dataclasses.replace(qwen35_mtp.BUILDER, tensors=lambda c: dataclasses.replace(
         qwen35_mtp.tensors(c), tensors=qwen35_mtp.tensors(c).tensors + (extra,)))
     weights["spare.weight"] = np.ones(cfg.hidden_size, np.float32)
     with pytest.raises(CheckpointError, match=r"tensor mtp\.spare\.weight was loaded but the qwen3_5_mtp graph "
@@ -126,7 +129,7 @@ def test_build_mtp_and_a_qwen_patch_refuse_a_checkpoint_of_another_family(tmp_pa
     assert "expected a Qwen3.5 / Qwen3.6 MTP head" in result.output
     assert not (tmp_path / "out").exists()
     with pytest.raises(ConfigError, match="expected a Qwen3.5"):
-        load_mtp(DATA / "plain", family=qwen35_mtp.FAMILY)
+        load_mtp(DATA / "plain", family=qwen35_mtp.BUILDER)
 
 
 GEMMA_ASSISTANT = Path(__file__).resolve().parents[1] / "fixtures" / "gemma4" / "assistant"

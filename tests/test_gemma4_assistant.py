@@ -14,8 +14,8 @@ import pytest
 
 from helpers.gemma4 import DATA, CASES, calls, worst_errors
 from irsurgeon.errors import CheckpointError, ConfigError
-from irsurgeon.families.gemma4.assistant import build_assistant
-from irsurgeon.models.gemma4_assistant import load_assistant_config
+from irsurgeon.families.gemma4_mtp.build import build_assistant
+from irsurgeon.families.gemma4_mtp.model import load_assistant_config
 
 TOL = 1e-4
 
@@ -118,7 +118,7 @@ def test_older_config_spelling_reads_the_same():
     Gemma4TextConfig.__post_init__ turns into per-layer overrides (the KV heads only with attention_k_eq_v)."""
     import json
 
-    from irsurgeon.models.gemma4_assistant import parse_assistant_config
+    from irsurgeon.families.gemma4_mtp.model import parse_assistant_config
 
     raw = json.loads((DATA / "ordered" / "config.json").read_text())
     new = parse_assistant_config(raw, "new")

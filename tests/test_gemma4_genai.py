@@ -1,7 +1,7 @@
 """openvino-genai 2026.4.1 runs the patched pairs (the optimum-intel fixture and `synth --kind gemma4`): Gemma 4 MTP
 output is token-identical to target-only greedy decoding for several prompts (shorter and longer than the sliding
 window of 16) and draft lengths 1..4, and the predicting assistants get their drafts accepted
-(scripts/make_gemma4_pair.py, irsurgeon.synth.gemma4: a bigram target and an assistant that drafts the same bigram).
+(scripts/make_gemma4_pair.py, irsurgeon.families.gemma4_mtp.synth: a bigram target and an assistant that drafts the same bigram).
 
 The fixture's permutation fixes the special ids, so no continuation reaches EOS: genai's MTP path stops at EOS where
 plain greedy with ignore_eos does not (seen with openvino-genai 2026.4.1), which would compare different things.

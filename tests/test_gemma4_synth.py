@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from helpers.gemma4 import DATA
 from irsurgeon.cli import main as cli
-from irsurgeon.synth import gemma4 as synth
+from irsurgeon.families.gemma4_mtp import synth
 
 TOL = 1e-4
 
@@ -59,4 +59,4 @@ def test_synth_is_deterministic_per_seed(tmp_path):
 
 def test_synth_refuses_sizes():
     result = CliRunner().invoke(cli, ["synth", "/nonexistent/x", "--kind", "gemma4", "--layers", "3"])
-    assert result.exit_code != 0 and "takes only --seed" in result.output
+    assert result.exit_code != 0 and "--layers do not apply (it takes --seed and --wait)" in result.output

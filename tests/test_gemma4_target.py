@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from helpers.dirsnap import full_disk_on_nth_replace, snapshot
 from helpers.gemma4 import PAIR, copy_pair
 from irsurgeon.cli import main as cli
-from irsurgeon.families.gemma4 import target as surgery
+from irsurgeon.families.gemma4_mtp import target as surgery
 
 XML, BIN = "openvino_model.xml", "openvino_model.bin"
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from helpers.gemma4 import PAIR, copy_pair, genai_report
 from irsurgeon.cli import main as cli
-from irsurgeon.families.gemma4.verify import target_outputs
+from irsurgeon.families.gemma4_mtp.verify import target_outputs
 from irsurgeon.verify import verify_directory
 
 

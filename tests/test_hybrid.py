@@ -241,7 +241,7 @@ REAL_LINEAR = dict(linear_key_heads=16, linear_value_heads=16, linear_key_head_d
 
 
 def test_scheduler_size_follows_the_states(tmp_path):
-    from irsurgeon.genai_runtime import CONTEXT_TOKENS, GIB, scheduler_size
+    from irsurgeon.families.qwen35_mtp.genai import CONTEXT_TOKENS, GIB, scheduler_size
 
     s = default_spec("qwen35").with_(layers=6, layer_types=(LINEAR,) * 5 + (FULL,), **REAL_LINEAR)
     out = synthesize(tmp_path, "qwen35", s, seed=5)

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from helpers.dirsnap import snapshot
 from irsurgeon.cli import main
-from irsurgeon.identity import check_identity, sample_ids
+from irsurgeon.families.qwen35_mtp.identity import check_identity, sample_ids
 from irsurgeon.ir.export import TEXT_EMBEDDINGS as EMBEDDINGS_XML
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.strip import strip_mtp

@@ -15,10 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 import irsurgeon.ops.moe as moe_ops
-from irsurgeon import contract
-from irsurgeon.build import build_model, build_mtp_model, load_mtp
+from irsurgeon.families.qwen35_mtp import contract
+from irsurgeon.build import build_model
+from irsurgeon.head import build_mtp_model, load_mtp
 from irsurgeon.cli import main as cli
-from irsurgeon.models.qwen35_mtp import MoEConfig, MTPConfig, tensors
+from irsurgeon.families.qwen35_mtp.model import MoEConfig, MTPConfig, tensors
 from irsurgeon.errors import CheckpointError
 from irsurgeon.ops.core import WeightFormat, weight
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint

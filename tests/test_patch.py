@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from helpers.demo import DEMO_CKPT, patch_demo
 from helpers.dirsnap import full_disk_on_nth_replace, snapshot
 
-from irsurgeon import contract
+from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.cli import main
 from irsurgeon.verify import verify_directory
 from irsurgeon.synth.strip import strip_mtp as strip
@@ -202,7 +202,7 @@ def test_failed_patch_leaves_the_target_byte_identical(export, ckpt, tmp_path, m
     elif fault == "smoke-test":
         def broken(xml, cfg):
             raise RuntimeError("simulated crash after staging")
-        monkeypatch.setattr("irsurgeon.patch.smoke_test", broken)
+        monkeypatch.setattr("irsurgeon.families.qwen35_mtp.patch.smoke_test", broken)
         needle = "simulated crash"
     else:
         full_disk_on_nth_replace(monkeypatch, 2)

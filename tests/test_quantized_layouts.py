@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 from helpers.dirsnap import snapshot
 from helpers.checkpoints import read_tensors, write_header_only, write_variant
-from irsurgeon.build import load_mtp
+from irsurgeon.head import load_mtp
 from irsurgeon.cli import main
-from irsurgeon.models.qwen35_mtp import parse_config
-from irsurgeon.models.qwen35_mtp import tensors as table_of
+from irsurgeon.families.qwen35_mtp.model import parse_config
+from irsurgeon.families.qwen35_mtp.model import tensors as table_of
 from irsurgeon.synth.strip import strip_mtp
 
 

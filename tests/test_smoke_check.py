@@ -6,9 +6,10 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from irsurgeon.build import build_model, load_mtp
+from irsurgeon.build import build_model
+from irsurgeon.head import load_mtp
 from irsurgeon.errors import IRError
-from irsurgeon.patch import SMOKE_WIDTH, narrow_feed_forward, smoke_test
+from irsurgeon.families.qwen35_mtp.patch import SMOKE_WIDTH, narrow_feed_forward, smoke_test
 
 
 def staged(ckpt_dir, tmp_path, fmt="f16", edit=None):

@@ -11,7 +11,7 @@ import openvino as ov
 import pytest
 from click.testing import CliRunner
 
-from irsurgeon import contract
+from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.cli import main
 from irsurgeon.synth.checkpoint import FULL, LINEAR, layer_types
 from irsurgeon.synth.registry import FIXTURES, default_spec, make_fixture, synthesize

@@ -12,8 +12,8 @@ from irsurgeon.cli.options import echo_for, json_flag, kv_cache_option, print_js
 @click.command("patch")
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--checkpoint", "source", required=True,
-              help="Where the mtp.* weights are: a checkpoint directory, a .safetensors file, or a Hugging Face "
-                   "repo id (only the shards holding mtp.* are fetched).")
+              help="The draft's checkpoint: a directory, a .safetensors file, or a Hugging Face repo id (only the "
+                   "shards holding the draft's tensors are fetched); its config.json's model_type picks the family.")
 @weight_format_option("auto", text="Storage of the head's weights; auto mirrors the target's language model. "
                                     "A ready head in another format than one given here is rebuilt.")
 @kv_cache_option
@@ -29,7 +29,8 @@ from irsurgeon.cli.options import echo_for, json_flag, kv_cache_option, print_js
 def command(target: Path, source: str, weight_format: str, kv_cache_precision: str, dry_run: bool, force: bool,
             wait: bool, allow_nonfinite: bool, allow_foreign_checkpoint: bool, as_json: bool, revision: str | None,
             token: str | None, cache_dir: Path | None) -> None:
-    """Add openvino_mtp_model.xml/.bin to TARGET and annotate its language model, verified before anything moves."""
+    """Make TARGET ready for the draft of --checkpoint's family (Qwen3.5 MTP head, Gemma 4 assistant), verified
+    before anything moves, all of it in one commit."""
     from irsurgeon.patch import Options, patch  # on use: it imports openvino and the build (~0.3 s of every start)
 
     options = Options(weight_format, kv_cache_precision, force, dry_run, wait, allow_nonfinite,
@@ -39,8 +40,6 @@ def command(target: Path, source: str, weight_format: str, kv_cache_precision: s
     if as_json:
         print_json({"target": str(result.target), "changed": bool(result.written), "written": result.written,
                     "dry_run": dry_run})
-    elif not result.skipped and result.run_hint:
-        click.echo(result.run_hint)
     elif not result.skipped:
-        click.echo(f"run it: irsurgeon verify {target} --genai   (or openvino_genai.VLMPipeline(dir, 'CPU', "
-                   f"scheduler_config=sc, draft_model=openvino_genai.draft_model(dir, 'CPU')) with prefix caching off)")
+        click.echo(f"check it: irsurgeon verify {target} --genai")
+        click.echo(result.run_hint)

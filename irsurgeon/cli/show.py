@@ -75,11 +75,11 @@ def weights_text(w: dict) -> list[str]:
     return lines
 
 
-FAMILIES = {"qwen3_5": "Qwen3.5 MTP head", "gemma4": "Gemma 4 MTP assistant"}
-
-
 def directory_text(info: dict) -> list[str]:
-    lines = [f"directory {info['path']} (layout: {info['layout']}, draft family: {FAMILIES[info['family']]})"]
+    from irsurgeon.families import registry
+
+    family = registry.by_key(info["family"]).describe
+    lines = [f"directory {info['path']} (layout: {info['layout']}, draft family: {family})"]
     cfg = info["config"]
     if cfg is None:
         lines.append("config.json: absent")

@@ -8,8 +8,9 @@ import click
 
 from irsurgeon.cli.options import choice, echo_for, json_flag, print_json, weight_format_option
 from irsurgeon.errors import OutputError
+from irsurgeon.families import registry
 
-KINDS = ("qwen35", "qwen35-moe", "llama", "gemma4")
+KINDS = tuple(registry.synth_kinds())  # every family's fixtures
 WEIGHT_FORMATS = ("f32", "f16", "int4")  # in the order of compress.WEIGHT_FORMATS
 OWN = ("target", "ckpt", "assistant")  # what synth writes into OUT_DIR (assistant: gemma4)
 SIZES = (("layers", "Decoder layers."), ("hidden", "Hidden size."), ("heads", "Attention heads."),
@@ -57,35 +58,17 @@ def refuse_foreign(out_dir: Path) -> None:
 def command(out_dir: Path, kind: str, layer_types: str | None, seed: int, with_mtp: bool | None, weight_format: str,
             force: bool, wait: bool, as_json: bool, **sizes) -> None:
     """Write a seeded synthetic model: OUT_DIR/target (OpenVINO IRs) and OUT_DIR/ckpt (Hugging Face checkpoint)."""
-    from irsurgeon.synth.registry import default_spec, layer_pattern, synthesize  # on use: imports openvino
-
     start = time.perf_counter()
     if not force:
         refuse_foreign(out_dir)
     given = {k: v for k, v in sizes.items() if v is not None}
-    if kind == "gemma4":  # a fixed tiny Gemma 4 target and its assistant (irsurgeon.synth.gemma4)
-        from irsurgeon.synth.gemma4 import synthesize_gemma4
-        if given or layer_types is not None or with_mtp is not None or weight_format != "f32":
-            raise click.UsageError("--kind gemma4 takes only --seed and --wait (its sizes are fixed)")
-        target, assistant = synthesize_gemma4(out_dir, seed, wait)
-        seconds = time.perf_counter() - start
-        echo_for(as_json)(f"wrote {target} and {assistant} (gemma4) in {seconds:.1f} s")
-        if as_json:
-            print_json({"target": str(target), "assistant": str(assistant), "kind": kind, "seed": seed,
-                        "seconds": round(seconds, 3)})
-        return
-    pattern = layer_pattern(layer_types) if layer_types is not None else {}
-    if pattern.get("layer_types") and "layers" not in given:
-        given["layers"] = len(pattern["layer_types"])
-    spec = default_spec(kind).with_(**given, **pattern)
-    if {"hidden", "heads"} & given.keys() and "head_dim" not in given and spec.hidden % spec.heads == 0:
-        spec = spec.with_(head_dim=spec.hidden // spec.heads)
-    with_mtp = kind != "llama" if with_mtp is None else with_mtp
-    out = synthesize(out_dir, kind, spec, seed=seed, with_mtp=with_mtp, weight_format=weight_format, wait=wait)
+    family = registry.synth_kinds()[kind]
+    parts = family.synth(kind, out_dir, seed, wait, sizes=given, layer_types=layer_types, with_mtp=with_mtp,
+                         weight_format=weight_format)
     size = sum(f.stat().st_size for f in Path(out_dir).rglob("*") if f.is_file())
     seconds = time.perf_counter() - start
-    echo_for(as_json)(f"wrote {out.target} and {out.ckpt} ({kind}, layers {spec.layers}, hidden {spec.hidden}, "
-                      f"{size / 1e6:.2f} MB) in {seconds:.1f} s")
+    names = " and ".join(str(p) for p in parts.values())
+    echo_for(as_json)(f"wrote {names} ({kind}, {size / 1e6:.2f} MB) in {seconds:.1f} s")
     if as_json:
-        print_json({"target": str(out.target), "ckpt": str(out.ckpt), "kind": kind, "seed": seed,
+        print_json({**{k: str(v) for k, v in parts.items()}, "kind": kind, "seed": seed,
                     "weight_format": weight_format, "bytes": size, "seconds": round(seconds, 3)})

@@ -17,6 +17,16 @@ from irsurgeon.ops.core import const, named
 I64 = np.int64
 
 
+def heads(x: ov.Output, n: int, d: int, name: str) -> ov.Output:
+    """[B, S, n*d] -> [B, S, n, d]"""
+    return named(ops.reshape(x, const([0, 0, n, d], I64), special_zero=True), name)
+
+
+def to_bnsd(x: ov.Output) -> ov.Output:
+    """[B, S, N, D] -> [B, N, S, D]"""
+    return ops.transpose(x, const([0, 2, 1, 3], I64)).output(0)
+
+
 def _dim(x: ov.Output, axis: int) -> ov.Output:
     """x.shape[axis] as an i64 scalar."""
     return ops.gather(ops.shape_of(x, ov.Type.i64), const(axis, I64), const(0, I64)).output(0)

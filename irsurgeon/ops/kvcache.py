@@ -3,8 +3,8 @@
     Broadcast(0, [B, nKV, 0, D]) -> ReadValue(var) -> Gather(beam_idx, axis 0) -> Concat(axis 2, [past, new]) -> Assign(var)
 
 Nothing sits between Gather and Concat. One `Variable` object is shared by the ReadValue and the Assign. The state's
-type and shape are the MTP head's (irsurgeon.contract.STATE_TYPE, state_shape); the synthetic targets' KV states
-have the same form.
+type and shape (STATE_TYPE, state_shape) are what the Qwen3.5 MTP contract names (families.qwen35_mtp.contract);
+the synthetic targets' KV states have the same form.
 """
 from __future__ import annotations
 
@@ -14,10 +14,17 @@ import openvino.opset13 as ops
 import openvino.opset6 as ops6
 from openvino.op.util import Variable, VariableInfo
 
-from irsurgeon.contract import STATE_TYPE, state_shape
 from irsurgeon.ops.core import const, named
 
 I64 = np.int64
+# The draft's activations are f32 (ops.core.WeightFormat), so are the K and V it keeps; the cache precision the
+# runtime uses (KV_CACHE_PRECISION) is its own, set after genai converts the graph to PagedAttention.
+STATE_TYPE = ov.Type.f32
+
+
+def state_shape(num_kv_heads: int, head_dim: int) -> ov.PartialShape:
+    """A KV state's shape: [batch, nKV, tokens, D], batch and tokens dynamic."""
+    return ov.PartialShape([-1, num_kv_heads, -1, head_dim])
 
 
 def kv_cache(new: ov.Output, beam_idx: ov.Output, batch: ov.Output, variable_id: str, num_kv_heads: int,

@@ -33,7 +33,7 @@ from irsurgeon.synth.vision import VisionSpec, merger_model, patch_embed_model, 
 from irsurgeon.synth import target as tg
 from irsurgeon.transaction import directory_lock
 
-KINDS = ("qwen35", "qwen35-moe", "llama")
+from irsurgeon.synth.kinds import QWEN_KINDS as KINDS  # noqa: E402
 WEIGHT_FORMATS = ("f32", "f16", "int4")
 MIN_VOCAB = SPECIAL + 8
 LIMITS = {"layers": 64, "hidden": 8192, "heads": 256, "kv_heads": 256, "head_dim": 1024, "vocab": 1 << 18}
@@ -107,6 +107,19 @@ def layer_pattern(text: str) -> dict:
         raise ConfigError(f"--layer-types {text!r}: expected an interval (a positive integer) or a comma list of "
                           f"full / linear, got {bad[0] if bad else 'nothing'!r}")
     return {"layer_types": tuple(names[t] for t in items)}
+
+
+def spec_from_options(kind: str, sizes: dict, layer_types: str | None) -> SynthSpec:
+    """The spec `irsurgeon synth` asks for: the kind's default with the sizes given (head_dim follows hidden /
+    heads when only those are given) and the --layer-types pattern."""
+    given = dict(sizes)
+    pattern = layer_pattern(layer_types) if layer_types is not None else {}
+    if pattern.get("layer_types") and "layers" not in given:
+        given["layers"] = len(pattern["layer_types"])
+    spec = default_spec(kind).with_(**given, **pattern)
+    if {"hidden", "heads"} & given.keys() and "head_dim" not in given and spec.hidden % spec.heads == 0:
+        spec = spec.with_(head_dim=spec.hidden // spec.heads)
+    return spec
 
 
 def validate_layer_types(s: SynthSpec) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.models.qwen35_mtp import heads, to_bnsd
+from irsurgeon.ops.attention import heads, to_bnsd
 from irsurgeon.ops import (apply_rope, attention_mask_bias, expand_kv, kv_cache, linear, rms_norm, rope_cos_sin,
                            sdpa, swiglu)
 from irsurgeon.ops.core import WeightFormat, const, named, weight

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from irsurgeon import limits
-from irsurgeon.errors import CheckpointError
+from irsurgeon.errors import CheckpointError, with_hint
 from irsurgeon.weights.safetensors_io import SafetensorsFile, StoredRows, TensorInfo
 
 SINGLE_FILE = "model.safetensors"
@@ -37,6 +37,20 @@ def _plain_shard_name(shard: object, index: Path) -> str:
     if not shard.endswith(".safetensors"):
         raise CheckpointError(f"{index}: shard {shard!r} is not a .safetensors file (only safetensors are read)")
     return shard
+
+
+def config_of(path: str | Path, config: str | Path | None = None) -> Path:
+    """The config.json of a checkpoint directory or of a single .safetensors file (beside it), under the same link
+    rule as its shards; `config` (the user's --config) as given. A missing one is a CheckpointError naming it."""
+    path = Path(path)
+    if config is not None:
+        return Path(config)
+    home = path if path.is_dir() else path.parent
+    where = _inside(home, CONFIG_FILE, home, CONFIG_FILE)
+    if not where.exists():  # a FIFO or device is refused by name when read
+        raise with_hint(CheckpointError(f"{path}: no config.json {'in it' if path.is_dir() else 'beside it'}"),
+                        "--config", "pass --config with the checkpoint's config.json")
+    return where
 
 
 def _shard_path(root: Path, shard: object, index: Path) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 
-from irsurgeon import contract
+from irsurgeon.families.qwen35_mtp import contract
 
 F32_PROPS = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 INPUT_NAMES = [p.name for p in contract.INPUTS]

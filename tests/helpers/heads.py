@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 
-from irsurgeon import contract
+from irsurgeon.families.qwen35_mtp import contract
 from helpers.numpy_mtp import MTPReference, cfg_dict
 
 # f32 everywhere on the CPU plugin: the comparisons then measure the weights, not the runtime's precision

@@ -365,7 +365,7 @@ def absurd_checkpoint(directory: Path, hidden: int = 1 << 17) -> int:
     """A config at hidden_size `hidden` (config.py's bound) and a sparse model.safetensors whose header matches it
     exactly: every check of shapes and offsets passes, and the file really holds the bytes (as zeros). Returns the
     file's size."""
-    from irsurgeon.models.qwen35_mtp import PREFIX, parse_config, tensors
+    from irsurgeon.families.qwen35_mtp.model import PREFIX, parse_config, tensors
 
     directory.mkdir(parents=True)
     cfg = json.loads((DEMO_CKPT / "config.json").read_text())

@@ -5,7 +5,7 @@
                 by the target's mtp_* outputs (gemma4_mtp_strategy.cpp is_gemma4_mtp_model_pair) and runs the
                 stateful SDPA backend, so no paged-attention scheduler is configured
     properties  f32 inference and an f32 KV cache: the equivalence runs compare exact greedy tokens; for an int4
-                target also DYNAMIC_QUANTIZATION_GROUP_SIZE=0, as for a Qwen int4 target (irsurgeon.genai_runtime):
+                target also DYNAMIC_QUANTIZATION_GROUP_SIZE=0, as for a Qwen int4 target (irsurgeon.families.qwen35_mtp.genai):
                 the CPU plugin otherwise quantizes the activations fed to int4 MatMuls, differently per shape
     honours EOS genai's Gemma 4 MTP path stops at EOS even with ignore_eos (openvino-genai 2026.4.1, seen on
                 tests/test_gemma4_genai.py's pairs), so the equivalence runs honour EOS in both pipelines
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from irsurgeon import limits
 from irsurgeon.errors import IRSurgeonError, cause
-from irsurgeon.families.gemma4.layout import ASSISTANT_DIR, MODEL_XML
+from irsurgeon.families.gemma4_mtp.layout import ASSISTANT_DIR, MODEL_XML
 from irsurgeon.precision import detect_target_format
 
 FILES = (MODEL_XML, f"{ASSISTANT_DIR}/{MODEL_XML}")  # (target, draft): the KV growth of each

@@ -17,19 +17,12 @@ import openvino as ov
 from openvino._offline_transformations import paged_attention_transformation
 
 from irsurgeon.ir.export import MTP_BIN, MTP_XML  # noqa: F401  (the head's file names, described with the directory)
+from irsurgeon.ops.kvcache import STATE_TYPE, state_shape  # noqa: F401  (the state form every KV cache is built in)
 
 OUTPUT = "last_hidden_state"
 KEY_STATE = "past_key_values.0.keypresent_key_values.0.key"
 VALUE_STATE = "past_key_values.0.valuepresent_key_values.0.value"
 STATE_IDS = (KEY_STATE, VALUE_STATE)
-# The head's activations are f32 (ops.core.WeightFormat), so are the K and V it keeps; the cache precision the
-# runtime uses (KV_CACHE_PRECISION) is its own, set after genai converts the head to PagedAttention.
-STATE_TYPE = ov.Type.f32
-
-
-def state_shape(num_kv_heads: int, head_dim: int) -> ov.PartialShape:
-    """A KV state's shape: [batch, nKV, tokens, D], batch and tokens dynamic."""
-    return ov.PartialShape([-1, num_kv_heads, -1, head_dim])
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@
     properties  INFERENCE_PRECISION_HINT=f32, plus KV_CACHE_PRECISION=f16 and DYNAMIC_QUANTIZATION_GROUP_SIZE=0 for
                 int4 targets: at the CPU defaults even two plain backends disagree on tiny models whose top-2
                 logits differ by ~1e-4, so only the f32 run can demand identical tokens
-Gemma 4's counterpart: irsurgeon.families.gemma4.genai.
+
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from irsurgeon.errors import IRSurgeonError, cause
 from irsurgeon.footprint import kv_cache
 from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_XML
 from irsurgeon.precision import detect_target_format
-from irsurgeon.show import show_ir
+from irsurgeon.ir.describe import show_ir
 
 FILES = (LANGUAGE_MODEL, MTP_XML)  # (target, draft): the KV growth of each
 GIB = 1 << 30

@@ -1,7 +1,7 @@
-"""What a draft-model family gives the build: how to read its config, its tensor table, its inputs and its graph.
+"""What a draft family gives the build: how to read its config, its tensor table, its inputs and its graph.
 
-A family is one module under irsurgeon.models that ends with a `FAMILY = Family(...)` line; the registry
-(irsurgeon.models.registry) maps config.json's model_type to it. The build (irsurgeon.build) reads the config with
+Each family's model module (irsurgeon.families.<name>.model) ends with a `BUILDER = Builder(...)` line; its family
+(families.base.Family.builder) hands it to the build. The build (irsurgeon.build) reads the config with
 `parse_config`, loads the tensors of `tensors(cfg)` by role (irsurgeon.weights.spec), makes the inputs with
 `parameters(cfg)`, calls `graph(inputs, w, cfg, **options)` where `w(name)` turns the tensor named
 `table.prefix + role` into a weight constant, and refuses a table row the graph never asked for.
@@ -19,7 +19,7 @@ Weights = Callable[[str], ov.Output]  # full checkpoint name (table prefix + rol
 
 
 @dataclass(frozen=True)
-class Family:
+class Builder:
     name: str  # the ov.Model's name
     model_types: tuple[str, ...]  # config.json model_type values (top level) the family reads
     parse_config: Callable[[dict, str], Any]  # (config.json object, its path for messages) -> config

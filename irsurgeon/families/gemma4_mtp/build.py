@@ -1,5 +1,5 @@
 """Build the Gemma 4 assistant IR from its checkpoint through the generic build (irsurgeon.build): the family
-module (irsurgeon.models.gemma4_assistant) gives its config, tensor table and graph.
+module (irsurgeon.families.gemma4_mtp.model) gives its config, tensor table and graph.
 
 Gemma 4 norms are plain gains: its table has no transform (the Qwen3.5 `1 + w` fold is that family's own row).
 """
@@ -12,7 +12,7 @@ import numpy as np
 import openvino as ov
 
 from irsurgeon.build import build_model, load_tensors, open_checkpoint
-from irsurgeon.models.gemma4_assistant import FAMILY, OUTPUTS, AssistantConfig, load_assistant_config, scale_check
+from irsurgeon.families.gemma4_mtp.model import BUILDER, OUTPUTS, AssistantConfig, load_assistant_config, scale_check
 from irsurgeon.ops.core import WeightFormat
 
 __all__ = ["OUTPUTS", "build_assistant"]
@@ -50,9 +50,9 @@ def build_assistant(checkpoint: str | Path, weight_format: str | WeightFormat = 
     try:
         cfg = config or load_assistant_config(ckpt.config_path)
         scale_check(cfg)
-        weights = load_tensors(ckpt, FAMILY, cfg, checkpoint, allow_nonfinite, warn)
+        weights = load_tensors(ckpt, BUILDER, cfg, checkpoint, allow_nonfinite, warn)
         model = build_model(cfg, Adjusted(weights, adjust) if adjust else weights, weight_format, warn,
-                            family=FAMILY)
+                            family=BUILDER)
     finally:
         ckpt.close()
     return model, cfg

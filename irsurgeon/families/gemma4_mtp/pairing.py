@@ -16,36 +16,10 @@ import openvino as ov
 
 from irsurgeon.config import read_json
 from irsurgeon.errors import ConfigError, IRError, IRSurgeonError
-from irsurgeon.families.gemma4 import target as surgery
+from irsurgeon.families.gemma4_mtp import target as surgery
+from irsurgeon.families.gemma4_mtp.layout import CONFIG, MODEL_XML
+from irsurgeon.families.gemma4_mtp.model import AssistantConfig, Layer, resolve_layers
 from irsurgeon.ir import files
-from irsurgeon.models.gemma4_assistant import AssistantConfig, Layer, resolve_layers
-
-TARGET_TYPES = ("gemma4_text", "gemma4")
-ASSISTANT_DIR = "mtp_assistant"
-MODEL_XML, MODEL_BIN = "openvino_model.xml", "openvino_model.bin"
-CONFIG, GENERATION = "config.json", "generation_config.json"
-
-
-def target_type(target_dir: str | Path) -> str | None:
-    """The Gemma 4 model_type of TARGET/config.json, or None (not Gemma 4, or no readable config)."""
-    model_type = _model_type(Path(target_dir) / CONFIG)
-    return model_type if model_type in TARGET_TYPES else None
-
-
-def is_assistant_checkpoint(source: str | Path) -> bool:
-    """SOURCE is a local checkpoint whose config.json says gemma4_assistant."""
-    return _model_type(Path(source) / CONFIG) == "gemma4_assistant"
-
-
-def _model_type(cfg: Path) -> object:
-    """config.json's model_type through the bounded reader, or None when it cannot be read: the dispatch only looks;
-    the flow that then runs reads the same file again and reports what is wrong with it."""
-    if not cfg.is_file():
-        return None
-    try:
-        return read_json(cfg).get("model_type")
-    except ConfigError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -106,9 +80,3 @@ def check_pair(target: Gemma4Target, cfg: AssistantConfig) -> None:
         if want != got:
             raise IRSurgeonError(f"assistant {cfg.source} does not belong to target {target.path}: {key} is {got}, "
                                  f"the target has {want}")
-
-
-def ready(target: Gemma4Target, model: ov.Model) -> bool:
-    asst = target.path / ASSISTANT_DIR
-    return surgery.present_outputs(model) == set(surgery.OUTPUTS) and all(
-        (asst / n).is_file() for n in (MODEL_XML, MODEL_BIN, CONFIG))

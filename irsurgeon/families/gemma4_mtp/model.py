@@ -34,13 +34,13 @@ import openvino.opset13 as ops
 
 from irsurgeon.config import read_json
 from irsurgeon.errors import CheckpointError, ConfigError
-from irsurgeon.models.family import Family
+from irsurgeon.families.builder import Builder
 from irsurgeon.ops import apply_rope, expand_kv, linear, rms_norm
 from irsurgeon.ops.core import const, named
+from irsurgeon.families.gemma4_mtp.layout import MODEL_TYPE
 from irsurgeon.weights.table import Table, Tensor
 
 I64 = np.int64
-MODEL_TYPE = "gemma4_assistant"
 TEXT_TYPE = "gemma4_text"
 TYPES = ("sliding_attention", "full_attention")
 Weights = Callable[[str], ov.Output]  # checkpoint name -> weight output (irsurgeon.build.GraphWeights)
@@ -88,6 +88,10 @@ class AssistantConfig:
     model_type: str = MODEL_TYPE
     dtype: str | None = None  # no storage dtype is declared to compare against: tensors are read as stored
     warnings: tuple[str, ...] = ()
+
+    @property
+    def builder(self) -> Builder:
+        return BUILDER
 
     def layer_of(self, kind: str) -> Layer:
         """Head dim and KV heads of a layer type (every layer of one type reads the same target KV)."""
@@ -394,5 +398,5 @@ def graph(x: Inputs, w, cfg: AssistantConfig) -> tuple[dict[str, ov.Output], lis
     return dict(zip(OUTPUTS, assistant(x, w, cfg, ordering_of(w, cfg)))), []
 
 
-FAMILY = Family(MODEL_TYPE, (MODEL_TYPE,), parse_config, tensors, parameters, graph,
+BUILDER = Builder(MODEL_TYPE, (MODEL_TYPE,), parse_config, tensors, parameters, graph,
                 describe="Gemma 4 MTP assistant (gemma4_assistant checkpoint)")

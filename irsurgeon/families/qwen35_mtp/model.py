@@ -29,12 +29,13 @@ import openvino.opset13 as ops
 
 from irsurgeon.config import (MAX_EXPERTS, MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, Key, Range, disagreement, ints,
                               lookup, read_json, read_keys)
-from irsurgeon import contract
-from irsurgeon.contract import KEY_STATE, VALUE_STATE
+from irsurgeon.families.qwen35_mtp import contract
+from irsurgeon.families.qwen35_mtp.contract import KEY_STATE, VALUE_STATE
 from irsurgeon.errors import ConfigError
-from irsurgeon.models.family import Family, Weights
+from irsurgeon.families.builder import Builder, Weights
 from irsurgeon.ops import (apply_rope, attention_mask_bias, expand_kv, kv_cache, linear, rms_norm, rope_cos_sin, sdpa,
                            swiglu)
+from irsurgeon.ops.attention import heads, to_bnsd
 from irsurgeon.ops.core import const, named
 from irsurgeon.ops.moe import DEFAULT_FORM, MoEShape, sparse_moe
 from irsurgeon.rtinfo import MTP_MODE
@@ -43,8 +44,7 @@ from irsurgeon.weights.table import Part, Stack, Table, Tensor, Whole
 
 # ---- config: every key the head reads, as transformers 5.23.0 reads it ----
 
-DENSE_TYPES = ("qwen3_5", "qwen3_5_text")
-MOE_TYPES = ("qwen3_5_moe", "qwen3_5_moe_text")
+from irsurgeon.families.qwen35_mtp.layout import DENSE_TYPES, MOE_TYPES  # noqa: E402  (spelled with the family)
 DENSE_TEXT, MOE_TEXT = "qwen3_5_text", "qwen3_5_moe_text"
 # transformers 5.23.0 Qwen3_5Config / Qwen3_5MoeConfig: `sub_configs_defaults` fixes the text config class by the
 # top-level model_type (text_config.model_type does not choose it); the *_text types are their own text config.
@@ -89,6 +89,10 @@ class MTPConfig:
     @property
     def is_moe(self) -> bool:
         return self.moe is not None
+
+    @property
+    def builder(self) -> Builder:
+        return BUILDER
 
 
 # transformers 5.23.0: models/qwen3_5/configuration_qwen3_5.py (Qwen3_5TextConfig) and
@@ -227,7 +231,7 @@ def check_head(v: dict[str, Any], source: str) -> None:
 
 # ---- tensors ----
 
-PREFIX = "mtp."  # every tensor of the head, in the checkpoint and as graph node names
+from irsurgeon.families.qwen35_mtp.layout import PREFIX  # noqa: E402  (every tensor of the head, and its node names)
 LAYER = "layers.0."
 MLP = f"{LAYER}mlp."
 EXPERTS = f"{MLP}experts."
@@ -314,16 +318,6 @@ def mlp(x: ov.Output, w: Weights, cfg: MTPConfig, moe_form: str = DEFAULT_FORM) 
     return swiglu(x, *(w(f"{name}.{p}.weight") for p in ("gate_proj", "up_proj", "down_proj")), name)
 
 
-def heads(x: ov.Output, n: int, d: int, name: str) -> ov.Output:
-    """[B, S, n*d] -> [B, S, n, d]"""
-    return named(ops.reshape(x, const([0, 0, n, d], I64), special_zero=True), name)
-
-
-def to_bnsd(x: ov.Output) -> ov.Output:
-    """[B, S, N, D] -> [B, N, S, D]"""
-    return ops.transpose(x, const([0, 2, 1, 3], I64)).output(0)
-
-
 def self_attention(a: ov.Output, x: Inputs, w: Weights, cfg: MTPConfig) -> tuple[ov.Output, list[ov.Node]]:
     """Gated attention with q/k norms, partial RoPE, GQA and a stateful KV cache; returns o_proj output."""
     name, eps = LAYER_NAME + "self_attn", cfg.rms_norm_eps
@@ -370,5 +364,5 @@ def graph(x: Inputs, w: Weights, cfg: MTPConfig, moe_form: str = DEFAULT_FORM
     return {contract.OUTPUT: out}, sinks
 
 
-FAMILY = Family("qwen3_5_mtp", DENSE_TYPES + MOE_TYPES, parse_config, tensors, parameters, graph,
+BUILDER = Builder("qwen3_5_mtp", DENSE_TYPES + MOE_TYPES, parse_config, tensors, parameters, graph,
                 rt_info={MTP_MODE: "True"}, describe="Qwen3.5 / Qwen3.6 MTP head (mtp.* tensors)")

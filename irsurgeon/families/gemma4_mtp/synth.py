@@ -28,7 +28,7 @@ import openvino as ov
 import openvino.opset13 as ops
 
 from irsurgeon.errors import OutputError
-from irsurgeon.models.gemma4_assistant import parse_assistant_config, rope, rope_inv_freq, tensor_table
+from irsurgeon.families.gemma4_mtp.model import parse_assistant_config, rope, rope_inv_freq, tensor_table
 from irsurgeon.ops import expand_kv, kv_cache, linear, rms_norm
 from irsurgeon.ops.core import WeightFormat, const, named, weight
 from irsurgeon.synth.registry import make_dir, save, write_json

@@ -1,16 +1,15 @@
 """`irsurgeon verify` for a Gemma 4 directory: the contract openvino-genai's Gemma 4 MTP path reads, without genai.
 
-    target layout      a text-only gemma4_text / gemma4 export (layout.inspect_target)
+    target layout      a text-only gemma4_text / gemma4 export (pairing.inspect_target)
     target outputs     mtp_last_hidden_state: f32, rank 3, the lm_head MatMul's input; the four
                        mtp_{full,sliding}_attention_{key,value}: f32, rank 4 (target.py says where genai reads them)
     embedding path     the node genai builds its embedding model from, and `input_ids` (target.check_embedding_path)
     assistant files    mtp_assistant/ openvino_model.xml/.bin, config.json, generation_config.json
     assistant I/O      inputs inputs_embeds [?, ?, 2 * backbone_hidden_size] f32, position_ids and attention_mask
                        i64, {full,sliding}_attention_{key,value} f32 rank 4; outputs logits and last_hidden_state
-    pair               the same check `patch` makes (layout.check_pair), on mtp_assistant/config.json
-    interrupted run    a staging folder left in TARGET or TARGET/mtp_assistant (journal.leftover_state)
+    pair               the same check `patch` makes (pairing.check_pair), on mtp_assistant/config.json
 
-Each check is a (name, ok, detail) tuple; irsurgeon.verify turns them into its Check lines. Nothing is written.
+Each check is a Check row; the house (irsurgeon.verify) adds the interrupted-run line. Nothing is written.
 """
 from __future__ import annotations
 
@@ -19,29 +18,31 @@ from pathlib import Path
 import openvino as ov
 
 from irsurgeon.errors import IRSurgeonError
-from irsurgeon.families.gemma4 import target as surgery
-from irsurgeon.families.gemma4.layout import (ASSISTANT_DIR, CONFIG, GENERATION, MODEL_BIN, MODEL_XML, check_pair,
-                                              inspect_target)
+from irsurgeon.families.base import Check
+from irsurgeon.families.gemma4_mtp import target as surgery
+from irsurgeon.families.gemma4_mtp.layout import ASSISTANT_DIR, ASSISTANT_FILES, CONFIG, MODEL_XML
+from irsurgeon.families.gemma4_mtp.pairing import check_pair, inspect_target
 from irsurgeon.ir import files
-from irsurgeon.journal import leftover_state
-from irsurgeon.models.gemma4_assistant import KV_INPUTS, OUTPUTS, TYPES, load_assistant_config
+from irsurgeon.families.gemma4_mtp.model import KV_INPUTS, OUTPUTS, TYPES, load_assistant_config
 
-ASSISTANT_FILES = (MODEL_XML, MODEL_BIN, CONFIG, GENERATION)
 Result = tuple[str, bool, str]
 
 
-def verify_gemma4(target: Path, checkpoint: str | Path | None = None) -> list[Result]:
+def verify_gemma4(target: Path, checkpoint: str | Path | None = None) -> list[Check]:
     """The checks of the module docstring, in that order; with `checkpoint` (a local gemma4_assistant directory)
     also the pair check against it."""
-    checks = leftovers(target)
+    return [Check(*c) for c in _checks(target, checkpoint)]
+
+
+def _checks(target: Path, checkpoint: str | Path | None) -> list[Result]:
     try:
         info, model = inspect_target(target)
     except IRSurgeonError as e:
-        return [("target layout", False, str(e)), *checks]
+        return [("target layout", False, str(e))]
     kinds = ", ".join(f"{info.layer_types.count(k)} {k}" for k in TYPES if k in info.layer_types)
-    checks.insert(0, ("target layout", True, f"Gemma 4 text-only export, hidden {info.hidden_size}, vocab "
-                                             f"{info.vocab_size}, {len(info.layers)} layers ({kinds}), "
-                                             f"{info.num_kv_shared} KV-shared"))
+    checks: list[Result] = [("target layout", True, f"Gemma 4 text-only export, hidden {info.hidden_size}, vocab "
+                                                     f"{info.vocab_size}, {len(info.layers)} layers ({kinds}), "
+                                                     f"{info.num_kv_shared} KV-shared")]
     checks.append(("target outputs", *target_outputs(model, str(info.xml))))
     checks.append(("embedding path", *embedding_path(model, str(info.xml))))
     asst = target / ASSISTANT_DIR
@@ -56,16 +57,6 @@ def verify_gemma4(target: Path, checkpoint: str | Path | None = None) -> list[Re
         checks.append(("checkpoint pair", *pair(info, Path(checkpoint) / CONFIG)))
     checks.append(("assistant I/O", *assistant_io(asst / MODEL_XML, asst / CONFIG)))
     return checks
-
-
-def leftovers(target: Path) -> list[Result]:
-    """A staging folder in TARGET or TARGET/mtp_assistant (each has its own journal)."""
-    found = []
-    for where in (target, target / ASSISTANT_DIR):
-        state = leftover_state(where) if where.is_dir() else None
-        if state is not None:
-            found.append(("interrupted run", *state))
-    return found
 
 
 def target_outputs(model: ov.Model, where: str) -> tuple[bool, str]:
@@ -103,7 +94,7 @@ def embedding_path(model: ov.Model, where: str) -> tuple[bool, str]:
 
 
 def pair(info, config: Path) -> tuple[bool, str]:
-    """layout.check_pair on the assistant config at `config`."""
+    """pairing.check_pair on the assistant config at `config`."""
     try:
         cfg = load_assistant_config(config)
         check_pair(info, cfg)

@@ -12,7 +12,7 @@ from irsurgeon.config import read_json
 from irsurgeon.errors import ConfigError, IRError
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.export import EMBEDS_INPUT, ExportDir
-from irsurgeon.models.qwen35_mtp import MTPConfig, parse_config
+from irsurgeon.families.qwen35_mtp.model import MTPConfig, parse_config
 
 
 @dataclass

@@ -1,0 +1,167 @@
+"""The protocol every draft family implements: what the house's flows ask of a family, and nothing else.
+
+A family is one package `irsurgeon/families/<name>/` whose `__init__.py` ends with `FAMILY = <its Family subclass>()`,
+and one line in families/registry.py. The flows (irsurgeon.patch, verify, show, genai_check, footprint, the CLI)
+reach a family only through the registry and this protocol; they never import a family's modules. A family's
+`__init__` imports nothing heavy: each method imports its own modules on use, so `irsurgeon --help` starts without
+openvino.
+
+    key, describe         the name `show` prints ("qwen3_5", "gemma4"), and one line for messages
+    layout                the files it writes into a target (names relative to it; one subfolder level allowed),
+                          the draft IR and the target IR whose KV grows, for show / footprint / genai
+    hub_prefix            what a repo id's weights are fetched for: the shards of `prefix*` tensors, or None (whole)
+    builder()             the build's view of its checkpoints (families.builder.Builder)
+    recognise(dir)        how surely a directory is this family's: DRAFT (its draft is there), TARGET (a target of
+                          its kind, not patched), NONE
+    claims(config)        whether a checkpoint's config.json (an object) is this family's draft
+    inspect(dir)          the target as the family sees it (raises a one-line IRSurgeonError naming the problem)
+    pair(target, cfg, ctx)  what proves the checkpoint belongs to the target, checked before any weight is read:
+                          a Pairing (its proof for the draft's provenance, what could not be proven offline), or
+                          an IRSurgeonError (refused; with --allow-foreign-checkpoint the house says so and goes on)
+    plan_steps(target, choice)  the "would ..." lines of --dry-run
+    finish(model, staging)    compress, runtime options, provenance of the built draft
+    stage(tx, target, staging)  write the draft and every other new file into the transaction and check them
+                          there; the house commits them all at once
+    verify(dir, checkpoint, hub, echo)  the family's checks of a directory, as Check rows (never raises for a
+                          failed check)
+    genai()               how openvino-genai runs the directory (GenaiRuntime)
+    run_hint(dir)         one line: how to run the patched directory
+    synth_kinds, synth()  the seeded tiny fixtures the family can write (`irsurgeon synth --kind ...`)
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, Callable
+
+Echo = Callable[[str], None]
+
+
+class Match(IntEnum):
+    """How surely a directory belongs to a family (the registry takes the highest; ties go to registry order)."""
+    NONE = 0
+    TARGET = 1  # a target of the family's kind, no draft of it yet
+    DRAFT = 2   # the family's draft files are there
+
+
+@dataclass
+class Check:
+    """One line of `verify`: a named check, whether it passed, and what was seen."""
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The files a family writes into a target directory, by name relative to it."""
+    writes: tuple[str, ...]  # every name a patch of this family may move into the target
+    draft_xml: str           # the draft IR (show lists it, footprint counts it as the draft's)
+    target_xml: str          # the target IR whose KV cache grows (footprint, genai scheduler sizing)
+
+    @property
+    def subfolders(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(n.split("/", 1)[0] for n in self.writes if "/" in n))
+
+
+@dataclass
+class Pairing:
+    """What the pair check established: `identity` is recorded in the draft's provenance; `unproven` says what
+    could not be checked offline (the house prints it and verify --genai measures it)."""
+    identity: str = ""
+    unproven: str = ""
+
+
+@dataclass
+class Staging:
+    """What a family's stage() gets from the house: the built draft and everything about how it was asked for."""
+    model: Any                 # the built ov.Model (strict accounting done); take() it: the house keeps no reference
+    root: Path                 # the checkpoint directory (local, or the hub cache snapshot)
+    source: str                # as the user spelled it (provenance, messages)
+    cfg: Any                   # the family's parsed checkpoint config
+    choice: Any                # precision.Choice: the weight format
+    options: Any               # patch.Options
+    echo: Echo = print
+    provenance: dict = field(default_factory=dict)  # rt_info irsurgeon/... for the draft
+
+    def take(self):
+        """The model, handed over: once the draft is saved its weights can be freed before the staged copy runs."""
+        model, self.model = self.model, None
+        return model
+
+
+@dataclass(frozen=True)
+class GenaiRuntime:
+    """How openvino-genai runs a family's directory, for `verify --genai`."""
+    pipeline: Callable  # (genai module, directory, device, properties, draft: bool) -> pipeline
+    equivalence_properties: Callable[[Path], dict]
+    honours_eos: bool = False  # the equivalence runs honour EOS in both pipelines (the draft path stops there)
+    as_batch: bool = False     # generate(str) returns only text: a one-prompt list gets the metrics
+
+    def prompt(self, text: str) -> str | list[str]:
+        return [text] if self.as_batch else text
+
+
+class Family(ABC):
+    key: str
+    describe: str
+    layout: Layout
+    hub_prefix: str | None = None
+    standalone: bool = False  # `build-mtp` writes its draft alone into an output directory
+    synth_kinds: tuple[str, ...] = ()
+
+    @abstractmethod
+    def builder(self):
+        """families.builder.Builder of the family's checkpoints."""
+
+    @abstractmethod
+    def recognise(self, directory: Path) -> Match:
+        ...
+
+    def claims(self, config: dict) -> bool:
+        return config.get("model_type") in self.builder_types()
+
+    @abstractmethod
+    def builder_types(self) -> tuple[str, ...]:
+        """config.json model_type values of the family's checkpoints (known without importing openvino)."""
+
+    @abstractmethod
+    def inspect(self, directory: Path):
+        ...
+
+    @abstractmethod
+    def pair(self, target, cfg, root: Path, source: str, options, echo: Echo) -> Pairing:
+        ...
+
+    @abstractmethod
+    def plan_steps(self, target, choice) -> list[str]:
+        ...
+
+    @abstractmethod
+    def finish(self, model, staging: Staging):
+        """The built draft made ready to save (compressed, runtime options, provenance); returns the model."""
+
+    @abstractmethod
+    def stage(self, tx, target, staging: Staging) -> None:
+        ...
+
+    @abstractmethod
+    def verify(self, directory: Path, checkpoint=None, hub=None, echo: Echo = print) -> list[Check]:
+        ...
+
+    @abstractmethod
+    def genai(self) -> GenaiRuntime:
+        ...
+
+    @abstractmethod
+    def run_hint(self, directory: Path) -> str:
+        ...
+
+    def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
+        """Write the seeded fixture `kind` under out_dir; returns its parts by name ({"target": ..., ...})."""
+        raise NotImplementedError(f"{self.key} has no synth kinds")
+
+    def __repr__(self) -> str:
+        return f"<family {self.key}>"

@@ -1,0 +1,38 @@
+"""What a Gemma 4 MTP directory holds and what the family writes into it (names only: no openvino here).
+
+    recognised by  TARGET/config.json model_type gemma4_text (or gemma4 with a text_config), or mtp_assistant/
+    writes         TARGET/openvino_model.xml (the five mtp_* outputs; openvino_model.bin is never written) and
+                   TARGET/mtp_assistant/{openvino_model.xml, .bin, config.json, generation_config.json}
+    runs           LLMPipeline(TARGET, draft_model=draft_model(TARGET/mtp_assistant), ATTENTION_BACKEND="SDPA")
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from irsurgeon.config import read_json
+from irsurgeon.errors import ConfigError
+
+TARGET_TYPES = ("gemma4_text", "gemma4")
+MODEL_TYPE = "gemma4_assistant"
+ASSISTANT_DIR = "mtp_assistant"
+MODEL_XML, MODEL_BIN = "openvino_model.xml", "openvino_model.bin"
+CONFIG, GENERATION = "config.json", "generation_config.json"
+ASSISTANT_FILES = (MODEL_XML, MODEL_BIN, CONFIG, GENERATION)
+WRITES = (MODEL_XML, *(f"{ASSISTANT_DIR}/{n}" for n in ASSISTANT_FILES))
+
+
+def target_type(target_dir: str | Path) -> str | None:
+    """The Gemma 4 model_type of TARGET/config.json, or None (not Gemma 4, or no readable config)."""
+    model_type = _model_type(Path(target_dir) / CONFIG)
+    return model_type if model_type in TARGET_TYPES else None
+
+
+def _model_type(cfg: Path) -> object:
+    """config.json's model_type through the bounded reader, or None when it cannot be read: recognition only
+    looks; the flow that then runs reads the same file again and reports what is wrong with it."""
+    if not cfg.is_file():
+        return None
+    try:
+        return read_json(cfg).get("model_type")
+    except ConfigError:
+        return None

@@ -1,0 +1,77 @@
+"""The registered draft families, and how the flows find the one a checkpoint or a directory belongs to.
+
+Adding a family: a package under irsurgeon.families with its `FAMILY` (families.base.Family), and one line in
+FAMILIES. Nothing else in the house names a family.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from irsurgeon.config import read_json
+from irsurgeon.errors import ConfigError
+from irsurgeon.families import gemma4_mtp, qwen35_mtp
+from irsurgeon.families.base import Family, Match
+
+FAMILIES: tuple[Family, ...] = (
+    qwen35_mtp.FAMILY,
+    gemma4_mtp.FAMILY,
+)
+DEFAULT = FAMILIES[0]  # what a directory that no family recognises is checked as (its layout errors name why)
+
+
+def by_key(key: str) -> Family:
+    for family in FAMILIES:
+        if family.key == key:
+            return family
+    raise KeyError(key)
+
+
+def for_config(config: dict, source: str) -> Family:
+    """The family whose checkpoints have this config.json's top-level model_type, or a ConfigError listing them."""
+    for family in FAMILIES:
+        if family.claims(config):
+            return family
+    known = ", ".join(t for f in FAMILIES for t in f.builder_types())
+    raise ConfigError(f"{source}: model_type {config.get('model_type')!r:.80} has no supported draft family "
+                      f"(expected one of {known})")
+
+
+def family_for(model_type: object, source: str):
+    """The build's view (Builder) of the family reading a config.json of this model_type."""
+    return for_config({"model_type": model_type}, source).builder()
+
+
+def for_checkpoint(root: Path) -> Family | None:
+    """The family of a local checkpoint directory's config.json, or None when it has none a family claims (the
+    flow that then runs reads the same file and reports what is wrong with it)."""
+    path = Path(root) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        config = read_json(path)
+    except ConfigError:
+        return None
+    return next((f for f in FAMILIES if f.claims(config)), None)
+
+
+def for_directory(directory: Path) -> Family:
+    """The family a directory belongs to: the one whose draft is there, else whose target it is, else DEFAULT."""
+    best, match = DEFAULT, Match.NONE
+    for family in FAMILIES:
+        found = family.recognise(Path(directory))
+        if found > match:
+            best, match = family, found
+    return best
+
+
+def writable() -> frozenset[str]:
+    """Every name any family's patch moves into a target: what a commit journal may name (irsurgeon.journal)."""
+    return frozenset(n for f in FAMILIES for n in f.layout.writes)
+
+
+def draft_files() -> tuple[str, ...]:
+    return tuple(f.layout.draft_xml for f in FAMILIES)
+
+
+def synth_kinds() -> dict[str, Family]:
+    return {kind: f for f in FAMILIES for kind in f.synth_kinds}
