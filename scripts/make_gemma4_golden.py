@@ -5,17 +5,40 @@ Run in a separate venv, never the product's (transformers 5.24.0 is the first re
 
     python3 -m venv /tmp/gemma-tf524
     /tmp/gemma-tf524/bin/pip install torch==2.13.0+cpu transformers==5.24.0 safetensors numpy
-    /tmp/gemma-tf524/bin/python scripts/make_gemma4_golden.py tests/data/gemma4
+    /tmp/gemma-tf524/bin/python scripts/make_gemma4_golden.py tests/data/gemma4 [CASE ...]
 
-Two seeded tiny configs that differ in everything a builder could hard-code (layer count and sliding/full pattern,
-heads, kv heads per layer type, head dims, sliding window, thetas, partial rotary factor, eps, centroids and top-k,
-ordered embeddings on/off, vocab, backbone width). For each: the checkpoint (model.safetensors + config.json) and
-golden.npz with, per call c, the inputs genai feeds (`c{c}_inputs_embeds`, `c{c}_position_ids`,
-`c{c}_attention_mask`, the four KV tensors) and transformers' `c{c}_logits`, `c{c}_last_hidden_state`. The calls
-use KV lengths shorter than, equal to and longer than the sliding window, and one with a padded first position.
+Without CASE names every case is written; with names, only those. Four seeded tiny configs:
+
+- ordered: ordered embeddings, tied lm_head (2 layers sliding/full, k = v on full layers, one global kv head).
+- plain: no ordered embeddings, tied lm_head (3 layers full/sliding/full, separate v).
+- untied: like plain with other sizes, `tie_word_embeddings: false` at the top level of config.json and a stored
+  `lm_head.weight` drawn independently of `model.embed_tokens.weight`, so logits scored with the embedding table
+  instead are far off.
+- untied_ordered: like ordered with other sizes, untied as above: the masked embedder scores its candidates with
+  `lm_head.weight` rows, not `model.embed_tokens.weight` rows.
+
+Together they differ in everything a builder could hard-code (layer count and sliding/full pattern, heads, kv heads
+per layer type, head dims, sliding window, thetas, partial rotary factor, eps, centroids and top-k, ordered embeddings
+on/off, tied/untied head, vocab, backbone width). For each: the checkpoint (model.safetensors + config.json;
+transformers' generation_config.json is not kept) and golden.npz with, per call c, the inputs genai feeds
+(`c{c}_inputs_embeds`, `c{c}_position_ids`, `c{c}_attention_mask`, the four KV tensors) and transformers'
+`c{c}_logits`, `c{c}_last_hidden_state`. The calls use KV lengths shorter than, equal to and longer than the sliding
+window, and one with a padded first position.
+
+After writing a case the script reads it back: the stored tensors (a tied head is stored once, as
+model.embed_tokens.weight; an untied one as both tensors, with different values), a
+`Gemma4AssistantForCausalLM.from_pretrained` reload whose head is tied or not as configured and whose outputs equal
+golden.npz exactly, and, for an untied head, the max |logits - golden| of the same model scoring with the embedding
+table in place of lm_head.weight (what a builder ignoring the untied head would produce).
+
+The committed ordered and plain goldens are not reproduced bit for bit by this environment (torch 2.13.0+cpu, MKL,
+AVX512, 1 or 2 threads): their checkpoints and inputs come out byte-identical, but logits and hidden states differ by
+up to 2e-5 in float32 rounding. They were kept as committed; untied and untied_ordered were written with
+`... tests/data/gemma4 untied untied_ordered`.
 """
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 
@@ -43,6 +66,26 @@ CONFIGS = {
                   rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5_000.0},
                                    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
                                                       "rope_theta": 200_000.0}})),
+    "untied": dict(
+        assistant=dict(backbone_hidden_size=36, use_ordered_embeddings=False, num_centroids=4,
+                       centroid_intermediate_top_k=2, tie_word_embeddings=False),
+        text=dict(vocab_size=80, hidden_size=28, intermediate_size=44, num_hidden_layers=3,
+                  layer_types=["full_attention", "sliding_attention", "full_attention"], num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=8, global_head_dim=16, num_global_key_value_heads=None,
+                  attention_k_eq_v=False, sliding_window=5, rms_norm_eps=1e-5,
+                  rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 5_000.0},
+                                   "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
+                                                      "rope_theta": 200_000.0}})),
+    "untied_ordered": dict(
+        assistant=dict(backbone_hidden_size=44, use_ordered_embeddings=True, num_centroids=6,
+                       centroid_intermediate_top_k=2, tie_word_embeddings=False),
+        text=dict(vocab_size=60, hidden_size=36, intermediate_size=32, num_hidden_layers=2,
+                  layer_types=["sliding_attention", "full_attention"], num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=8, global_head_dim=16, num_global_key_value_heads=1,
+                  attention_k_eq_v=True, sliding_window=6, rms_norm_eps=1e-6,
+                  rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                                   "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                      "rope_theta": 1_000_000.0}})),
 }
 COMMON_TEXT = dict(hidden_size_per_layer_input=0, vocab_size_per_layer_input=0, enable_moe_block=False,
                    use_double_wide_mlp=False, hidden_activation="gelu_pytorch_tanh", max_position_embeddings=256)
@@ -109,20 +152,64 @@ def run(model, feed: dict) -> dict:
     return {"logits": out.logits.numpy(), "last_hidden_state": out.last_hidden_state.numpy()}
 
 
-def main(out_root: Path) -> None:
+def embedding_head_logits(model, feed: dict) -> np.ndarray:
+    """The logits a builder would get by scoring with model.embed_tokens.weight in place of lm_head.weight."""
+    swapped = copy.deepcopy(model)
+    with torch.no_grad():
+        swapped.lm_head.weight = torch.nn.Parameter(swapped.model.embed_tokens.weight.detach().clone())
+    return run(swapped, feed)["logits"]
+
+
+def check(out: Path, cfg, seed: int) -> None:
+    """Read the written case back: stored tensors, a from_pretrained reload reproducing the golden logits, and for an
+    untied head the distance of embedding-table logits from the golden ones (what the data discriminates)."""
+    from safetensors.numpy import load_file
+    from transformers import Gemma4AssistantForCausalLM
+
+    stored, golden = load_file(out / "model.safetensors"), np.load(out / "golden.npz")
+    model = Gemma4AssistantForCausalLM.from_pretrained(out, attn_implementation="eager", dtype=torch.float32).eval()
+    tied = model.lm_head.weight is model.model.embed_tokens.weight
+    assert tied == cfg.tie_word_embeddings, (out, tied)
+    assert ("lm_head.weight" in stored) == (not tied), sorted(stored)
+    if not tied:
+        head, table = stored["lm_head.weight"], stored["model.embed_tokens.weight"]
+        assert head.shape == table.shape and not np.array_equal(head, table)
+        assert np.array_equal(model.lm_head.weight.detach().numpy(), head)
+        assert np.array_equal(model.model.embed_tokens.weight.detach().numpy(), table)
+    worst = 0.0
+    for c, feed in calls(cfg, seed):
+        got = run(model, feed)
+        for k in ("logits", "last_hidden_state"):
+            assert np.array_equal(got[k], golden[f"c{c}_{k}"]), (out, c, k)
+        if not tied:
+            worst = max(worst, float(np.abs(embedding_head_logits(model, feed) - golden[f"c{c}_logits"]).max()))
+    print(f"{out}: stored {', '.join(f'{k} {list(v.shape)}' for k, v in stored.items() if 'embed' in k or 'lm_head' in k)}")
+    note = f", embedding table as head: max |logits - golden| = {worst:.4g}" if not tied else ""
+    print(f"{out}: reloaded, {'tied' if tied else 'untied'} lm_head, golden reproduced{note}")
+
+
+def main(out_root: Path, names: list[str]) -> None:
     import transformers
 
+    unknown = set(names) - set(CONFIGS)
+    if unknown:
+        sys.exit(f"unknown case(s) {sorted(unknown)}; cases: {list(CONFIGS)}")
     for seed, (name, spec) in enumerate(CONFIGS.items(), start=7):
+        if names and name not in names:
+            continue
         model, cfg = make_model(spec, seed)
+        assert (model.lm_head.weight is model.model.embed_tokens.weight) == cfg.tie_word_embeddings
         out = out_root / name
         model.save_pretrained(out, safe_serialization=True)
+        (out / "generation_config.json").unlink(missing_ok=True)  # sampling defaults; no builder reads them
         arrays = {}
         for c, feed in calls(cfg, seed):
             arrays.update({f"c{c}_{k}": v.numpy() for k, v in feed.items()})
             arrays.update({f"c{c}_{k}": v for k, v in run(model, feed).items()})
         np.savez_compressed(out / "golden.npz", **arrays)
-        print(f"{out}: transformers {transformers.__version__}, {len(KV_LENGTHS) + 1} calls")
+        print(f"{out}: transformers {transformers.__version__}, torch {torch.__version__}, {len(KV_LENGTHS) + 1} calls")
+        check(out, cfg, seed)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/gemma4"))
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/gemma4"), sys.argv[2:])
