@@ -129,3 +129,82 @@ def test_older_config_spelling_reads_the_same():
     text["attention_k_eq_v"] = False
     layers = parse_assistant_config({**raw, "text_config": text}, "old").layers
     assert [(x.head_dim, x.kv_heads) for x in layers] == [(8, 2), (16, 2)]
+
+
+# ---- the lm_head as transformers ties it: tie_word_embeddings (top level of the assistant's config.json) ----
+
+UNTIED = ("untied", "untied_ordered")
+
+
+def stored(case: str) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(DATA / case / "model.safetensors")
+
+
+@pytest.mark.parametrize("case", UNTIED)
+def test_an_untied_head_scored_with_the_embedding_table_breaks_the_tolerance(case):
+    """The untied goldens discriminate: the same assistant scoring with model.embed_tokens.weight (what a build that
+    ignores the stored lm_head computes) is off by far more than the tolerance, while last_hidden_state is not."""
+    embed = stored(case)["model.embed_tokens.weight"]
+    model, cfg = build_assistant(DATA / case, "f32", adjust=lambda n, w: embed if n == "lm_head.weight" else w)
+    assert not cfg.tied and cfg.head == "lm_head.weight"
+    errors = worst_errors(model, case)
+    print(case, "scored with the embedding table", errors)
+    assert min(e["logits"] for e in errors) > 100 * TOL and worst([{"h": e["last_hidden_state"]} for e in errors]) < TOL
+
+
+def variant(tmp_path, case: str, edit_config=None, edit_tensors=None):
+    from helpers.checkpoints import read_tensors, write_variant
+
+    tensors = read_tensors(DATA / case)  # name -> (stored bytes as an array, dtype)
+    if edit_tensors:
+        edit_tensors(tensors)
+    return write_variant(DATA / case, tmp_path / "v", tensors, edit_config)
+
+
+def test_an_untied_checkpoint_without_its_lm_head_is_one_line(tmp_path):
+    d = variant(tmp_path, "untied", edit_tensors=lambda t: t.pop("lm_head.weight"))
+    with pytest.raises(CheckpointError, match=r"missing tensor lm_head\.weight \(expected shape \[80, 28\]"):
+        build_assistant(d, "f32")
+
+
+def test_a_tied_config_with_a_different_lm_head_is_refused(tmp_path):
+    """tie_word_embeddings true but lm_head.weight stored with other values: transformers 5.24.0 would then warn and
+    not tie them; which matrix was meant is unknowable, so the build refuses in one line naming both."""
+    d = variant(tmp_path, "untied", edit_config=lambda c: c.pop("tie_word_embeddings"))
+    with pytest.raises(CheckpointError, match=r"tensor lm_head\.weight differs from model\.embed_tokens\.weight, which "
+                                              r"tie_word_embeddings \(true in .*the default when absent\) makes it "
+                                              r"equal to"):
+        build_assistant(d, "f32")
+
+
+def test_a_tied_copy_with_equal_bytes_is_accepted_and_the_same_build(tmp_path):
+    def copy_head(t):
+        t["lm_head.weight"] = t["model.embed_tokens.weight"]
+    d = variant(tmp_path, "plain", edit_tensors=copy_head)
+    a, _ = build_assistant(d, "f32")
+    b, _ = build_assistant(DATA / "plain", "f32")
+    assert worst(worst_errors(a, "plain")) < TOL and worst(worst_errors(b, "plain")) < TOL
+
+
+def test_an_untied_checkpoint_notes_the_embedding_table_it_never_reads():
+    notes = []
+    build_assistant(DATA / "untied", "f32", warn=notes.append)
+    assert any("tie_word_embeddings is false" in n and "model.embed_tokens.weight" in n for n in notes), notes
+
+
+def test_tie_word_embeddings_must_be_a_boolean(tmp_path):
+    d = variant(tmp_path, "untied", edit_config=lambda c: c.update(tie_word_embeddings="no"))
+    with pytest.raises(ConfigError, match=r"tie_word_embeddings is 'no', expected true or false"):
+        build_assistant(d, "f32")
+
+
+def test_only_the_top_level_tie_word_embeddings_counts():
+    """text_config carries its own tie_word_embeddings (true, the Gemma4TextConfig default) in the untied goldens;
+    the assistant's top-level false is what transformers reads."""
+    import json
+
+    raw = json.loads((DATA / "untied" / "config.json").read_text())
+    assert raw["tie_word_embeddings"] is False and raw["text_config"].get("tie_word_embeddings", True) is True
+    assert load_assistant_config(DATA / "untied" / "config.json").tied is False

@@ -134,3 +134,26 @@ def test_show_unpatched_directory_says_what_is_missing(pair):
 
 def test_show_names_the_qwen_family_elsewhere():
     assert show_json(PAIR.parent / "demo" / "target")["family"] == "qwen3_5"
+
+
+@pytest.mark.genai
+def test_genai_flags_an_assistant_made_for_another_target(tmp_path):
+    """An assistant of the same geometry but another model (synth seed 1 against a seed-0 target) passes the
+    offline pair check (nothing else can be proven offline: `patch` says so) and stays token-identical in genai,
+    but its drafts are almost never accepted: `verify --genai` says so in one warning line and fails."""
+    from click.testing import CliRunner
+
+    from irsurgeon.cli import main
+    from irsurgeon.families.gemma4_mtp.synth import synthesize_gemma4
+
+    target, _ = synthesize_gemma4(tmp_path / "mine", seed=0)
+    _, foreign = synthesize_gemma4(tmp_path / "other", seed=1)
+    patched = CliRunner().invoke(main, ["patch", str(target), "--checkpoint", str(foreign)])
+    assert patched.exit_code == 0, patched.output
+    assert "shares no tensor with its target: only its geometry" in patched.output
+    result = CliRunner().invoke(main, ["verify", str(target), "--genai", "--prompts", "2", "--rounds", "1",
+                                       "--num-assistant-tokens", "2"])
+    warning = [line for line in result.output.splitlines() if line.startswith("warning: the target accepted")]
+    print(warning)
+    assert result.exit_code == 1 and len(warning) == 1 and "below --min-acceptance 5%" in warning[0], result.output
+    assert "failed draft acceptance" in result.output and "ready for MTP" not in result.output.replace("not ready", "")

@@ -108,8 +108,10 @@ def test_other_quantized_layouts_are_refused_naming_the_scheme(reference, tmp_pa
     assert not (tmp_path / "out").exists()
 
 
-def test_patch_refuses_a_foreign_layout_and_leaves_the_target_as_it_was(reference, export, tmp_path):
-    config = real_config(reference, "qwen3.6-27B-awq-community")
+def test_patch_refuses_a_foreign_layout_and_leaves_the_target_as_it_was(reference, export, ckpt, tmp_path):
+    """The target's own checkpoint geometry (patch checks that first), its head stored as compressed-tensors."""
+    config = json.loads((ckpt("qwen35-dense") / "config.json").read_text())
+    config["quantization_config"] = real_config(reference, "qwen3.6-27B-awq-community")["quantization_config"]
     d = header_only_checkpoint(tmp_path / "ckpt", config, layout(config, "compressed-tensors"))
     target = strip_mtp(export("dense-fp16"), tmp_path / "target")
     before = snapshot(target)

@@ -1,8 +1,9 @@
 """irsurgeon verify TARGET_DIR [--genai]: check a directory against the MTP contract; optionally run and time genai.
 
 With --genai: equivalence (MTP tokens == plain greedy tokens, at the contract's f32 properties) for every K of the
-sweep, then, when that holds, the speed sweep at the device's default precision: one table, the best K or a plain
-"MTP does not pay here", and everything in --json.
+sweep and the share of drafts accepted, which must reach --min-acceptance (a draft that is not the target's, or
+built wrong, stays token-identical but is almost never accepted); then, when both hold, the speed sweep at the
+device's default precision: one table, the best K or a plain "MTP does not pay here", and everything in --json.
 """
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ import click
 from irsurgeon.cli.hub_options import hub_options, make_hub
 from irsurgeon import limits
 from irsurgeon.errors import IRSurgeonError
+
+
+# Below this share of accepted drafts the draft cannot pay for itself at any K (each rejected draft costs a draft step)
+# and is almost surely not the target's: random drafts are accepted ~0% of the time on a 256-token vocabulary
+# (0/75 for a foreign Gemma 4 assistant of the same geometry), the bundled pairs 25-60%.
+MIN_ACCEPTANCE = 0.05
 
 
 class PromptsParam(click.ParamType):
@@ -73,14 +80,17 @@ class SweepParam(click.ParamType):
 @click.option("--json", "json_out", type=click.Path(path_type=Path), is_flag=False, flag_value="-", default=None,
               help="Print the results as one JSON document (the text goes to stderr); --json FILE writes them to "
                    "FILE and keeps the text on stdout.")
+@click.option("--min-acceptance", type=click.FloatRange(0.0, 1.0), default=MIN_ACCEPTANCE, show_default=True,
+              help="With --genai: the share of drafted tokens the target must accept (0 turns the check off). Random "
+                   "or foreign drafts are accepted ~0% of the time; a working draft far more often.")
 @click.option("--checkpoint", default=None,
               help="Also check that this checkpoint (path or Hugging Face repo id) is the one TARGET was exported "
                    "from: 16 rows of its token embeddings against the target's (a repo id: read by range requests).")
 @hub_options
 @click.pass_context
 def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, nats: tuple[int, ...],
-            max_new_tokens: int, device: str, rounds: int, json_out: Path | None, checkpoint: str | None,
-            revision: str | None, token: str | None, cache_dir: Path | None) -> None:
+            max_new_tokens: int, device: str, rounds: int, min_acceptance: float, json_out: Path | None,
+            checkpoint: str | None, revision: str | None, token: str | None, cache_dir: Path | None) -> None:
     """Check TARGET (an exported model directory) is ready for MTP speculative decoding."""
     from irsurgeon.verify import verify_directory  # on use: it imports openvino (~0.2 s of every command's start)
 
@@ -94,7 +104,8 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
     results = {"target": str(target), "ready": False, "checks": [c.__dict__ for c in checks]}
     failed = [c.name for c in checks if not c.ok]
     if not failed and with_genai:
-        failed += run_genai(target, prompts, sweep or nats, max_new_tokens, device, rounds, results, echo)
+        failed += run_genai(target, prompts, sweep or nats, max_new_tokens, device, rounds, results, echo,
+                            min_acceptance)
     results["ready"] = not failed
     if to_stdout:
         click.echo(json.dumps(results, indent=1))
@@ -106,8 +117,9 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
 
 
 def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int, device: str, rounds: int,
-              results: dict, echo=click.echo) -> list[str]:
-    """Equivalence, then (when it holds) the speed sweep; fills `results`, returns the names of failed steps."""
+              results: dict, echo=click.echo, min_acceptance: float = MIN_ACCEPTANCE) -> list[str]:
+    """Equivalence and acceptance, then (when both hold) the speed sweep; fills `results`, returns the names of
+    failed steps."""
     from irsurgeon.genai_check import run_equivalence, run_speed  # on use: as verify_directory
 
     report = run_equivalence(target, prompts, sweep, max_new_tokens, device, echo=echo)
@@ -119,6 +131,14 @@ def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int
         results["speed"] = None
         echo("speed not measured: MTP output differs from plain greedy")
         return ["genai equivalence"]
+    accepted, drafted = sum(r.accepted for r in report.runs), sum(r.draft_tokens for r in report.runs)
+    results["genai"]["min_acceptance"] = min_acceptance
+    if min_acceptance and (not drafted or accepted / drafted < min_acceptance):
+        results["speed"] = None
+        echo(f"warning: the target accepted {accepted}/{drafted} drafted tokens ({report.acceptance:.1%}), below "
+             f"--min-acceptance {min_acceptance:.0%}: the draft is probably not this target's, or built wrong "
+             f"(tokens stay identical because the target checks every draft); speed not measured")
+        return ["draft acceptance"]
     speed = run_speed(target, prompts, sweep, max_new_tokens, device, rounds, echo=echo)
     results["speed"] = speed.as_dict()
     for line in speed_table(speed.as_dict()):

@@ -262,16 +262,40 @@ def half_reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored) -> Cal
     return make
 
 
+def check_tied(ckpt: Checkpoint, table: Table, stored: Stored, expected: dict) -> list[str]:
+    """The stored copies of a tied tensor (Table.tied), each proven to hold exactly the bytes of the tensor the table
+    reads in its place; returns their names. A copy that differs is refused: the head would silently use one of two
+    different matrices."""
+    copies = sorted(n for n in stored.names if n in table.tied and n not in expected)
+    p = table.prefix
+    for name in copies:
+        other = table.tied[name]
+        if other not in stored.names or not _same_bytes(ckpt, p + name, p + other):
+            raise CheckpointError(f"{ckpt.root}: tensor {p}{name} differs from {p}{other}, which {table.tied_because} "
+                                  f"makes it equal to; expected one of them, or equal bytes")
+    return copies
+
+
+def _same_bytes(ckpt: Checkpoint, a: str, b: str) -> bool:
+    """Both tensors stored with the same dtype, shape and bytes (compared in blocks of rows: nothing decoded)."""
+    (ra, da), (rb, db) = ckpt.raw(a), ckpt.raw(b)
+    if da != db or ra.shape != rb.shape or not ra.shape:
+        return False
+    return all(ra[rows].tobytes() == rb[rows].tobytes() for rows in row_blocks(ra.shape))
+
+
 def load_weights(ckpt: Checkpoint, table: Table, declared: str | None = None, allow_nonfinite: bool = False,
                  warn=print) -> LazyWeights:
     """Check the tensor set (one layout), shapes and dtypes now; decode each role when it is read."""
     stored = inspect_stored(ckpt, table.prefix)
     layout = choose_layout(table, stored.names, ckpt.root)
     expected = table.stored(layout)
+    copies = check_tied(ckpt, table, stored, expected)
     ignored = sorted(n for n in stored.names if n in table.ignored and n not in expected)
     for note in dict.fromkeys(table.ignored[n] for n in ignored if table.ignored[n]):
         warn(f"note: {ckpt.root}: {note}: {', '.join(table.prefix + n for n in ignored if table.ignored[n] == note)}")
-    check_tensor_set(ckpt, expected, stored.names - set(ignored), table.prefix, f"{layout} layout" if layout else "")
+    check_tensor_set(ckpt, expected, stored.names - set(ignored) - set(copies), table.prefix,
+                     f"{layout} layout" if layout else "")
     check_dtypes(ckpt, expected, stored, declared, table.source, warn,
                  frozenset(t.role for t in table.tensors if t.integer))
     sources = {t.role: (t, t.source(layout)) for t in table.tensors}

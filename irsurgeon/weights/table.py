@@ -80,6 +80,10 @@ class Table:
     layouts_of: str = "tensors"
     source: str = field(default="the config", compare=False)  # where the shapes come from, for messages
     ignored: Mapping[str, str] = field(default_factory=dict)  # stored names the head never reads -> a note ("": none)
+    # stored names that are copies of a role the table reads (a tied lm_head): accepted only when their bytes equal
+    # that role's stored tensor, else refused with `tied_because` (why the config says they are the same)
+    tied: Mapping[str, str] = field(default_factory=dict)
+    tied_because: str = ""
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """role -> shape: what the loader returns."""

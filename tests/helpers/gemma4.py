@@ -7,7 +7,7 @@ import numpy as np
 import openvino as ov
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gemma4"
-CASES = ("ordered", "plain")
+CASES = ("ordered", "plain", "untied", "untied_ordered")  # the last two: tie_word_embeddings false
 OUTPUTS = ("logits", "last_hidden_state")
 
 

@@ -12,7 +12,7 @@ head_dim, "global_head_dim"), nKV its KV heads, V vocab.
         h = h + rms(down(gelu_tanh(gate(m)) * up(m)), post_feedforward_layernorm),  m = rms(h, pre_feedforward)
         h = h * layer_scalar
     hf = rms(h, model.norm);  last_hidden_state = post_projection(hf)  [B, S, Hb]
-    logits = hf @ E^T, or with ordered embeddings (E = model.embed_tokens.weight, tied lm_head):
+    logits = hf @ E^T, or with ordered embeddings (E: the lm_head, model.embed_tokens.weight when tied, else lm_head.weight):
         I = topk(centroids(hf), k);  C = token_ordering.view(nC, V/nC)[I];  s = hf . E[C]^T
         logits = full(min(s) - 1) with s scattered at C                 [B, S, V]
 
@@ -49,8 +49,12 @@ KV_INPUTS = {kind: (f"{kind}_key", f"{kind}_value") for kind in TYPES}  # the ta
 
 # How transformers 5.24.0 reads each key (configuration_gemma4_assistant.py, configuration_gemma4.py):
 # key -> (where, default). Gemma4AssistantConfig fields sit at the top level, Gemma4TextConfig's in `text_config`.
+# tie_word_embeddings is Gemma4AssistantConfig's own (top level, default True): PreTrainedModel's tying
+# (modeling_utils.py get_expanded_tied_weights_keys, 5.24.0) reads `self.config.tie_word_embeddings` of the
+# Gemma4AssistantForCausalLM, whose config is the assistant's; text_config's copy ties nothing there.
 ASSISTANT_KEYS = {"backbone_hidden_size": 1536, "use_ordered_embeddings": False, "num_centroids": 2048,
-                  "centroid_intermediate_top_k": 32}
+                  "centroid_intermediate_top_k": 32, "tie_word_embeddings": True}
+EMBED, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"
 TEXT_KEYS = {"vocab_size": 262_144, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 30,
              "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6,
              "sliding_window": 512, "hidden_activation": "gelu_pytorch_tanh", "layer_types": None,
@@ -85,6 +89,7 @@ class AssistantConfig:
     ordered: bool
     num_centroids: int
     top_k: int
+    tied: bool = True  # the lm_head is model.embed_tokens.weight (tie_word_embeddings)
     model_type: str = MODEL_TYPE
     dtype: str | None = None  # no storage dtype is declared to compare against: tensors are read as stored
     warnings: tuple[str, ...] = ()
@@ -92,6 +97,13 @@ class AssistantConfig:
     @property
     def builder(self) -> Builder:
         return BUILDER
+
+    @property
+    def head(self) -> str:
+        """The tensor the logits are scored with: the embedding table when tied, else the stored lm_head.
+        Gemma4AssistantForCausalLM.forward scores with self.lm_head.weight in both of its lm_heads (plain and masked
+        embedding), and `_tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}` ties it."""
+        return EMBED if self.tied else LM_HEAD
 
     def layer_of(self, kind: str) -> Layer:
         """Head dim and KV heads of a layer type (every layer of one type reads the same target KV)."""
@@ -185,6 +197,9 @@ def parse_assistant_config(cfg: dict, source: str) -> AssistantConfig:
     if ordered and (vocab % nc or top_k > nc):
         raise ConfigError(f"{source}: num_centroids {nc} must divide vocab_size {vocab} and be >= "
                           f"centroid_intermediate_top_k {top_k}")
+    tied = cfg.get("tie_word_embeddings", ASSISTANT_KEYS["tie_word_embeddings"])
+    if not isinstance(tied, bool):
+        raise ConfigError(f"{source}: tie_word_embeddings is {tied!r:.40}, expected true or false")
     heads = _int(text, "num_attention_heads", TEXT_KEYS["num_attention_heads"], source)
     if any(heads % layer.kv_heads for layer in layers):
         raise ConfigError(f"{source}: num_attention_heads {heads} is not a multiple of every layer's KV heads")
@@ -192,7 +207,7 @@ def parse_assistant_config(cfg: dict, source: str) -> AssistantConfig:
                            _int(cfg, "backbone_hidden_size", ASSISTANT_KEYS["backbone_hidden_size"], source),
                            vocab, _int(text, "intermediate_size", TEXT_KEYS["intermediate_size"], source), heads,
                            layers, window, float(eps), _rope(text, {x.kind for x in layers}, source), ordered, nc,
-                           top_k)
+                           top_k, tied)
 
 
 def load_assistant_config(path) -> AssistantConfig:
@@ -203,7 +218,7 @@ def tensor_table(cfg: AssistantConfig) -> dict[str, tuple[int, ...]]:
     """Every checkpoint tensor the assistant reads, with its shape (names as transformers saves them)."""
     Ha, Hb, V, I, nH = cfg.hidden_size, cfg.backbone_hidden_size, cfg.vocab_size, cfg.intermediate_size, cfg.num_heads
     table = {"pre_projection.weight": (Ha, 2 * Hb), "post_projection.weight": (Hb, Ha),
-             "model.norm.weight": (Ha,), "model.embed_tokens.weight": (V, Ha)}
+             "model.norm.weight": (Ha,), cfg.head: (V, Ha)}
     if cfg.ordered:
         table.update({"masked_embedding.centroids.weight": (cfg.num_centroids, Ha),
                       "masked_embedding.token_ordering": (V,)})
@@ -222,16 +237,25 @@ INTEGER_TENSORS = frozenset({"masked_embedding.token_ordering"})
 ORDERED_EMBEDDINGS = ("masked_embedding.centroids.weight", "masked_embedding.token_ordering")
 
 
+UNTIED_EMBEDDING = ("tie_word_embeddings is false and the assistant takes inputs_embeds (transformers 5.24.0 "
+                    "Gemma4AssistantForCausalLM.forward calls self.model(input_ids=None, inputs_embeds=...)): nothing "
+                    "reads")
+
+
 def tensors(cfg: AssistantConfig) -> Table:
-    """tensor_table as the build loads it. Tolerated, never read: the tied lm_head and, with use_ordered_embeddings
-    off, the masked embedder's two tensors (transformers then builds no masked embedder and drops them as unexpected
+    """tensor_table as the build loads it, every stored tensor accounted for. Tied (the default): a stored
+    lm_head.weight is a copy of model.embed_tokens.weight, accepted only with equal bytes. Untied: lm_head.weight is
+    read and required; model.embed_tokens.weight is never read (noted). With use_ordered_embeddings off the masked
+    embedder's two tensors are never read (transformers then builds no masked embedder and drops them as unexpected
     keys; Gemma4AssistantMaskedEmbedder holds only `centroids` and the `token_ordering` buffer:
     modeling_gemma4_assistant.py, 5.24.0). Gemma 4 norm gains are plain: no transform."""
     rows = tuple(Tensor(name, shape, integer=name in INTEGER_TENSORS) for name, shape in tensor_table(cfg).items())
-    ignored = {"lm_head.weight": ""}
+    ignored = {} if cfg.tied else {EMBED: UNTIED_EMBEDDING}
     if not cfg.ordered:
         ignored.update({n: "use_ordered_embeddings is off; not used" for n in ORDERED_EMBEDDINGS})
-    return Table("", rows, source=cfg.source, ignored=ignored)
+    tied = {LM_HEAD: EMBED} if cfg.tied else {}
+    because = f"tie_word_embeddings (true in {cfg.source}, the default when absent)"
+    return Table("", rows, source=cfg.source, ignored=ignored, tied=tied, tied_because=because)
 
 
 def inv_freq(cfg: AssistantConfig, kind: str) -> np.ndarray:
@@ -326,7 +350,7 @@ def ordered_logits(hf: ov.Output, w: Weights, ordering: np.ndarray, cfg: Assista
     table = const(ordering.reshape(cfg.num_centroids, per), I64, f"{name}.token_ordering")
     chosen = ops.reshape(ops.gather(table, top.output(1), const(0, I64)), const([0, 0, cfg.top_k * per], I64),
                          special_zero=True)  # [B, S, k*per] token ids
-    rows = ops.gather(w("model.embed_tokens.weight"), chosen, const(0, I64))  # [B, S, k*per, Ha]
+    rows = ops.gather(w(cfg.head), chosen, const(0, I64))  # [B, S, k*per, Ha]
     s = ops.squeeze(ops.matmul(ops.unsqueeze(hf, const(-2, I64)), rows, False, True), const(-2, I64))
     fill = ops.subtract(ops.reduce_min(s, const([0, 1, 2], I64), keep_dims=False), const(1.0))
     shape = ops.concat([ops.slice(ops.shape_of(hf, ov.Type.i64), const([0], I64), const([2], I64),
@@ -346,7 +370,7 @@ def assistant(x: Inputs, w: Weights, cfg: AssistantConfig, ordering: np.ndarray 
     hidden = linear(hf, w("post_projection.weight"), "post_projection")
     if cfg.ordered:
         return ordered_logits(hf, w, ordering, cfg), hidden
-    return linear(hf, w("model.embed_tokens.weight"), "lm_head"), hidden
+    return linear(hf, w(cfg.head), "lm_head"), hidden
 
 
 def scale_check(cfg: AssistantConfig) -> None:

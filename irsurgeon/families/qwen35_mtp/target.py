@@ -24,6 +24,7 @@ class Target:
     hidden_size: int
 
     path = property(lambda self: self.export.path)
+    warnings = property(lambda self: self.cfg.warnings)  # what its config.json says that transformers reads otherwise
     lm_xml = property(lambda self: self.export.language_model)
     has_mtp = property(lambda self: self.export.has_mtp)
 

@@ -1,0 +1,123 @@
+"""The guarantees the house gives every registered draft family, each test parametrized over the registry.
+
+    accounting   every stored tensor of the draft's checkpoint is read, or proven redundant, or named and refused;
+                 one the config requires but the checkpoint lacks is a one-line error naming it
+    identity     a checkpoint of another model of the same geometry is refused, or `patch` says what it could not
+                 prove offline (and `verify --genai` measures acceptance: test_gemma4_verify, test_patch)
+    ready        `patch` answers "already ready" only when the family's verify agrees; else it rebuilds
+    one commit   every file of a patch, subfolders included, moves in by one transaction (test_house_commit.py)
+A new family gets all of it by its registry line, its fixture pair (helpers.families.FIXTURE_PAIRS) and its synth.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from helpers.checkpoints import read_tensors, write_variant
+from helpers.cli import invoke, one_error
+from helpers.dirsnap import snapshot
+from helpers.families import FAMILIES, FIXTURE_PAIRS, fixture_pair, synth_pair
+from irsurgeon.config import read_json
+from irsurgeon.families import registry
+from irsurgeon.verify import verify_directory
+
+
+def test_every_family_has_a_fixture_pair_a_synth_kind_and_its_own_files():
+    assert set(FIXTURE_PAIRS) == {f.key for f in registry.FAMILIES}
+    for family in registry.FAMILIES:
+        assert family.synth_kinds and family.layout.draft_xml in family.layout.writes
+        target, ckpt = FIXTURE_PAIRS[family.key]
+        assert registry.for_directory(target) is family and registry.for_checkpoint(ckpt) is family
+    names = [n for f in registry.FAMILIES for n in f.layout.writes]
+    assert registry.writable() == frozenset(names)
+
+
+def table_of(family, ckpt):
+    builder = family.builder()
+    cfg = builder.parse_config(read_json(ckpt / "config.json"), str(ckpt / "config.json"))
+    return builder.tensors(cfg)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_stored_tensor_is_read_or_accounted_for(family):
+    """The fixture checkpoint's tensors under the family's prefix are exactly the table's rows, plus those the table
+    names as never read (with the reason) or as proven copies."""
+    _, ckpt = FIXTURE_PAIRS[family.key]
+    table = table_of(family, ckpt)
+    stored = {n[len(table.prefix):] for n in read_tensors(ckpt) if n.startswith(table.prefix)}
+    rows = set(table.stored(table.layouts[0] if table.layouts else None))
+    assert rows <= stored and stored - rows <= set(table.ignored) | set(table.tied), sorted(stored - rows)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_stored_tensor_nobody_reads_is_refused_by_name(family, tmp_path):
+    target, ckpt = fixture_pair(family, tmp_path)
+    table = table_of(family, ckpt)
+    tensors = read_tensors(ckpt)
+    some = next(n for n in tensors if n.startswith(table.prefix))
+    tensors[f"{table.prefix}unknown.extra_weight"] = tensors[some]
+    bad = write_variant(ckpt, tmp_path / "ckpt", tensors)
+    before = snapshot(target)
+    error = one_error(invoke("patch", target, "--checkpoint", bad))
+    assert f"unexpected tensor {table.prefix}unknown.extra_weight" in error
+    assert snapshot(target) == before
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_tensor_the_config_requires_is_named_when_missing(family, tmp_path):
+    target, ckpt = fixture_pair(family, tmp_path)
+    table = table_of(family, ckpt)
+    tensors = read_tensors(ckpt)
+    row = next(t for t in table.tensors if table.prefix + t.role in tensors)
+    del tensors[table.prefix + row.role]
+    bad = write_variant(ckpt, tmp_path / "ckpt", tensors)
+    before = snapshot(target)
+    error = one_error(invoke("patch", target, "--checkpoint", bad))
+    assert f"missing tensor {table.prefix}{row.role}" in error, error
+    assert snapshot(target) == before
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_checkpoint_of_another_model_is_refused_or_said_unproven(family, tmp_path):
+    """Two synth seeds: one geometry, two models. The second's checkpoint for the first's target is refused in one
+    line naming --allow-foreign-checkpoint (which then builds and records it), or, where the family cannot prove
+    a pairing offline, patch says so in a note (verify --genai then measures the drafts' acceptance)."""
+    target, _ = synth_pair(family, tmp_path / "mine", 0)
+    _, foreign = synth_pair(family, tmp_path / "other", 1)
+    before = snapshot(target)
+    result = invoke("patch", target, "--checkpoint", foreign)
+    if result.exit_code == 1:
+        error = one_error(result)
+        assert "--allow-foreign-checkpoint" in error and snapshot(target) == before, error
+        forced = invoke("patch", target, "--checkpoint", foreign, "--allow-foreign-checkpoint")
+        assert forced.exit_code == 0, forced.output
+        assert all(c.ok for c in verify_directory(target))
+    else:
+        assert result.exit_code == 0, result.output
+        notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
+        assert any("only its geometry" in n and "verify" in n and "--genai" in n for n in notes), result.output
+
+
+def damage_draft(target, family) -> None:
+    """Cut the draft's weights file in half: its IR still parses as XML, but verify refuses the short .bin."""
+    binary = target / (family.layout.draft_xml.removesuffix(".xml") + ".bin")
+    data = binary.read_bytes()
+    os.unlink(binary)
+    binary.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_already_ready_only_when_verify_agrees(family, tmp_path):
+    target, ckpt = fixture_pair(family, tmp_path)
+    first = invoke("patch", target, "--checkpoint", ckpt)
+    assert first.exit_code == 0, first.output
+    again = invoke("patch", target, "--checkpoint", ckpt)
+    assert again.exit_code == 0 and "already MTP-ready" in again.output, again.output
+    done = snapshot(target)
+    damage_draft(target, family)
+    assert not all(c.ok for c in verify_directory(target))
+    repaired = invoke("patch", target, "--checkpoint", ckpt)
+    assert repaired.exit_code == 0 and "already MTP-ready" not in repaired.output, repaired.output
+    assert "does not pass verify" in repaired.output
+    assert all(c.ok for c in verify_directory(target)) and snapshot(target) == done
