@@ -1,6 +1,6 @@
 """Checkpoint identity: a head is only built from the checkpoint its target was exported from.
 
-Tolerance (irsurgeon.identity): each element may differ by the rounding the two storages can add to one original
+Tolerance (irsurgeon.families.qwen35_mtp.identity): each element may differ by the rounding the two storages can add to one original
 weight: half an ulp of a float storage (f16 2^-11, bf16 2^-8 relative), half a quantisation step of integer codes
 (a whole step for a clipped extreme code), times 1.1. The tests below show both sides of that bound: every real
 pairing lands under it (int8/int4 close to it, as half a step is the true worst case), and another seed, or a single

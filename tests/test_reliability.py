@@ -27,6 +27,8 @@ from pathlib import Path
 import pytest
 from helpers.demo import DEMO_CKPT, DEMO_TARGET, sharded_demo_ckpt
 from helpers.dirsnap import digest as snapshot
+from helpers.families import FAMILIES, FIXTURE_PAIRS
+from irsurgeon.families import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGE_DIR = ".irsurgeon-staging"
@@ -107,16 +109,16 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def patch_args(target: Path, *extra: str) -> list[str]:
-    return ["patch", str(target), "--checkpoint", str(DEMO_CKPT), *extra]
+def patch_args(target: Path, *extra: str, ckpt: Path = DEMO_CKPT) -> list[str]:
+    return ["patch", str(target), "--checkpoint", str(ckpt), *extra]
 
 
 def run_killer(script: Path, target: Path, at: int, sig: int = signal.SIGKILL, extra: tuple[str, ...] = (),
-               pause: Path | None = None, wait: bool = True):
+               pause: Path | None = None, wait: bool = True, ckpt: Path = DEMO_CKPT):
     env = child_env(KILL_TARGET=str(target), KILL_AT=str(at), KILL_SIGNAL=str(int(sig)))
     if pause is not None:
         env["KILL_PAUSE"] = str(pause)
-    cmd = [sys.executable, str(script), *patch_args(target, *extra)]
+    cmd = [sys.executable, str(script), *patch_args(target, *extra, ckpt=ckpt)]
     if not wait:
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -144,16 +146,17 @@ def files_only(state: dict[str, str]) -> dict[str, str]:
 
 
 class KillLab:
-    """A pristine copy of the demo target, the snapshot of its patched form, and the numbered write points."""
+    """A pristine copy of a family's bundled target, the snapshot of its patched form, and the numbered write
+    points of its patch (the demo pair by default)."""
 
-    def __init__(self, root: Path):
-        self.root = root
+    def __init__(self, root: Path, source: Path = DEMO_TARGET, ckpt: Path = DEMO_CKPT):
+        self.root, self.source, self.ckpt = root, source, ckpt
         root.mkdir(parents=True, exist_ok=True)
         self.script = root / "killer.py"
         self.script.write_text(KILLER)
-        self.before = snapshot(DEMO_TARGET)
+        self.before = snapshot(source)
         probe = self.fresh("probe")
-        done = run_killer(self.script, probe, at=0)
+        done = run_killer(self.script, probe, at=0, ckpt=ckpt)
         assert done.returncode == 0, done.stderr
         self.points = write_points(done.stderr)
         self.after = snapshot(probe)
@@ -162,7 +165,7 @@ class KillLab:
     def fresh(self, name: str) -> Path:
         target = self.root / name
         shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(DEMO_TARGET, target)
+        shutil.copytree(self.source, target)
         return target
 
     def kill(self, at: int, sig: int, sweep: Sweep, extra: tuple[str, ...] = ()) -> None:
@@ -170,7 +173,7 @@ class KillLab:
         self._n += 1
         target = self.fresh(f"k{self._n}")
         where = f"{signal.Signals(sig).name} before write {at} ({self.points[at - 1]})"
-        proc = run_killer(self.script, target, at, sig, extra)
+        proc = run_killer(self.script, target, at, sig, extra, ckpt=self.ckpt)
         sweep.kills += 1
         expected_rc = -signal.SIGKILL if sig == signal.SIGKILL else 130
         if proc.returncode not in (expected_rc, 0):
@@ -197,7 +200,7 @@ class KillLab:
             sweep.problems.append(f"{where}: directory is neither as before nor patched and has no journal")
         if sig == signal.SIGINT and leftover:
             sweep.problems.append(f"{where}: Ctrl-C left {STAGE_DIR} behind")
-        again = run_cli(*patch_args(target))
+        again = run_cli(*patch_args(target, ckpt=self.ckpt))
         if "Traceback" in again.stderr:
             sweep.tracebacks += 1
             sweep.problems.append(f"{where}: traceback in the next run: {again.stderr.strip().splitlines()[-1]}")
@@ -218,28 +221,41 @@ def lab(tmp_path_factory) -> KillLab:
     return KillLab(tmp_path_factory.mktemp("kills"))
 
 
-def test_patch_flow_has_the_expected_write_points(lab):
+@pytest.fixture(scope="module", params=FAMILIES)
+def family_lab(request, tmp_path_factory) -> KillLab:
+    """The kill lab of every registered family's bundled pair."""
+    source, ckpt = FIXTURE_PAIRS[request.param.key]
+    return KillLab(tmp_path_factory.mktemp(f"kills-{request.param.key}"), source, ckpt)
+
+
+def moves(lab: KillLab) -> list[int]:
+    """The write points that move a staged file into the target (os.rename of a name the family writes)."""
+    family = registry.for_checkpoint(lab.ckpt)
+    names = {n.rsplit("/", 1)[-1] for n in family.layout.writes}
+    return [i for i, p in enumerate(lab.points, 1) if p.startswith("os.rename ") and p.split(" ", 1)[1] in names]
+
+
+def test_patch_flow_has_the_expected_write_points(family_lab):
     """The numbering sees the staging folder, the journal, each move into place and the cleanup."""
-    joined = " ".join(lab.points)
-    for what in ("os.mkdir .irsurgeon-staging", "journal.json", "os.rename openvino_mtp_model.xml",
-                 "os.rename openvino_language_model.xml", "os.rename committed", "os.rmdir .irsurgeon-staging"):
-        assert what in joined, lab.points
-    assert lab.after != lab.before
+    joined = " ".join(family_lab.points)
+    for what in ("os.mkdir .irsurgeon-staging", "journal.json", "os.rename committed", "os.rmdir .irsurgeon-staging"):
+        assert what in joined, family_lab.points
+    assert len(moves(family_lab)) >= 2 and family_lab.after != family_lab.before
 
 
 def named_points(lab: KillLab) -> list[int]:
     """A handful of kill points spread over the flow: staging, journal, first and last move, commit mark."""
-    wanted = ["os.mkdir .irsurgeon-staging", "journal.json", "os.rename openvino_mtp_model.xml",
-              "os.rename openvino_language_model.xml", "committed"]
-    return [next(i for i, p in enumerate(lab.points, 1) if w in p) for w in wanted]
+    first = [next(i for i, p in enumerate(lab.points, 1) if w in p) for w in ("os.mkdir .irsurgeon-staging",
+                                                                              "journal.json")]
+    return [*first, moves(lab)[0], moves(lab)[-1], next(i for i, p in enumerate(lab.points, 1) if "committed" in p)]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
-def test_kill_points_leave_before_or_after(lab, sig):
+def test_kill_points_leave_before_or_after(family_lab, sig):
     sweep = Sweep()
-    points = named_points(lab) if sig == signal.SIGKILL else named_points(lab)[1:4]
+    points = named_points(family_lab) if sig == signal.SIGKILL else named_points(family_lab)[1:4]
     for at in points:
-        lab.kill(at, sig, sweep)
+        family_lab.kill(at, sig, sweep)
     assert not sweep.problems, "\n".join(sweep.problems)
     assert sweep.tracebacks == 0
     assert sweep.kills == len(points)
@@ -247,10 +263,13 @@ def test_kill_points_leave_before_or_after(lab, sig):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
-def test_kill_point_sweep_every_write(lab, sig):
+def test_kill_point_sweep_every_write(family_lab, sig):
     sweep = Sweep()
-    for at in range(1, len(lab.points) + 1):
-        lab.kill(at, sig, sweep)
+    for at in range(1, len(family_lab.points) + 1):
+        family_lab.kill(at, sig, sweep)
+    print(f"{family_lab.ckpt.name}: {sig.name if hasattr(sig, 'name') else sig}: {sweep.kills} kills, "
+          f"{sweep.intact} intact, {sweep.completed} completed, {sweep.interrupted_commits} rolled back by the next "
+          f"run, {sweep.leftovers_reported} leftovers reported")
     assert not sweep.problems, "\n".join(sweep.problems)
     assert sweep.tracebacks == 0
 
