@@ -10,9 +10,18 @@ Public API (openvino is imported on first use, so `import irsurgeon` and the CLI
     IRSurgeonError                    the base of every error irsurgeon raises on purpose
 No exported name is also a submodule's: `irsurgeon.patch` and `irsurgeon.show` are the modules, always.
 """
+import sys
 from importlib import import_module
 
 __version__ = "0.1.0"
+
+# No telemetry. `import openvino` starts openvino's usage telemetry (openvino/tools/ovc/__init__.py calls
+# init_ovc_telemetry, 2026.4.1), which writes $HOME/intel/openvino_ga_cid and stats and forks reporter processes; nncf
+# does the same through nncf/telemetry/wrapper.py. Both fall back to their no-op stubs when `import
+# openvino_telemetry` raises ImportError (openvino/tools/ovc/telemetry_utils.py, nncf 3.4.0), which a None entry in
+# sys.modules makes it do. Set before irsurgeon imports openvino; a process that imported openvino first already ran it.
+if "openvino" not in sys.modules:
+    sys.modules.setdefault("openvino_telemetry", None)
 
 from irsurgeon.errors import IRSurgeonError  # noqa: E402,F401
 
