@@ -9,6 +9,7 @@ import click
 
 from irsurgeon import __version__
 from irsurgeon.errors import IRSurgeonError, cause
+from irsurgeon.text import shown
 
 DEBUG_ENV = "IRSURGEON_DEBUG"
 
@@ -70,7 +71,7 @@ def _watch_sigint() -> list:
 
 
 def fail(message: str, code: int) -> None:
-    click.echo(f"Error: {' '.join(message.split())}", err=True)
+    click.echo(f"Error: {shown(' '.join(message.split(' ')))}", err=True)
     sys.exit(code)
 
 

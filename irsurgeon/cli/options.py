@@ -7,6 +7,7 @@ import json
 import click
 
 from irsurgeon.compress import KV_CACHE_PRECISIONS, WEIGHT_FORMATS
+from irsurgeon.text import shown
 
 
 def choice(values) -> click.Choice:
@@ -32,8 +33,14 @@ def json_flag(f):
 
 
 def echo_for(as_json: bool):
-    """click.echo, sent to stderr when stdout carries the JSON document."""
-    return functools.partial(click.echo, err=as_json)
+    """click.echo of one safe line (irsurgeon.text.shown), sent to stderr when stdout carries the JSON document."""
+    return functools.partial(safe_echo, err=as_json)
+
+
+def safe_echo(message: object = "", err: bool = False) -> None:
+    """`message` as one safe terminal line (a newline in it is shown as \\x0a): what the library reports may quote
+    files and servers."""
+    click.echo(shown(message), err=err)
 
 
 def print_json(document: dict) -> None:

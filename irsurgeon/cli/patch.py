@@ -41,5 +41,5 @@ def command(target: Path, source: str, weight_format: str, kv_cache_precision: s
         print_json({"target": str(result.target), "changed": bool(result.written), "written": result.written,
                     "dry_run": dry_run})
     elif not result.skipped:
-        click.echo(f"check it: irsurgeon verify {target} --genai")
-        click.echo(result.run_hint)
+        echo(f"check it: irsurgeon verify {target} --genai")
+        echo(result.run_hint)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from irsurgeon.cli.options import safe_echo
 from irsurgeon.footprint import human
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 
@@ -29,7 +30,8 @@ def command(ctx: click.Context, path: Path, as_json: bool, context: int) -> None
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
-        click.echo("\n".join(directory_text(info) if info["kind"] == "directory" else ir_text(info)))
+        for line in directory_text(info) if info["kind"] == "directory" else ir_text(info):
+            safe_echo(line)  # names and rt_info values come from the files
 
 
 def _table(rows: list[tuple[str, str, str]]) -> list[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
+from irsurgeon.cli.options import safe_echo
 from irsurgeon import limits
 from irsurgeon.errors import IRSurgeonError
 
@@ -97,7 +98,7 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
     if sweep and ctx.get_parameter_source("nats") != click.core.ParameterSource.DEFAULT:
         raise click.UsageError("give either --sweep or --num-assistant-tokens, not both")
     to_stdout = json_out == Path("-")
-    echo = functools.partial(click.echo, err=to_stdout)  # stdout carries only the JSON document then
+    echo = functools.partial(safe_echo, err=to_stdout)  # stdout carries only the JSON document then
     checks = verify_directory(target, checkpoint, make_hub(revision, token, cache_dir), echo=echo)
     for c in checks:
         echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
