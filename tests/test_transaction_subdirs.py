@@ -178,6 +178,59 @@ def test_a_commit_of_no_files_writes_no_journal(tmp_path, monkeypatch):
     assert snapshot(target, modes=True) == before
 
 
+def test_recovery_takes_the_writable_set_of_the_interrupted_run(tmp_path, monkeypatch, outside):
+    """A commit of names outside WRITABLE whose rollback failed too: only its own set recovers it."""
+    target, mine = build(tmp_path, "fresh"), frozenset({"sub/a.txt", "b.txt"})
+    before = snapshot(target, modes=True)
+    at = commit_calls_of(tmp_path / "probe", mine).index(f"replace {COMMITTED}") + 1
+    faults = Faults(monkeypatch, at, errno.EIO, "persistent")  # from the commit mark's rename on
+    with pytest.raises(OutputError, match="next irsurgeon run"):
+        commit_with(target, {"sub/a.txt": b"a", "b.txt": b"b"}, faults, writable=mine)
+    monkeypatch.undo()
+    refused_untouched(target, outside, "not a journal irsurgeon wrote")
+    assert recover(target, writable=mine) and snapshot(target, modes=True) == before
+
+
+def commit_calls_of(root: Path, writable: frozenset[str]) -> list[str]:
+    with pytest.MonkeyPatch.context() as mp:
+        target = build(root, "fresh")
+        faults = Faults(mp)
+        commit_with(target, {n: b"x" for n in writable}, faults, writable=writable)
+        return faults.names
+
+
+@pytest.mark.parametrize("entry", ["made-folder-holding-a-file", "unknown-name-in-a-subdirectory", "real-subfolder",
+                                   "made-folder-that-is-a-link"])
+def test_staging_folder_entries_for_subdirectories_that_irsurgeon_never_leaves_are_refused(tmp_path, outside, entry):
+    target = build(tmp_path, "fresh")
+    stage = target / STAGE_DIR
+    stage.mkdir()
+    made = stage / (SUB + "%2F")
+    if entry == "made-folder-holding-a-file":
+        made.mkdir()
+        (made / "openvino_model.xml").write_text("x")
+    elif entry == "unknown-name-in-a-subdirectory":
+        (stage / (SUB + "%2Fnotes.txt")).write_text("x")
+    elif entry == "real-subfolder":
+        (stage / SUB).mkdir()
+    else:
+        made.symlink_to(outside)
+    refused_untouched(target, outside, "not a file irsurgeon writes there")
+
+
+def test_a_link_appearing_where_a_subdirectory_was_missing_is_refused_at_commit(tmp_path, outside):
+    target = build(tmp_path, "fresh")
+    with pytest.raises(OutputError, match="a link or a file") as raised:
+        with DirectoryTransaction(target) as tx:
+            for name, data in files_for(target, "fresh").items():
+                tx.stage(name).write_bytes(data)
+            (target / SUB).symlink_to(outside)
+            before = without_stage(snapshot(target, modes=True))
+            tx.commit()
+    assert "\n" not in str(raised.value) and str(target / SUB) in str(raised.value)
+    assert snapshot(target, modes=True) == before and list(outside.iterdir()) == [outside / "precious.txt"]
+
+
 # --- subdirectories that are not folders, or are swapped ------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["link-to-a-folder-outside", "link-to-nothing", "link-to-a-folder-inside", "file",
@@ -238,7 +291,7 @@ def test_a_subdirectory_swapped_for_a_link_during_the_commit_redirects_nothing(t
     assert all((target / "moved" / n.split("/")[1]).read_bytes() == files[n] for n in ASSISTANT)
 
 
-def test_a_subdirectory_swapped_for_a_link_before_a_failed_commit_is_not_followed_by_the_rollback(
+def test_a_subdirectory_swapped_for_a_link_in_a_commit_that_then_fails_is_not_followed_by_the_rollback(
         tmp_path, outside, monkeypatch):
     target, around = build(tmp_path, "existing"), snapshot(outside)
     real, calls = os.replace, []
@@ -465,7 +518,8 @@ def test_a_recovery_killed_before_any_call_is_finished_by_the_next(tmp_path, swe
         for step in range(1, steps + 1):
             target = tree.fresh()
             sweeper.commit(target, tree.files, at)
-            assert sweeper.recover(target, step)["status"] == -9
+            killed = sweeper.recover(target, step)
+            assert killed["status"] == -9 and killed["calls"] == step, (at, step, killed)
             tree.settled(sweeper, target, f"commit killed before {calls[at - 1]} ({at}), recovery before {step}")
             kills += 1
     assert kills > len(calls)

@@ -6,6 +6,7 @@ import errno
 import hashlib
 import os
 import signal
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,10 +24,16 @@ def snapshot(directory: Path, modes: bool = False) -> dict[str, str]:
 
 
 def _entry(p: Path, modes: bool) -> str:
-    if p.is_symlink():
+    st = p.lstat()
+    if stat.S_ISLNK(st.st_mode):
         return f"link -> {os.readlink(p)}"
-    kind = "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-    return f"{kind} {p.lstat().st_mode & 0o7777:o}" if modes else kind
+    if stat.S_ISDIR(st.st_mode):
+        kind = "dir"
+    elif stat.S_ISREG(st.st_mode):
+        kind = hashlib.sha256(p.read_bytes()).hexdigest()
+    else:  # a fifo, socket or device: never opened (a fifo would block)
+        kind = f"special {stat.filemode(st.st_mode)}"
+    return f"{kind} {st.st_mode & 0o7777:o}" if modes else kind
 
 
 def full_disk_on_nth_replace(monkeypatch, n: int = 2) -> None:
