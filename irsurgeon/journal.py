@@ -1,45 +1,38 @@
-"""The commit journal of a directory transaction: what it records, how it proves its origin, how it is undone.
+"""The commit journal of a directory transaction read back against the disk: what recovery would do, and when it
+refuses (the journal's format and the staging folder's names: irsurgeon.journal_format).
 
-A journal is written whole (renamed into place) before the first file moves into the target:
-    {"format": "irsurgeon-journal/2", "run": "<uuid4 hex>",
-     "files": [{"name": N, "new": {"size": s, "sha256": h}, "old": {"size": s, "dev": d, "ino": i} | null}, ...],
-     "checksum": "<sha256 of the canonical JSON of everything above>"}
-`new` identifies the staged file by content; `old` identifies the original by inode: its backup `N.orig` in the
-staging folder is a hard link to it, so a backup is provably the original when dev, inode and size all match.
-Names are limited to the files irsurgeon writes (WRITABLE). A journal that is malformed, fails its checksum, or
-has an entry that matches nothing on disk is foreign or inconsistent: recovery refuses it whole and touches nothing.
+A journal binds itself to the run that wrote it. Recovery acts on it only when
+  - the staging folder it is read from is the one it was written in (dev and inode),
+  - every subdirectory it names is the folder it recorded (opened with O_NOFOLLOW: a link is never followed),
+  - every file it would remove or put back is, by dev, inode and content, the staged file the run moved in, and
+    every backup it would restore is, by dev, inode and size, the original it linked.
+A journal copied or downloaded with a directory, or crafted to name files that are there, matches none of this: it
+is ForeignLeftovers, reported in one line, and nothing is touched. The same holds for a malformed one, one that
+fails its checksum, a staging folder that is a link, or one holding anything irsurgeon does not write there.
 
-Everything here reads through directory descriptors (`dir_fd`, no symlink followed); it never writes.
+Everything here reads through directory descriptors (`dir_fd`, no symbolic link followed); it never writes.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import errno
+import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from irsurgeon.errors import OutputError
-from irsurgeon.ir.export import (CONFIG, GENERATION_CONFIG, HEAD_FILES, LANGUAGE_MODEL, OPENVINO_CONFIG,
-                                 TEXT_ONLY_MODEL, bin_of)
-
-FORMAT = "irsurgeon-journal/2"
-JOURNAL = "journal.json"
-COMMITTED = "committed"  # the journal renamed once every file has moved in: the commit is complete
-BACKUP_SUFFIX = ".orig"
-# The only names a transaction moves into a directory (the head, the annotated language model, the config; for
-# Gemma 4, the target's openvino_model.xml and the files of its mtp_assistant/ folder).
-WRITABLE = frozenset({*HEAD_FILES, LANGUAGE_MODEL, OPENVINO_CONFIG,
-                      TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL), CONFIG, GENERATION_CONFIG})
-STAGE_DIR = ".irsurgeon-staging"  # inside the target: staged files, backups and the journal
-STAGE_NAMES = frozenset({*WRITABLE, *(n + BACKUP_SUFFIX for n in WRITABLE), JOURNAL, JOURNAL + ".tmp", COMMITTED})
-MAX_JOURNAL_BYTES = 1 << 16
+from irsurgeon.fsat import DIR_FLAGS, lstat_at, open_dir
+from irsurgeon.journal_format import (BACKUP_SUFFIX, COMMITTED, FORMAT, JOURNAL, MAX_JOURNAL_BYTES, SLASH,  # noqa: F401
+                                      STAGE_DIR, WRITABLE, check_writable, decode, digest, encode, identity, leaf,
+                                      made_dirs, stage_names, staged, staged_dir, subdir)
 
 
 class ForeignLeftovers(OutputError):
     """A staging folder or journal that irsurgeon cannot prove it wrote; it is reported and left alone."""
+
+
+def foreign(what: str, why: str, stage: str) -> ForeignLeftovers:
+    return ForeignLeftovers(f"{what}: {why}; nothing was touched: inspect and remove {stage} by hand")
 
 
 @dataclass(frozen=True)
@@ -49,122 +42,94 @@ class Step:
     name: str
 
 
-def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
+@dataclass
+class Plan:
+    """What recovering a staging folder takes: its entries, its journal (None: plain leftovers or a finished
+    commit) and, for a journal, each file's step and the held descriptor of each subdirectory the run wrote into
+    that is in the target (None: nothing of it is). close() releases the descriptors."""
+    entries: list[str]
+    record: dict | None = None
+    steps: list[Step] = field(default_factory=list)
+    dirs: dict[str, int | None] = field(default_factory=dict)
+
+    def dir_fd(self, name: str, target_fd: int) -> int | None:
+        folder = subdir(name)
+        return target_fd if folder is None else self.dirs.get(folder)
+
+    def made(self) -> list[str]:
+        return [d["name"] for d in self.record["dirs"] if d["made"] and self.dirs.get(d["name"]) is not None]
+
+    def close(self) -> None:
+        for fd in self.dirs.values():
+            if fd is not None:
+                os.close(fd)
+        self.dirs = {}
 
 
 def content_at(dir_fd: int, name: str) -> dict:
     """{"size", "sha256"} of a regular file, read through dir_fd without following a link."""
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
     try:
-        digest, size = hashlib.sha256(), 0
-        while chunk := os.read(fd, 1 << 22):
-            digest.update(chunk)
-            size += len(chunk)
-        return {"size": size, "sha256": digest.hexdigest()}
+        return digest(fd)
     finally:
         os.close(fd)
 
 
-def identity(st: os.stat_result) -> dict:
-    return {"size": st.st_size, "dev": st.st_dev, "ino": st.st_ino}
+def same(st: os.stat_result | None, recorded: dict) -> bool:
+    """st is the recorded file or folder: same dev and inode (and size, when recorded)."""
+    return st is not None and all(identity(st)[k] == recorded[k] for k in ("size", "dev", "ino") if k in recorded)
 
 
-def _checksum(body: dict) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def encode(run: str, files: list[dict]) -> bytes:
-    body = {"format": FORMAT, "run": run, "files": files}
-    return json.dumps({**body, "checksum": _checksum(body)}).encode()
-
-
-def read(stage_fd: int, name: str, where: str) -> dict:
-    """The journal `name` in the staging folder, checked for form and checksum; ForeignLeftovers otherwise."""
+def read(stage_fd: int, name: str, stage: str, writable: frozenset[str]) -> dict:
+    """The journal `name` in the staging folder, checked for form, checksum and names; ForeignLeftovers otherwise."""
     st = lstat_at(stage_fd, name)
     if st is None or not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JOURNAL_BYTES:
-        raise ForeignLeftovers(f"{where}/{name}: not a journal irsurgeon wrote (a link, a folder or too large); "
-                               f"nothing was touched: inspect and remove {where} by hand")
+        raise foreign(f"{stage}/{name}", "not a journal irsurgeon wrote (a link, a folder or too large)", stage)
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=stage_fd)
     try:
         data = os.read(fd, MAX_JOURNAL_BYTES + 1)
     finally:
         os.close(fd)
-    try:
-        entry = json.loads(data)
-        body = {k: entry[k] for k in ("format", "run", "files")}
-        valid = entry["checksum"] == _checksum(body) and body["format"] == FORMAT and _names_ok(body["files"])
-    except (ValueError, TypeError, KeyError, RecursionError):  # 64 KiB of '[' nests deeper than Python parses
-        valid = False
-    if not valid:
-        raise ForeignLeftovers(f"{where}/{name}: not a journal irsurgeon wrote (expected its format, checksum and "
-                               f"file names); nothing was touched: inspect and remove {where} by hand")
+    body = decode(data, writable)
+    if body is None:
+        raise foreign(f"{stage}/{name}", f"not a journal irsurgeon wrote (expected {FORMAT}, its checksum and "
+                      f"names it writes)", stage)
+    if not same(os.fstat(stage_fd), body["stage"]):
+        raise foreign(f"{stage}/{name}", f"written in another staging folder (run {body['run']}; copied or "
+                      f"downloaded with this directory?)", stage)
     return body
 
 
-def _names_ok(files) -> bool:
-    names = [f["name"] for f in files]
-    return bool(names) and len(set(names)) == len(names) and all(n in WRITABLE for n in names) and all(
-        isinstance(f["new"], dict) and (f["old"] is None or isinstance(f["old"], dict)) for f in files)
-
-
-def plan_rollback(journal: dict, target_fd: int, stage_fd: int, where: str) -> list[Step]:
-    """What undoing the journal's commit takes, checked entry by entry against the disk (reads only)."""
-    steps = []
-    for entry in reversed(journal["files"]):
-        name, old, new = entry["name"], entry["old"], entry["new"]
-        current, backup = lstat_at(target_fd, name), lstat_at(stage_fd, name + BACKUP_SUFFIX)
-        is_new = current is not None and _is_new(target_fd, name, current, new)
-        if old is None:
-            ok, step = current is None or is_new, Step("remove" if is_new else "keep", name)
-        elif backup is not None:
-            ok = _same(backup, old) and (is_new or (current is not None and _same(current, old)))
-            step = Step("restore" if is_new else "keep", name)
-        else:  # restored by an earlier, interrupted recovery
-            ok, step = current is not None and _same(current, old), Step("keep", name)
-        if not ok:
-            raise ForeignLeftovers(f"{where}/{JOURNAL}: its entry for {name} (run {journal['run']}) matches neither "
-                                   f"the original nor the file that run moved in; nothing was touched: inspect "
-                                   f"{name} and remove {where} by hand")
-        steps.append(step)
-    return steps
-
-
-def _same(st: os.stat_result, old) -> bool:
-    return isinstance(old, dict) and identity(st) == {k: old.get(k) for k in ("size", "dev", "ino")}
-
-
-def _is_new(dir_fd: int, name: str, st: os.stat_result, new: dict) -> bool:
-    if not stat.S_ISREG(st.st_mode) or st.st_size != new.get("size"):
-        return False
-    return content_at(dir_fd, name) == {"size": new.get("size"), "sha256": new.get("sha256")}
-
-
-def check_entries(stage_fd: int, where: str) -> list[str]:
-    """The staging folder's entries, each a regular file with a name irsurgeon writes there (a backup may be the
-    hard link of an original that is itself a symbolic link); else ForeignLeftovers."""
-    names = sorted(os.listdir(stage_fd))
+def check_entries(stage_fd: int, stage: str, writable: frozenset[str]) -> list[str]:
+    """The staging folder's entries: regular files with names irsurgeon writes there (a backup may be the hard link
+    of an original that is itself a symbolic link) and empty made folders; else ForeignLeftovers."""
+    names, files, folders = sorted(os.listdir(stage_fd)), stage_names(writable), made_dirs(writable)
     for name in names:
         st = lstat_at(stage_fd, name)
-        kind_ok = st is None or stat.S_ISREG(st.st_mode) or (name.endswith(BACKUP_SUFFIX) and stat.S_ISLNK(st.st_mode))
-        if name not in STAGE_NAMES or not kind_ok:
-            raise ForeignLeftovers(f"{where}/{name}: not a file irsurgeon writes there; nothing was touched: "
-                                   f"inspect and remove {where} by hand")
+        if st is None:
+            continue
+        if name in folders and stat.S_ISDIR(st.st_mode) and not _listing(stage_fd, name):
+            continue
+        if name not in files or not (stat.S_ISREG(st.st_mode) or (
+                name.endswith(BACKUP_SUFFIX) and stat.S_ISLNK(st.st_mode))):
+            raise foreign(f"{stage}/{name}", "not a file irsurgeon writes there", stage)
     if JOURNAL in names and COMMITTED in names:
-        raise ForeignLeftovers(f"{where}: holds both {JOURNAL} and {COMMITTED}, which irsurgeon never leaves; "
-                               f"nothing was touched: inspect and remove {where} by hand")
+        raise foreign(stage, f"holds both {JOURNAL} and {COMMITTED}, which irsurgeon never leaves", stage)
     return names
+
+
+def _listing(dir_fd: int, name: str) -> list[str]:
+    fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        return os.listdir(fd)
+    finally:
+        os.close(fd)
 
 
 def open_stage(target_fd: int, where: Path) -> int | None:
     """The staging folder as a descriptor (None when there is none); a link or a non-folder is refused."""
     try:
-        return os.open(STAGE_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=target_fd)
-    except FileNotFoundError:
-        return None
+        return open_dir(target_fd, STAGE_DIR)
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
             raise ForeignLeftovers(f"{where / STAGE_DIR}: a link or a file, not a staging folder irsurgeon made; "
@@ -172,19 +137,84 @@ def open_stage(target_fd: int, where: Path) -> int | None:
         raise
 
 
-def examine(target_fd: int, stage_fd: int, stage: str) -> tuple[list[str], dict | None, list[Step]]:
+def examine(target_fd: int, stage_fd: int, where: Path, writable: frozenset[str] | None = None) -> Plan:
     """Check everything recovery would act on, reading only: the entries, the commit mark, the journal and each
-    rollback step. Returns (entries, journal or None, steps)."""
-    names = check_entries(stage_fd, stage)
+    rollback step. The caller closes the plan."""
+    writable, stage = check_writable(WRITABLE if writable is None else writable), str(where / STAGE_DIR)
+    names = check_entries(stage_fd, stage, writable)
     if COMMITTED in names:
-        read(stage_fd, COMMITTED, stage)
+        read(stage_fd, COMMITTED, stage, writable)
     if JOURNAL not in names:
-        return names, None, []
-    record = read(stage_fd, JOURNAL, stage)
-    return names, record, plan_rollback(record, target_fd, stage_fd, stage)
+        return Plan(names)
+    plan = Plan(names, read(stage_fd, JOURNAL, stage, writable))
+    try:
+        _open_dirs(plan, target_fd, stage_fd, where)
+        plan.steps = [_step(entry, plan, target_fd, stage_fd, stage) for entry in reversed(plan.record["files"])]
+    except BaseException:
+        plan.close()
+        raise
+    return plan
 
 
-def leftover_state(target: str | Path) -> tuple[bool, str] | None:
+def _open_dirs(plan: Plan, target_fd: int, stage_fd: int, where: Path) -> None:
+    """Hold each subdirectory of the journal that is in the target, after proving it is the recorded folder."""
+    stage, record = str(where / STAGE_DIR), plan.record
+    waiting = {n for n in plan.entries if n in made_dirs(frozenset(f["name"] for f in record["files"]))}
+    unknown = [n for n in plan.entries if n.endswith(staged_dir("")) and n not in waiting]
+    if unknown:
+        raise foreign(f"{stage}/{unknown[0]}", f"a folder the journal of run {record['run']} did not make", stage)
+    for entry in record["dirs"]:
+        name = entry["name"]
+        if staged_dir(name) in waiting:  # made, never moved into the target: nothing of it is there
+            if not entry["made"] or not same(lstat_at(stage_fd, staged_dir(name)), entry):
+                raise foreign(f"{stage}/{staged_dir(name)}", f"not the folder run {record['run']} made", stage)
+            plan.dirs[name] = None
+            continue
+        plan.dirs[name] = _held_dir(target_fd, name, entry, where, record["run"])
+
+
+def _held_dir(target_fd: int, name: str, entry: dict, where: Path, run: str) -> int | None:
+    stage = str(where / STAGE_DIR)
+    try:
+        fd = open_dir(target_fd, name)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise foreign(str(where / name), f"a link or a file, not the folder run {run} wrote into", stage) from None
+    if fd is None and entry["made"]:  # removed again by an interrupted recovery, after its files
+        return None
+    if fd is None or not same(os.fstat(fd), entry):
+        if fd is not None:
+            os.close(fd)
+        raise foreign(str(where / name), f"not the folder run {run} wrote into (gone or replaced)", stage)
+    return fd
+
+
+def _step(entry: dict, plan: Plan, target_fd: int, stage_fd: int, stage: str) -> Step:
+    """The rollback step of one journal entry, checked against the disk."""
+    name, old, new = entry["name"], entry["old"], entry["new"]
+    dir_fd = plan.dir_fd(name, target_fd)
+    if dir_fd is None:  # its folder is not in the target: the file never moved in, or went with the folder
+        return Step("keep", name)
+    current, backup = lstat_at(dir_fd, leaf(name)), lstat_at(stage_fd, staged(name) + BACKUP_SUFFIX)
+    is_new = same(current, new) and stat.S_ISREG(current.st_mode) and _holds(dir_fd, name, new)
+    if old is None:
+        ok, step = current is None or is_new, Step("remove" if is_new else "keep", name)
+    elif backup is not None:
+        ok, step = same(backup, old) and (is_new or same(current, old)), Step("restore" if is_new else "keep", name)
+    else:  # restored by an earlier, interrupted recovery
+        ok, step = same(current, old), Step("keep", name)
+    if not ok:
+        raise foreign(f"{stage}/{JOURNAL}", f"its entry for {name} (run {plan.record['run']}) matches neither the "
+                      f"original nor the file that run moved in; inspect {name}", stage)
+    return step
+
+
+def _holds(dir_fd: int, name: str, new: dict) -> bool:
+    return content_at(dir_fd, leaf(name)) == {"size": new["size"], "sha256": new["sha256"]}
+
+
+def leftover_state(target: str | Path, writable: frozenset[str] | None = None) -> tuple[bool, str] | None:
     """For verify, without changing anything: None when target has no staging folder, else (ok, what it holds)."""
     where, fd, stage_fd = Path(target), None, None
     try:
@@ -192,7 +222,9 @@ def leftover_state(target: str | Path) -> tuple[bool, str] | None:
         stage_fd = open_stage(fd, where)
         if stage_fd is None:
             return None
-        if examine(fd, stage_fd, str(where / STAGE_DIR))[1] is None:
+        plan = examine(fd, stage_fd, where, writable)
+        plan.close()
+        if plan.record is None:
             return True, f"{where / STAGE_DIR} holds leftovers; the next patch clears them"
         return False, f"{where / STAGE_DIR} holds a half-done commit; the next patch rolls it back"
     except ForeignLeftovers as e:

@@ -1,19 +1,30 @@
 """Change files of a directory all at once or not at all: stage, verify, then commit under a rollback journal.
 
-    with DirectoryTransaction(target) as tx:      # takes the directory lock, recovers what a killed run left
-        write(tx.stage("openvino_mtp_model.xml"))  # new versions are written into a staging folder inside target
+    with DirectoryTransaction(target) as tx:          # takes the directory lock, recovers what a killed run left
+        write(tx.stage("openvino_model.xml"))         # new versions are written into a staging folder in target
+        write(tx.stage("mtp_assistant/config.json"))  # one subdirectory level down too (made when missing)
         ... verify the staged files ...
-        tx.commit()                               # journal -> move each file in (originals kept as hard links)
+        tx.commit()                                   # journal -> move each file in (originals kept as hard links)
 
-Leaving the block without commit() removes the staging folder: the directory is as it was. A process killed while
-committing leaves the journal behind; the next transaction on the directory rolls the half-done commit back (or,
-when the journal was renamed `committed`, just clears it) before doing anything else. Ctrl-C during the commit is
-held until the commit is finished. See irsurgeon.journal for what a journal records and when it is refused.
+Leaving the block without commit() removes the staging folder: the directory is as it was. The commit, in order:
+  1. each subdirectory is checked again: still the folder stage() opened, or still missing
+  2. for each missing one a folder is made in the staging folder (and held open)
+  3. each staged file is fsynced, hashed and given its original's mode; each original is hard-linked as its backup
+  4. the journal is written whole (journal.json.tmp, fsync, renamed into place; irsurgeon.journal_format)
+  5. each made folder is renamed into the target (never over anything there), the target fsynced
+  6. each file is renamed into place, the directories fsynced
+  7. the journal is renamed `committed`: the commit is complete; then the staging folder is removed
+A process killed in between leaves the journal; the next transaction (or recover()) on the directory rolls the
+half-done commit back, or clears a complete one's leftovers, before anything else (irsurgeon.recovery, after
+irsurgeon.journal has proven every step against the disk). A call that fails in between runs that same recovery at
+once: the error says "rolled back" only when it finished, else that the next run finishes it. Ctrl-C during a
+commit, its rollback or a recovery is held until it is done.
 
-Nothing here follows a link out of the target. The target and the staging folder are held open as directory
-descriptors (the staging folder opened with O_NOFOLLOW, so a link there is refused); every rename, link, unlink and
-mkdir is made relative to those descriptors, and the paths handed out for writing staged files go through the held
-descriptor (/proc/self/fd/N/name), so swapping the staging folder for a link mid-run redirects nothing.
+Nothing here follows a link, in or out of the target. The target, the staging folder and each subdirectory are held
+open as directory descriptors (opened with O_NOFOLLOW: a subdirectory that is a link, a file or anything but a
+folder is refused when first staged into, before anything is written); every rename, link, unlink, mkdir and rmdir
+is made relative to those descriptors, and the paths handed out for writing staged files go through the held
+descriptor (/proc/self/fd/N/name), so swapping any of these folders for a link mid-run redirects nothing.
 
 Every command that writes into a directory takes `directory_lock` first: a flock on the directory itself (nothing
 stray is created, and a dead process's lock is released by the kernel).
@@ -32,10 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from irsurgeon import journal
+from irsurgeon import recovery
 from irsurgeon.errors import OutputError, cause
+from irsurgeon.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
 from irsurgeon.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, STAGE_DIR, WRITABLE, ForeignLeftovers,  # noqa: F401
-                               examine, leftover_state, lstat_at, open_stage)
+                               check_writable, digest, encode, identity, leaf, leftover_state, staged, staged_dir,
+                               subdir)
 
 __all__ = ["BACKUP_SUFFIX", "COMMITTED", "JOURNAL", "STAGE_DIR", "WRITABLE", "DirectoryTransaction",
            "ForeignLeftovers", "clear_interrupted", "directory_lock", "leftover_state", "recover", "shown"]
@@ -85,63 +98,18 @@ def shown(path: str | Path) -> str:
     return text
 
 
-def _remove_stage(target_fd: int, stage_fd: int, names: list[str]) -> None:
-    """Unlink the staging folder's files through its descriptor, then the folder, if its name is still ours."""
-    for name in names:
-        try:
-            os.unlink(name, dir_fd=stage_fd)
-        except FileNotFoundError:
-            pass
-    named = lstat_at(target_fd, STAGE_DIR)
-    if named is not None and os.path.samestat(named, os.fstat(stage_fd)):
-        os.rmdir(STAGE_DIR, dir_fd=target_fd)
-
-
-def _recover_at(target_fd: int, where: Path) -> list[str]:
-    stage_fd = open_stage(target_fd, where)
-    if stage_fd is None:
-        return []
-    stage = where / STAGE_DIR
-    try:
-        names, record, steps = examine(target_fd, stage_fd, str(stage))
-        notes = [f"removed leftover staging folder {stage}"]
-        if record is not None:
-            notes = [f"rolled back an interrupted commit in {where} (run {record['run']})"]
-            notes += _roll_back(target_fd, stage_fd, steps)
-            names.remove(JOURNAL)
-        _remove_stage(target_fd, stage_fd, names)
-        return notes
-    finally:
-        os.close(stage_fd)
-
-
-def _roll_back(target_fd: int, stage_fd: int, steps: list[journal.Step]) -> list[str]:
-    """Undo a half-done commit whose every step journal.examine checked against the disk."""
-    notes = []
-    for step in steps:
-        if step.action == "restore":
-            os.replace(step.name + BACKUP_SUFFIX, step.name, src_dir_fd=stage_fd, dst_dir_fd=target_fd)
-            notes.append(f"restored {step.name}")
-        elif step.action == "remove":
-            os.unlink(step.name, dir_fd=target_fd)
-            notes.append(f"removed {step.name} (written by the interrupted run)")
-    os.fsync(target_fd)
-    os.unlink(JOURNAL, dir_fd=stage_fd)  # first: what is left after this is plain leftovers, never a journal
-    os.fsync(stage_fd)
-    return notes
-
-
-def recover(target: str | Path, target_fd: int | None = None) -> list[str]:
+def recover(target: str | Path, target_fd: int | None = None, writable: frozenset[str] | None = None) -> list[str]:
     """Undo (or clear) what an interrupted run left in target; returns what was done, one line each.
 
     Call it holding the directory lock (target_fd: the locked descriptor). Anything irsurgeon cannot prove it
-    wrote raises ForeignLeftovers before a single file is touched. Ctrl-C is held until it is done.
+    wrote raises ForeignLeftovers before a single file is touched. Ctrl-C is held until it is done. writable: the
+    names the interrupted run may have written (default WRITABLE).
     """
     where, fd = Path(target), target_fd
     with _deferred_sigint():
         try:
             fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY) if target_fd is None else target_fd
-            return _recover_at(fd, where)
+            return recovery.recover_at(fd, where, writable)
         except OSError as e:
             raise OutputError(f"{where}: cannot clear an interrupted run's {STAGE_DIR}: {e.strerror or e}") from None
         finally:
@@ -149,24 +117,31 @@ def recover(target: str | Path, target_fd: int | None = None) -> list[str]:
                 os.close(fd)
 
 
-def clear_interrupted(target: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None) -> None:
+def clear_interrupted(target: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None,
+                      writable: frozenset[str] | None = None) -> None:
     """Under the directory lock, roll back or clear what an interrupted run left in target (nothing if clean)."""
     with directory_lock(target, wait) as fd:
-        for note in recover(target, fd):
+        for note in recover(target, fd, writable):
             (echo or (lambda _m: None))(note)
 
 
 class DirectoryTransaction:
-    def __init__(self, target: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None):
+    """Stage, then commit or drop, files of target whose names are in `writable` (default WRITABLE)."""
+
+    def __init__(self, target: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None,
+                 writable: frozenset[str] | None = None):
         self.target = Path(target)
         self.wait = wait
         self.echo = echo or (lambda _msg: None)
+        self.writable = check_writable(WRITABLE if writable is None else writable)
         self.names: list[str] = []
         self.run = uuid.uuid4().hex
         self.committed = False
         self._fd: int | None = None
         self._stage_fd: int | None = None
-        self._journaled = False
+        self._dirs: dict[str, int | None] = {}  # subdirectory -> its held descriptor (None: missing, to be made)
+        self._made: list[str] = []  # subdirectories this commit makes
+        self._doing = ""  # the commit step under way, for its error message
 
     @property
     def stage_dir(self) -> Path:
@@ -176,13 +151,13 @@ class DirectoryTransaction:
     def __enter__(self) -> "DirectoryTransaction":
         self._fd = acquire(self.target, self.wait)
         try:
-            for note in recover(self.target, self._fd):
+            for note in recover(self.target, self._fd, self.writable):
                 self.echo(note)
             with _deferred_sigint():  # a Ctrl-C here would orphan the new folder
                 self._make_stage()
         except BaseException as e:
             if self._stage_fd is not None:  # made, then Ctrl-C (delivered when the block ended)
-                _remove_stage(self._fd, self._stage_fd, os.listdir(self._stage_fd))
+                recovery.remove_stage(self._fd, self._stage_fd, os.listdir(self._stage_fd))
             self._release()
             if isinstance(e, OSError):
                 raise OutputError(f"{self.target}: cannot prepare staging folder: {e.strerror or e}") from None
@@ -191,7 +166,7 @@ class DirectoryTransaction:
 
     def _make_stage(self) -> None:
         os.mkdir(STAGE_DIR, 0o700, dir_fd=self._fd)
-        self._stage_fd = os.open(STAGE_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self._fd)
+        self._stage_fd = os.open(STAGE_DIR, DIR_FLAGS, dir_fd=self._fd)
         _SPELLED[str(self.stage_dir)] = str(self.target / STAGE_DIR)
         if os.listdir(self._stage_fd):  # swapped between mkdir and open for a folder that is not ours
             raise OSError(errno.EEXIST, f"{STAGE_DIR} was replaced while being created")
@@ -199,88 +174,180 @@ class DirectoryTransaction:
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
             if not self.committed and self._stage_fd is not None:
-                self._abandon()
+                with _deferred_sigint():  # drop the staged files: nothing in the target has changed
+                    recovery.remove_stage(self._fd, self._stage_fd, os.listdir(self._stage_fd))
         finally:
             self._release()
 
-    def _abandon(self) -> None:
-        """Undo a commit that stopped halfway (the journal says what moved), or drop the staged files."""
-        if self._journaled:
-            for note in recover(self.target, self._fd):
-                self.echo(note)
-        else:
-            with _deferred_sigint():
-                _remove_stage(self._fd, self._stage_fd, os.listdir(self._stage_fd))
-        self._journaled = False
-
-    def _release(self) -> None:
+    def _close_stage(self) -> None:
         if self._stage_fd is not None:
             _SPELLED.pop(str(self.stage_dir), None)
             os.close(self._stage_fd)
             self._stage_fd = None
+
+    def _release(self) -> None:
+        self._close_stage()
+        for fd in self._dirs.values():
+            if fd is not None:
+                os.close(fd)
+        self._dirs = {}
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor releases the flock
             self._fd = None
 
     def stage(self, name: str) -> Path:
-        """Where to write the new version of target/name (one of the names irsurgeon writes: WRITABLE)."""
-        if name not in WRITABLE:
+        """Where to write the new version of target/name (a name of the writable set, maybe folder/name). The
+        first name in a subdirectory opens it: one that is a link, a file or not a folder is an OutputError."""
+        if name not in self.writable:
             raise ValueError(f"not a file irsurgeon writes into a target: {name}")
+        folder = subdir(name)
+        if folder is not None and folder not in self._dirs:
+            self._dirs[folder] = self._open_subdir(folder)
         if name not in self.names:
             self.names.append(name)
-        return self.stage_dir / name
+        return self.stage_dir / staged(name)
+
+    def _open_subdir(self, folder: str) -> int | None:
+        """The held descriptor of target/folder, never through a link (None: missing)."""
+        where = self.target / folder
+        try:
+            fd = open_dir(self._fd, folder)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise OutputError(f"{where}: a link or a file, not a folder; irsurgeon writes nothing through it "
+                                  f"(make it a folder, or remove it)") from None
+            raise OutputError(f"{where}: cannot open it: {e.strerror}") from None
+        if fd is not None and os.fstat(fd).st_dev != os.fstat(self._stage_fd).st_dev:
+            os.close(fd)
+            raise OutputError(f"{where}: on another file system than {self.target}; files cannot move into it whole")
+        return fd
 
     def commit(self) -> None:
-        missing = [n for n in self.names if not os.path.isfile(self.stage_dir / n)]
+        missing = [n for n in self.names if not _regular(lstat_at(self._stage_fd, staged(n)))]
         if missing:
             raise OutputError(f"{self.target}: staged file {missing[0]} was never written")
         with _deferred_sigint():
+            if not self.names:  # nothing to move in, so no journal: an empty one would prove nothing
+                self._finish()
+                return
+            self._check_dirs()
             try:
                 self._commit()
             except OSError as e:
-                self._abandon()
-                raise OutputError(f"{self.target}: commit failed and was rolled back: {e.strerror or e}") from None
+                self._fail(e)
+
+    def _check_dirs(self) -> None:
+        """Each subdirectory is still the folder stage() opened; one that appeared since is opened now."""
+        for folder, fd in list(self._dirs.items()):
+            named = lstat_at(self._fd, folder)
+            if fd is None and named is not None:
+                self._dirs[folder] = self._open_subdir(folder)
+            elif fd is not None and (named is None or not os.path.samestat(named, os.fstat(fd))):
+                raise OutputError(f"{self.target / folder}: replaced or removed since files were staged for it; "
+                                  f"nothing was written")
 
     def _commit(self) -> None:
-        entries = [self._prepare(name) for name in self.names]
-        partial = JOURNAL + ".tmp"  # renamed into place whole: a journal is never half-written
+        for folder in [d for d, fd in self._dirs.items() if fd is None]:
+            self._make_dir(folder)
+        self._write_journal([self._prepare(name) for name in self.names])
+        for folder in self._made:
+            self._doing = f"moving {folder}/ in"
+            rename_noreplace(staged_dir(folder), folder, self._stage_fd, self._fd)
+        if self._made:
+            os.fsync(self._fd)
+        for name in self.names:
+            self._doing = f"moving {name} in"
+            os.replace(staged(name), leaf(name), src_dir_fd=self._stage_fd, dst_dir_fd=self._dir_fd(name))
+        self._doing = "syncing the target"
+        for fd in [*self._dirs.values(), self._fd]:
+            os.fsync(fd)
+        self._doing = "marking the commit complete"
+        os.replace(JOURNAL, COMMITTED, src_dir_fd=self._stage_fd, dst_dir_fd=self._stage_fd)
+        os.fsync(self._stage_fd)
+        self._finish()
+
+    def _finish(self) -> None:
+        self.committed = True
+        try:
+            recovery.remove_stage(self._fd, self._stage_fd, os.listdir(self._stage_fd))
+        except OSError as e:  # the commit is complete: what is left holds no journal, and the next run clears it
+            self.echo(f"{self.target / STAGE_DIR}: not removed after the commit ({e.strerror or e})")
+
+    def _fail(self, e: OSError) -> None:
+        """Undo a commit a failed call stopped, as the next run would after a kill; say whether it was undone."""
+        failed = f"{self._doing}: {e.strerror or e}"
+        try:
+            if lstat_at(self._stage_fd, COMMITTED) is not None and lstat_at(self._stage_fd, JOURNAL) is None:
+                self.echo(f"{self.target}: committed, then {failed}")  # the call came after the commit mark
+                self._finish()
+                return
+            recovery.recover_at(self._fd, self.target, self.writable)
+        except ForeignLeftovers as r:
+            raise OutputError(f"{self.target}: commit failed ({failed}), and its rollback stopped: {r}") from None
+        except OSError as r:
+            raise OutputError(f"{self.target}: commit failed ({failed}), and undoing it failed too "
+                              f"({r.strerror or r}); the next irsurgeon run on it finishes undoing it") from None
+        finally:
+            if not self.committed:
+                self._close_stage()
+        raise OutputError(f"{self.target}: commit failed and was rolled back: {failed}")
+
+    def _dir_fd(self, name: str) -> int:
+        folder = subdir(name)
+        return self._fd if folder is None else self._dirs[folder]
+
+    def _make_dir(self, folder: str) -> None:
+        """A folder for the missing target/folder, made in the staging folder and held open."""
+        self._doing = f"making {folder}/"
+        os.mkdir(staged_dir(folder), 0o777, dir_fd=self._stage_fd)
+        fd = os.open(staged_dir(folder), DIR_FLAGS, dir_fd=self._stage_fd)
+        self._dirs[folder] = fd
+        self._made.append(folder)
+        if os.listdir(fd):  # swapped between mkdir and open for a folder that is not ours
+            raise OSError(errno.EEXIST, f"{staged_dir(folder)} was replaced while being made")
+
+    def _prepare(self, name: str) -> dict:
+        """fsync and hash the staged file, give it its original's mode, keep the original as a hard link beside
+        it; the file's journal entry."""
+        self._doing = f"preparing {name}"
+        dir_fd, backup = self._dir_fd(name), staged(name) + BACKUP_SUFFIX
+        original = lstat_at(dir_fd, leaf(name))
+        fd = os.open(staged(name), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self._stage_fd)
+        try:
+            st = os.fstat(fd)
+            if original is not None and stat.S_ISREG(original.st_mode):  # a link keeps its own mode
+                os.fchmod(fd, original.st_mode & 0o7777)
+            os.fsync(fd)
+            new = {**digest(fd), "dev": st.st_dev, "ino": st.st_ino}
+        finally:
+            os.close(fd)
+        old = None
+        if original is not None:
+            os.link(leaf(name), backup, src_dir_fd=dir_fd, dst_dir_fd=self._stage_fd, follow_symlinks=False)
+            old = identity(lstat_at(self._stage_fd, backup))
+        return {"name": name, "new": new, "old": old}
+
+    def _write_journal(self, entries: list[dict]) -> None:
+        """The journal, written whole: journal.json.tmp, fsync, renamed into place, the staging folder fsynced."""
+        self._doing = "writing the journal"
+        here = os.fstat(self._stage_fd)
+        dirs = [{"name": d, "made": d in self._made, "dev": s.st_dev, "ino": s.st_ino}
+                for d, s in ((d, os.fstat(fd)) for d, fd in self._dirs.items())]
+        data = memoryview(encode(self.run, entries, {"dev": here.st_dev, "ino": here.st_ino}, dirs))
+        partial = JOURNAL + ".tmp"
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=self._stage_fd)
         try:
-            os.write(fd, journal.encode(self.run, entries))
+            while data:
+                data = data[os.write(fd, data):]
             os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(partial, JOURNAL, src_dir_fd=self._stage_fd, dst_dir_fd=self._stage_fd)
-        self._journaled = True
         os.fsync(self._stage_fd)
-        for name in self.names:
-            os.replace(name, name, src_dir_fd=self._stage_fd, dst_dir_fd=self._fd)
-        os.fsync(self._fd)
-        os.replace(JOURNAL, COMMITTED, src_dir_fd=self._stage_fd, dst_dir_fd=self._stage_fd)
-        os.fsync(self._stage_fd)
-        self.committed = True
-        try:
-            _remove_stage(self._fd, self._stage_fd, os.listdir(self._stage_fd))
-        except OSError as e:  # the commit is complete: what is left holds no journal, and the next run clears it
-            self.echo(f"{self.target / STAGE_DIR}: not removed after the commit ({e.strerror or e})")
 
-    def _prepare(self, name: str) -> dict:
-        """fsync the staged file, keep the original as a hard link beside it; the file's journal entry."""
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self._stage_fd)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        new = journal.content_at(self._stage_fd, name)
-        original = lstat_at(self._fd, name)
-        old = None
-        if original is not None:
-            if stat.S_ISREG(original.st_mode):  # a link keeps its own mode; its backup is the link itself
-                os.chmod(name, original.st_mode & 0o7777, dir_fd=self._stage_fd)
-            os.link(name, name + BACKUP_SUFFIX, src_dir_fd=self._fd, dst_dir_fd=self._stage_fd,
-                    follow_symlinks=False)
-            old = journal.identity(lstat_at(self._stage_fd, name + BACKUP_SUFFIX))
-        return {"name": name, "new": new, "old": old}
+
+def _regular(st: os.stat_result | None) -> bool:
+    return st is not None and stat.S_ISREG(st.st_mode)
 
 
 @contextmanager

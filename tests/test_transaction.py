@@ -173,11 +173,12 @@ def test_journal_not_written_by_a_commit_is_refused(target, outside, form):
     """A journal shipped inside a downloaded directory: it must never delete the files it names."""
     stage = target / STAGE_DIR
     stage.mkdir()
-    entry = {"name": LM, "new": {"size": 3, "sha256": "0" * 64}, "old": None}
+    lm, here = os.stat(target / LM), {"dev": os.stat(stage).st_dev, "ino": os.stat(stage).st_ino}
+    entry = {"name": LM, "new": {"size": 3, "sha256": "0" * 64, "dev": lm.st_dev, "ino": lm.st_ino}, "old": None}
     data = {"bare-list": json.dumps(["openvino_language_model.bin", LM]),
             "named-lists": json.dumps({"files": ["openvino_language_model.bin"], "replaced": []}),
-            "checksummed-foreign-name": journal.encode("x", [{**entry, "name": "openvino_language_model.bin"}]),
-            "checksummed-wrong-hash": journal.encode("x", [entry]),
+            "checksummed-foreign-name": journal.encode("x", [{**entry, "name": "openvino_language_model.bin"}], here),
+            "checksummed-wrong-hash": journal.encode("x", [entry], here),
             "nested-deeper-than-python-parses": "[" * 60000}[form]
     (stage / JOURNAL).write_bytes(data.encode() if isinstance(data, str) else data)
     refused_untouched(target, outside, "irsurgeon wrote" if form != "checksummed-wrong-hash" else "matches neither")

@@ -1,6 +1,7 @@
-"""Real second processes for the transaction tests: one killed inside a commit, one holding a directory lock.
+"""Real second processes for the transaction tests: one killed inside a commit, one holding a directory lock, and
+a sweeper whose children commit or recover and are SIGKILLed before any chosen call that changes the disk.
 
-Both run this checkout's irsurgeon (PYTHONPATH first) and use the product's own functions, so what they leave or
+All run this checkout's irsurgeon (PYTHONPATH first) and use the product's own functions, so what they leave or
 hold is exactly what a real run would.
 """
 from __future__ import annotations
@@ -12,6 +13,8 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+from helpers.dirsnap import MUTATING
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,3 +82,90 @@ def lock_held(directory: Path, gate: Path):
         gate.unlink(missing_ok=True)
         proc.wait(30)
         held.unlink(missing_ok=True)
+
+
+# A fork server for kill sweeps. It reads one JSON request a line: {"do": "commit", "target", "files": {name: hex},
+# "at"} or {"do": "recover", "target", "at"}; a fresh child forked for each (it inherits nothing but the imported
+# modules) stages the files and commits them, or recovers the target, SIGKILLing itself just before its at-th
+# MUTATING call (0: never). Answers one JSON line: {"status": exit code (-9 when killed), "calls": how many calls
+# it made, "notes": what recover() said, "error": "<type>: <message>" or null}.
+SWEEP_SERVER = r'''
+import json, os, signal, sys
+import irsurgeon.transaction as t
+CALLS = %s
+WRITE, counted = os.write, []
+
+def arm(at):
+    def wrap(real):
+        def call(*args, **kwargs):
+            counted.append(1)
+            WRITE(REPORT, b"c")
+            if len(counted) == at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(*args, **kwargs)
+        return call
+    for name in CALLS:
+        setattr(os, name, wrap(getattr(os, name)))
+    t.rename_noreplace = wrap(t.rename_noreplace)
+
+def work(req):
+    if req["do"] == "commit":
+        with t.DirectoryTransaction(req["target"]) as tx:
+            for name, data in req["files"].items():
+                tx.stage(name).write_bytes(bytes.fromhex(data))
+            arm(req["at"])
+            tx.commit()
+        return []
+    arm(req["at"])
+    return t.recover(req["target"])
+
+for line in sys.stdin:
+    req = json.loads(line)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        REPORT = w
+        try:
+            answer = {"notes": work(req), "error": None}
+        except BaseException as e:
+            answer = {"notes": [], "error": f"{type(e).__name__}: {e}"}
+        WRITE(w, b"=" + json.dumps(answer).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    calls, _, tail = data.partition(b"=")
+    answer = json.loads(tail) if tail else {"notes": [], "error": None}
+    print(json.dumps({"status": status, "calls": len(calls), **answer}), flush=True)
+''' % (MUTATING,)
+
+
+class Sweeper:
+    """A running SWEEP_SERVER; commit() and recover() each run in a new child of it."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", SWEEP_SERVER], env=env(), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ask(self, **request) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, self.proc.stderr.read()
+        return json.loads(line)
+
+    def commit(self, target: Path, files: dict[str, bytes], at: int = 0) -> dict:
+        return self.ask(do="commit", target=str(target), files={n: d.hex() for n, d in files.items()}, at=at)
+
+    def recover(self, target: Path, at: int = 0) -> dict:
+        return self.ask(do="recover", target=str(target), at=at)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(30)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
