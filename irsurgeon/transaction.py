@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from irsurgeon import recovery
+from irsurgeon.signals import on_own_stack
 from irsurgeon.errors import OutputError, cause
 from irsurgeon.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
 from irsurgeon.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, STAGE_DIR, WRITABLE, ForeignLeftovers,  # noqa: F401
@@ -359,10 +360,12 @@ def _deferred_sigint():
     except ValueError:  # not the main thread: signals cannot be handled here anyway
         yield
         return
+    on_own_stack()
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        on_own_stack()
     if received:
         raise KeyboardInterrupt
 

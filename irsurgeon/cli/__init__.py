@@ -9,6 +9,7 @@ import click
 
 from irsurgeon import __version__
 from irsurgeon.errors import IRSurgeonError, cause
+from irsurgeon.signals import on_own_stack
 from irsurgeon.text import shown
 
 DEBUG_ENV = "IRSURGEON_DEBUG"
@@ -65,6 +66,7 @@ def _watch_sigint() -> list:
         raise KeyboardInterrupt
     try:
         signal.signal(signal.SIGINT, handler)
+        on_own_stack()  # not on a stale alternate stack openvino-genai may leave (irsurgeon.signals)
     except ValueError:  # not the main thread (embedded use): leave signal handling to the host
         pass
     return seen
