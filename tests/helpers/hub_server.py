@@ -49,6 +49,7 @@ class Faults:
     pause: float = 0.0
     etag: dict[str, str] = field(default_factory=dict)  # file name -> its ETag (X-Linked-Etag if LFS), sent as is
     commit: str | None = None  # X-Repo-Commit of every answer (a 404 EntryNotFound too), sent as is
+    missing_commit: str | None = None  # X-Repo-Commit of a 404 EntryNotFound only
     any_revision: bool = False  # any revision name is served the repo's first revision (a hub that checks none)
     announce: dict[str, int] = field(default_factory=dict)  # file name -> the size its HEAD announces
     range_bytes: int | None = None  # every range request answered with this many bytes (Content-Length says so)
@@ -134,7 +135,8 @@ class Handler(BaseHTTPRequestHandler):
         faults = self.hub.faults
         if self.path == "/api/agent-harnesses":
             self.hub.record(self.command, self.path, None, 0)
-            return self.reply(200, {"Content-Type": "application/json"}, b'{"standardEnvVars": [], "harnesses": {}}')
+            registry = b'{"standardEnvVars": [], "harnesses": {}}'
+            return self.reply(200, {"Content-Type": "application/json", "Content-Length": str(len(registry))}, registry)
         cdn = re.fullmatch(r"/cdn/([0-9a-f]{64})", self.path)
         if cdn and cdn.group(1) in self.hub.blobs:
             self.file = self.hub.blobs[cdn.group(1)].name
@@ -158,7 +160,7 @@ class Handler(BaseHTTPRequestHandler):
         path = found.files.get(filename)
         commit = faults.commit or found.commit
         if path is None:
-            return self.error(404, "EntryNotFound", commit)
+            return self.error(404, "EntryNotFound", faults.missing_commit or commit)
         if self.retries():
             return None
         sha = self.hub.sha256(path)
@@ -284,7 +286,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def drip(self, status: int, headers: dict, payload: bytes):
         """The whole answer, status line included, one byte every `drip_every` s, until the client hangs up."""
-        lines = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}", *(f"{k}: {v}" for k, v in headers.items())]
+        status_line = f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}"
+        lines = [status_line, *(f"{k}: {v}" for k, v in headers.items())]
         raw = ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
         self.close_connection = True
         try:
