@@ -12,7 +12,7 @@ from pathlib import Path
 
 from helpers.dirsnap import snapshot
 from helpers.gemma4 import copy_pair
-from helpers.hub_server import HubServer, Revision, split_checkpoint
+from helpers.hub_server import Faults, HubServer, Revision, split_checkpoint
 from irsurgeon.verify import verify_directory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,9 +20,10 @@ REPO = "acme/gemma4-assistant"
 
 
 def run_cli(*args, endpoint: str, home: Path):
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_HUB_ETAG_TIMEOUT")}
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_HUB_ETAG_TIMEOUT",
+                                                            "IRSURGEON_HUB_TIMEOUT")}
     env.update({"HF_ENDPOINT": endpoint, "HF_HOME": str(home), "PYTHONPATH": str(ROOT),
-                "HF_HUB_DISABLE_TELEMETRY": "1"})
+                "HF_HUB_DISABLE_TELEMETRY": "1", "HOME": str(home)})
     return subprocess.run([sys.executable, "-m", "irsurgeon.cli", *map(str, args)], env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -115,3 +116,21 @@ def test_dry_run_and_a_ready_target_fetch_no_weights(tmp_path):
         again = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
     assert again.returncode == 0 and "already MTP-ready" in again.stdout, again.stderr
     assert hub.served("model.safetensors") == (0, 0)
+
+
+def test_an_etag_that_is_a_path_writes_nothing_outside_the_cache(tmp_path):
+    """model.safetensors' X-Linked-Etag `../../../X` would make huggingface_hub write the blob at <cache>/../X."""
+    target, source = copy_pair(tmp_path)
+    before = snapshot(target)
+    box = tmp_path / "box"
+    box.mkdir()
+    with HubServer({REPO: {"main": Revision(single_file(source))}},
+                   faults=Faults(etag={"model.safetensors": '"../../../X"'})) as hub:
+        proc = run_cli("patch", target, "--checkpoint", REPO, "--cache-dir", box / "cache", endpoint=hub.url,
+                       home=box / "hf")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert proc.returncode == 1 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "model.safetensors" in errors[0] and "../../../X" in errors[0], errors[0]
+    assert {p.name for p in box.iterdir()} <= {"cache", "hf"}, list(box.iterdir())  # <cache>/../X is box/X
+    assert not (box / "hf").exists() or not any((box / "hf").iterdir())
+    assert snapshot(target) == before

@@ -38,7 +38,8 @@ def models(tmp_path_factory):
 
 
 def run_cli(*args, endpoint: str, home: Path, extra_env: dict | None = None, timeout: float = 120):
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_HUB_ETAG_TIMEOUT")}
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_HUB_ETAG_TIMEOUT",
+                                                            "IRSURGEON_HUB_TIMEOUT")}
     env.update({"HF_ENDPOINT": endpoint, "HF_HOME": str(home), "PYTHONPATH": str(ROOT),
                 "HF_HUB_DISABLE_TELEMETRY": "1", **(extra_env or {})})
     start = time.perf_counter()
@@ -206,7 +207,8 @@ def test_unreachable_hub_fails_fast_naming_offline_mode(models, tmp_path, kind):
     if kind == "connection refused":
         proc, took = run_cli("patch", target, "--checkpoint", REPO, endpoint=f"http://127.0.0.1:{free_port()}",
                              home=tmp_path / "hf")
-    else:  # telemetry on, as by default: huggingface_hub first spends up to 3 s on its agent-registry fetch
+    else:  # telemetry opted in (irsurgeon turns it off otherwise): huggingface_hub first spends up to 3 s on its
+        # agent-registry fetch
         with Blackhole() as hole:
             proc, took = run_cli("patch", target, "--checkpoint", REPO, endpoint=hole.url, home=tmp_path / "hf",
                                  extra_env={"HF_HUB_DISABLE_TELEMETRY": "0"})

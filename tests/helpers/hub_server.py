@@ -11,6 +11,11 @@ RepoNotFound (401, as the hub answers for an unknown or private repo), RevisionN
 
 `.safetensors` files are redirected to a second port (another origin, like the hub's CDN), which serves `Range`.
 Both servers run in daemon threads and stop on `__exit__` or, at the latest, after `lifetime` seconds.
+`GET /api/agent-harnesses` answers a registry, as the hub does for huggingface_hub's telemetry (utils/_detect_agent.py).
+
+Faults make it a hostile hub: ETags and commit hashes that are paths, any revision name accepted, sizes announced
+wrongly, answers longer than asked (a range answered with gigabytes, a download without end), answers that drip one
+byte at a time, and a Retry-After far in the future. Long answers are generated as they are sent, never held whole.
 """
 from __future__ import annotations
 
@@ -42,6 +47,17 @@ class Faults:
     die_mid_file: str | None = None  # file name: send half of it, then stop both servers
     slow_file: str | None = None  # file name: pause `pause` seconds after its first half (a slow, legit download)
     pause: float = 0.0
+    etag: dict[str, str] = field(default_factory=dict)  # file name -> its ETag (X-Linked-Etag if LFS), sent as is
+    commit: str | None = None  # X-Repo-Commit of every answer (a 404 EntryNotFound too), sent as is
+    missing_commit: str | None = None  # X-Repo-Commit of a 404 EntryNotFound only
+    any_revision: bool = False  # any revision name is served the repo's first revision (a hub that checks none)
+    announce: dict[str, int] = field(default_factory=dict)  # file name -> the size its HEAD announces
+    range_bytes: int | None = None  # every range request answered with this many bytes (Content-Length says so)
+    range_status: int = 206  # ... with this status (200: as if the Range header were ignored)
+    endless_file: str | None = None  # file name: its GET is chunked, without Content-Length, and never ends
+    drip: tuple[str, str] | None = None  # (HEAD | GET | RANGE, file name): that answer, head and body, byte by byte
+    drip_every: float = 0.25  # seconds between two dripped bytes
+    retry_after: tuple[str, str] | None = None  # (HEAD | GET | RANGE, file name): answered 429, Retry-After: 100000
 
 
 @dataclass
@@ -115,47 +131,81 @@ class Handler(BaseHTTPRequestHandler):
         self.answer(body=True)
 
     def answer(self, body: bool):
+        self.file = None  # the file this answer is about, for the faults that pick one
+        faults = self.hub.faults
+        if self.path == "/api/agent-harnesses":
+            self.hub.record(self.command, self.path, None, 0)
+            registry = b'{"standardEnvVars": [], "harnesses": {}}'
+            return self.reply(200, {"Content-Type": "application/json", "Content-Length": str(len(registry))}, registry)
         cdn = re.fullmatch(r"/cdn/([0-9a-f]{64})", self.path)
         if cdn and cdn.group(1) in self.hub.blobs:
+            self.file = self.hub.blobs[cdn.group(1)].name
+            if self.retries():
+                return None
             return self.send_file(self.hub.blobs[cdn.group(1)], body, {})
         m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", self.path)
         if not m:
             return self.error(404, "EntryNotFound")
         repo, rev, filename = m.groups()
+        self.file = filename
         revisions = self.hub.repos.get(repo)
         token = self.hub.private.get(repo)
         if revisions is None or (token and self.headers.get("authorization") != f"Bearer {token}"):
             return self.error(401, "RepoNotFound")
         found = revisions.get(rev) or next((r for r in revisions.values() if r.commit == rev), None)
+        if found is None and faults.any_revision:
+            found = next(iter(revisions.values()))
         if found is None:
             return self.error(404, "RevisionNotFound")
         path = found.files.get(filename)
+        commit = faults.commit or found.commit
         if path is None:
-            return self.error(404, "EntryNotFound", found.commit)
+            return self.error(404, "EntryNotFound", faults.missing_commit or commit)
+        if self.retries():
+            return None
         sha = self.hub.sha256(path)
-        meta = {"X-Repo-Commit": found.commit}
+        meta = {"X-Repo-Commit": commit}
+        size = faults.announce.get(filename, path.stat().st_size)
         if filename.endswith(".safetensors"):  # LFS-like: metadata here, bytes from the CDN origin
             self.hub.blobs[sha] = path
-            meta.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(path.stat().st_size),
+            meta.update({"X-Linked-Etag": faults.etag.get(filename, f'"{sha}"'), "X-Linked-Size": str(size),
                          "Location": f"{self.hub.cdn}/cdn/{sha}", "Content-Length": "0"})
             self.hub.record(self.command, self.path, self.headers.get("Range"), 0)
             return self.reply(302, meta)
-        meta["ETag"] = f'"{sha}"'
-        return self.send_file(path, body, meta)
+        meta["ETag"] = faults.etag.get(filename, f'"{sha}"')
+        return self.send_file(path, body, meta, announced=size)
 
-    def send_file(self, path: Path, body: bool, meta: dict):
+    def kind(self) -> str:
+        return "HEAD" if self.command == "HEAD" else "RANGE" if self.headers.get("Range") else "GET"
+
+    def retries(self) -> bool:
+        """The Retry-After fault: answered 429, asking for a retry in a day (True when it was)."""
+        if self.hub.faults.retry_after != (self.kind(), self.file):
+            return False
+        self.hub.record(self.command, self.path, self.headers.get("Range"), 0)
+        self.reply(429, {"Retry-After": "100000", "Content-Length": "0"})
+        return True
+
+    def send_file(self, path: Path, body: bool, meta: dict, announced: int | None = None):
         size = path.stat().st_size
         rng = self.headers.get("Range")
+        faults = self.hub.faults
         status, start, end = 200, 0, size - 1
         m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
         if m:
             start, end, status = int(m.group(1)), min(int(m.group(2) or size - 1), size - 1), 206
             meta["Content-Range"] = f"bytes {start}-{end}/{size}"
+        if m and body and faults.range_bytes is not None:
+            return self.send_long(faults.range_status, meta, path, start, faults.range_bytes)
+        if body and faults.endless_file == path.name and not m:
+            return self.send_endless(status, meta)
         with open(path, "rb") as f:  # only the bytes asked for
             f.seek(start)
             part = f.read(end - start + 1) if body else b""
         meta.update({"Content-Length": str(end - start + 1), "Accept-Ranges": "bytes"})
         if not body:
+            if announced is not None and not m:
+                meta["Content-Length"] = str(announced)
             self.hub.record("HEAD", self.path, rng, 0)
             return self.reply(status, meta)
         if self.hub.faults.die_mid_file and path.name == self.hub.faults.die_mid_file:
@@ -173,6 +223,49 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(status, meta, part)
         self.hub.record("GET", self.path, rng, len(part))
 
+    def send_long(self, status: int, meta: dict, path: Path, start: int, length: int):
+        """`length` bytes from `start` (the file's, then zeros), as Content-Length announces, made as they are sent."""
+        meta = {k: v for k, v in meta.items() if k != "Content-Range"}
+        meta["Content-Length"] = str(length)
+        if status == 206:
+            meta["Content-Range"] = f"bytes {start}-{start + length - 1}/{path.stat().st_size}"
+        self.reply(status, meta)
+        with open(path, "rb") as f:
+            f.seek(start)
+            head = f.read(length)
+        sent = self.write_until_closed(head, length)
+        self.hub.record("GET", self.path, self.headers.get("Range"), sent)
+
+    def send_endless(self, status: int, meta: dict):
+        """A chunked body that never ends (until the client hangs up, or 4 GiB)."""
+        meta = {k: v for k, v in meta.items() if k != "Content-Length"}
+        self.reply(status, {**meta, "Transfer-Encoding": "chunked"})
+        block = b"\0" * (1 << 20)
+        frame = b"%x\r\n" % len(block) + block + b"\r\n"
+        sent = 0
+        try:
+            while sent < 4 << 30:
+                self.wfile.write(frame)
+                sent += len(block)
+        except OSError:  # the client stopped reading: what a bounded client does
+            pass
+        self.close_connection = True
+        self.hub.record("GET", self.path, None, sent)
+
+    def write_until_closed(self, head: bytes, length: int) -> int:
+        """head, then zeros up to `length` bytes, 1 MiB at a time, until done or the client hangs up; bytes sent."""
+        sent, block = 0, b"\0" * (1 << 20)
+        try:
+            self.wfile.write(head)
+            sent = len(head)
+            while sent < length:
+                n = min(len(block), length - sent)
+                self.wfile.write(block[:n])
+                sent += n
+        except OSError:
+            self.close_connection = True
+        return sent
+
     def error(self, status: int, code: str, commit: str | None = None):
         self.hub.record(self.command, self.path, self.headers.get("Range"), 0)
         meta = {"X-Error-Code": code, "Content-Length": "0"}
@@ -181,6 +274,8 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(status, meta)
 
     def reply(self, status: int, headers: dict, payload: bytes = b""):
+        if self.hub.faults.drip == (self.kind(), getattr(self, "file", None)):
+            return self.drip(status, headers, payload)
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
@@ -188,6 +283,20 @@ class Handler(BaseHTTPRequestHandler):
         if payload:
             self.wfile.write(payload)
             self.wfile.flush()
+
+    def drip(self, status: int, headers: dict, payload: bytes):
+        """The whole answer, status line included, one byte every `drip_every` s, until the client hangs up."""
+        status_line = f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}"
+        lines = [status_line, *(f"{k}: {v}" for k, v in headers.items())]
+        raw = ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
+        self.close_connection = True
+        try:
+            for i in range(len(raw)):
+                self.wfile.write(raw[i:i + 1])
+                self.wfile.flush()
+                time.sleep(self.hub.faults.drip_every)
+        except OSError:
+            pass
 
 
 def free_port() -> int:

@@ -5,26 +5,37 @@ Everything goes through huggingface_hub's cache (its own progress bars, token di
 to the head. Before any download, one HEAD request with a short timeout asks whether the hub answers at all: an
 unreachable hub is one line within seconds, not huggingface_hub's minute of retries (huggingface_hub 2.4.0,
 file_download.py: a failed HEAD without a cached copy is retried with `_ETAG_RETRY_TIMEOUT = 60` and backoff).
-A hub that accepts connections but never answers costs the probe's 5 s, plus, with telemetry on, up to 3 s that
-huggingface_hub itself spends once a day fetching `{ENDPOINT}/api/agent-harnesses` for its user agent
-(utils/_detect_agent.py, `_REGISTRY_FETCH_TIMEOUT = 3`).
+A hub that accepts connections but never answers costs the probe's 5 s (plus, when the user turned telemetry on, up
+to 3 s that huggingface_hub spends once a day fetching `{ENDPOINT}/api/agent-harnesses`: utils/_detect_agent.py,
+`_REGISTRY_FETCH_TIMEOUT = 3`; transport.py turns it off otherwise).
+
+What a hostile hub or command line could do through huggingface_hub is bounded before it happens: the revision must
+be a git ref name or a commit (HubOptions refuses any other), each answer is checked and bounded inside a scope
+(transport.py: hashes that are paths refused, bodies cut at their announced size, the --hub-timeout clock), and
+every path huggingface_hub returns must lie in the cache (inside_cache).
 
 huggingface_hub (and its httpx2) is imported inside the functions that talk to the hub, never at module level:
 it costs ~145 ms (measured, huggingface_hub 2.4.0) that a local checkpoint, and the CLI's start-up, never need.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from irsurgeon.errors import CheckpointError, cause
+from irsurgeon import limits
+from irsurgeon.errors import CheckpointError, cause, with_hint
 from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE, SINGLE_FILE, weight_map
+from irsurgeon.weights.hub.guard import TIMEOUT_ENV, Clock, HubGuardError, HubTimeout, check_timeout, default_timeout
+from irsurgeon.weights.hub.names import commit_problem, etag_problem, revision_problem, shown
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PROBE_TIMEOUT = 5.0  # seconds for the first HEAD; HF_HUB_ETAG_TIMEOUT, when set, wins
 OFFLINE_HINT = "set HF_HUB_OFFLINE=1 to use the local Hugging Face cache only"
+TIMEOUT_HINT = ("--hub-timeout", f"raise it with --hub-timeout SECONDS or {TIMEOUT_ENV}")
 Echo = Callable[[str], None]
 
 
@@ -34,11 +45,22 @@ class HubUnreachable(CheckpointError):
 
 @dataclass(frozen=True)
 class HubOptions:
-    """Where and as whom to fetch: revision (branch, tag or commit), token (None: the hub's own discovery)."""
+    """Where and as whom to fetch: revision (branch, tag or commit), token (None: the hub's own discovery), and how
+    long all requests made with these options may take together (timeout, seconds; None: IRSURGEON_HUB_TIMEOUT or
+    600). Copies made with dataclasses.replace share the clock. A revision git would not accept is refused here."""
 
     revision: str | None = None
     token: str | None = None
     cache_dir: Path | None = None
+    timeout: float | None = None
+    clock: Clock = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self):
+        if self.revision is not None and (why := revision_problem(self.revision)):
+            raise CheckpointError(f"revision {shown(self.revision)} is not a branch, tag or commit name: {why}")
+        if self.clock is None:
+            seconds = default_timeout() if self.timeout is None else check_timeout(self.timeout, "hub timeout")
+            object.__setattr__(self, "clock", Clock(seconds))
 
 
 def looks_like_repo_id(source: str) -> bool:
@@ -71,7 +93,7 @@ def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, prefix
     commit = snapshot_commit(root)
     if not (commit and is_repo_id(source)):
         return root
-    pinned = HubOptions(commit, (hub or HubOptions()).token, (hub or HubOptions()).cache_dir)
+    pinned = dataclasses.replace(hub or HubOptions(), revision=commit)
     return fetch_checkpoint(str(source), pinned, echo, prefix, quiet_probe=True)
 
 
@@ -94,25 +116,46 @@ def is_offline() -> bool:
     return constants.is_offline_mode()
 
 
+def cache_root(hub: HubOptions) -> Path:
+    """The cache directory as huggingface_hub 2.4.0 hf_hub_download resolves it (expanduser, resolve)."""
+    from huggingface_hub import constants
+    return Path(hub.cache_dir or constants.HF_HUB_CACHE).expanduser().resolve()
+
+
 def probe(repo_id: str, hub: HubOptions, echo: Echo) -> bool:
-    """Whether the hub answers for the repo's config.json (True) or only the cache can serve it (False)."""
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
+    """Whether the hub answers for the repo's config.json (True) or only the cache can serve it (False). The answer
+    is the same HEAD huggingface_hub makes first (file_download.py _get_metadata_or_catch_error ->
+    get_hf_file_metadata); its commit and ETag are checked here as well as by the scope."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    from irsurgeon.weights.hub.transport import scope
 
     if is_offline():
         return False
     url = hf_hub_url(repo_id, CONFIG_FILE, revision=hub.revision)
     try:
-        get_hf_file_metadata(url, token=hub.token, timeout=probe_timeout())
+        with scope(hub.clock, limits.CONFIG_JSON_BYTES, "the largest config.json irsurgeon reads"):
+            meta = get_hf_file_metadata(url, token=hub.token, timeout=probe_timeout())
+        check_metadata(repo_id, CONFIG_FILE, hub, meta.commit_hash, meta.etag)
         return True
+    except HubGuardError as e:
+        raise labelled(e, f"{at(repo_id, hub)}: {CONFIG_FILE}") from None
     except hub_failures() as e:
         if not is_network_error(e):
             raise hub_error(repo_id, CONFIG_FILE, hub, e) from None
         why = network_reason(e)
-    cached = try_to_load_from_cache(repo_id, CONFIG_FILE, cache_dir=hub.cache_dir, revision=hub.revision)
-    if isinstance(cached, str):
+    if cached_file(repo_id, CONFIG_FILE, hub) is not None:
         echo(f"{repo_id}: cannot reach {endpoint()} ({why}); using the local Hugging Face cache")
         return False
     raise CheckpointError(f"{repo_id}: cannot reach the Hugging Face Hub at {endpoint()} ({why}); {OFFLINE_HINT}")
+
+
+def check_metadata(repo_id: str, filename: str, hub: HubOptions, commit: str | None, etag: str | None) -> None:
+    """The commit and (normalized) ETag huggingface_hub read from a HEAD: of the form it will make paths of."""
+    for what, value, problem in (("commit", commit, commit_problem), ("ETag", etag, etag_problem)):
+        if value is not None and (why := problem(value)):
+            raise CheckpointError(f"{at(repo_id, hub)}: {filename}: the hub's {what} {shown(value)} is {why}; "
+                                  f"not making a cache path of it")
 
 
 def hub_failures() -> tuple[type[Exception], ...]:
@@ -139,34 +182,46 @@ def network_reason(e: Exception) -> str:
     return "connection refused" if "refused" in text.lower() else text
 
 
+def at(repo_id: str, hub: HubOptions) -> str:
+    return f"{repo_id}@{hub.revision}" if hub.revision else repo_id
+
+
+def labelled(e: HubGuardError, where: str) -> HubGuardError:
+    """The scope's refusal or timeout, naming where it happened (the repo and file)."""
+    error = type(e)(f"{where}: {e}")
+    return with_hint(error, *TIMEOUT_HINT) if isinstance(e, HubTimeout) else error
+
+
 def hub_error(repo_id: str, filename: str, hub: HubOptions, e: Exception) -> CheckpointError:
     """One line for any failure of huggingface_hub while fetching `filename`."""
     from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
                                         RemoteEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError)
 
-    at = f"{repo_id}@{hub.revision}" if hub.revision else repo_id
+    where = at(repo_id, hub)
     if isinstance(e, GatedRepoError):
-        return CheckpointError(f"{at}: gated repo: accept its terms on the hub, then pass --token (or `hf auth login`)")
+        return CheckpointError(f"{where}: gated repo: accept its terms on the hub, then pass --token (or "
+                               f"`hf auth login`)")
     if isinstance(e, RepositoryNotFoundError):
-        return CheckpointError(f"{at}: repo not found at {endpoint()}, or private and the token (--token, HF_TOKEN or "
-                               f"`hf auth login`) does not give access (HTTP {e.response.status_code})")
+        return CheckpointError(f"{where}: repo not found at {endpoint()}, or private and the token (--token, HF_TOKEN "
+                               f"or `hf auth login`) does not give access (HTTP {e.response.status_code})")
     if isinstance(e, RevisionNotFoundError):
-        return CheckpointError(f"{at}: no revision {hub.revision or 'main'!r} in the repo")
+        return CheckpointError(f"{where}: no revision {hub.revision or 'main'!r} in the repo")
     if isinstance(e, RemoteEntryNotFoundError):
-        return CheckpointError(f"{at}: {filename} is not in the repo")
+        return CheckpointError(f"{where}: {filename} is not in the repo")
     if isinstance(e, LocalEntryNotFoundError):
         if is_offline():
-            return CheckpointError(f"{at}: {filename} is not in the local Hugging Face cache (HF_HUB_OFFLINE is set)")
+            return CheckpointError(f"{where}: {filename} is not in the local Hugging Face cache (HF_HUB_OFFLINE is "
+                                   f"set)")
         underlying = e.__cause__ if isinstance(e.__cause__, Exception) else e
-        return CheckpointError(f"{at}: cannot fetch {filename} from {endpoint()} ({network_reason(underlying)}); "
+        return CheckpointError(f"{where}: cannot fetch {filename} from {endpoint()} ({network_reason(underlying)}); "
                                f"{OFFLINE_HINT}")
     if isinstance(e, HfHubHTTPError):
         status = e.response.status_code if e.response is not None else "?"
-        return CheckpointError(f"{at}: cannot fetch {filename}: HTTP {status} from {endpoint()}")
+        return CheckpointError(f"{where}: cannot fetch {filename}: HTTP {status} from {endpoint()}")
     if is_network_error(e):
-        return HubUnreachable(f"{at}: connection to {endpoint()} lost while fetching {filename} "
-                               f"({network_reason(e)}); {OFFLINE_HINT}")
-    return CheckpointError(f"{at}: cannot fetch {filename}: {cause(e)}")
+        return HubUnreachable(f"{where}: connection to {endpoint()} lost while fetching {filename} "
+                              f"({network_reason(e)}); {OFFLINE_HINT}")
+    return CheckpointError(f"{where}: cannot fetch {filename}: {cause(e)}")
 
 
 def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, prefix: str | None = None,
@@ -192,23 +247,61 @@ def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, prefix: 
     return config.parent
 
 
+def size_limit(filename: str) -> tuple[int | None, str]:
+    """The most bytes `filename` may have, and what that limit is: limits.py's for the JSON irsurgeon reads; for
+    weights none beyond the size the hub announces (transport.Scope cuts the download there)."""
+    if filename == CONFIG_FILE:
+        return limits.CONFIG_JSON_BYTES, "the largest config.json irsurgeon reads"
+    if filename.endswith(limits.INDEX_SUFFIX):
+        return limits.INDEX_JSON_BYTES, "the largest index irsurgeon reads"
+    return None, "announced"
+
+
 def fetcher(repo_id: str, hub: HubOptions, online: bool) -> Callable[..., Path | None]:
     """fetch(filename, optional=False): the file's cached path, fetched when online; None for a missing optional
-    file; any failure one CheckpointError line (hub_error)."""
+    file; any failure one CheckpointError line (hub_error, or the scope's refusal naming the file)."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import RemoteEntryNotFoundError
 
+    from irsurgeon.weights.hub.transport import scope
+
     def fetch(filename: str, optional: bool = False) -> Path | None:
         try:
-            return Path(hf_hub_download(repo_id, filename, revision=hub.revision, token=hub.token,
-                                        cache_dir=hub.cache_dir, local_files_only=not online))
+            with scope(hub.clock, *size_limit(filename)):
+                found = hf_hub_download(repo_id, filename, revision=hub.revision, token=hub.token,
+                                        cache_dir=hub.cache_dir, local_files_only=not online)
+        except HubGuardError as e:
+            raise labelled(e, f"{at(repo_id, hub)}: {filename}") from None
         except RemoteEntryNotFoundError as e:
             if optional:
                 return None
             raise hub_error(repo_id, filename, hub, e) from None
         except hub_failures() as e:
             raise hub_error(repo_id, filename, hub, e) from None
+        return inside_cache(Path(found), repo_id, hub)
     return fetch
+
+
+def inside_cache(path: Path, repo_id: str, hub: HubOptions) -> Path:
+    """path, when it is a file of the repo's snapshots in the cache and resolves into the cache (or into the repo's
+    own `blobs`, should that be a link to another disk); else CheckpointError: huggingface_hub was made to step out
+    of it (by a name no check above caught), and what lies there is not read."""
+    from huggingface_hub import constants
+
+    cache = cache_root(hub)
+    storage = cache / constants.REPO_ID_SEPARATOR.join(["models", *repo_id.split("/")])
+    real = os.path.realpath(path)
+    homes = [os.path.realpath(cache), os.path.realpath(storage / "blobs")]
+    in_snapshots = _within(os.path.join(os.path.realpath(path.parent), path.name),
+                           os.path.realpath(storage / "snapshots"))
+    if not (in_snapshots and any(_within(real, home) for home in homes)):
+        raise CheckpointError(f"{repo_id}: huggingface_hub returned {shown(str(path))}, which resolves to "
+                              f"{shown(real)}, outside the cache {cache}; not reading it")
+    return path
+
+
+def _within(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder and path != folder
 
 
 def fetch_whole(repo_id: str, hub: HubOptions, check: Callable[[Path], None], echo: Echo = print,
@@ -233,7 +326,7 @@ def _fetch_weights_of(repo_id: str, root: Path, hub: HubOptions, online: bool, e
     """model.safetensors, or the index and every shard it lists, all of root's commit (a branch that moves meanwhile
     cannot mix two commits' files)."""
     commit = snapshot_commit(root)
-    pinned = HubOptions(commit, hub.token, hub.cache_dir) if commit else hub
+    pinned = dataclasses.replace(hub, revision=commit) if commit else hub
     fetch = fetcher(repo_id, pinned, online)
     index = fetch(INDEX_FILE, optional=True) if online else cached_file(repo_id, INDEX_FILE, pinned)
     for name in [SINGLE_FILE] if index is None else all_shards(index):
@@ -250,7 +343,7 @@ def cached_file(repo_id: str, filename: str, hub: HubOptions) -> Path | None:
     from huggingface_hub import try_to_load_from_cache
 
     found = try_to_load_from_cache(repo_id, filename, cache_dir=hub.cache_dir, revision=hub.revision)
-    return Path(found) if isinstance(found, str) else None
+    return inside_cache(Path(found), repo_id, hub) if isinstance(found, str) else None
 
 
 def head_shards(index: Path, prefix: str) -> list[str]:
@@ -264,82 +357,3 @@ def snapshot_commit(path: Path) -> str | None:
     """The commit of a cache snapshot directory (`.../snapshots/<commit>`), None for any other directory."""
     path = path if path.is_dir() else path.parent
     return path.name if path.parent.name == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", path.name) else None
-
-
-class HubBytes:
-    """Byte ranges of one file of a repo at one commit, by GET with a Range header, through huggingface_hub's
-    session, headers and retries. One HEAD (get_hf_file_metadata) gives the size and where the bytes are (the
-    hub's redirect to its CDN), so each range is one request; the token is not sent to another origin (as
-    huggingface_hub 2.4.0 file_download.py drops `authorization` for a location off the hub). The first read
-    fetches HEADER_GUESS bytes (at most 1/64 of the file), which hold the length and, usually, the whole
-    safetensors header (tens of KiB for a shard of hundreds of tensors); the rows are
-    then fetched in parallel. A server that answers a range with the whole file (200) is refused, not read."""
-
-    HEADER_GUESS = 64 << 10
-    PARALLEL = 8
-
-    def __init__(self, repo_id: str, filename: str, commit: str, hub: HubOptions):
-        from huggingface_hub import hf_hub_url
-        from huggingface_hub.utils import build_hf_headers
-
-        self.label = f"{repo_id}@{commit[:12]}/{filename}"
-        self.url = hf_hub_url(repo_id, filename, revision=commit)
-        self.headers = build_hf_headers(token=hub.token)
-        self.hub, self.repo_id, self.filename = hub, repo_id, filename
-        self.location: str | None = None
-        self._size = 0
-        self._prefix = b""
-        self.requests = 0
-        self.bytes = 0
-
-    def size(self) -> int:
-        if self.location is None:
-            self._locate()
-        return self._size
-
-    def read(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.size()
-        if not self._prefix and ranges and ranges[0][0] == 0:
-            self._prefix = self._get(0, min(self.HEADER_GUESS, max(self._size // 64, 8), self._size))
-        todo = [(o, n) for o, n in ranges if o + n > len(self._prefix)]
-        with ThreadPoolExecutor(min(self.PARALLEL, max(len(todo), 1))) as pool:
-            fetched = dict(zip(todo, pool.map(lambda r: self._get(*r), todo)))
-        return [fetched.get((o, n)) or self._prefix[o:o + n] for o, n in ranges]
-
-    def _locate(self) -> None:
-        from urllib.parse import urlsplit
-
-        from huggingface_hub import get_hf_file_metadata
-
-        try:
-            meta = get_hf_file_metadata(self.url, token=self.hub.token, timeout=probe_timeout())
-        except hub_failures() as e:
-            raise hub_error(self.repo_id, self.filename, self.hub, e) from None
-        self.requests += 1
-        if meta.size is None:
-            raise CheckpointError(f"{self.label}: the hub did not tell the file's size")
-        self._size, self.location = meta.size, meta.location
-        if urlsplit(self.location)[:2] != urlsplit(self.url)[:2]:
-            self.headers = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
-
-    def _get(self, offset: int, length: int) -> bytes:
-        from huggingface_hub.utils import hf_raise_for_status, http_stream_backoff
-
-        headers = {**self.headers, "Range": f"bytes={offset}-{offset + length - 1}", "Accept-Encoding": "identity"}
-        try:
-            with http_stream_backoff("GET", self.location, headers=headers, timeout=probe_timeout(),
-                                     max_retries=2) as r:
-                hf_raise_for_status(r)
-                if r.status_code != 206:  # a server ignoring Range would send the whole shard
-                    raise CheckpointError(f"{self.label}: the server ignored the byte range (HTTP {r.status_code}); "
-                                          f"not downloading the whole file for a few rows")
-                data = r.read()
-        except hub_failures() as e:
-            raise hub_error(self.repo_id, self.filename, self.hub, e) from None
-        if len(data) != length:
-            raise CheckpointError(f"{self.label}: asked for {length} bytes at {offset}, got {len(data)}")
-        self.requests += 1  # counters: int += under the GIL, one per finished request
-        self.bytes += len(data)
-        return data
