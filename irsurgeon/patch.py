@@ -61,7 +61,7 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     """The whole in-place flow (see the module docstring); returns what was written."""
     target_dir = Path(target_dir)
     if not options.dry_run and os.path.lexists(target_dir / STAGE_DIR):  # a half-done commit mixes versions:
-        clear_interrupted(target_dir, options.wait, echo)                 # undo it before judging the target
+        clear_interrupted(target_dir, options.wait, echo, registry.writable())  # undo it before judging the target
     local = Path(source).is_dir()
     family = (registry.for_checkpoint(Path(source)) if local else None) or registry.for_directory(target_dir)
     return patch_as(family, target_dir, source, options, echo)
@@ -93,7 +93,7 @@ def patch_as(family: Family, target_dir: Path, source, options: Options, echo: E
     staging = Staging(build(family, root, choice, options, echo), root, str(source), cfg, choice, options, echo,
                       provenance(options, source, pairing.identity))
     staging.model = family.finish(staging.model, staging)
-    with DirectoryTransaction(target.path, wait=options.wait, echo=echo) as tx:
+    with DirectoryTransaction(target.path, wait=options.wait, echo=echo, writable=registry.writable()) as tx:
         family.stage(tx, target, staging)
         tx.commit()
         result.written = list(tx.names)
@@ -108,7 +108,8 @@ def inspect(family: Family, target_dir: Path, source):
     except IRSurgeonError as e:
         if registry.for_directory(target_dir) is family:
             raise
-        raise type(e)(f"{source} is a {family.builder_types()[0]} checkpoint ({family.describe}), but {e}") from None
+        raise type(e)(f"{target_dir} is not a target for {source}, a {family.builder_types()[0]} checkpoint: "
+                      f"{e}") from None
 
 
 def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:

@@ -20,7 +20,7 @@ def verify_directory(target: str | Path, checkpoint: str | Path | None = None, h
     target = Path(target)
     family = registry.for_directory(target)
     checks = family.verify(target, checkpoint, hub, echo)
-    leftovers = leftover_state(target) if target.is_dir() else None
+    leftovers = leftover_state(target, registry.writable()) if target.is_dir() else None
     if leftovers is not None:  # after the layout line, as every family's first check is its target's layout
         checks.insert(1, Check("interrupted run", *leftovers))
     return checks

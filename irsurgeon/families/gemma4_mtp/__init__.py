@@ -62,7 +62,8 @@ class Gemma4MTP(Family):
         return Pairing(unproven=UNPROVEN.format(target=target.path))
 
     def plan_steps(self, target, choice) -> list[str]:
-        outputs = "the five mtp_* outputs"
+        from irsurgeon.families.gemma4_mtp.target import OUTPUTS
+        outputs = ", ".join(OUTPUTS)
         return [f"build {names.ASSISTANT_DIR}/ as {choice.weight_format}",
                 f"add {outputs} to {names.MODEL_XML}" if target.new_xml else f"keep {names.MODEL_XML} ({outputs} "
                                                                                f"present)"]
