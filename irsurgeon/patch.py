@@ -195,4 +195,4 @@ def provenance(options: Options, source, identity: str) -> dict[str, str]:
     fields = {"source": str(source), "checkpoint_identity": identity}
     if options.hub and options.hub.revision:
         fields["revision"] = options.hub.revision
-    return fields
+    return {k: v for k, v in fields.items() if v}  # a family that proves no identity records none
