@@ -47,3 +47,36 @@ def test_a_hostile_tensor_name_is_one_safe_error_line(tmp_path, name):
     assert "\n" not in name or "\\x0aError: all good" in lines[0]
     assert len(lines[0]) < 1000 and "\u202e" not in lines[0] and "\x00" not in lines[0], lines[0][:300]
     assert snapshot(target) == before
+
+
+def test_a_nul_byte_in_a_shard_name_is_one_line(tmp_path):
+    import json
+
+    target = tmp_path / "target"
+    shutil.copytree(DEMO_TARGET, target)
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEMO_CKPT, ckpt)
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"mtp.fc.weight":
+                                                                                  "model\x00.safetensors"}}))
+    result = invoke("patch", target, "--checkpoint", ckpt)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert result.exit_code == 1 and len(lines) == 1 and "holds a control character" in lines[0], result.output
+    assert "unexpected" not in lines[0] and "\\x00" in lines[0]
+
+
+def test_an_index_resolves_each_shard_once_whatever_its_size(tmp_path, monkeypatch):
+    """Linear in the index: 200 000 names over 2 shards check 2 shard paths (scripts/bench_index.py times 1 M)."""
+    import json
+
+    from irsurgeon.weights import checkpoint as ck
+
+    for s in ("a.safetensors", "b.safetensors"):
+        (tmp_path / s).write_bytes(b"")
+    wm = {f"model.layers.{i}.w": ("a", "b")[i % 2] + ".safetensors" for i in range(200_000)}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+    calls = []
+    real = ck._inside
+    monkeypatch.setattr(ck, "_inside", lambda *a: calls.append(a[1]) or real(*a))
+    opened = ck.Checkpoint.open(tmp_path, tmp_path / "config.json")
+    assert len(opened.shard_of) == 200_000
+    assert sorted(calls) == ["a.safetensors", "b.safetensors", "model.safetensors.index.json"]  # the index itself once

@@ -28,10 +28,17 @@ def weight_map(index: Path) -> dict[str, str]:
     found = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(found, dict) or not found:
         raise CheckpointError(f"{index}: 'weight_map' is missing or empty")
-    return {str(name): _plain_shard_name(shard, index) for name, shard in found.items()}
+    checked: dict = {}  # each distinct shard name checked once: an index lists a handful of shards for 1 M names
+    for shard in found.values():
+        if not isinstance(shard, str) or shard not in checked:  # anything but a string is refused right here
+            checked[shard] = _plain_shard_name(shard, index)
+    return {str(name): checked[shard] for name, shard in found.items()}
 
 
 def _plain_shard_name(shard: object, index: Path) -> str:
+    if isinstance(shard, str) and any(ord(c) < 32 or ord(c) == 127 for c in shard):
+        raise CheckpointError(f"{index}: shard name {shard!r:.200} holds a control character (a NUL, a newline): "
+                              f"not a file name")
     if not isinstance(shard, str) or not shard or "/" in shard or "\\" in shard or shard in (".", ".."):
         raise CheckpointError(f"{index}: shard name {shard!r} is not a plain file name in the checkpoint directory")
     if not shard.endswith(".safetensors"):
@@ -123,7 +130,10 @@ class Checkpoint:
 
     @staticmethod
     def _read_index(index: Path, root: Path) -> dict[str, Path]:
-        return {name: _shard_path(root, shard, index) for name, shard in weight_map(index).items()}
+        """tensor -> shard path, each distinct shard resolved once (linear in the index, whatever its size)."""
+        names = weight_map(index)
+        paths = {shard: _shard_path(root, shard, index) for shard in set(names.values())}
+        return {name: paths[shard] for name, shard in names.items()}
 
     def _index_single(self, path: Path) -> None:
         f = self._file(path)
