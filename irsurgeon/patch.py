@@ -14,6 +14,7 @@ The same flow for every registered family (families.base.Family); the family sup
                (irsurgeon.build), then family.finish (compress, runtime options, provenance)
     stage      family.stage writes every new file into ONE transaction of the target (subfolders included) and
                checks each where it is staged; the house commits them all at once, or none
+    confirm    the family's verify of the committed directory: a rejection is an error, never "wrote ..." and exit 0
 """
 from __future__ import annotations
 
@@ -98,7 +99,17 @@ def patch_as(family: Family, target_dir: Path, source, options: Options, echo: E
         tx.commit()
         result.written = list(tx.names)
     echo(f"{target.path}: wrote {', '.join(result.written)} in {elapsed(start)}")
+    confirm(target.path)
     return result
+
+
+def confirm(target: Path) -> None:
+    """The committed directory must pass its family's verify: patch never reports success on one verify rejects
+    (something the staged checks could not see, e.g. a file beside the ones written)."""
+    failed = [c for c in verify_directory(target) if not c.ok]
+    if failed:
+        raise IRSurgeonError(f"{target}: the files were written, but verify rejects the directory: {failed[0].name}: "
+                             f"{failed[0].detail}")
 
 
 def inspect(family: Family, target_dir: Path, source):

@@ -121,3 +121,18 @@ def test_already_ready_only_when_verify_agrees(family, tmp_path):
     assert repaired.exit_code == 0 and "already MTP-ready" not in repaired.output, repaired.output
     assert "does not pass verify" in repaired.output
     assert all(c.ok for c in verify_directory(target)) and snapshot(target) == done
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_patch_never_succeeds_on_a_directory_verify_rejects(family, tmp_path, monkeypatch):
+    """Whatever the staged checks miss (here: verify made to reject the committed directory), patch fails in one
+    line naming verify's failed check instead of reporting success."""
+    from irsurgeon import patch as flow
+    from irsurgeon.families.base import Check
+
+    target, ckpt = fixture_pair(family, tmp_path)
+    real = flow.verify_directory
+    monkeypatch.setattr(flow, "verify_directory", lambda d, *a, **k: [*real(d, *a, **k),
+                                                                       Check("planted check", False, "rejected")])
+    error = one_error(invoke("patch", target, "--checkpoint", ckpt))
+    assert "the files were written, but verify rejects the directory: planted check: rejected" in error
