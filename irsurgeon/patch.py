@@ -27,7 +27,8 @@ from typing import Callable
 from irsurgeon import rtinfo
 from irsurgeon.build import build_model, load_with
 from irsurgeon.config import read_json
-from irsurgeon.errors import IRSurgeonError
+from irsurgeon.compress import WEIGHT_FORMATS
+from irsurgeon.errors import CompressionError, IRSurgeonError
 from irsurgeon.families import registry
 from irsurgeon.families.base import Family, Staging
 from irsurgeon.ir import files, xmlsafe
@@ -61,6 +62,9 @@ class Options:
 def patch(target_dir: str | Path, source: str | Path, options: Options = Options(), echo: Echo = print) -> PatchResult:
     """The whole in-place flow (see the module docstring); returns what was written."""
     target_dir = Path(target_dir)
+    if options.weight_format.lower() not in WEIGHT_FORMATS:  # refused before any work or note
+        raise CompressionError(f"unknown weight format {options.weight_format!r:.40}: expected one of "
+                               f"{', '.join(WEIGHT_FORMATS)}")
     if not options.dry_run and os.path.lexists(target_dir / STAGE_DIR):  # a half-done commit mixes versions:
         clear_interrupted(target_dir, options.wait, echo, registry.writable())  # undo it before judging the target
     local = Path(source).is_dir()

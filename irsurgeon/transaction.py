@@ -37,6 +37,7 @@ import os
 import shutil
 import signal
 import stat
+import sys
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -56,27 +57,42 @@ __all__ = ["BACKUP_SUFFIX", "COMMITTED", "JOURNAL", "STAGE_DIR", "WRITABLE", "Di
 _SPELLED: dict[str, str] = {}  # "/proc/self/fd/N" of an open staging folder -> its spelled path, for messages
 
 
-def acquire(path: str | Path, wait: bool = False) -> int:
-    """Open directory `path` and take its exclusive flock; returns the descriptor (closing it releases the lock)."""
+def acquire(path: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None) -> int:
+    """Open directory `path` and take its exclusive flock; returns the descriptor (closing it releases the lock).
+    With `wait`, a held lock is waited for, said once through `echo`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as e:
         raise OutputError(f"{path}: cannot open directory: {e.strerror}") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if not wait or e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            (echo or _to_stderr)(f"{path}: another irsurgeon run holds this directory; waiting for it to finish "
+                                 f"(Ctrl-C stops waiting)")
+            fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise OutputError(f"{path}: another irsurgeon run holds this directory; try again when it has "
                               f"finished (or pass --wait)") from None
         raise OutputError(f"{path}: cannot lock directory: {e.strerror}") from None
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 @contextmanager
-def directory_lock(path: str | Path, wait: bool = False) -> Iterator[int]:
+def directory_lock(path: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None) -> Iterator[int]:
     """Hold the directory lock every writing command takes; yields the directory's descriptor."""
-    fd = acquire(path, wait)
+    fd = acquire(path, wait, echo)
     try:
         yield fd
     finally:
@@ -121,7 +137,7 @@ def recover(target: str | Path, target_fd: int | None = None, writable: frozense
 def clear_interrupted(target: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None,
                       writable: frozenset[str] | None = None) -> None:
     """Under the directory lock, roll back or clear what an interrupted run left in target (nothing if clean)."""
-    with directory_lock(target, wait) as fd:
+    with directory_lock(target, wait, echo) as fd:
         for note in recover(target, fd, writable):
             (echo or (lambda _m: None))(note)
 
@@ -150,7 +166,7 @@ class DirectoryTransaction:
         return fd_path(self._stage_fd, self.target / STAGE_DIR)
 
     def __enter__(self) -> "DirectoryTransaction":
-        self._fd = acquire(self.target, self.wait)
+        self._fd = acquire(self.target, self.wait, self.echo)
         try:
             for note in recover(self.target, self._fd, self.writable):
                 self.echo(note)

@@ -1,6 +1,7 @@
 """The `irsurgeon` command line: a click group, one module per command, errors turned into one line here."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -20,12 +21,15 @@ class Group(click.Group):
 
     def invoke(self, ctx: click.Context):
         interrupted = _watch_sigint()
+        # what the subcommand was given (click >= 8.2 keeps the command name in _protected_args, 8.1 in protected_args)
+        protected = ctx.__dict__.get("_protected_args", ctx.__dict__.get("protected_args", []))
+        ctx.meta["irsurgeon.args"] = [*protected, *ctx.args]
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except IRSurgeonError as e:
-            fail(str(e) + _hint(ctx, e), 1)
+            fail(str(e) + _hint(ctx, e), 1, ctx)
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except OSError as e:
@@ -72,15 +76,27 @@ def _watch_sigint() -> list:
     return seen
 
 
-def fail(message: str, code: int) -> None:
-    click.echo(f"Error: {shown(' '.join(message.split(' ')))}", err=True)
+def fail(message: str, code: int, ctx: click.Context | None = None) -> None:
+    """One `Error:` line on stderr and the exit code; a command run with --json also gets its one JSON document on
+    stdout, saying what failed (as `verify --json` always does)."""
+    line = shown(" ".join(message.split(" ")))
+    click.echo(f"Error: {line}", err=True)
+    if ctx is not None and _wants_json(ctx):
+        click.echo(json.dumps({"ok": False, "error": line, "exit_code": code}, indent=1))
     sys.exit(code)
+
+
+def _wants_json(ctx: click.Context) -> bool:
+    """The subcommand that ran was given --json for stdout (verify's --json FILE writes its own file)."""
+    args = ctx.meta.get("irsurgeon.args", [])
+    return bool(args) and args[0] != "verify" and "--json" in args[1:]
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="irsurgeon")
 def main() -> None:
-    """Graph surgery on OpenVINO IR: build and attach the Qwen3.5 MTP head without PyTorch."""
+    """Graph surgery on OpenVINO IR: build speculative-decoding drafts (the Qwen3.5 / Qwen3.6 MTP head, the Gemma 4
+    MTP assistant) from safetensors without PyTorch, and attach them to exported model directories."""
 
 
 from irsurgeon.cli import annotate, build_mtp, patch, show, synth, verify  # noqa: E402

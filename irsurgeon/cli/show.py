@@ -88,9 +88,10 @@ def directory_text(info: dict) -> list[str]:
     elif cfg["error"]:
         lines.append(f"config.json: {cfg['error']}")
     else:
+        mtp = cfg["mtp_num_hidden_layers"]
         lines.append(f"config.json: model_type {cfg['model_type']} (text: {cfg['text_model_type']}), "
-                     f"{cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
-                     f"mtp_num_hidden_layers {cfg['mtp_num_hidden_layers']}")
+                     f"{cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}"
+                     + ("" if mtp is None else f", mtp_num_hidden_layers {mtp}"))
     lines.append("IRs:")
     lines += [f"   {r['file']}: {'' if r['ok'] else 'ERROR '}{r['summary']}" for r in info["irs"]] or ["   (none)"]
     mtp = info["mtp"]

@@ -84,7 +84,12 @@ def resolve_source(source: str | Path, echo: Echo = print, hub: HubOptions | Non
         return path
     if not looks_like_repo_id(str(source)):
         raise CheckpointError(f"{source}: no such checkpoint file or directory (nor a Hugging Face repo id)")
-    return fetch_checkpoint(str(source), hub or HubOptions(), echo, prefix)
+    try:
+        return fetch_checkpoint(str(source), hub or HubOptions(), echo, prefix)
+    except CheckpointError as e:  # a mistyped local path reads as a repo id too: say the local answer first
+        if path.parent == Path(".") or not path.parent.is_dir():
+            raise
+        raise type(e)(f"{source}: no such local checkpoint in {path.parent}; as a Hugging Face repo id: {e}") from None
 
 
 def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, prefix: str, echo: Echo = print) -> Path:
@@ -147,7 +152,7 @@ def probe(repo_id: str, hub: HubOptions, echo: Echo) -> bool:
     if cached_file(repo_id, CONFIG_FILE, hub) is not None:
         echo(f"{repo_id}: cannot reach {endpoint()} ({why}); using the local Hugging Face cache")
         return False
-    raise CheckpointError(f"{repo_id}: cannot reach the Hugging Face Hub at {endpoint()} ({why}); {OFFLINE_HINT}")
+    raise HubUnreachable(f"{repo_id}: cannot reach the Hugging Face Hub at {endpoint()} ({why}); {OFFLINE_HINT}")
 
 
 def check_metadata(repo_id: str, filename: str, hub: HubOptions, commit: str | None, etag: str | None) -> None:
