@@ -136,3 +136,28 @@ def test_patch_never_succeeds_on_a_directory_verify_rejects(family, tmp_path, mo
                                                                        Check("planted check", False, "rejected")])
     error = one_error(invoke("patch", target, "--checkpoint", ckpt))
     assert "the files were written, but verify rejects the directory: planted check: rejected" in error
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_weight_no_f32_computation_can_carry_is_refused_by_name(family, tmp_path):
+    """1e30 is finite in bf16 and f32 but infinite in f16, and any norm after it squares it past f32's range: the
+    build refuses it in one line naming the tensor and the value, whatever the format asked for."""
+    import numpy as np
+
+    from irsurgeon.weights.safetensors_io import f32_to_bf16
+
+    target, ckpt = fixture_pair(family, tmp_path)
+    table = table_of(family, ckpt)
+    tensors = read_tensors(ckpt)
+    name = next(table.prefix + t.role for t in table.tensors if not t.integer and len(t.shape) == 2
+                and tensors.get(table.prefix + t.role, (None, ""))[1] in ("BF16", "F32"))
+    raw, dtype = tensors[name]
+    raw = raw.copy()
+    raw.reshape(-1)[-1] = f32_to_bf16(np.array([1e30], np.float32))[0] if dtype == "BF16" else np.float32(1e30)
+    tensors[name] = (raw, dtype)
+    bad = write_variant(ckpt, tmp_path / "ckpt", tensors)
+    before = snapshot(target)
+    for fmt in ("auto", "f32"):
+        error = one_error(invoke("patch", target, "--checkpoint", bad, "--weight-format", fmt))
+        assert f"tensor {name}: holds 1e+30, beyond what the draft can compute in f32" in error, error
+    assert snapshot(target) == before

@@ -104,14 +104,24 @@ def check_dtypes(ckpt: Checkpoint, names, stored: Stored, declared: str | None, 
         warn(f"note: {found[0]}{more} stored as {dtype}, not the {declared} {source} declares; read as stored")
 
 
+# The draft computes in f32, and a norm squares what a weight feeds it: above sqrt(f32 max) the square is infinite
+# whatever the format the weight is stored in (a weight beyond f16's range stays f32: ops.core.weight).
+COMPUTABLE = float(np.sqrt(np.finfo(np.float32).max))  # 1.84e19
+
+
 def finite(name: str, w: np.ndarray, allow_nonfinite: bool, warn) -> np.ndarray:
-    """Refuse NaN/Inf weights, or (allowed) report them and go on."""
+    """Refuse NaN/Inf weights and finite ones no f32 computation can carry, or (allowed) report them and go on."""
     if not np.isfinite(w).all():
         bad = int(w.size - np.isfinite(w).sum())
         message = f"tensor {name}: holds {bad} NaN or Inf values"
-        if not allow_nonfinite:
-            raise CheckpointError(message + " (pass --allow-nonfinite to build anyway)")
-        warn("warning: " + message)
+    elif w.size and (largest := float(np.abs(w).max())) > COMPUTABLE:
+        message = (f"tensor {name}: holds {largest:.3g}, beyond what the draft can compute in f32 (a norm squares "
+                   f"it: anything above {COMPUTABLE:.3g} overflows to inf)")
+    else:
+        return w
+    if not allow_nonfinite:
+        raise CheckpointError(message + " (pass --allow-nonfinite to build anyway)")
+    warn("warning: " + message)
     return w
 
 
