@@ -508,7 +508,8 @@ def test_a_commit_killed_before_any_call_is_recovered_to_before_or_after(tmp_pat
         tree.settled(sweeper, target, f"killed before {calls[at - 1]} ({at})")
 
 
-@pytest.mark.parametrize("layout", ["fresh", "existing", "identical"])
+@pytest.mark.parametrize("layout", ["fresh", pytest.param("existing", marks=pytest.mark.slow),
+                                    pytest.param("identical", marks=pytest.mark.slow)])
 def test_a_recovery_killed_before_any_call_is_finished_by_the_next(tmp_path, sweeper, layout):
     tree, calls, kills = Tree(tmp_path, layout), CALLS[layout], 0
     for at in range(1, len(calls) + 1):
