@@ -86,7 +86,7 @@ def test_project_synthetic_targets(tmp_path, kind, fmt):
     from irsurgeon.synth import default_spec, synthesize
     from irsurgeon.synth.target import LLAMA, QWEN35
 
-    spec = default_spec(kind).with_(layers=3)
+    spec = default_spec(kind).with_(layers=3, **({} if kind == "llama" else {"full_attention_interval": 3}))
     out = synthesize(tmp_path, kind, spec, with_mtp=kind != "llama", weight_format=fmt)
     xml = language_model_xml(out.target)
     xml.write_bytes(xmlsafe.remove_value(xml.read_bytes(), KEY))

@@ -31,7 +31,7 @@ RANK = {
     "irsurgeon.families.registry": 6,
     "irsurgeon.verify": 7, "irsurgeon.show": 8, "irsurgeon.genai_check": 8, "irsurgeon.head": 8,
     "irsurgeon.patch": 9,
-    "irsurgeon.cli": 10, "irsurgeon.entry": 11,
+    "irsurgeon.cli": 10, "irsurgeon.entry": 11, "irsurgeon.__main__": 12,
 }
 FLOWS = ("irsurgeon.patch", "irsurgeon.verify", "irsurgeon.show", "irsurgeon.genai_check", "irsurgeon.head",
          "irsurgeon.footprint", "irsurgeon.journal", "irsurgeon.transaction", "irsurgeon.synth", "irsurgeon.cli",

@@ -24,6 +24,7 @@ from irsurgeon.errors import IRError, IRSurgeonError
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.model import MTPConfig
 from irsurgeon.families.qwen35_mtp.target import Target
+from irsurgeon.families.qwen35_mtp.verify import annotation_check
 from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG
 from irsurgeon.transaction import DirectoryTransaction, write_staged
 
@@ -126,6 +127,10 @@ def stage_annotation(tx: DirectoryTransaction, target: Target, force: bool, echo
         echo(f"{LANGUAGE_MODEL}: hidden-state annotation already present and identical")
         return
     if planned.status is Status.KEPT:
+        ok, detail = annotation_check(target.lm_xml, target.cfg.num_hidden_layers)
+        if not ok:  # kept, verify would reject the directory: refused before anything is committed
+            raise IRError(f"{target.lm_xml}: its existing hidden-state annotation is kept without --force, but verify "
+                          f"rejects it ({detail}); pass --force to replace it")
         echo(f"{LANGUAGE_MODEL}: keeps its existing, different hidden-state annotation (--force replaces it)")
         return
     write_annotation(planned, into=lambda data: stage_bytes(tx, LANGUAGE_MODEL, data))

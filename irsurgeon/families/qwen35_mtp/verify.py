@@ -61,11 +61,11 @@ def verify_qwen(target: Path, checkpoint: str | Path | None = None, hub=None, ec
     checks.append(Check("MTP head contract", not problems, "; ".join(problems) or
                         "inputs, output, 2 KV states as specified"))
     checks.append(Check("paged-attention conversion", *paged_attention_converts(head)))
-    checks.append(Check("hidden-state annotation", *_annotation(info.lm_xml, cfg.num_hidden_layers)))
+    checks.append(Check("hidden-state annotation", *annotation_check(info.lm_xml, cfg.num_hidden_layers)))
     return checks
 
 
-def _annotation(xml: Path, num_layers: int | None) -> tuple[bool, str]:
+def annotation_check(xml: Path, num_layers: int | None) -> tuple[bool, str]:
     """Whether the language model carries a readable hidden-state annotation with one entry per layer.
 
     Read from the .xml's rt_info text: the graph was already read (and checked) by inspect_target.
