@@ -34,7 +34,7 @@ def make_pair(kind: str, tmp):
     if kind == "optimum":
         return copy_pair(tmp)
     assert CliRunner().invoke(cli, ["synth", str(tmp / "s"), "--kind", "gemma4"]).exit_code == 0
-    return tmp / "s" / "target", tmp / "s" / "assistant"
+    return tmp / "s" / "target", tmp / "s" / "ckpt"
 
 
 @pytest.fixture(scope="module", params=["optimum", "synth"])

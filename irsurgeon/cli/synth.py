@@ -12,7 +12,7 @@ from irsurgeon.families import registry
 
 KINDS = tuple(registry.synth_kinds())  # every family's fixtures
 WEIGHT_FORMATS = ("f32", "f16", "int4")  # in the order of compress.WEIGHT_FORMATS
-OWN = ("target", "ckpt", "assistant")  # what synth writes into OUT_DIR (assistant: gemma4)
+OWN = ("target", "ckpt")  # what synth writes into OUT_DIR, every kind
 SIZES = (("layers", "Decoder layers."), ("hidden", "Hidden size."), ("heads", "Attention heads."),
          ("kv-heads", "Key/value heads (divides --heads)."),
          ("head-dim", "Head size; with --hidden or --heads alone: hidden / heads."), ("vocab", "Vocabulary size."))

@@ -2,8 +2,8 @@
 
     out/target/     openvino_model.xml/.bin (stateful, optimum-intel's names), config.json (gemma4_text),
                     generation_config.json, openvino_tokenizer/detokenizer (irsurgeon.synth.tokenizer)
-    out/assistant/  config.json (gemma4_assistant) + model.safetensors, for `irsurgeon patch out/target
-                    --checkpoint out/assistant`
+    out/ckpt/       config.json (gemma4_assistant) + model.safetensors, for `irsurgeon patch out/target
+                    --checkpoint out/ckpt`
 
 The target follows transformers' Gemma4TextModel (modeling_gemma4.py, 5.24.0):
 
@@ -221,12 +221,12 @@ def target_model(tensors: dict[str, np.ndarray], window: int = WINDOW) -> ov.Mod
 
 
 def synthesize_gemma4(out_dir: str | Path, seed: int = 0, wait: bool = False) -> tuple[Path, Path]:
-    """Write out_dir/target and out_dir/assistant (see the module docstring) under out_dir's lock; both must be
+    """Write out_dir/target and out_dir/ckpt (the assistant; see the module docstring) under out_dir's lock; both must be
     new or empty folders. Returns both paths."""
     out = Path(out_dir)
     make_dir(out)
     with directory_lock(out, wait):
-        target, assistant = out / "target", out / "assistant"
+        target, assistant = out / "target", out / "ckpt"  # as every kind: OUT_DIR/target and OUT_DIR/ckpt
         for d in (target, assistant):
             if d.is_symlink() or (d.exists() and any(d.iterdir())):
                 raise OutputError(f"{d}: a link or a folder that is not empty; synth writes only into new folders")
