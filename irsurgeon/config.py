@@ -86,6 +86,18 @@ def read_json(path: Path) -> dict:
     return data
 
 
+def peek_json(path: Path) -> dict | None:
+    """The JSON object at path through the bounded reader, or None when it is absent or cannot be read: for what only
+    looks (which family a directory or checkpoint is); the flow that then runs reads the file again and reports what
+    is wrong with it."""
+    if not Path(path).is_file():
+        return None
+    try:
+        return read_json(Path(path))
+    except ConfigError:
+        return None
+
+
 def text_section(cfg: dict) -> dict:
     """The text-model part of a config: `text_config` when present, else the top level."""
     tc = cfg.get("text_config")

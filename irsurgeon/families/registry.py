@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.config import read_json
+from irsurgeon.config import peek_json
 from irsurgeon.errors import ConfigError
 from irsurgeon.families import gemma4_mtp, qwen35_mtp
 from irsurgeon.families.base import Family, Match
@@ -44,14 +44,8 @@ def family_for(model_type: object, source: str):
 def for_checkpoint(root: Path) -> Family | None:
     """The family of a local checkpoint directory's config.json, or None when it has none a family claims (the
     flow that then runs reads the same file and reports what is wrong with it)."""
-    path = Path(root) / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        config = read_json(path)
-    except ConfigError:
-        return None
-    return next((f for f in FAMILIES if f.claims(config)), None)
+    config = peek_json(Path(root) / "config.json")
+    return next((f for f in FAMILIES if f.claims(config)), None) if config is not None else None
 
 
 def for_directory(directory: Path) -> Family:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.config import read_json
-from irsurgeon.errors import ConfigError
+from irsurgeon.config import peek_json
 
 TARGET_TYPES = ("gemma4_text", "gemma4")
 MODEL_TYPE = "gemma4_assistant"
@@ -22,17 +21,6 @@ WRITES = (MODEL_XML, *(f"{ASSISTANT_DIR}/{n}" for n in ASSISTANT_FILES))
 
 
 def target_type(target_dir: str | Path) -> str | None:
-    """The Gemma 4 model_type of TARGET/config.json, or None (not Gemma 4, or no readable config)."""
-    model_type = _model_type(Path(target_dir) / CONFIG)
+    """The Gemma 4 model_type of TARGET/config.json, or None (not Gemma 4, or no readable config: config.peek_json)."""
+    model_type = (peek_json(Path(target_dir) / CONFIG) or {}).get("model_type")
     return model_type if model_type in TARGET_TYPES else None
-
-
-def _model_type(cfg: Path) -> object:
-    """config.json's model_type through the bounded reader, or None when it cannot be read: recognition only
-    looks; the flow that then runs reads the same file again and reports what is wrong with it."""
-    if not cfg.is_file():
-        return None
-    try:
-        return read_json(cfg).get("model_type")
-    except ConfigError:
-        return None

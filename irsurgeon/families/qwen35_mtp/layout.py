@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.config import read_json
-from irsurgeon.errors import ConfigError
+from irsurgeon.config import peek_json
 from irsurgeon.ir.export import HEAD_FILES, LANGUAGE_MODEL, MTP_XML, OPENVINO_CONFIG
 
 DENSE_TYPES = ("qwen3_5", "qwen3_5_text")
@@ -21,15 +20,8 @@ WRITES = (*HEAD_FILES, LANGUAGE_MODEL, OPENVINO_CONFIG)
 
 
 def model_type(directory: Path) -> object:
-    """config.json's top-level model_type through the bounded reader, or None when it cannot be read: recognition
-    only looks; the flow that then runs reads the file again and reports what is wrong with it."""
-    path = Path(directory) / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        return read_json(path).get("model_type")
-    except ConfigError:
-        return None
+    """config.json's top-level model_type, or None when there is none readable (config.peek_json)."""
+    return (peek_json(Path(directory) / "config.json") or {}).get("model_type")
 
 
 def has_head(directory: Path) -> bool:
