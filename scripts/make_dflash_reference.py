@@ -197,7 +197,7 @@ def target_features(target, tokens: torch.Tensor, layer_ids: list[int]) -> torch
     for i in range(L - 1):  # hidden_states[i + 1] is decoder layer i's output; the last one is post-norm
         assert torch.equal(out.hidden_states[i + 1], seen[i]), i
     assert torch.allclose(out.hidden_states[L], target.model.norm(seen[L - 1]), atol=0, rtol=0)
-    return torch.cat([out.hidden_states[l + 1] for l in layer_ids], dim=-1)
+    return torch.cat([out.hidden_states[i + 1] for i in layer_ids], dim=-1)
 
 
 def calls(target, case: dict, cfg: dict):

@@ -12,7 +12,7 @@ heads, D head_dim.
         a = input_layernorm(x)
         q = rope(q_norm(q_proj(a)))                             the last Q rows of the tables      [B, nH, Q, D]
         k = rope(k_norm(k_proj(concat(c, a)))),  v = v_proj(concat(c, a))                        [B, nKV, C + Q, D]
-        k = concat(state(k[:, :, :C]), k[:, :, C:])             only the context rows enter the state: [B, nKV, P + C, D]
+        k = concat(state(k[:, :, :C]), k[:, :, C:])             only context rows enter the state [B, nKV, P + C, D]
         x = x + o_proj(sdpa(q, gqa(k), gqa(v), mask))           one ScaledDotProductAttention per layer
         x = x + down(silu(gate(m)) * up(m)),  m = post_attention_layernorm(x)
     last_hidden_state = norm(x)[:, 1:]                          the seed row dropped               [B, K, H]
@@ -44,7 +44,8 @@ MODEL_TYPE = "qwen3"
 ARCHITECTURE = "DFlashDraftModel"
 OUTPUT = "last_hidden_state"
 INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mask", "beam_idx")  # genai's order
-DFLASH_MODE, MASK_TOKEN_ID, TARGET_LAYER_IDS = "dflash_mode", ("dflash", "mask_token_id"), ("dflash", "target_layer_ids")
+DFLASH_MODE = "dflash_mode"  # rt_info genai reads (optimum-intel 2.2.0 convert.py _add_dflash_mode_to_rt_info)
+MASK_TOKEN_ID, TARGET_LAYER_IDS = ("dflash", "mask_token_id"), ("dflash", "target_layer_ids")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 I64 = np.int64
 
@@ -212,7 +213,8 @@ def read_rope(cfg: dict, values: dict, source: str) -> tuple[rope_tables.Rope, l
 
 def layers(cfg: dict, v: dict, source: str) -> tuple[Layer, ...]:
     n = v["num_hidden_layers"]
-    window = v["sliding_window"] if v["use_sliding_window"] else None
+    explicit_null = "sliding_window" in cfg and cfg["sliding_window"] is None  # null is None, not the default
+    window = v["sliding_window"] if v["use_sliding_window"] and not explicit_null else None
     kinds = cfg.get("layer_types")
     if kinds is None:
         kinds = ["sliding_attention" if window is not None and i >= v["max_window_layers"] else "full_attention"
@@ -285,6 +287,17 @@ def tensors(cfg: DFlashConfig) -> Table:
 # ---- graph ----
 
 @dataclass(frozen=True)
+class Rotary:
+    """The RoPE tables over context + block rows, their block rows (the queries'), and the two lengths ([1] each)."""
+    cos: ov.Output
+    sin: ov.Output
+    cos_q: ov.Output
+    sin_q: ov.Output
+    ctx_len: ov.Output
+    q_len: ov.Output
+
+
+@dataclass(frozen=True)
 class Inputs:
     inputs_embeds: ov.Output
     hidden_states: ov.Output
@@ -336,21 +349,20 @@ def block_mask(x: Inputs, q_len: ov.Output, kv_len: ov.Output, layer: Layer, nam
     return named(ops.select(visible, const(0.0), const(np.finfo(np.float32).min)), f"{name}/mask")
 
 
-def attention(a: ov.Output, c: ov.Output, x: Inputs, w: Weights, cfg: DFlashConfig, i: int, rope: tuple,
+def attention(a: ov.Output, c: ov.Output, x: Inputs, w: Weights, cfg: DFlashConfig, i: int, r: Rotary,
               ) -> tuple[ov.Output, list[ov.Node]]:
     """One layer's attention over the state, the new context rows and the block; returns o_proj's output."""
     name, eps, bias = f"layers.{i}.self_attn", cfg.rms_norm_eps, cfg.attention_bias
     nH, nKV, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    cos, sin, cos_q, sin_q, ctx_len, q_len = rope
     q = rms_norm(heads(dense(a, w, f"{name}.q_proj", bias), nH, D, f"{name}/q_heads"), w(f"{name}.q_norm.weight"),
                  eps, f"{name}.q_norm")
     kv_in = named(ops.concat([c, a], axis=1), f"{name}/kv_input")  # [B, C + Q, H]
     k = rms_norm(heads(dense(kv_in, w, f"{name}.k_proj", bias), nKV, D, f"{name}/k_heads"),
                  w(f"{name}.k_norm.weight"), eps, f"{name}.k_norm")
     v = to_bnsd(heads(dense(kv_in, w, f"{name}.v_proj", bias), nKV, D, f"{name}/v_heads"))
-    q = apply_rope(to_bnsd(q), cos_q, sin_q, D, D, f"{name}/q_rope", fusable=True)  # [B, nH, Q, D]
-    k = apply_rope(to_bnsd(k), cos, sin, D, D, f"{name}/k_rope", fusable=True)  # [B, nKV, C + Q, D]
-    lengths = ops.concat([ctx_len, q_len], axis=0)
+    q = apply_rope(to_bnsd(q), r.cos_q, r.sin_q, D, D, f"{name}/q_rope", fusable=True)  # [B, nH, Q, D]
+    k = apply_rope(to_bnsd(k), r.cos, r.sin, D, D, f"{name}/k_rope", fusable=True)  # [B, nKV, C + Q, D]
+    lengths = ops.concat([r.ctx_len, r.q_len], axis=0)
     k_ctx, k_blk = ops.variadic_split(k, const(2, I64), lengths).outputs()
     v_ctx, v_blk = ops.variadic_split(v, const(2, I64), lengths).outputs()
     batch = dim(x.inputs_embeds, 0)
@@ -358,15 +370,15 @@ def attention(a: ov.Output, c: ov.Output, x: Inputs, w: Weights, cfg: DFlashConf
     v_state, v_sink = kv_cache(v_ctx, x.beam_idx, batch, value_state(i), nKV, D, f"{name}/value_cache")
     k_all = named(ops.concat([k_state, k_blk], axis=2), f"{name}/keys")  # [B, nKV, T, D]
     v_all = named(ops.concat([v_state, v_blk], axis=2), f"{name}/values")
-    bias_mask = block_mask(x, q_len, dim(k_all, 2), cfg.layers[i], f"{name}/attention")
+    bias_mask = block_mask(x, r.q_len, dim(k_all, 2), cfg.layers[i], f"{name}/attention")
     out = sdpa(q, expand_kv(k_all, cfg.kv_groups, nH, D, f"{name}/key_gqa"),
                expand_kv(v_all, cfg.kv_groups, nH, D, f"{name}/value_gqa"), bias_mask, D, f"{name}/sdpa")
     out = named(ops.reshape(to_bnsd(out), const([0, 0, nH * D], I64), special_zero=True), f"{name}/merge_heads")
     return dense(out, w, f"{name}.o_proj", bias), [k_sink, v_sink]
 
 
-def draft(x: Inputs, w: Weights, cfg: DFlashConfig) -> tuple[ov.Output, list[ov.Node]]:
-    """last_hidden_state (seed row dropped) and the Assign sinks of every layer's K/V state."""
+def draft(x: Inputs, w: Weights, cfg: DFlashConfig, drop_seed: bool = True) -> tuple[ov.Output, list[ov.Node]]:
+    """last_hidden_state (seed row dropped unless told) and the Assign sinks of every layer's K/V state."""
     def norm(t: ov.Output, name: str) -> ov.Output:
         return rms_norm(t, w(f"{name}.weight"), cfg.rms_norm_eps, name)
 
@@ -377,18 +389,20 @@ def draft(x: Inputs, w: Weights, cfg: DFlashConfig) -> tuple[ov.Output, list[ov.
     big = const([np.iinfo(np.int64).max], I64)
     cos_q, sin_q = (named(ops.slice(t, ctx_len, big, const([1], I64), const([2], I64)), f"rotary_emb/{n}_block")
                     for t, n in ((cos, "cos"), (sin, "sin")))
-    rope = (cos, sin, cos_q, sin_q, ctx_len, q_len)
+    rotary = Rotary(cos, sin, cos_q, sin_q, ctx_len, q_len)
     h, sinks = x.inputs_embeds, []
     for i in range(len(cfg.layers)):
         p = f"layers.{i}."
-        attn, layer_sinks = attention(norm(h, f"{p}input_layernorm"), c, x, w, cfg, i, rope)
+        attn, layer_sinks = attention(norm(h, f"{p}input_layernorm"), c, x, w, cfg, i, rotary)
         h = named(ops.add(h, attn), f"{p}attn_residual")
         m = norm(h, f"{p}post_attention_layernorm")
         mlp = swiglu(m, *(w(f"{p}mlp.{n}.weight") for n in ("gate_proj", "up_proj", "down_proj")), f"{p}mlp")
         h = named(ops.add(h, mlp), f"{p}mlp_residual")
         sinks += layer_sinks
     out = norm(h, "norm")
-    one, big = const([1], I64), const([np.iinfo(np.int64).max], I64)
+    if not drop_seed:
+        return out, sinks
+    one = const([1], I64)
     return named(ops.slice(out, one, big, one, one), "drop_seed"), sinks  # [B, K, H]
 
 
