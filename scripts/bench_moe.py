@@ -33,7 +33,7 @@ from irsurgeon.families.qwen35_mtp.model import MoEConfig, MTPConfig, tensors
 from irsurgeon.ops.core import WeightFormat
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = Path(os.environ.get("IRSURGEON_REFERENCE", ROOT.parent / "shared" / "reference"))
+REFERENCE = Path(os.environ.get("IRSURGEON_REFERENCE") or ROOT / "tests" / "data" / "reference")
 PROPS = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 GATHER_BYTES_LIMIT = 1 << 30  # per prefill call: k expert matrices per token, f16 + their f32 copy
 

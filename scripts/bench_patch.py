@@ -9,8 +9,8 @@ qwen35 layout with the same attention geometry (one decoder layer, vocabulary 20
 config.json carries that vocabulary so that patch's checkpoint-belongs-to-target check passes. Per weight format, a
 fresh copy of the target is patched in a child process (checkpoint evicted from the page cache first): wall time,
 peak RSS (also above the import baseline `python -c "import openvino, nncf"`, per byte of the head's shard), bytes
-read from the device, the written head; then, when the reference data
-is there, the draft-step latency of the head patched into the reference export against optimum-intel's head
+read from the device, the written head; then the draft-step latency of the head
+patched into the reference export (tests/data/reference) against optimum-intel's head
 (prefill 128 tokens, then the median of 50 one-token steps).
 """
 from __future__ import annotations
@@ -129,7 +129,7 @@ def main() -> None:
     ap.add_argument("--moe", action="store_true", help="the Qwen3.6-35B-A3B-sized MoE head of bench_build.py --moe")
     ap.add_argument("--no-latency", action="store_true", help="skip the draft-step latency comparison")
     ap.add_argument("--reference", type=Path,
-                    default=Path(os.environ.get("IRSURGEON_REFERENCE", ROOT.parent / "shared" / "reference")))
+                    default=Path(os.environ.get("IRSURGEON_REFERENCE") or ROOT / "tests" / "data" / "reference"))
     a = ap.parse_args()
     work = a.work or Path(tempfile.mkdtemp(prefix="irsurgeon-bench-patch-"))
     try:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REFERENCE = Path(os.environ.get("IRSURGEON_REFERENCE", HERE.parents[1] / "shared" / "reference"))
+REFERENCE = Path(os.environ.get("IRSURGEON_REFERENCE") or HERE.parent / "tests" / "data" / "reference")
 CACHE = Path.home() / ".cache" / "irsurgeon-bench"
 VENV_PACKAGES = (["torch==2.13.0", "transformers==5.2.0", "optimum==2.3.0", "requests>=2.33,<3",
                   "huggingface-hub>=1.3,<1.22", "pillow", "openvino==2026.4.1", "openvino-tokenizers==2026.4.1.0",

@@ -123,7 +123,8 @@ def compare(name: str, cfg: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reference", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "reference")
+    parser.add_argument("--reference", type=Path,
+                        default=Path(__file__).resolve().parents[1] / "tests" / "data" / "reference")
     args = parser.parse_args()
     import transformers
     transformers.logging.set_verbosity_error()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate fixtures/demo/ from the reference data (../shared/reference, or $IRSURGEON_REFERENCE).
+"""Regenerate fixtures/demo/ from the reference data (tests/data/reference, or $IRSURGEON_REFERENCE).
 
 fixtures/demo/target : optimum-intel 2.2.0's export of the seeded `qwen35-dense-bigram` checkpoint
                        (`--task image-text-to-text --weight-format fp16`) with openvino_mtp_model.* removed and the
@@ -20,7 +20,7 @@ from irsurgeon.synth.strip import strip_mtp
 from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 
 ROOT = Path(__file__).resolve().parents[1]
-REF = Path(os.environ.get("IRSURGEON_REFERENCE", ROOT.parent / "shared" / "reference"))
+REF = Path(os.environ.get("IRSURGEON_REFERENCE") or ROOT / "tests" / "data" / "reference")
 OUT = ROOT / "fixtures" / "demo"
 EMBEDDINGS = "model.language_model.embed_tokens.weight"
 

@@ -1,8 +1,8 @@
-"""Shared fixtures: where the reference data lives, and how a test that needs it behaves without it.
+"""Shared fixtures: the reference data the tests compare with.
 
-The reference (`../shared/reference`, or $IRSURGEON_REFERENCE) holds seeded tiny Qwen3.5 checkpoints and what
-optimum-intel exported from them. A test that needs it skips with the reason when it is absent, except under
-CI=true, where it fails: CI must never pass by skipping.
+tests/data/reference (see its README.md) holds seeded tiny Qwen3.5 checkpoints, what optimum-intel exported from
+them, golden MTP outputs and real published configs. It is part of the repository: a file missing there is a plain
+failure. $IRSURGEON_REFERENCE points the tests at another copy of the same layout (e.g. a regenerated one).
 """
 from __future__ import annotations
 
@@ -15,40 +15,32 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers package
 
 ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "tests" / "data" / "reference"
 REFERENCE_ENV = "IRSURGEON_REFERENCE"
 
 
 def reference_dir() -> Path:
-    return Path(os.environ.get(REFERENCE_ENV, ROOT.parent / "shared" / "reference"))
-
-
-def need(path: Path, what: str) -> Path:
-    """Return path if it exists; otherwise skip (fail under CI=true) naming what is missing."""
-    if path.exists():
-        return path
-    message = f"{what} not found at {path} (set {REFERENCE_ENV} to the reference directory)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    return Path(os.environ.get(REFERENCE_ENV) or REFERENCE)
 
 
 @pytest.fixture(scope="session")
 def reference() -> Path:
-    return need(reference_dir(), "reference data")
+    return reference_dir()
 
 
 @pytest.fixture(scope="session")
 def ckpt(reference):
     """ckpt("qwen35-dense") -> path of a reference checkpoint."""
-    return lambda name: need(reference / "ckpt" / name, f"reference checkpoint {name}")
+    return lambda name: reference / "ckpt" / name
 
 
 @pytest.fixture(scope="session")
 def export(reference):
     """export("dense-fp16") -> path of an optimum-intel reference export."""
-    return lambda name: need(reference / "export" / name, f"reference export {name}")
+    return lambda name: reference / "export" / name
 
 
 @pytest.fixture(scope="session")
 def golden(reference):
-    return lambda name: need(reference / "golden" / f"{name}.npz", f"golden file {name}")
+    """golden("dense-fp16") -> path of the golden MTP outputs of that export."""
+    return lambda name: reference / "golden" / f"{name}.npz"

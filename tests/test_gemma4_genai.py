@@ -9,13 +9,13 @@ plain greedy with ignore_eos does not (seen with openvino-genai 2026.4.1), which
 from __future__ import annotations
 
 import numpy as np
+import openvino_genai as genai
 import pytest
 from click.testing import CliRunner
 
 from helpers.gemma4 import copy_pair
 from irsurgeon.cli import main as cli
 
-genai = pytest.importorskip("openvino_genai")
 PROMPTS = ("abc", "hello world, this is a test", "The quick brown fox jumps over the lazy dog, twice or more.")
 NEW = 30
 PRECISE = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}

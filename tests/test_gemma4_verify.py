@@ -98,7 +98,6 @@ def test_hidden_state_must_be_the_lm_head_input():
 
 
 def test_genai_runs_the_pair_token_identical_with_drafts_accepted(pair):
-    pytest.importorskip("openvino_genai")
     report = genai_report(pair[0])
     runs = report["genai"]["runs"]
     assert len(runs) == 3 * 4 and all(r["identical"] and r["tokens"] == 40 for r in runs)

@@ -18,7 +18,7 @@ from irsurgeon.weights.safetensors_io import FP8_E4M3FN, SafetensorsFile, decode
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 # What the official FP8 releases quantize: every attention / MLP / expert projection; fc, norms, router and
-# shared-expert gate stay BF16 (see the reference real-configs README).
+# shared-expert gate stay BF16 (see tests/data/reference/real-configs/README.md).
 FP8_LEAVES = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
               "up_proj.weight", "down_proj.weight", "experts.gate_up_proj", "experts.down_proj")
 MLP = "mtp.layers.0.mlp."
