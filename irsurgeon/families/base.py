@@ -92,6 +92,11 @@ class Staging:
         return model
 
 
+def num_draft_tokens(ext_metrics) -> int:
+    """The drafted-token count of genai's extended metrics, as its classic and MTP paths report it."""
+    return ext_metrics.get_num_draft_tokens()
+
+
 @dataclass(frozen=True)
 class GenaiRuntime:
     """How openvino-genai runs a family's directory, for `verify --genai`."""
@@ -99,6 +104,7 @@ class GenaiRuntime:
     equivalence_properties: Callable[[Path], dict]
     honours_eos: bool = False  # the equivalence runs honour EOS in both pipelines (the draft path stops there)
     as_batch: bool = False     # generate(str) returns only text: a one-prompt list gets the metrics
+    drafted: Callable[[Any], int] = num_draft_tokens  # (extended perf metrics) -> tokens the draft proposed
 
     def prompt(self, text: str) -> str | list[str]:
         return [text] if self.as_batch else text

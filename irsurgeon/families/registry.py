@@ -9,12 +9,13 @@ from pathlib import Path
 
 from irsurgeon.config import peek_json
 from irsurgeon.errors import ConfigError
-from irsurgeon.families import gemma4_mtp, qwen35_mtp
+from irsurgeon.families import dflash, gemma4_mtp, qwen35_mtp
 from irsurgeon.families.base import Family, Match
 
 FAMILIES: tuple[Family, ...] = (
     qwen35_mtp.FAMILY,
     gemma4_mtp.FAMILY,
+    dflash.FAMILY,
 )
 DEFAULT = FAMILIES[0]  # what a directory that no family recognises is checked as (its layout errors name why)
 
