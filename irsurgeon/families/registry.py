@@ -38,8 +38,12 @@ def for_config(config: dict, source: str) -> Family:
 
 
 def family_for(model_type: object, source: str):
-    """The build's view (Builder) of the family reading a config.json of this model_type."""
-    return for_config({"model_type": model_type}, source).builder()
+    """The build's view (Builder) of the family reading a config.json of this model_type (a family may claim its
+    configs by more than the model_type: DFlash drafts are model_type qwen3 and named by their architectures)."""
+    for family in FAMILIES:
+        if model_type in family.builder_types():
+            return family.builder()
+    return for_config({"model_type": model_type}, source).builder()  # refused, listing the known types
 
 
 def for_checkpoint(root: Path) -> Family | None:
