@@ -311,7 +311,7 @@ def kv_growth(target: Path, kv_default: str | None, files: tuple[str, str] | Non
     precision."""
     if files is None:
         layout = registry.for_directory(target).layout
-        files = (layout.target_xml, layout.draft_xml)
+        files = (layout.target_in(target), layout.draft_xml)
     return {part: kv_cache(f, show_ir(target / f), 1, kv_default) for part, f in zip(("target", "draft"), files)}
 
 
@@ -336,7 +336,7 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     target, g = Path(target), _genai()
     family, fam = runtime_of(target)
     texts, defaults = [fam.prompt(p) for p in prompt_list(prompts)], device_defaults(device)
-    kv = kv_growth(target, defaults["KV_CACHE_PRECISION"], (family.layout.target_xml, family.layout.draft_xml))
+    kv = kv_growth(target, defaults["KV_CACHE_PRECISION"], (family.layout.target_in(target), family.layout.draft_xml))
     kv_target, kv_draft = kv["target"]["bytes_per_token"], kv["draft"]["bytes_per_token"]
     resettable = reset_peak_memory()
     report = SpeedReport(device, fam.equivalence_properties(target), defaults, {p: k["precision"] for p, k in kv.items()},

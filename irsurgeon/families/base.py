@@ -60,6 +60,14 @@ class Layout:
     writes: tuple[str, ...]  # every name a patch of this family may move into the target
     draft_xml: str           # the draft IR (show lists it, footprint counts it as the draft's)
     target_xml: str          # the target IR whose KV cache grows (footprint, genai scheduler sizing)
+    target_alternatives: tuple[str, ...] = ()  # other target IRs the family patches (another export layout)
+
+    def target_in(self, directory: Path) -> str:
+        """The target IR of this directory: target_xml, else the first alternative present, else target_xml."""
+        for name in (self.target_xml, *self.target_alternatives):
+            if (Path(directory) / name).is_file():
+                return name
+        return self.target_xml
 
     @property
     def subfolders(self) -> tuple[str, ...]:

@@ -37,7 +37,7 @@ class DFlash(Family):
     key = "dflash"
     describe = "DFlash block-diffusion draft (z-lab DFlashDraftModel checkpoint)"
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.DRAFT_DIR}/{names.MODEL_XML}",
-                    target_xml=names.MODEL_XML)
+                    target_xml=names.MODEL_XML, target_alternatives=(names.LANGUAGE_XML,))
     hub_prefix = None  # small: fetched whole
     synth_kinds = ("dflash",)
 
@@ -87,8 +87,9 @@ class DFlash(Family):
 
     def run_hint(self, directory: Path) -> str:
         draft = Path(directory) / names.DRAFT_DIR
+        pipeline = "VLMPipeline" if names.target_xml_name(directory) == names.LANGUAGE_XML else "LLMPipeline"
         return (f"run it: import openvino_genai as g; sc = g.SchedulerConfig(); sc.enable_prefix_caching = False; "
-                f"g.LLMPipeline('{directory}', 'CPU', scheduler_config=sc, draft_model=g.draft_model('{draft}', "
+                f"g.{pipeline}('{directory}', 'CPU', scheduler_config=sc, draft_model=g.draft_model('{draft}', "
                 f"'CPU'))")
 
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:

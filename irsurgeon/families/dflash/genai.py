@@ -8,7 +8,8 @@
     properties  INFERENCE_PRECISION_HINT=f32: there every pair tried was token-identical to plain greedy
     drafted     genai's DFlash path leaves get_num_draft_tokens() at 0; the drafted count is
                 get_num_draft_processed_tokens()
-    as_batch    generate(str) returns text only: a one-prompt list gets the metrics
+    as_batch    LLMPipeline.generate(str) returns text only: a one-prompt list gets the metrics; VLMPipeline takes
+                only a str (and returns its metrics with it), so its one-prompt list is handed on as that str
 """
 from __future__ import annotations
 
@@ -48,13 +49,30 @@ def scheduler_config(g, target: Path):
     return sc
 
 
+class OnePrompt:
+    """A VLMPipeline that takes the one-prompt list the runtime gives (as_batch) as its str."""
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+
+    def generate(self, prompt, *args, **kwargs):
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        return self.pipe.generate(prompt, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.pipe, name)
+
+
 def pipeline(g, target: Path, device: str, props: dict, draft: bool):
     """The target's pipeline on the paged backend, with TARGET/dflash_draft as its DFlash draft when `draft`."""
     for where in (target, target / DRAFT_DIR):
         limits.check_directory_files(where, IRSurgeonError)  # genai opens its files itself: a FIFO would block it
-    make = g.VLMPipeline if (target / LANGUAGE_XML).is_file() else g.LLMPipeline
+    vlm = (target / LANGUAGE_XML).is_file()
     try:
         extra = {"draft_model": g.draft_model(str(target / DRAFT_DIR), device, **props)} if draft else {}
-        return make(str(target), device, scheduler_config=scheduler_config(g, target), **extra, **props)
+        pipe = (g.VLMPipeline if vlm else g.LLMPipeline)(str(target), device,
+                                                         scheduler_config=scheduler_config(g, target), **extra, **props)
     except RuntimeError as e:
         raise IRSurgeonError(f"{target}: openvino-genai cannot load the DFlash pair on {device}: {cause(e)}") from None
+    return OnePrompt(pipe) if vlm else pipe
