@@ -15,7 +15,8 @@ those of the first pass and times are over all passes):
     target_evaluations  target-model inferences: entries of raw_metrics.m_batch_sizes, one per generation step
                         (prefill included; main_model_metrics' for MTP); each step emits m_batch_sizes[i] tokens
     draft_evaluations   draft-model inferences, the same count on draft_model_metrics
-    draft_proposed / draft_accepted   extended_perf_metrics get_num_draft_tokens / get_num_accepted_tokens
+    draft_proposed / draft_accepted   the family's GenaiRuntime.drafted (get_num_draft_tokens by default) /
+                        extended_perf_metrics get_num_accepted_tokens
     peak_memory_bytes   peak RSS while that configuration runs with its pipeline loaded: VmHWM, reset through
                         /proc/self/clear_refs before it (else the process-lifetime ru_maxrss, said so); the plain
                         pipeline is freed before the MTP one loads, but the allocator may keep some of its pages
@@ -36,6 +37,7 @@ from typing import Callable, Sequence
 
 from irsurgeon.errors import IRSurgeonError
 from irsurgeon.families import registry
+from irsurgeon.families.base import num_draft_tokens
 from irsurgeon.footprint import kv_cache
 from irsurgeon.ir.describe import show_ir
 
@@ -150,7 +152,7 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
             diff = None if ids == ref else next((j for j, (a, b) in enumerate(zip(ids, ref)) if a != b),
                                                 min(len(ids), len(ref)))
             run = Run(i, nat, ids == ref, diff, len(ids), ext.get_num_accepted_tokens() if ext else 0,
-                      ext.get_num_draft_tokens() if ext else 0)
+                      fam.drafted(ext) if ext else 0)
             report.runs.append(run)
             verdict = "identical" if run.identical else f"DIFFERENT at token {diff}"
             # no speed here: these runs are at the equivalence settings and a few tokens; run_speed measures it
@@ -176,6 +178,7 @@ class Measurement:
     peak_memory_bytes: int = 0
     speedup: float | None = None
     calls: int = 0
+    drafted: Callable = field(default=num_draft_tokens, repr=False)  # GenaiRuntime.drafted of the directory
 
     @property
     def rounds(self) -> int:
@@ -224,7 +227,7 @@ class Measurement:
             return
         self.target_evaluations += len(ext.main_model_metrics.raw_metrics.m_batch_sizes)
         self.draft_evaluations += len(ext.draft_model_metrics.raw_metrics.m_batch_sizes)
-        self.draft_proposed += ext.get_num_draft_tokens()
+        self.draft_proposed += self.drafted(ext)
         self.draft_accepted += ext.get_num_accepted_tokens()
 
     def as_dict(self) -> dict:
@@ -308,7 +311,7 @@ def kv_growth(target: Path, kv_default: str | None, files: tuple[str, str] | Non
     precision."""
     if files is None:
         layout = registry.for_directory(target).layout
-        files = (layout.target_xml, layout.draft_xml)
+        files = (layout.target_in(target), layout.draft_xml)
     return {part: kv_cache(f, show_ir(target / f), 1, kv_default) for part, f in zip(("target", "draft"), files)}
 
 
@@ -333,7 +336,7 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     target, g = Path(target), _genai()
     family, fam = runtime_of(target)
     texts, defaults = [fam.prompt(p) for p in prompt_list(prompts)], device_defaults(device)
-    kv = kv_growth(target, defaults["KV_CACHE_PRECISION"], (family.layout.target_xml, family.layout.draft_xml))
+    kv = kv_growth(target, defaults["KV_CACHE_PRECISION"], (family.layout.target_in(target), family.layout.draft_xml))
     kv_target, kv_draft = kv["target"]["bytes_per_token"], kv["draft"]["bytes_per_token"]
     resettable = reset_peak_memory()
     report = SpeedReport(device, fam.equivalence_properties(target), defaults, {p: k["precision"] for p, k in kv.items()},
@@ -346,7 +349,7 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     plain = fam.pipeline(g, target, device, {}, False)
     reset_peak_memory()
     report.measurements.append(_measure(plain, texts, _config(g, max_new_tokens, None), rounds,
-                                        Measurement("plain", None, kv_target, 0), echo))
+                                        Measurement("plain", None, kv_target, 0, drafted=fam.drafted), echo))
     del plain
     gc.collect()
     echo("speed: loading the MTP pipeline")
@@ -355,7 +358,8 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
         echo(f"speed [{j + 2}/{len(sweep) + 1}] MTP num_assistant_tokens {nat}")
         reset_peak_memory()
         report.measurements.append(_measure(mtp, texts, _config(g, max_new_tokens, nat), rounds,
-                                            Measurement(f"mtp K={nat}", nat, kv_target, kv_draft), echo))
+                                            Measurement(f"mtp K={nat}", nat, kv_target, kv_draft, drafted=fam.drafted),
+                                            echo))
     base = report.measurements[0].tokens_per_second
     for m in report.measurements:
         m.speedup = m.tokens_per_second / base if base else None

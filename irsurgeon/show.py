@@ -61,7 +61,7 @@ def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
         "irs": irs,
         "mtp": mtp_verdict(directory, {r["file"]: r for r in irs}, family),
         "footprint": footprint({k: v for k, v in described.items() if isinstance(v, dict)}, context,
-                               target=family.layout.target_xml, draft=family.layout.draft_xml),
+                               target=family.layout.target_in(directory), draft=family.layout.draft_xml),
     }
 
 
@@ -86,7 +86,7 @@ def config_facts(directory: Path) -> dict | None:
 def mtp_verdict(directory: Path, irs: dict[str, dict], family) -> dict:
     """Whether openvino-genai can run speculative decoding from this directory with its family's draft, and why
     not (an unreadable target or draft IR is named; else the family's verify checks)."""
-    needed = (family.layout.target_xml, family.layout.draft_xml)
+    needed = (family.layout.target_in(directory), family.layout.draft_xml)
     unreadable = [f"{name}: {irs[name]['summary']}" for name in needed if name in irs and not irs[name]["ok"]]
     if unreadable:
         return {"ready": False, "reasons": unreadable, "checks": []}

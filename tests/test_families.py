@@ -25,7 +25,7 @@ DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo" / "ckpt"
 def test_every_model_type_has_one_family():
     types = [t for f in FAMILIES for t in f.builder().model_types]
     assert len(types) == len(set(types))
-    assert {f.builder().name for f in FAMILIES} == {"qwen3_5_mtp", "gemma4_assistant"}
+    assert {f.builder().name for f in FAMILIES} == {"qwen3_5_mtp", "gemma4_assistant", "dflash_draft"}
     for family in FAMILIES:
         assert family.builder_types() == family.builder().model_types  # the light spelling agrees with the build's
         for t in family.builder().model_types:

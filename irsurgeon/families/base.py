@@ -60,6 +60,14 @@ class Layout:
     writes: tuple[str, ...]  # every name a patch of this family may move into the target
     draft_xml: str           # the draft IR (show lists it, footprint counts it as the draft's)
     target_xml: str          # the target IR whose KV cache grows (footprint, genai scheduler sizing)
+    target_alternatives: tuple[str, ...] = ()  # other target IRs the family patches (another export layout)
+
+    def target_in(self, directory: Path) -> str:
+        """The target IR of this directory: target_xml, else the first alternative present, else target_xml."""
+        for name in (self.target_xml, *self.target_alternatives):
+            if (Path(directory) / name).is_file():
+                return name
+        return self.target_xml
 
     @property
     def subfolders(self) -> tuple[str, ...]:
@@ -92,6 +100,11 @@ class Staging:
         return model
 
 
+def num_draft_tokens(ext_metrics) -> int:
+    """The drafted-token count of genai's extended metrics, as its classic and MTP paths report it."""
+    return ext_metrics.get_num_draft_tokens()
+
+
 @dataclass(frozen=True)
 class GenaiRuntime:
     """How openvino-genai runs a family's directory, for `verify --genai`."""
@@ -99,6 +112,7 @@ class GenaiRuntime:
     equivalence_properties: Callable[[Path], dict]
     honours_eos: bool = False  # the equivalence runs honour EOS in both pipelines (the draft path stops there)
     as_batch: bool = False     # generate(str) returns only text: a one-prompt list gets the metrics
+    drafted: Callable[[Any], int] = num_draft_tokens  # (extended perf metrics) -> tokens the draft proposed
 
     def prompt(self, text: str) -> str | list[str]:
         return [text] if self.as_batch else text

@@ -9,12 +9,13 @@ from pathlib import Path
 
 from irsurgeon.config import peek_json
 from irsurgeon.errors import ConfigError
-from irsurgeon.families import gemma4_mtp, qwen35_mtp
+from irsurgeon.families import dflash, gemma4_mtp, qwen35_mtp
 from irsurgeon.families.base import Family, Match
 
 FAMILIES: tuple[Family, ...] = (
     qwen35_mtp.FAMILY,
     gemma4_mtp.FAMILY,
+    dflash.FAMILY,
 )
 DEFAULT = FAMILIES[0]  # what a directory that no family recognises is checked as (its layout errors name why)
 
@@ -37,8 +38,12 @@ def for_config(config: dict, source: str) -> Family:
 
 
 def family_for(model_type: object, source: str):
-    """The build's view (Builder) of the family reading a config.json of this model_type."""
-    return for_config({"model_type": model_type}, source).builder()
+    """The build's view (Builder) of the family reading a config.json of this model_type (a family may claim its
+    configs by more than the model_type: DFlash drafts are model_type qwen3 and named by their architectures)."""
+    for family in FAMILIES:
+        if model_type in family.builder_types():
+            return family.builder()
+    return for_config({"model_type": model_type}, source).builder()  # refused, listing the known types
 
 
 def for_checkpoint(root: Path) -> Family | None:

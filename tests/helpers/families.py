@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURE_PAIRS = {
     "qwen3_5": (ROOT / "fixtures" / "demo" / "target", ROOT / "fixtures" / "demo" / "ckpt"),
     "gemma4": (ROOT / "fixtures" / "gemma4" / "target", ROOT / "fixtures" / "gemma4" / "assistant"),
+    "dflash": (ROOT / "fixtures" / "dflash" / "target", ROOT / "fixtures" / "dflash" / "ckpt"),
 }
 FAMILIES = [pytest.param(f, id=f.key) for f in registry.FAMILIES]
 

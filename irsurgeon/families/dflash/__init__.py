@@ -1,8 +1,109 @@
-"""DFlash: a block-diffusion drafter of a few Qwen3-style layers conditioned on the target's hidden states.
+"""DFlash: a block-diffusion drafter of a few Qwen3-style layers conditioned on the target's hidden states, built
+from z-lab's DFlashDraftModel safetensors into TARGET/dflash_draft/, with the target's hidden-state annotation.
 
-    model.py  config as transformers 5.2.0 / dflash 0.1.0 read it, tensor table, the stateful draft graph (BUILDER)
-    rope.py   the RoPE variants its configs name (default, linear, yarn)
+    irsurgeon patch TARGET --checkpoint DRAFT_DIR [--weight-format auto|f16|f32|int8|int4] [--dry-run] [--force]
 
-Not registered yet (families/registry.py): the family's stage (the draft's directory, the target's hidden-state
-annotation), verify, genai runtime and synth come with its Family class; until then nothing in the house reaches it.
+TARGET is a Qwen3 text export (optimum-intel `--task text-generation-with-past`) or a decomposed Qwen3.5 VLM export
+(patched for it, run with VLMPipeline); DRAFT_DIR a z-lab-format checkpoint (config.json + safetensors) or a repo id
+of one (fetched whole). Afterwards TARGET/dflash_draft/ holds the draft IR and its config.json, and the target IR's
+.xml carries `hidden_states_decoder_layers` (its .bin untouched), all moved in by one transaction:
+
+    sc = openvino_genai.SchedulerConfig(); sc.enable_prefix_caching = False
+    openvino_genai.LLMPipeline(TARGET, "CPU", scheduler_config=sc,
+                               draft_model=openvino_genai.draft_model(TARGET/dflash_draft, "CPU"))
+
+    layout.py  names: what is claimed and recognised, the files written (no openvino)
+    model.py   config as transformers 5.2.0 / dflash 0.1.0 read it, tensor table, the stateful draft graph (BUILDER)
+    rope.py    the RoPE variants its configs name (default, linear, yarn)
+    target.py  the target as patch and verify see it, and the pair check
+    patch.py   finish (compress, rt_info, runtime options, provenance) and what is staged, checked where staged
+    verify.py  the checks of a directory for genai's DFlash path, without genai
+    genai.py   how openvino-genai runs the pair (paged attention, prefix caching off, drafted-token counter)
+    synth.py   a tiny Qwen3 text export and a seeded draft checkpoint for it
 """
+from __future__ import annotations
+
+from pathlib import Path
+
+from irsurgeon.families.base import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging
+from irsurgeon.families.dflash import layout as names
+
+UNPROVEN = ("a DFlash draft shares no tensor with its target (no embedding, no lm_head): only its geometry (hidden "
+            "size, target layer ids, mask token row) was checked; `irsurgeon verify {target} --genai` measures how "
+            "often its drafts are accepted")
+
+
+class DFlash(Family):
+    key = "dflash"
+    describe = "DFlash block-diffusion draft (z-lab DFlashDraftModel checkpoint)"
+    layout = Layout(writes=names.WRITES, draft_xml=f"{names.DRAFT_DIR}/{names.MODEL_XML}",
+                    target_xml=names.MODEL_XML, target_alternatives=(names.LANGUAGE_XML,))
+    hub_prefix = None  # small: fetched whole
+    synth_kinds = ("dflash",)
+
+    def builder(self):
+        from irsurgeon.families.dflash.model import BUILDER
+        return BUILDER
+
+    def builder_types(self) -> tuple[str, ...]:
+        return (names.TARGET_TYPE,)
+
+    def claims(self, config: dict) -> bool:
+        return names.claims(config)
+
+    def recognise(self, directory: Path) -> Match:
+        if names.has_draft(directory):
+            return Match.DRAFT
+        return Match.TARGET if names.is_text_target(directory) else Match.NONE
+
+    def inspect(self, directory: Path):
+        from irsurgeon.families.dflash.target import inspect_target
+        return inspect_target(directory)
+
+    def pair(self, target, cfg, root: Path, source: str, options, echo) -> Pairing:
+        from irsurgeon.families.dflash.target import check_pair
+        check_pair(target, cfg)
+        return Pairing(unproven=UNPROVEN.format(target=target.path))
+
+    def plan_steps(self, target, choice) -> list[str]:
+        return [f"build {names.DRAFT_DIR}/ as {choice.weight_format}",
+                f"annotate {target.xml_name} (hidden states of {target.num_layers} decoder layers)"]
+
+    def finish(self, model, staging: Staging):
+        from irsurgeon.families.dflash.patch import finish
+        return finish(model, staging)
+
+    def stage(self, tx, target, staging: Staging) -> None:
+        from irsurgeon.families.dflash.patch import stage
+        stage(tx, target, staging)
+
+    def verify(self, directory: Path, checkpoint=None, hub=None, echo=print) -> list[Check]:
+        from irsurgeon.families.dflash.verify import verify_dflash
+        return verify_dflash(Path(directory), checkpoint)
+
+    def genai(self) -> GenaiRuntime:
+        from irsurgeon.families.dflash import genai
+        return GenaiRuntime(genai.pipeline, genai.equivalence_properties, as_batch=True, drafted=genai.drafted)
+
+    def run_hint(self, directory: Path) -> str:
+        draft = Path(directory) / names.DRAFT_DIR
+        pipeline = "VLMPipeline" if names.target_xml_name(directory) == names.LANGUAGE_XML else "LLMPipeline"
+        return (f"run it: import openvino_genai as g; sc = g.SchedulerConfig(); sc.enable_prefix_caching = False; "
+                f"g.{pipeline}('{directory}', 'CPU', scheduler_config=sc, draft_model=g.draft_model('{draft}', "
+                f"'CPU'))")
+
+    def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
+        """A fixed tiny pair: no option but the seed and --wait applies."""
+        from irsurgeon.errors import ConfigError
+        from irsurgeon.families.dflash.synth import synthesize_dflash
+        given = [f"--{k.replace('_', '-')}" for k, v in (options.get("sizes") or {}).items()]
+        given += [f"--{k.replace('_', '-')}" for k in ("layer_types", "with_mtp") if options.get(k) is not None]
+        given += ["--weight-format"] if options.get("weight_format", "f32") != "f32" else []
+        if given:
+            raise ConfigError(f"--kind dflash writes one fixed tiny pair: {', '.join(given)} do not apply (it takes "
+                              f"--seed and --wait)")
+        target, ckpt = synthesize_dflash(out_dir, seed, wait)
+        return {"target": target, "ckpt": ckpt}
+
+
+FAMILY = DFlash()

@@ -1,0 +1,106 @@
+"""`irsurgeon patch` for a DFlash pair: the draft's finish, what is staged, and the checks where it is staged.
+
+    finish   compress (auto = mirror the target; irsurgeon.precision / irsurgeon.compress), the rt_info genai reads
+             (model.annotate: dflash_mode, dflash/mask_token_id, dflash/target_layer_ids), runtime_options as
+             optimum-intel 2.2.0 writes them (KV_CACHE_PRECISION f16, ACTIVATIONS_SCALE_FACTOR 8.0), provenance
+    stage    TARGET/dflash_draft/openvino_model.xml/.bin (checked: read back, one call with a 2-row context and a
+             K = 3 block, finite [1, 3, H]) and config.json (the checkpoint's, for verify's pair check);
+             the target IR's .xml with the hidden-state annotation (irsurgeon.annotate's write path, its .bin never
+             rewritten), whose last layer must be the lm_head MatMul's input (the post-final-norm tensor)
+
+All of it is one transaction of the target directory (irsurgeon.transaction): the house commits every file at once.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+
+import irsurgeon
+from irsurgeon import limits, rtinfo
+from irsurgeon.annotate import Status, plan_annotation, write_annotation
+from irsurgeon.build import name_anonymous_nodes
+from irsurgeon.compress import compress_model, set_kv_cache_precision
+from irsurgeon.errors import ConfigError, IRError
+from irsurgeon.families.dflash import model as dflash
+from irsurgeon.families.dflash.layout import CONFIG, DRAFT_DIR, MODEL_BIN, MODEL_XML
+from irsurgeon.families.dflash.target import DFlashTarget
+from irsurgeon.transaction import write_staged
+
+ACTIVATIONS_SCALE_FACTOR = "8.0"  # optimum-intel 2.2.0's runtime_options of a DFlash draft
+CONTEXT_ROWS, BLOCK = 2, 3  # the smoke test's call: 2 new target rows, a block of [seed, MASK x 3]
+
+
+def finish(model: ov.Model, staging) -> ov.Model:
+    choice, cfg = staging.choice, staging.cfg
+    if choice.params:
+        model, report = compress_model(model, choice.params)
+        for line in report.lines():
+            staging.echo(line)
+    dflash.annotate(model, cfg)
+    set_kv_cache_precision(model, staging.options.kv_cache_precision)
+    rtinfo.set_runtime_option(model, "ACTIVATIONS_SCALE_FACTOR", ACTIVATIONS_SCALE_FACTOR)
+    rtinfo.set_provenance(model, version=irsurgeon.__version__, weight_format=choice.weight_format,
+                          **staging.provenance)
+    return model
+
+
+def smoke_test(xml: Path, cfg: dflash.DFlashConfig) -> None:
+    """Read the staged draft back and run one call: a 2-row context and a K = 3 block, as genai feeds it."""
+    model = ov.Core().read_model(str(xml))
+    H, n, Q = cfg.hidden_size, len(cfg.target_layer_ids), BLOCK + 1
+    feed = {"inputs_embeds": np.full((1, Q, H), 0.25, np.float32),
+            "hidden_states": np.full((1, CONTEXT_ROWS, n * H), 0.5, np.float32),
+            "position_ids": np.arange(CONTEXT_ROWS + Q, dtype=np.int64)[None],
+            "attention_mask": np.ones((1, CONTEXT_ROWS + Q), np.int64),
+            "beam_idx": np.zeros(1, np.int32)}
+    out = ov.Core().compile_model(model, "CPU").create_infer_request().infer(feed)[0]
+    if out.shape != (1, BLOCK, H) or not np.isfinite(out).all():
+        raise IRError(f"{xml}: one draft call gave {out.shape}, expected finite (1, {BLOCK}, {H})")
+
+
+def checkpoint_config(root: Path) -> bytes:
+    """The checkpoint's config.json as it is (bounded and parsed like every JSON input)."""
+    text = limits.read_text(root / CONFIG, limits.CONFIG_JSON_BYTES, ConfigError, "checkpoint config")
+    limits.parse_json(text, str(root / CONFIG), ConfigError)
+    return text.encode("utf-8")
+
+
+def stage(tx, target: DFlashTarget, staging) -> None:
+    """The draft's files under dflash_draft/ and the target's annotated .xml, each checked where it is staged."""
+    cfg, model = staging.cfg, staging.take()
+    name_anonymous_nodes(model)
+    tx.stage(f"{DRAFT_DIR}/{MODEL_BIN}")
+    xml = tx.stage(f"{DRAFT_DIR}/{MODEL_XML}")
+    write_staged(xml, lambda p, m=model: ov.save_model(m, p, compress_to_fp16=False))
+    model = None  # noqa: F841  (the staged copy is what runs next)
+    smoke_test(xml, cfg)
+    data = checkpoint_config(staging.root)
+    write_staged(tx.stage(f"{DRAFT_DIR}/{CONFIG}"), lambda p: p.write_bytes(data))
+    stage_annotation(tx, target, staging.options.force, staging.echo)
+
+
+def stage_annotation(tx, target: DFlashTarget, force: bool, echo) -> None:
+    """The target IR's .xml with the hidden-state annotation, through annotate's one write path."""
+    from irsurgeon.families.dflash.verify import annotation_check
+
+    planned = plan_annotation(target.xml, force, target.num_layers, target.hidden_size)
+    if planned.status is Status.UNCHANGED:
+        echo(f"{target.xml_name}: hidden-state annotation already present and identical")
+        return
+    if planned.status is Status.KEPT:
+        ok, detail = annotation_check(target.xml, target.num_layers)
+        if not ok:  # kept, verify would reject the directory: refused before anything is committed
+            raise IRError(f"{target.xml}: its existing hidden-state annotation is kept without --force, but verify "
+                          f"rejects it ({detail}); pass --force to replace it")
+        echo(f"{target.xml_name}: keeps its existing, different hidden-state annotation (--force replaces it)")
+        return
+
+    def into(data: bytes) -> Path:
+        staged = tx.stage(target.xml_name)
+        write_staged(staged, lambda p: p.write_bytes(data))
+        return staged
+
+    write_annotation(planned, into=into)
+    echo(f"{target.xml_name}: annotated {planned.num_layers} decoder layers")

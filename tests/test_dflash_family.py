@@ -1,0 +1,124 @@
+"""The DFlash family on the house's protocol: what it claims and recognises, the pair check's one-line refusals
+(before any weight is read), the annotation it stages (optimum-intel's own, byte for byte in value), what verify
+rejects, and openvino-genai's DFlash path on the patched bundled pair (marker genai)."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from helpers.cli import invoke, one_error
+from helpers.dirsnap import snapshot
+from helpers.families import FIXTURE_PAIRS
+from irsurgeon.config import read_json
+from irsurgeon.errors import ConfigError
+from irsurgeon.families import registry
+from irsurgeon.families.base import Match
+from irsurgeon.families.dflash import FAMILY
+from irsurgeon.verify import verify_directory
+
+TARGET, CKPT = FIXTURE_PAIRS["dflash"]
+OPTIMUM = TARGET.parents[2] / "tests" / "data" / "dflash" / "base" / "optimum"
+ANNOTATION = re.compile(r'hidden_states_decoder_layers value="([^"]*)"')
+
+
+def test_claims_dflash_configs_and_never_a_plain_qwen3_one():
+    assert FAMILY.claims(read_json(CKPT / "config.json"))
+    assert FAMILY.claims({"model_type": "qwen3", "dflash_config": {}})
+    target_config = read_json(TARGET / "config.json")
+    assert not FAMILY.claims(target_config) and not any(f.claims(target_config) for f in registry.FAMILIES)
+    with pytest.raises(ConfigError, match="no supported draft family"):
+        registry.for_config(target_config, "config.json")
+
+
+def test_recognition(tmp_path):
+    assert FAMILY.recognise(TARGET) is Match.TARGET
+    assert FAMILY.recognise(TARGET.parents[1] / "demo" / "target") is Match.NONE  # Qwen3.5 VLM: the MTP family's
+    assert FAMILY.recognise(TARGET.parents[1] / "gemma4" / "target") is Match.NONE
+    target = tmp_path / "t"
+    shutil.copytree(TARGET, target)
+    (target / "dflash_draft").mkdir()
+    assert FAMILY.recognise(target) is Match.DRAFT and registry.for_directory(target) is FAMILY
+
+
+def variant(tmp_path, **changes):
+    """The fixture checkpoint with config.json keys changed (dflash_config.* for the nested ones)."""
+    out = tmp_path / "ckpt"
+    shutil.copytree(CKPT, out)
+    cfg = read_json(out / "config.json")
+    for key, value in changes.items():
+        if key in ("mask_token_id", "target_layer_ids"):
+            cfg["dflash_config"][key] = value
+        else:
+            cfg[key] = value
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"mask_token_id": 64}, "mask_token_id 64 is not a row of the target's vocabulary of 64"),
+    ({"num_target_layers": 6, "target_layer_ids": [1, 5]}, "name layer 5, the target has 4 decoder layers"),
+    ({"num_target_layers": 6}, "num_target_layers is 6, the target has 4"),
+    ({"hidden_size": 48}, "hidden_size is 48, the target has 32"),
+])
+def test_a_draft_for_another_target_is_refused_in_one_line_naming_the_key(tmp_path, changes, words):
+    target = tmp_path / "t"
+    shutil.copytree(TARGET, target)
+    before = snapshot(target)
+    error = one_error(invoke("patch", target, "--checkpoint", variant(tmp_path, **changes)))
+    assert "does not belong to target" in error and words in error, error
+    assert snapshot(target) == before
+
+
+def test_patch_stages_optimums_own_annotation_and_the_draft_it_reads(tmp_path):
+    target = tmp_path / "t"
+    shutil.copytree(TARGET, target)
+    result = invoke("patch", target, "--checkpoint", CKPT)
+    assert result.exit_code == 0, result.output
+    assert "only its geometry" in result.output
+    ours = ANNOTATION.search((target / "openvino_model.xml").read_text()).group(1)
+    assert ours == ANNOTATION.search((OPTIMUM / "target" / "openvino_model.xml").read_text()).group(1)
+    assert (target / "openvino_model.bin").read_bytes() == (TARGET / "openvino_model.bin").read_bytes()
+    import openvino as ov
+    draft = ov.Core().read_model(str(target / "dflash_draft" / "openvino_model.xml"))
+    assert draft.get_rt_info(["runtime_options", "KV_CACHE_PRECISION"]).value == "f16"
+    assert draft.get_rt_info(["runtime_options", "ACTIVATIONS_SCALE_FACTOR"]).value == "8.0"
+    assert draft.get_rt_info(["dflash", "target_layer_ids"]).value == "1,3"
+    assert all(c.ok for c in verify_directory(target, CKPT))
+
+
+def test_verify_rejects_a_target_whose_last_layer_is_the_pre_norm_tensor(tmp_path):
+    target = tmp_path / "t"
+    shutil.copytree(TARGET, target)
+    assert invoke("patch", target, "--checkpoint", CKPT).exit_code == 0
+    xml = target / "openvino_model.xml"
+    text = xml.read_text()
+    value = ANNOTATION.search(text).group(1)  # layer 3 made the pre-norm residual: a name pattern's pick
+    xml.write_text(text.replace(value, value.replace("__module.model.norm/aten::mul/Multiply_1",
+                                                     "__module.model.layers.3/aten::add/Add_1")))
+    failed = {c.name: c.detail for c in verify_directory(target) if not c.ok}
+    assert "post-final-norm" in failed.get("hidden-state annotation", ""), failed
+    xml.write_text(ANNOTATION.sub('hidden_states_decoder_layers value="x"', xml.read_text()).replace(
+        '<hidden_states_decoder_layers value="x" />', ""))
+    failed = {c.name: c.detail for c in verify_directory(target) if not c.ok}
+    assert failed.get("hidden-state annotation", "").startswith("absent"), failed
+
+
+@pytest.mark.genai
+def test_genai_dflash_is_token_identical_to_greedy(tmp_path):
+    """The bundled pair, patched, through `verify --genai`: openvino-genai's DFlash path (LLMPipeline with the
+    draft under dflash_draft/) gives the tokens of plain greedy. Its draft is random, made for this geometry only:
+    its drafts are accepted ~0 % of the time, so the acceptance floor is off here (--min-acceptance 0); the
+    counters still show the draft ran (genai reports its drafts as draft-processed tokens)."""
+    pytest.importorskip("openvino_genai")
+    target = tmp_path / "t"
+    shutil.copytree(TARGET, target)
+    assert invoke("patch", target, "--checkpoint", CKPT).exit_code == 0
+    result = invoke("verify", target, "--genai", "--prompts", "2", "--rounds", "1", "--num-assistant-tokens", "2",
+                    "--min-acceptance", "0")
+    assert result.exit_code == 0, result.output
+    runs = re.findall(r"prompt \d num_assistant_tokens 2: (\S+) \(\d+ tokens, accepted \d+/(\d+) drafts\)",
+                      result.output)
+    assert len(runs) == 2 and all(v == "identical" and int(n) > 0 for v, n in runs), result.output
