@@ -154,3 +154,45 @@ def test_a_nan_in_a_sampled_row_is_refused_by_name(seeds, tmp_path):
     write_safetensors(ckpt / "model.safetensors", tensors, dtypes)
     result = check_identity(seeds[1].target, ckpt)
     assert result.ok is False and "NaN or Inf" in result.detail and "checkpoint's" in result.detail, result.detail
+
+
+def test_a_target_bin_that_shrinks_while_identity_reads_it_is_one_line(tmp_path, monkeypatch):
+    """The rows are read with pread into a buffer of their own (never mapped): a .bin cut short under the read is an
+    error naming the file, not a SIGBUS."""
+    import os
+    import shutil
+
+    from helpers.demo import DEMO_CKPT, DEMO_TARGET
+    from irsurgeon.errors import IRError
+    from irsurgeon.families.qwen35_mtp import identity
+
+    target = tmp_path / "t"
+    shutil.copytree(DEMO_TARGET, target)
+    real = identity.os.pread
+
+    def shrinking(fd, n, off):  # the target's .bin only: as if cut while being read
+        got = real(fd, n, off)
+        return got[: n // 2] if os.readlink(f"/proc/self/fd/{fd}").endswith("embeddings_model.bin") else got
+    monkeypatch.setattr(identity.os, "pread", shrinking)
+    with pytest.raises(IRError, match=r"openvino_text_embeddings_model\.bin: holds \d+ bytes, but its IR reads bytes "
+                                      r"\d+\.\.\d+ \(the file is shorter than its \.xml says, or shrank"):
+        identity.check_identity(target, DEMO_CKPT)
+
+
+def test_identity_reads_only_the_sampled_rows_of_the_table(tmp_path, monkeypatch):
+    import os
+
+    from helpers.demo import DEMO_CKPT, DEMO_TARGET
+    from irsurgeon.families.qwen35_mtp import identity
+
+    read = []
+    real = identity.os.pread
+    def counting(fd, n, off):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("embeddings_model.bin"):
+            read.append(n)
+        return real(fd, n, off)
+    monkeypatch.setattr(identity.os, "pread", counting)
+    monkeypatch.setattr(identity, "WHOLE", 1024)  # the demo's table is small: make it count as large
+    assert identity.check_identity(DEMO_TARGET, DEMO_CKPT).ok
+    table = (DEMO_TARGET / "openvino_text_embeddings_model.bin").stat().st_size
+    assert sum(read) < table / 4, (sum(read), table)

@@ -16,7 +16,8 @@ weights themselves: tens (int4) to millions (f32) of times that.
 """
 from __future__ import annotations
 
-import mmap
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,22 +154,53 @@ def target_table(target: Path) -> tuple[ov.Output, int, int, MappedIR]:
 
 
 def read_mapped(xml: Path) -> MappedIR:
-    """The IR (checked by files.read_ir_bytes) over our own mapping of its .bin, advised MADV_RANDOM: openvino's
-    own mapping reads around each touched page (measured: 128 MiB read for 16 rows of a 1 GB table, 68 KiB here).
-    The mapping is private (copy-on-write) because ov.Tensor shares only writeable memory; nothing writes to it."""
+    """The IR (checked by files.read_ir_bytes) over a buffer of its .bin's size that holds only what the check reads:
+    every small Constant whole, and of each [vocab, ...] Constant only the sampled rows (read_rows_of). Read with
+    pread, never mapped: a .bin truncated while it is read is one error line, not a SIGBUS; an untouched page of the
+    buffer is never committed (calloc), so a 2 GB table costs the rows read (measured before: openvino's own mapping
+    read 128 MiB around 16 rows of a 1 GB table)."""
     data = files.read_ir_bytes(xml)
     bin_path = xml.with_suffix(".bin")
     if not bin_path.is_file() or bin_path.stat().st_size == 0:
         return MappedIR(files.read_model(xml, checked=True), None)
-    with open(bin_path, "rb") as f:
-        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-    if hasattr(mmap, "MADV_RANDOM"):
-        mapping.madvise(mmap.MADV_RANDOM)
-    weights = ov.Tensor(np.frombuffer(mapping, np.uint8), shared_memory=True)  # the tensor keeps the mapping alive
+    buffer = read_needed(bin_path, data)
+    weights = ov.Tensor(buffer, shared_memory=True)  # the tensor keeps the buffer alive
     try:
         return MappedIR(ov.Core().read_model(data.decode("utf-8"), weights), weights)
     except (RuntimeError, UnicodeDecodeError) as e:
         raise IRError(f"{xml}: OpenVINO cannot read it: {cause(e)}") from None
+
+
+_CONST = re.compile(rb'<data\s[^>]*?\bshape="([\d,\s]*)"[^>]*?\boffset="(\d{1,20})"\s+size="(\d{1,20})"')
+WHOLE = 1 << 20  # Constants up to this size are read whole (shapes, scales of small tables, zero points)
+
+
+def read_needed(bin_path: Path, data: bytes) -> np.ndarray:
+    """A zero buffer of the .bin's size with the bytes identity reads filled in by pread (see read_mapped)."""
+    consts = [([int(d) for d in shape.decode().replace(" ", "").split(",") if d], int(off), int(size))
+              for shape, off, size in _CONST.findall(data)]
+    vocab = max((shape[0] for shape, _, _ in consts if len(shape) >= 2), default=0)  # [vocab, H] or int4 [vocab, G, g]
+    ids = sample_ids(vocab) if vocab else np.array([], np.int64)
+    fd = os.open(bin_path, os.O_RDONLY)
+    try:
+        total = os.fstat(fd).st_size
+        buffer = np.zeros(total, np.uint8)
+        for shape, off, size in consts:
+            rows = shape and shape[0] == vocab and size > WHOLE and size % vocab == 0
+            spans = [(off + int(i) * (size // vocab), size // vocab) for i in ids] if rows else [(off, size)]
+            for start, length in spans:
+                _pread_into(fd, buffer, start, length, bin_path)
+    finally:
+        os.close(fd)
+    return buffer
+
+
+def _pread_into(fd: int, buffer: np.ndarray, start: int, length: int, where: Path) -> None:
+    got = os.pread(fd, length, start) if start + length <= len(buffer) else b""
+    if len(got) != length:
+        raise IRError(f"{where}: holds {len(buffer)} bytes, but its IR reads bytes {start}..{start + length} (the file "
+                      f"is shorter than its .xml says, or shrank while it was read)")
+    buffer[start:start + length] = np.frombuffer(got, np.uint8)
 
 
 def _storage(table: ov.Output) -> str:
