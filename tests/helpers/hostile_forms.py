@@ -97,8 +97,9 @@ def huge_int(path: Path) -> None:
 
 
 JSON_FORMS = {"fifo": fifo, "dev-zero": dev_zero, "sparse-2GiB": sparse, "directory": directory,
-              "secret-link": secret_link, "secret-json-link": secret_json_link, "secret-string-link": secret_string_link,
-              "not-utf8": not_utf8, "deep-array": deep_json, "deep-object": deep_object, "huge-int": huge_int}
+              "secret-link": secret_link, "secret-json-link": secret_json_link,
+              "secret-string-link": secret_string_link, "not-utf8": not_utf8, "deep-array": deep_json,
+              "deep-object": deep_object, "huge-int": huge_int}
 
 
 def header(path: Path, edit: Callable[[dict], object]) -> None:
