@@ -7,14 +7,16 @@
    directory is judged (as before / completely patched / interrupted commit that verify reports) and patched again.
 2. Timed kills: the same, but the signal comes from outside after a delay spread over the whole run (imports,
    checkpoint load, build, compression, staging, commit), alternating SIGKILL and SIGINT.
-3. Fuzz: tests/test_fuzz.py's mutators, --fuzz-examples seeds per input kind, each through a command reading it.
-4. Hostile inputs (attack_inputs; --attack-inputs-only runs just this): every input file (configs, index, safetensors,
-   IR .xml/.bin, openvino_config.json, a prompts file) made a FIFO, a /dev/zero link, a sparse 2 GiB file, a
-   directory, a link to a secret file, deep JSON, huge integers, absurd IR numbers, wrong-typed values, through
-   every command reading it (tests/helpers/hostile_forms.py; the Qwen3.5 demo and the Gemma 4 target, its
-   gemma4_assistant checkpoint and the patched pair, whose tensors also get wrong dtypes, NaN, a token_ordering that is
-   not a permutation, extra and missing tensors), an absurd but consistent 128 GiB checkpoint, synth at
-   its largest sizes, and a checkpoint truncated by another process during a build.
+3. Fuzz: tests/test_fuzz.py's mutators, --fuzz-examples seeds per input kind of every registered family, each
+   through a command reading it.
+4. Hostile inputs (attack_inputs; --attack-inputs-only runs just this): every input file of every registered family
+   (its checkpoint's config, safetensors and a sharded copy with its index, its target's configs,
+   openvino_config.json and IR .xml/.bin, the files its patch writes, a prompts file; tests/helpers/hostile_forms.py
+   derives them from the registry) made a FIFO, a /dev/zero link, a sparse 2 GiB file, a directory, a link to a
+   secret file, deep JSON, huge integers, absurd IR numbers, wrong-typed values, plus a family's own content forms
+   (FAMILY_FORMS: the Gemma 4 assistant's tensors get wrong dtypes, NaN, a token_ordering that is not a permutation,
+   extra and missing tensors), through every command reading it; counted per family. Then an absurd but consistent
+   128 GiB checkpoint, synth at its largest sizes, and a checkpoint truncated by another process during a build.
 5. Link and journal attacks (scripts/attack_links.py; --only-link-attacks runs just these): leftover staging folders
    and journals irsurgeon did not write, links out of a checkpoint, folders swapped mid-run, concurrent writers.
 Prints the figures and exits 1 if any rule was broken (the broken rules are listed).
@@ -34,7 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from helpers import hostile, hostile_forms  # noqa: E402
-from test_fuzz import KINDS, Bench, Tally  # noqa: E402
+from test_fuzz import KINDS, TARGETS, Bench, Tally  # noqa: E402
 from test_reliability import CLI, KillLab, Sweep, child_env, patch_args  # noqa: E402
 
 
@@ -99,17 +101,19 @@ def fuzz(root: Path, examples: int) -> Tally:
 
     bench, total = Bench(root), Tally()
     rng = random.Random(20261129)
-    for kind, (_, _, commands) in sorted(KINDS.items()):
+    for key, kind in TARGETS:
         for _ in range(examples):
-            bench.example(kind, rng.randrange(2 ** 32), rng.choice(commands), total)
+            bench.example(key, kind, rng.randrange(2 ** 32), rng.choice(KINDS[key][kind].commands), total)
     return total
 
 
 def attack_inputs(root: Path) -> dict:
-    """Every hostile-input case once, plus an absurd consistent checkpoint; figures and one line per broken rule."""
-    lab, outcomes = hostile.Lab(root), []
+    """Every hostile-input case once (figures per family), plus an absurd consistent checkpoint; figures and one line
+    per broken rule."""
+    lab, outcomes, families = hostile.Lab(root), [], {}
     for case in hostile_forms.all_cases():
         outcomes.append(lab.run(case))
+        families.setdefault(case.family, []).append(outcomes[-1])
     absurd = root / "absurd"
     hostile_forms.absurd_checkpoint(absurd / "ckpt")
     code, out, err, seconds, peak = hostile.run_cli(["build-mtp", str(absurd / "ckpt"), "-o", str(absurd / "out")])
@@ -121,9 +125,21 @@ def attack_inputs(root: Path) -> dict:
     outcomes.append(hostile.judge("synth at its largest sizes", code, out, err, seconds, peak,
                                   ["synth"] if (root / "synth").exists() and code != 0 else []))
     outcomes += [hostile.truncation_race(root / f"race{k}", keep) for k, keep in enumerate((0.95, 0.7, 0.4, 0.1))]
+    families["house (absurd checkpoint, largest synth, truncation races)"] = outcomes[-6:]
+    return {**figures_of(outcomes), "families": {key: figures_of(found) for key, found in families.items()}}
+
+
+PROBLEMS = ("hung", "killed by signal", "traceback", "not one Error", "echoed", "peak RSS", "changed outside",
+            "long stderr")
+LONG = 1000  # characters of stderr
+
+
+def figures_of(outcomes: list) -> dict:
+    for o in outcomes:  # tests/test_bounds.py holds every case's stderr to this too
+        if len(o.stderr) >= LONG and not any(p.startswith("long stderr") for p in o.problems):
+            o.problems.append(f"long stderr: {len(o.stderr)} characters")
     bad = [o for o in outcomes if o.problems]
-    kinds = ("hung", "killed by signal", "traceback", "not one Error", "echoed", "peak RSS", "changed outside")
-    figures = {k: sum(any(p.startswith(k) for p in o.problems) for o in outcomes) for k in kinds}
+    figures = {k: sum(any(p.startswith(k) for p in o.problems) for o in outcomes) for k in PROBLEMS}
     return {"cases": len(outcomes), "accepted": sum(o.code == 0 and not o.problems for o in outcomes),
             "refused": sum(o.refused for o in outcomes), "usage errors": sum(o.code == 2 and not o.problems
                                                                                for o in outcomes),
@@ -137,8 +153,15 @@ def report_attack(figures: dict, seconds: float) -> None:
           f"{figures['hung']}, signal deaths {figures['killed by signal']}, tracebacks or unexpected errors "
           f"{figures['traceback']}, malformed refusals {figures['not one Error']}, echoed file bytes "
           f"{figures['echoed']}, over {hostile.RSS_LIMIT >> 30} GiB RSS {figures['peak RSS']}, changed files outside "
-          f"the output {figures['changed outside']}; slowest {figures['slowest']:.1f} s, largest peak RSS "
+          f"the output {figures['changed outside']}, stderr of {LONG}+ characters {figures['long stderr']}; slowest "
+          f"{figures['slowest']:.1f} s, largest peak RSS "
           f"{figures['peak_rss'] / 2**20:.0f} MB")
+    for key, fam in figures["families"].items():
+        print(f"  {key}: {fam['cases']} cases; accepted {fam['accepted']}, refused with one Error: line "
+              f"{fam['refused']}, usage errors {fam['usage errors']}; broken rules {len(fam['problems'])} (hangs "
+              f"{fam['hung']}, signal deaths {fam['killed by signal']}, tracebacks {fam['traceback']}, malformed "
+              f"refusals {fam['not one Error']}, echoed bytes {fam['echoed']}, over RSS {fam['peak RSS']}, changed "
+              f"outside {fam['changed outside']}, long stderr {fam['long stderr']}); slowest {fam['slowest']:.1f} s")
 
 
 def timed_run(lab: KillLab) -> float:
@@ -205,7 +228,8 @@ def main() -> int:
               f"irsurgeon's entry point runs): {len(startup)} ({', '.join(startup) or 'none'})")
         start = time.perf_counter()
         tally = fuzz(work / "fuzz", args.fuzz_examples)
-        print(f"fuzz: {tally.inputs} inputs in {time.perf_counter() - start:.0f} s over {len(KINDS)} kinds; "
+        print(f"fuzz: {tally.inputs} inputs in {time.perf_counter() - start:.0f} s over {len(TARGETS)} kinds of "
+              f"{len(KINDS)} families; "
               f"accepted {tally.accepted}, refused with one Error: line {tally.refused - tally.unexpected}; "
               f"tracebacks {tally.tracebacks}; unexpected-error fallbacks {tally.unexpected}; "
               f"runs that changed files outside their output {tally.outside_changes}")

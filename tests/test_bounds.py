@@ -18,10 +18,11 @@ import pytest
 
 from helpers.cli import invoke, no_hang, one_error  # noqa: F401  (no_hang: an autouse fixture)
 from helpers.hostile import DEMO_CKPT, DEMO_TARGET, Lab, judge, run_cli
-from helpers.hostile_forms import (CANARY, GEMMA4_ASSISTANT_FORMS, OPENVINO_CONFIG_FORMS, SAFETENSORS_FORMS, Case,
-                                   all_cases)
+from helpers.hostile_forms import (CANARY, GEMMA4_ASSISTANT_FORMS, INPUTS, OPENVINO_CONFIG_FORMS, REQUIRED_ROLES, Case,
+                                   all_cases, roles_of, sample)
 from irsurgeon import limits
 from irsurgeon.errors import ConfigError, IRError
+from irsurgeon.families import registry
 from irsurgeon.precision import detect_target_format
 
 
@@ -182,117 +183,166 @@ def test_prompts_from_a_fifo_or_device_never_block(tmp_path, target):
     assert result.exit_code == 2 and "the limit for prompts files is" in result.output
 
 
-# --- the command matrix (a slice; scripts/bench_reliability.py --attack-inputs-only runs all of it) -----------------
+# --- the command matrix, for every registered family ---------------------------------------------------------------
+# hostile_forms derives every family's inputs from the registry. The default run takes PINNED (cases that once
+# broke, with their exit code) and, for every family and role they leave uncovered, one more case (sample()); the
+# slow test and scripts/bench_reliability.py --attack-inputs-only run the whole matrix.
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory) -> Lab:
     return Lab(tmp_path_factory.mktemp("hostile"))
 
 
-# (case, exit code): show reports a broken config.json inside its output and goes on
-MATRIX = [
-    (Case("ckpt config.json", "fifo", "build-mtp"), 1), (Case("index", "dev-zero", "patch"), 1),
-    (Case("model.safetensors", "header-huge-int", "build-mtp"), 1), (Case("shard", "header-deep", "build-mtp"), 1),
-    (Case("target config.json", "huge-int", "show"), 0), (Case("target config.json", "deep-object", "annotate"), 1),
-    (Case("language model .xml", "fifo", "show-xml"), 1), (Case("language model .bin", "fifo", "show-xml"), 1),
-    (Case("tokenizer .xml", "name-char-ref-huge", "show"), 0),
-    (Case("language model .xml", "rt-info-deep-100000", "show-xml"), 1),  # was a segfault in OpenVINO's binding
-    (Case("patched language model .xml", "annotation-huge-int", "verify"), 1),
-    (Case("language model .xml", "name-superscript-digit", "annotate"), 0),
-    (Case("mtp .xml", "name-char-ref-hex-surrogate", "verify"), 1),
-    (Case("openvino_config.json", 'lm_model-bits="4"', "patch"), 1),
-    (Case("generation_config.json", "fifo", "verify-genai"), 1),  # hung inside openvino-genai
-    # patch reads both configs first to pick the draft family, and the identity check reads a safetensors header:
-    (Case("ckpt config.json", "deep-array", "patch"), 1), (Case("target config.json", "sparse-2GiB", "patch"), 1),
-    (Case("model.safetensors", "header-huge-int", "patch"), 1),
-]
+# family key -> (input, form, command, exit code): show reports a broken config.json inside its output and goes on
+PINNED = {
+    "qwen3_5": [
+        ("ckpt/config.json", "fifo", "build-mtp", 1), ("sharded/model.safetensors.index.json", "dev-zero", "patch", 1),
+        ("ckpt/model.safetensors", "header-huge-int", "build-mtp", 1),
+        ("sharded/model-2.safetensors", "header-deep", "build-mtp", 1),
+        ("target/config.json", "huge-int", "show", 0), ("target/config.json", "deep-object", "annotate", 1),
+        ("target/openvino_language_model.xml", "fifo", "show-xml", 1),
+        ("target/openvino_language_model.bin", "fifo", "show-xml", 1),
+        ("target/openvino_tokenizer.xml", "name-char-ref-huge", "show", 0),
+        ("target/openvino_language_model.xml", "rt-info-deep-100000", "show-xml", 1),  # was a segfault in OpenVINO
+        ("patched/openvino_language_model.xml", "annotation-huge-int", "verify", 1),
+        ("target/openvino_language_model.xml", "name-superscript-digit", "annotate", 0),
+        ("patched/openvino_mtp_model.xml", "name-char-ref-hex-surrogate", "verify", 1),
+        ("target/openvino_config.json", 'lm_model-bits="4"', "patch", 1),
+        ("patched/generation_config.json", "fifo", "verify-genai", 1),  # hung inside openvino-genai
+        # patch reads both configs first to pick the draft family, and the identity check reads a safetensors header:
+        ("ckpt/config.json", "deep-array", "patch", 1), ("target/config.json", "sparse-2GiB", "patch", 1),
+        ("ckpt/model.safetensors", "header-huge-int", "patch", 1),
+    ],
+    # a text-only target, its gemma4_assistant checkpoint and the target patched with it
+    "gemma4": [
+        ("ckpt/config.json", "fifo", "patch", 1), ("ckpt/config.json", "huge-int", "patch", 1),
+        ("ckpt/config.json", "deep-array", "build-mtp", 1),
+        ("ckpt/model.safetensors", "sparse-2GiB", "patch", 0),  # zeros past the data: unread
+        ("ckpt/model.safetensors", "secret-link", "patch", 1),
+        ("ckpt/model.safetensors", "header-huge-int", "patch", 1),
+        ("ckpt/model.safetensors", "header-secret-values", "patch", 1),
+        ("target/config.json", "dev-zero", "patch", 1), ("target/config.json", "huge-int", "show", 0),
+        ("target/generation_config.json", "sparse-2GiB", "patch", 1),
+        ("target/generation_config.json", "deep-object", "patch", 1),
+        ("target/openvino_model.xml", "fifo", "show-xml", 1),
+        ("target/openvino_model.xml", "offset-5000-digits", "patch", 1),
+        ("target/openvino_model.xml", "rt-info-deep-100000", "patch", 1),
+        ("target/openvino_model.xml", "name-5000-digits", "patch", 0),
+        ("patched/openvino_model.xml", "char-ref-huge", "verify", 1),
+        ("patched/mtp_assistant/openvino_model.xml", "secret-link", "verify", 1),
+        ("patched/mtp_assistant/openvino_model.xml", "fifo", "show", 0),
+        ("patched/mtp_assistant/config.json", "deep-object", "verify", 1),
+        # config.json values of the wrong type or range (were "unexpected TypeError/AttributeError/ValueError")
+        ("ckpt/config.json", "layer_types-int", "patch", 1),
+        ("ckpt/config.json", "per_layer_config-value-int", "patch", 1),
+        ("ckpt/config.json", "partial_rotary_factor-str", "patch", 1),
+        ("ckpt/config.json", "partial_rotary_factor-1e300", "patch", 1),
+        ("ckpt/config.json", "layer_types-100000", "patch", 1),  # was a 10 MB Error: line
+        ("ckpt/config.json", "num_centroids-0", "patch", 1), ("ckpt/config.json", "model_type-list", "patch", 1),
+        ("target/config.json", "per_layer_config-value-int", "patch", 1),
+        ("target/config.json", "layer_types-100000", "patch", 1),
+        ("patched/config.json", "num_kv_shared_layers-all", "verify", 1),
+    ] + [("ckpt/model.safetensors", form, "patch", 0 if form in ("token_ordering-int32", "embed-f64") else 1)
+         for form in GEMMA4_ASSISTANT_FORMS],
+}
+PINNED_CASES = [(Case(key, *row[:3]), row[3]) for key, rows in PINNED.items() for row in rows]
+
+# What the full matrix finds broken in the product today, each case with what happens: expected to fail (strict)
+# until the product is fixed; the default run's slice never samples them.
+_NOT_UTF8 = "Error: unexpected UnicodeDecodeError (openvino-genai's JSON error quotes the non-UTF-8 bytes)"
+_ECHO = "the Error: line quotes openvino-genai's JSON error, which quotes the linked-to file's bytes"
+_STOP = "Error: unexpected RuntimeError: 'stop_token_ids' must be non-negative (openvino-genai, at generate)"
+KNOWN_FAILURES = {
+    Case("qwen3_5", "patched/generation_config.json", "not-utf8", "verify-genai"): _NOT_UTF8,
+    Case("qwen3_5", "patched/generation_config.json", "secret-string-link", "verify-genai"): _ECHO,
+    Case("gemma4", "patched/generation_config.json", "not-utf8", "verify-genai"): _NOT_UTF8,
+    Case("gemma4", "patched/generation_config.json", "secret-string-link", "verify-genai"): _ECHO,
+    Case("gemma4", "patched/generation_config.json", "secret-json-link", "verify-genai"): _STOP,
+    Case("gemma4", "patched/generation_config.json", "deep-array", "verify-genai"): _STOP,
+    Case("gemma4", "patched/mtp_assistant/generation_config.json", "not-utf8", "verify-genai"): _NOT_UTF8,
+    Case("gemma4", "patched/mtp_assistant/generation_config.json", "secret-string-link", "verify-genai"): _ECHO,
+}
+SAMPLED = sample([case for case, _ in PINNED_CASES], avoid=KNOWN_FAILURES)[len(PINNED_CASES):]
 
 
-@pytest.mark.parametrize("case, code", MATRIX, ids=[str(c) for c, _ in MATRIX])
+@pytest.mark.parametrize("case, code", PINNED_CASES, ids=[str(c) for c, _ in PINNED_CASES])
 def test_hostile_inputs_through_the_commands(lab, case, code):
-    outcome = lab.run(case)
-    assert not outcome.problems, (outcome.problems, outcome.stderr)
-    assert outcome.code == code and outcome.seconds < 30, outcome
-
-
-# Gemma 4: a text-only target, its gemma4_assistant checkpoint and the target patched with it. A slice of every
-# input; scripts/bench_reliability.py and the slow test below run every form of each.
-G4_MATRIX = [
-    (Case("gemma4 assistant config.json", "fifo", "g4-patch"), 1),
-    (Case("gemma4 assistant config.json", "huge-int", "g4-patch"), 1),
-    (Case("gemma4 assistant config.json", "deep-array", "g4-build-mtp"), 1),
-    (Case("gemma4 assistant model.safetensors", "sparse-2GiB", "g4-patch"), 0),  # zeros past the data: unread
-    (Case("gemma4 assistant model.safetensors", "secret-link", "g4-patch"), 1),
-    (Case("gemma4 assistant model.safetensors", "header-huge-int", "g4-patch"), 1),
-    (Case("gemma4 assistant model.safetensors", "header-secret-values", "g4-patch"), 1),
-    (Case("gemma4 target config.json", "dev-zero", "g4-patch"), 1),
-    (Case("gemma4 target config.json", "huge-int", "g4-show"), 0),
-    (Case("gemma4 target generation_config.json", "sparse-2GiB", "g4-patch"), 1),
-    (Case("gemma4 target generation_config.json", "deep-object", "g4-patch"), 1),
-    (Case("gemma4 target .xml", "fifo", "g4-show-xml"), 1),
-    (Case("gemma4 target .xml", "offset-5000-digits", "g4-patch"), 1),
-    (Case("gemma4 target .xml", "rt-info-deep-100000", "g4-patch"), 1),
-    (Case("gemma4 target .xml", "name-5000-digits", "g4-patch"), 0),
-    (Case("gemma4 patched .xml", "char-ref-huge", "g4-verify"), 1),
-    (Case("gemma4 patched assistant .xml", "secret-link", "g4-verify"), 1),
-    (Case("gemma4 patched assistant .xml", "fifo", "g4-show"), 0),
-    (Case("gemma4 patched assistant config.json", "deep-object", "g4-verify"), 1),
-    # config.json values of the wrong type or range (were "unexpected TypeError/AttributeError/ValueError")
-    (Case("gemma4 assistant config.json", "layer_types-int", "g4-patch"), 1),
-    (Case("gemma4 assistant config.json", "per_layer_config-value-int", "g4-patch"), 1),
-    (Case("gemma4 assistant config.json", "partial_rotary_factor-str", "g4-patch"), 1),
-    (Case("gemma4 assistant config.json", "partial_rotary_factor-1e300", "g4-patch"), 1),
-    (Case("gemma4 assistant config.json", "layer_types-100000", "g4-patch"), 1),  # was a 10 MB Error: line
-    (Case("gemma4 assistant config.json", "num_centroids-0", "g4-patch"), 1),
-    (Case("gemma4 assistant config.json", "model_type-list", "g4-patch"), 1),
-    (Case("gemma4 target config.json", "per_layer_config-value-int", "g4-patch"), 1),
-    (Case("gemma4 target config.json", "layer_types-100000", "g4-patch"), 1),
-    (Case("gemma4 patched config.json", "num_kv_shared_layers-all", "g4-verify"), 1),
-] + [(Case("gemma4 assistant model.safetensors", form, "g4-patch"), 0 if form in ("token_ordering-int32", "embed-f64")
-      else 1) for form in GEMMA4_ASSISTANT_FORMS if form not in SAFETENSORS_FORMS]
-
-
-@pytest.mark.parametrize("case, code", G4_MATRIX, ids=[str(c) for c, _ in G4_MATRIX])
-def test_hostile_gemma4_inputs_through_the_commands(lab, case, code):
     outcome = lab.run(case)
     assert not outcome.problems, (outcome.problems, outcome.stderr[:300])
     assert outcome.code == code and outcome.seconds < 30 and len(outcome.stderr) < 1000, outcome
 
 
+@pytest.mark.parametrize("case", SAMPLED, ids=str)
+def test_one_hostile_input_of_every_role_of_every_family(lab, case):
+    outcome = lab.run(case)
+    assert not outcome.problems, (outcome.problems, outcome.stderr[:300])
+    assert outcome.seconds < 30 and len(outcome.stderr) < 1000, outcome
+
+
+KNOWN_SAMPLE = list({reason: case for case, reason in reversed(KNOWN_FAILURES.items())}.values())  # the first of each
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(reason=KNOWN_FAILURES[c], strict=True))
+                                  for c in KNOWN_SAMPLE], ids=str)
+def test_known_failures_of_the_product(lab, case):
+    outcome = lab.run(case)
+    assert not outcome.problems, (outcome.problems, outcome.stderr[:300])
+
+
+def test_every_family_is_attacked_in_every_role():
+    """The default slice and the full matrix hold every registered family, each with every role its inputs have,
+    and every family has the roles the lab makes for any family."""
+    default, full = [c for c, _ in PINNED_CASES] + SAMPLED, all_cases()
+    for family in registry.FAMILIES:
+        roles = roles_of(full, family.key)
+        assert REQUIRED_ROLES <= roles, (family.key, sorted(REQUIRED_ROLES - roles))
+        assert roles_of(default, family.key) == roles, (family.key, sorted(roles - roles_of(default, family.key)))
+    assert {c.family for c in default} == {c.family for c in full} == {f.key for f in registry.FAMILIES}
+    assert set(PINNED) <= {f.key for f in registry.FAMILIES}
+    named = [c for c, _ in PINNED_CASES] + list(KNOWN_FAILURES)
+    assert all(c.form in INPUTS[(c.family, c.input)].forms and c.command in INPUTS[(c.family, c.input)].commands
+               for c in named)
+
+
 # What the one line says: the unreadable file and why, not a guess at the directory's kind
-G4_MESSAGES = [
-    (Case("gemma4 assistant model.safetensors", "token_ordering-float", "g4-patch"),
-     "masked_embedding.token_ordering: stored as F32, expected integer indices"),
-    (Case("gemma4 assistant model.safetensors", "embed-int", "g4-patch"), "model.embed_tokens.weight: stored as I32"),
-    (Case("gemma4 assistant model.safetensors", "weight-nan", "g4-patch"), "pre_projection.weight: holds 1 NaN"),
-    (Case("gemma4 assistant model.safetensors", "token_ordering-duplicate", "g4-patch"),
-     "token_ordering: expected a permutation of 0..255"),
-    (Case("gemma4 assistant model.safetensors", "extra-tensor", "g4-patch"),
-     "unexpected tensor model.layers.2.input_layernorm.weight"),
-    (Case("gemma4 assistant model.safetensors", "missing-tensor", "g4-patch"), "missing tensor model.norm.weight"),
-    (Case("gemma4 target config.json", "fifo", "g4-patch"), "g4target/config.json: is a FIFO"),
-    (Case("gemma4 target config.json", "sparse-2GiB", "g4-patch"), "g4target/config.json: 2147487744 bytes"),
-    (Case("gemma4 target .xml", "fifo", "g4-patch"), "g4target/openvino_model.xml: is a FIFO"),
-    (Case("gemma4 target .xml", "directory", "g4-patch"), "g4target/openvino_model.xml: is a directory"),
-]
+MESSAGES = {
+    "gemma4": [
+        ("ckpt/model.safetensors", "token_ordering-float", "patch",
+         "masked_embedding.token_ordering: stored as F32, expected integer indices"),
+        ("ckpt/model.safetensors", "embed-int", "patch", "model.embed_tokens.weight: stored as I32"),
+        ("ckpt/model.safetensors", "weight-nan", "patch", "pre_projection.weight: holds 1 NaN"),
+        ("ckpt/model.safetensors", "token_ordering-duplicate", "patch",
+         "token_ordering: expected a permutation of 0..255"),
+        ("ckpt/model.safetensors", "extra-tensor", "patch", "unexpected tensor model.layers.2.input_layernorm.weight"),
+        ("ckpt/model.safetensors", "missing-tensor", "patch", "missing tensor model.norm.weight"),
+        ("target/config.json", "fifo", "patch", "gemma4/target/config.json: is a FIFO"),
+        ("target/config.json", "sparse-2GiB", "patch", "gemma4/target/config.json: 2147487744 bytes"),
+        ("target/openvino_model.xml", "fifo", "patch", "gemma4/target/openvino_model.xml: is a FIFO"),
+        ("target/openvino_model.xml", "directory", "patch", "gemma4/target/openvino_model.xml: is a directory"),
+    ],
+}
+MESSAGE_CASES = [(Case(key, *row[:3]), row[3]) for key, rows in MESSAGES.items() for row in rows]
 
 
-@pytest.mark.parametrize("case, words", G4_MESSAGES, ids=[str(c) for c, _ in G4_MESSAGES])
-def test_hostile_gemma4_inputs_are_named_for_what_is_wrong(lab, case, words):
+@pytest.mark.parametrize("case, words", MESSAGE_CASES, ids=[str(c) for c, _ in MESSAGE_CASES])
+def test_hostile_inputs_are_named_for_what_is_wrong(lab, case, words):
     outcome = lab.run(case)
     assert outcome.refused and words in outcome.stderr, outcome
 
 
-def test_build_mtp_refuses_a_gemma4_assistant_in_one_line(lab):
-    work = lab.fresh()
-    code, out, err, seconds, peak = run_cli(["build-mtp", str(work / "g4ckpt"), "-o", str(work / "out")])
-    outcome = judge("gemma4 assistant / build-mtp", code, out, err, seconds, peak, [])
-    assert outcome.refused and "gemma4_assistant" in err and not (work / "out").exists(), outcome
+@pytest.mark.parametrize("family", [pytest.param(f, id=f.key) for f in registry.FAMILIES if not f.standalone])
+def test_build_mtp_refuses_the_checkpoint_of_a_family_without_a_standalone_draft_in_one_line(lab, family):
+    work = lab.fresh(family.key)
+    out = work / family.key / "out"
+    code, stdout, err, seconds, peak = run_cli(["build-mtp", str(work / family.key / "ckpt"), "-o", str(out)])
+    outcome = judge(f"{family.key} checkpoint / build-mtp", code, stdout, err, seconds, peak, [])
+    assert outcome.refused and any(t in err for t in family.builder_types()) and not out.exists(), outcome
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [c for c in all_cases() if c.input.startswith("gemma4")], ids=str)
-def test_every_hostile_gemma4_input(lab, case):
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(reason=KNOWN_FAILURES[c], strict=True))
+                                  if c in KNOWN_FAILURES else c for c in all_cases()], ids=str)
+def test_every_hostile_input(lab, case):
     outcome = lab.run(case)
     assert not outcome.problems, (outcome.problems, outcome.stderr[:300])
     assert len(outcome.stderr) < 1000, outcome.stderr[:300]

@@ -1,10 +1,15 @@
-"""Fuzzing the commands with mutated inputs: config.json, safetensors headers, index files, IR XML.
+"""Fuzzing the commands with mutated inputs: config.json, safetensors headers, index files, IR XML, for every
+registered family.
 
-Each example copies the demo checkpoint (single file or sharded with an index) and the demo target, mutates one
-input with a seeded random generator, and runs one command that reads it (`show`, `build-mtp`, `annotate`,
-`patch`, and `verify` on an already patched copy) through click's CliRunner. Whatever the input, the outcome must be success or exit 1 with exactly one
-`Error: ...` line (an irsurgeon error: no traceback, no "unexpected" fallback), the checkpoint must be unchanged,
-the target unchanged unless the command succeeded in writing it, and nothing may appear outside the output folder.
+Each example copies a family's pristine folder (helpers.hostile.make_family_folder: its bundled checkpoint, single
+file and sharded with an index, its target, and the target patched with it), mutates one input with a seeded random
+generator, and runs one command that reads it (`show`, `build-mtp` for a family whose draft stands alone,
+`annotate`, `patch`, and `verify` on the patched copy) through click's CliRunner. The inputs (`kinds`) come from the
+family's layout: the checkpoint's config and weights, the index and the draft's shard, the target's config and IR,
+the draft IR of the patched directory and the net-level rt_info of its target IR (the annotation), where the
+family rewrites that IR. Whatever the input, the outcome must be success or exit 1 with exactly one `Error: ...`
+line (an irsurgeon error: no traceback, no "unexpected" fallback), the checkpoint must be unchanged, the target
+unchanged unless the command succeeded in writing it, and nothing may appear outside the output folder.
 The default run is seeded and bounded; IRSURGEON_FUZZ_EXAMPLES raises the count (the slow variant uses 10x).
 """
 from __future__ import annotations
@@ -17,14 +22,18 @@ import shutil
 import struct
 import tempfile
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers.demo import DEMO_CKPT, DEMO_TARGET, sharded_demo_ckpt
 from helpers.dirsnap import digest as snapshot
+from helpers.hostile import Pristine
+from helpers.hostile_forms import INDEX, SHARDS
+from irsurgeon.families import registry
 
 FALLBACK = "IRSURGEON_DEBUG"
 EXAMPLES = int(os.environ.get("IRSURGEON_FUZZ_EXAMPLES", "25"))
@@ -93,7 +102,7 @@ def mutate_config(data: bytes, rng: random.Random) -> bytes:
     return json.dumps(mutate_json(json.loads(data), rng, prefer="text_config")).encode()
 
 
-def mutate_safetensors(data: bytes, rng: random.Random) -> bytes:
+def mutate_safetensors(data: bytes, rng: random.Random, prefer: str = "mtp.") -> bytes:
     (n,) = struct.unpack("<Q", data[:8])
     header, body = data[8:8 + n], data[8 + n:]
     roll = rng.random()
@@ -101,19 +110,21 @@ def mutate_safetensors(data: bytes, rng: random.Random) -> bytes:
         return struct.pack("<Q", rng.choice([0, 1, n - 1, n + 1, len(data), 1 << 40, (1 << 64) - 1])) + data[8:]
     if roll < 0.35:
         return data[:8] + mutate_bytes(header, rng) + body
-    raw = json.dumps(mutate_json(json.loads(header), rng, prefer="mtp.")).encode()
+    raw = json.dumps(mutate_json(json.loads(header), rng, prefer=prefer)).encode()
     return struct.pack("<Q", len(raw)) + raw + body
 
 
-def mutate_index(data: bytes, rng: random.Random) -> bytes:
+def mutate_index(data: bytes, rng: random.Random, prefer: str = "mtp.") -> bytes:
+    """Point one of the draft's tensors (`prefer*`, else any) at a hostile shard name, or mutate the JSON."""
     if rng.random() < 0.2:
         return mutate_bytes(data, rng)
     index = json.loads(data)
     if rng.random() < 0.6:
-        mtp = [k for k in index["weight_map"] if k.startswith("mtp.")]
-        index["weight_map"][rng.choice(mtp)] = rng.choice(HOSTILE_SHARDS)
+        names = list(index["weight_map"])
+        draft = [k for k in names if prefer and k.startswith(prefer)] or names
+        index["weight_map"][rng.choice(draft)] = rng.choice(HOSTILE_SHARDS)
         return json.dumps(index).encode()
-    return json.dumps(mutate_json(index, rng, prefer="mtp.")).encode()
+    return json.dumps(mutate_json(index, rng, prefer=prefer)).encode()
 
 
 ATTR = re.compile(rb'(\w+)="([^"]*)"')
@@ -150,17 +161,47 @@ def mutate_xml(data: bytes, rng: random.Random, attrs_only: bool = False) -> byt
 
 # --- one example --------------------------------------------------------------------------------------------------
 
-# input kind -> (file it mutates, the mutator, the commands that read it)
-KINDS = {
-    "ckpt-config": ("ckpt/config.json", mutate_config, ("build-mtp", "patch")),
-    "safetensors": ("ckpt/model.safetensors", mutate_safetensors, ("build-mtp", "patch")),
-    "index": ("sharded/model.safetensors.index.json", mutate_index, ("build-mtp", "patch")),
-    "shard-header": ("sharded/model-2.safetensors", mutate_safetensors, ("build-mtp",)),
-    "target-config": ("target/config.json", mutate_config, ("show", "annotate", "patch")),
-    "ir-xml": ("target/openvino_language_model.xml", mutate_xml, ("show", "annotate", "patch")),
-    "annotated-rt-info": ("patched/openvino_language_model.xml", mutate_rt_info, ("show", "annotate", "patch", "verify")),
-    "mtp-xml": ("patched/openvino_mtp_model.xml", mutate_xml, ("show", "patch", "verify")),
-}
+@dataclass(frozen=True)
+class Kind:
+    path: str                                   # the file it mutates, relative to the family's folder
+    mutate: Callable[[bytes, random.Random], bytes]
+    commands: tuple[str, ...]                   # the commands that read it
+
+
+def kinds(family) -> dict[str, Kind]:
+    """A family's fuzz inputs, from its layout and its bundled checkpoint."""
+    from helpers.families import FIXTURE_PAIRS
+    from irsurgeon.ir.export import LANGUAGE_MODELS
+
+    layout, (_, ckpt) = family.layout, FIXTURE_PAIRS[family.key]
+    build = ("build-mtp",) if family.standalone else ()
+    annotate = ("annotate",) if layout.target_xml in LANGUAGE_MODELS else ()
+    prefer = family.hub_prefix or ""
+    weights = sorted(ckpt.glob("*.safetensors"))[0].name
+    out = {
+        "ckpt-config": Kind("ckpt/config.json", mutate_config, (*build, "patch")),
+        "safetensors": Kind(f"ckpt/{weights}", partial(mutate_safetensors, prefer=prefer), (*build, "patch")),
+        "index": Kind(f"sharded/{INDEX}", partial(mutate_index, prefer=prefer), (*build, "patch")),
+        "shard-header": Kind(f"sharded/{SHARDS[1]}", partial(mutate_safetensors, prefer=prefer), build or ("patch",)),
+        "target-config": Kind("target/config.json", mutate_config, ("show", *annotate, "patch")),
+        "ir-xml": Kind(f"target/{layout.target_xml}", mutate_xml, ("show", *annotate, "patch")),
+        "draft-xml": Kind(f"patched/{layout.draft_xml}", mutate_xml, ("show", "patch", "verify")),
+    }
+    if layout.target_xml in layout.writes:  # the family rewrites the target IR: its annotation, its new outputs
+        out["annotated-rt-info"] = Kind(f"patched/{layout.target_xml}", mutate_rt_info,
+                                        ("show", *annotate, "patch", "verify"))
+    return out
+
+
+def _kinds() -> dict[str, dict[str, Kind]]:
+    from helpers.families import FIXTURE_PAIRS
+
+    # a family without a bundled pair has no kinds: test_every_family_is_fuzzed names it
+    return {family.key: kinds(family) for family in registry.FAMILIES if family.key in FIXTURE_PAIRS}
+
+
+KINDS = _kinds()  # family key -> kind -> Kind
+TARGETS = [(key, kind) for key, table in KINDS.items() for kind in sorted(table)]
 
 
 @dataclass
@@ -176,33 +217,30 @@ class Tally:
 
 
 class Bench:
-    """Pristine inputs made once; each example works on a fresh copy in its own folder."""
+    """Pristine folders made once per family (on first use); each example works on a fresh copy in its own folder."""
 
     def __init__(self, root: Path):
         self.root = root
-        self.pristine = root / "pristine"
-        shutil.copytree(DEMO_CKPT, self.pristine / "ckpt")
-        shutil.copytree(DEMO_TARGET, self.pristine / "target")
-        sharded_demo_ckpt(self.pristine / "sharded")
-        shutil.copytree(DEMO_TARGET, self.pristine / "patched")
-        from irsurgeon.patch import patch
-        patch(self.pristine / "patched", self.pristine / "ckpt", echo=lambda _line: None)
+        self.pristine = Pristine(root / "pristine")
         self.count = 0
 
-    def example(self, kind: str, seed: int, command: str, tally: Tally) -> None:
+    def example(self, key: str, kind: str, seed: int, command: str, tally: Tally) -> None:
         from click.testing import CliRunner
 
         from irsurgeon.cli import main
 
+        source = self.pristine.folder(key)
         self.count += 1
         work = Path(tempfile.mkdtemp(prefix=f"ex{self.count}-", dir=self.root))
         try:
-            rel, mutator, _ = KINDS[kind]
-            shutil.copytree(self.pristine, work, dirs_exist_ok=True)
-            victim = work / rel
-            victim.write_bytes(mutator(victim.read_bytes(), random.Random(seed)))
-            ckpt = work / ("sharded" if rel.startswith("sharded") else "ckpt")
-            target = work / rel.split("/")[0] if rel.startswith(("target", "patched")) else work / "target"
+            spec = KINDS[key][kind]
+            top = spec.path.split("/")[0]
+            ckpt = work / ("sharded" if top == "sharded" else "ckpt")
+            target = work / top if top in ("target", "patched") else work / "target"
+            for folder in (ckpt, target):  # only what the commands read: less to copy and to compare
+                shutil.copytree(source / folder.name, folder)
+            victim = work / spec.path
+            victim.write_bytes(spec.mutate(victim.read_bytes(), random.Random(seed)))
             args = {"show": ["show", victim if seed % 2 else target],
                     "build-mtp": ["build-mtp", ckpt, "-o", work / "out"],
                     "annotate": ["annotate", target],
@@ -210,7 +248,7 @@ class Bench:
                     "verify": ["verify", target]}[command]
             before = snapshot(work)
             result = CliRunner().invoke(main, [str(a) for a in args])
-            judge(f"{kind} seed {seed} {command}", result, before, snapshot(work), command, tally)
+            judge(f"{key} {kind} seed {seed} {command}", result, before, snapshot(work), command, tally)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -251,29 +289,35 @@ def bench(tmp_path_factory) -> Bench:
     return Bench(tmp_path_factory.mktemp("fuzz"))
 
 
-def fuzz(bench: Bench, kind: str, examples: int) -> Tally:
+def fuzz(bench: Bench, key: str, kind: str, examples: int) -> Tally:
     tally = Tally()
-    commands = KINDS[kind][2]
+    commands = KINDS[key][kind].commands
 
     @settings(max_examples=examples, derandomize=True, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(seed=st.integers(0, 2 ** 32 - 1), command=st.sampled_from(commands))
     def run(seed: int, command: str) -> None:
-        bench.example(kind, seed, command, tally)
+        bench.example(key, kind, seed, command, tally)
 
     run()
     return tally
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
-def test_fuzz(bench, kind):
-    tally = fuzz(bench, kind, EXAMPLES)
+@pytest.mark.parametrize("key, kind", TARGETS, ids=[f"{k}-{kind}" for k, kind in TARGETS])
+def test_fuzz(bench, key, kind):
+    tally = fuzz(bench, key, kind, EXAMPLES)
     assert not tally.problems, "\n".join(tally.problems)
     assert tally.inputs >= min(EXAMPLES, 10) and tally.refused > 0
 
 
+def test_every_family_is_fuzzed():
+    assert {f.key for f in registry.FAMILIES} <= {key for key, _ in TARGETS}, "a family without a bundled pair"
+    for family in registry.FAMILIES:
+        assert {"ckpt-config", "safetensors", "target-config", "ir-xml", "draft-xml"} <= set(KINDS[family.key])
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", sorted(KINDS))
-def test_fuzz_long(bench, kind):
-    tally = fuzz(bench, kind, EXAMPLES * 10)
+@pytest.mark.parametrize("key, kind", TARGETS, ids=[f"{k}-{kind}" for k, kind in TARGETS])
+def test_fuzz_long(bench, key, kind):
+    tally = fuzz(bench, key, kind, EXAMPLES * 10)
     assert not tally.problems, "\n".join(tally.problems)

@@ -1,14 +1,18 @@
 """Hostile input files and a judge for what a command does with them.
 
-A Lab holds pristine copies of the demo checkpoint (single file and sharded), the demo target and a patched target.
-A Case (hostile_forms.py) names an input file, a way to make it hostile and a command; `Lab.run` makes a fresh
-copy, applies the form, runs the real CLI in a subprocess with a timeout and judges the outcome (`Outcome`):
-success, or exit 1 with exactly one `Error:` line; no traceback, no "unexpected" fallback, no signal death, no hang,
-no peak RSS above `RSS_LIMIT`, no byte of a linked-to file echoed, nothing changed outside the command's output.
+A Lab holds, for every registered family (families.registry), pristine copies of its bundled pair
+(helpers.families.FIXTURE_PAIRS) in a folder named by its key: ckpt/, sharded/ (the same tensors in two shards with
+an index), target/ (with an openvino_config.json), patched/ (target/ patched with ckpt/ through the CLI) and
+prompts.txt. A Case (hostile_forms.py) names a family, an input file of its folder, a way to make it hostile and a
+command; `Lab.run` makes a fresh copy of the family's folder, applies the form, runs the real CLI in a subprocess
+with a timeout and judges the outcome (`Outcome`): success, or exit 1 with exactly one `Error:` line; no traceback,
+no "unexpected" fallback, no signal death, no hang, no peak RSS above `RSS_LIMIT`, no byte of a linked-to file
+echoed, nothing changed outside the command's output.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -18,12 +22,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.hostile_forms import CANARY, INPUTS, Case
+from helpers.families import FIXTURE_PAIRS
+from helpers.hostile_forms import CANARY, INDEX, INPUTS, PROMPTS, SHARDS, Case, family_inputs, written
+from irsurgeon.families import registry
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO_TARGET = ROOT / "fixtures" / "demo" / "target"
+DEMO_TARGET = ROOT / "fixtures" / "demo" / "target"  # the reader tests' own copies (test_bounds, _checkpoint)
 DEMO_CKPT = ROOT / "fixtures" / "demo" / "ckpt"
-GEMMA4 = ROOT / "fixtures" / "gemma4"  # a text-only target and its gemma4_assistant checkpoint
 CLI = "import sys; from irsurgeon.entry import run; sys.argv[0] = 'irsurgeon'; run()"  # the console script
 TIMEOUT = 60.0
 RSS_LIMIT = 2 << 30
@@ -135,39 +140,46 @@ def judge(case: str, code: int | None, out: str, err: str, seconds: float, peak:
     return o
 
 
-class Lab:
-    """Pristine inputs made once; every case runs on a fresh copy in its own folder."""
+class Pristine:
+    """Every family's pristine folder under `root` (make_family_folder), made on first use."""
 
     def __init__(self, root: Path):
         self.root = root
-        self.pristine = root / "pristine"
-        self.pristine.mkdir(parents=True)
-        shutil.copytree(DEMO_CKPT, self.pristine / "ckpt")
-        shutil.copytree(DEMO_TARGET, self.pristine / "target")
-        (self.pristine / "target" / "openvino_config.json").write_text("{}")
-        _sharded(self.pristine / "sharded")
-        shutil.copytree(DEMO_TARGET, self.pristine / "patched")
-        (self.pristine / "prompts.txt").write_text("The capital of France is\n")
-        from irsurgeon.patch import patch
-        patch(self.pristine / "patched", self.pristine / "ckpt", echo=lambda _line: None)
-        shutil.copytree(GEMMA4 / "assistant", self.pristine / "g4ckpt")
-        shutil.copytree(GEMMA4 / "target", self.pristine / "g4target")
-        shutil.copytree(GEMMA4 / "target", self.pristine / "g4patched")
-        patch(self.pristine / "g4patched", self.pristine / "g4ckpt", echo=lambda _line: None)
+
+    def folder(self, key: str) -> Path:
+        folder = self.root / key
+        if not folder.exists():
+            try:
+                make_family_folder(registry.by_key(key), folder)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)  # never a half-made folder for the next case
+                raise
+        return folder
+
+
+class Lab:
+    """Pristine inputs made once per family (on first use); every case runs on a fresh copy of its family's folder."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.pristine = Pristine(root / "pristine")
         self.count = 0
 
-    def fresh(self) -> Path:
+    def fresh(self, key: str) -> Path:
+        """A new case folder holding a copy of the family's pristine folder (under its key); returns the case folder."""
+        source = self.pristine.folder(key)
         self.count += 1
         work = self.root / f"case{self.count}"
-        shutil.copytree(self.pristine, work, symlinks=True)
+        shutil.copytree(source, work / key, symlinks=True)
         return work
 
     def run(self, case: Case) -> Outcome:
-        rel, forms, _ = INPUTS[case.input]
-        work = self.fresh()
+        forms = INPUTS[(case.family, case.input)].forms
+        work = self.fresh(case.family)
         try:
-            forms[case.form](work / rel)
-            args, output = command_args(case.command, work, work / rel)
+            victim = work / case.family / case.input
+            forms[case.form](victim)
+            args, output = command_args(case, work)
             before = snapshot(work)
             code, out, err, seconds, peak = run_cli(args)
             after = snapshot(work)
@@ -179,38 +191,90 @@ class Lab:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def command_args(command: str, work: Path, victim: Path) -> tuple[list[str], str | None]:
-    """CLI arguments of a command reading `victim`, and the folder it may change when it succeeds."""
-    ckpt = work / ("sharded" if "sharded" in victim.parts else "ckpt")
-    target = work / ("patched" if "patched" in victim.parts else "target")
-    g4 = work / ("g4patched" if "g4patched" in victim.parts else "g4target")
+def command_args(case: Case, work: Path) -> tuple[list[str], str | None]:
+    """CLI arguments of a case's command reading its input, and the folder (relative to `work`) it may change when
+    it succeeds. The checkpoint is sharded/ for an input there, the directory patched/ for an input there."""
+    base = work / case.family
+    victim = base / case.input
+    top = case.input.split("/", 1)[0]
+    ckpt = base / ("sharded" if top == "sharded" else "ckpt")
+    target = base / ("patched" if top == "patched" else "target")
+    rel = lambda p: p.relative_to(work).as_posix()  # noqa: E731
     table = {
         "show": (["show", target], None),
-        "show-xml": (["show", victim], None),
-        "build-mtp": (["build-mtp", ckpt, "-o", work / "out"], "out"),
-        "build-mtp-auto": (["build-mtp", ckpt, "-o", work / "out", "--weight-format", "auto", "--target", target],
-                           "out"),
-        "annotate": (["annotate", target], target.name),
-        "patch": (["patch", target, "--checkpoint", ckpt], target.name),
+        "show-xml": (["show", victim.with_suffix(".xml")], None),  # the IR itself (of a hostile .bin: its .xml)
+        "build-mtp": (["build-mtp", ckpt, "-o", base / "out"], rel(base / "out")),
+        "build-mtp-auto": (["build-mtp", ckpt, "-o", base / "out", "--weight-format", "auto", "--target", target],
+                           rel(base / "out")),
+        "annotate": (["annotate", target], rel(target)),
+        "patch": (["patch", target, "--checkpoint", ckpt], rel(target)),
         "verify": (["verify", target], None),
-        "verify-prompts": (["verify", work / "patched", "--prompts", victim], None),
+        "verify-prompts": (["verify", base / "patched", "--prompts", victim], None),
         "verify-genai": (["verify", target, "--genai", "--prompts", "1", "--sweep", "1", "--max-new-tokens", "4"],
                          None),
-        "g4-show": (["show", g4], None),
-        "g4-show-xml": (["show", victim], None),
-        "g4-build-mtp": (["build-mtp", work / "g4ckpt", "-o", work / "out"], "out"),
-        "g4-patch": (["patch", g4, "--checkpoint", work / "g4ckpt"], g4.name),
-        "g4-verify": (["verify", g4], None),
     }
-    args, output = table[command]
+    args, output = table[case.command]
     return [str(a) for a in args], output
 
 
-def _sharded(directory: Path) -> None:
-    """The demo checkpoint in two shards with an index: the mtp.* tensors alone in the second."""
-    from helpers.demo import sharded_demo_ckpt
+# --- a family's pristine folder -------------------------------------------------------------------------------------
 
-    sharded_demo_ckpt(directory)
+def make_family_folder(family, folder: Path) -> Path:
+    """ckpt/, sharded/, target/ (+ openvino_config.json), patched/ and prompts.txt of a family (see the module doc);
+    every input hostile_forms derives for the family is checked to be there."""
+    from click.testing import CliRunner
+
+    from irsurgeon.cli import main
+    from irsurgeon.ir.export import OPENVINO_CONFIG
+
+    target, ckpt = FIXTURE_PAIRS[family.key]
+    writable_copy(ckpt, folder / "ckpt")
+    writable_copy(target, folder / "target")
+    if not (folder / "target" / OPENVINO_CONFIG).exists():
+        (folder / "target" / OPENVINO_CONFIG).write_text("{}")  # read by every patch (--weight-format auto)
+    sharded_copy(folder / "ckpt", folder / "sharded", family.hub_prefix)
+    shutil.copytree(folder / "target", folder / "patched")
+    result = CliRunner().invoke(main, ["patch", str(folder / "patched"), "--checkpoint", str(folder / "ckpt")])
+    assert result.exit_code == 0, f"{family.key}: patch of the bundled pair failed: {result.output[-2000:]}"
+    (folder / PROMPTS).write_text("The capital of France is\n")
+    missing = [i.path for i in family_inputs(family) if not os.path.lexists(folder / i.path)]
+    assert not missing, f"{family.key}: the lab lacks inputs its layout names: {missing}"
+    wrote = [n for n in family.layout.writes if os.path.lexists(folder / "patched" / n)]
+    assert wrote == written(family, target), f"{family.key}: the patch wrote {wrote}, hostile_forms.written says " \
+                                             f"{written(family, target)}"
+    return folder
+
+
+def writable_copy(src: Path, dest: Path) -> None:
+    """A copy whose files and folders are writable whatever the checkout's modes."""
+    shutil.copytree(src, dest)
+    for p in [dest, *dest.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+
+
+def sharded_copy(ckpt: Path, out: Path, prefix: str | None) -> Path:
+    """ckpt's tensors (from all its .safetensors files) in two shards with an index, its other files beside them:
+    the draft's tensors (`prefix*`; without a prefix, the second half by name) alone in the second shard."""
+    from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
+
+    out.mkdir(parents=True)
+    for p in ckpt.iterdir():
+        if p.is_file() and not p.name.endswith((".safetensors", ".index.json")):
+            shutil.copy(p, out / p.name)
+    tensors = {}
+    for path in sorted(ckpt.glob("*.safetensors")):
+        st = SafetensorsFile(path)
+        tensors.update({n: (st.raw(n), st.tensors[n].dtype) for n in st.tensors})
+        st.close()
+    names = sorted(tensors)
+    draft = [n for n in names if prefix and n.startswith(prefix)]
+    if not draft or len(draft) == len(names):
+        draft = names[len(names) // 2:]
+    parts = {SHARDS[0]: [n for n in names if n not in draft], SHARDS[1]: draft}
+    for shard, part in parts.items():
+        write_safetensors(out / shard, {n: tensors[n][0] for n in part}, {n: tensors[n][1] for n in part})
+    (out / INDEX).write_text(json.dumps({"weight_map": {n: shard for shard, part in parts.items() for n in part}}))
+    return out
 
 
 # --- a checkpoint truncated while a build reads it ------------------------------------------------------------------

@@ -2,8 +2,13 @@
 
 A form takes the path of a pristine copy and makes it hostile: a FIFO (os.mkfifo), a link to /dev/zero, a sparse
 2 GiB file, a directory, a link to a secret file, deep JSON, huge integers, absurd IR numbers and names, wrong-typed
-openvino_config.json values. Each costs nothing on disk. `INPUTS` maps an input to its path in a Lab (hostile.py),
-its forms and the commands that read it; `all_cases()` is every combination.
+openvino_config.json values. Each costs nothing on disk.
+
+The inputs are derived for every registered family (families.registry) from its layout and its bundled pair
+(helpers.families.FIXTURE_PAIRS): `INPUTS[(family key, path)]` gives the file's role (ROLES), the commands that
+read it and its forms: the generic ones of its kind (KIND_FORMS, NAMED_FORMS) plus the family's content forms for
+that role (FAMILY_FORMS, optional). `all_cases()` is every combination; `sample()` the default run's slice. A new
+family is attacked by its registry line and its fixture pair; a form table is all it may add.
 """
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ import json
 import math
 import os
 import struct
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -57,6 +63,15 @@ def secret_json_link(path: Path) -> None:
     path.symlink_to(secret)
 
 
+def secret_string_link(path: Path) -> None:
+    """A link to a file that is JSON up to an unterminated string holding the secret: a parser's error that quotes
+    what it last read quotes the secret."""
+    secret = path.parent / f".{path.name}.secret-string.txt"
+    secret.write_text(f'["{CANARY}\n')
+    path.unlink()
+    path.symlink_to(secret)
+
+
 def not_utf8(path: Path) -> None:
     path.write_bytes(b'{"a": "\xff\xfe' + CANARY.encode() + b'"}')
 
@@ -82,8 +97,9 @@ def huge_int(path: Path) -> None:
 
 
 JSON_FORMS = {"fifo": fifo, "dev-zero": dev_zero, "sparse-2GiB": sparse, "directory": directory,
-              "secret-link": secret_link, "secret-json-link": secret_json_link, "not-utf8": not_utf8,
-              "deep-array": deep_json, "deep-object": deep_object, "huge-int": huge_int}
+              "secret-link": secret_link, "secret-json-link": secret_json_link,
+              "secret-string-link": secret_string_link, "not-utf8": not_utf8, "deep-array": deep_json,
+              "deep-object": deep_object, "huge-int": huge_int}
 
 
 def header(path: Path, edit: Callable[[dict], object]) -> None:
@@ -219,9 +235,9 @@ def _poke(name: str, value) -> Callable[[dict], None]:
 
 ORDERING, EMBED = "masked_embedding.token_ordering", "model.embed_tokens.weight"
 
-# Well-formed safetensors whose content contradicts a gemma4_assistant config.json
+# Well-formed safetensors whose content contradicts a gemma4_assistant config.json (FAMILY_FORMS: with the
+# generic SAFETENSORS_FORMS)
 GEMMA4_ASSISTANT_FORMS = {
-    **SAFETENSORS_FORMS,
     "token_ordering-float": tensors_edit(_cast(ORDERING, "float32")),
     "token_ordering-int32": tensors_edit(_cast(ORDERING, "int32")),
     "embed-int": tensors_edit(_cast(EMBED, "int32")),
@@ -254,9 +270,8 @@ def _text(**values) -> Callable[[Path], None]:
     return json_edit(lambda d: d["text_config"].update(values))
 
 
-# Well-formed JSON whose values a gemma4_assistant config.json cannot have
+# Well-formed JSON whose values a gemma4_assistant config.json cannot have (with the generic JSON_FORMS)
 GEMMA4_CONFIG_FORMS = {
-    **JSON_FORMS,
     "json-list": lambda p: p.write_text("[]"),
     "model_type-list": json_edit(lambda d: d.update(model_type=["gemma4_assistant"])),
     "text_config-list": json_edit(lambda d: d.update(text_config=[1])),
@@ -293,9 +308,9 @@ def _top(**values) -> Callable[[Path], None]:
     return json_edit(lambda d: d.update(values))
 
 
-# Well-formed JSON whose values a text-only Gemma 4 target's config.json (gemma4_text, flat) cannot have
+# Well-formed JSON whose values a text-only Gemma 4 target's config.json (gemma4_text, flat) cannot have (with
+# the generic JSON_FORMS)
 GEMMA4_TARGET_CONFIG_FORMS = {
-    **JSON_FORMS,
     "json-list": lambda p: p.write_text("[]"),
     "model_type-list": _top(model_type=["gemma4_text"]),
     "model_type-gemma4-without-text_config": _top(model_type="gemma4"),
@@ -311,52 +326,159 @@ GEMMA4_TARGET_CONFIG_FORMS = {
 }
 
 
-# --- where each input lives and which commands read it ------------------------------------------------------------
+# --- where each input lives and which commands read it, for every registered family --------------------------------
 
-# input -> (path in the lab, forms, commands)
-INPUTS = {
-    "ckpt config.json": ("ckpt/config.json", JSON_FORMS, ("build-mtp", "patch")),
-    "index": ("sharded/model.safetensors.index.json", JSON_FORMS, ("build-mtp", "patch")),
-    "model.safetensors": ("ckpt/model.safetensors", SAFETENSORS_FORMS, ("build-mtp", "patch")),
-    "shard": ("sharded/model-2.safetensors", SAFETENSORS_FORMS, ("build-mtp",)),
-    "target config.json": ("target/config.json", JSON_FORMS, ("show", "annotate", "patch")),
-    "language model .xml": ("target/openvino_language_model.xml", XML_FORMS, ("show-xml", "show", "annotate",
-                                                                               "patch")),
-    "language model .bin": ("target/openvino_language_model.bin", BIN_FORMS, ("show-xml", "annotate", "patch")),
-    "tokenizer .xml": ("target/openvino_tokenizer.xml", XML_FORMS, ("show",)),
-    "patched language model .xml": ("patched/openvino_language_model.xml", XML_FORMS, ("verify", "patch")),
-    "mtp .xml": ("patched/openvino_mtp_model.xml", XML_FORMS, ("show-xml", "verify", "patch")),
-    "openvino_config.json": ("target/openvino_config.json", OPENVINO_CONFIG_FORMS, ("patch", "build-mtp-auto")),
-    "prompts file": ("prompts.txt", PROMPT_FORMS, ("verify-prompts",)),
-    "generation_config.json": ("patched/generation_config.json", BIN_FORMS, ("verify-genai",)),  # genai reads it
-    # Gemma 4: a text-only target, a gemma4_assistant checkpoint, and the target patched with it (hostile.Lab)
-    "gemma4 assistant config.json": ("g4ckpt/config.json", GEMMA4_CONFIG_FORMS, ("g4-patch", "g4-build-mtp")),
-    "gemma4 assistant model.safetensors": ("g4ckpt/model.safetensors", GEMMA4_ASSISTANT_FORMS, ("g4-patch",)),
-    "gemma4 target config.json": ("g4target/config.json", GEMMA4_TARGET_CONFIG_FORMS, ("g4-show", "g4-patch")),
-    "gemma4 patched config.json": ("g4patched/config.json", GEMMA4_TARGET_CONFIG_FORMS, ("g4-verify",)),
-    "gemma4 target generation_config.json": ("g4target/generation_config.json", JSON_FORMS, ("g4-patch",)),
-    "gemma4 target .xml": ("g4target/openvino_model.xml", XML_FORMS, ("g4-show-xml", "g4-show", "g4-patch")),
-    "gemma4 patched .xml": ("g4patched/openvino_model.xml", XML_FORMS, ("g4-verify",)),
-    "gemma4 patched assistant .xml": ("g4patched/mtp_assistant/openvino_model.xml", XML_FORMS, ("g4-verify",
-                                                                                                 "g4-show")),
-    "gemma4 patched assistant config.json": ("g4patched/mtp_assistant/config.json", JSON_FORMS, ("g4-verify",
-                                                                                                  "g4-show")),
+# Forms by kind of file: every family's file of that kind gets all of them
+KIND_FORMS = {".json": JSON_FORMS, ".xml": XML_FORMS, ".bin": BIN_FORMS, ".safetensors": SAFETENSORS_FORMS}
+# Forms by file name, whoever's target holds it (the house reads it: irsurgeon.precision for every family)
+NAMED_FORMS = {"openvino_config.json": OPENVINO_CONFIG_FORMS}
+# family key -> role -> content forms added to the generic ones of the file's kind (a family without a table still
+# gets every generic form)
+FAMILY_FORMS = {
+    "gemma4": {"checkpoint config": GEMMA4_CONFIG_FORMS, "checkpoint weights": GEMMA4_ASSISTANT_FORMS,
+               "target config": GEMMA4_TARGET_CONFIG_FORMS, "patched config": GEMMA4_TARGET_CONFIG_FORMS},
 }
+
+# What a file is to the commands, in the order the lab lists them. Paths are relative to a family's folder of a Lab
+# (hostile.Lab): ckpt/ (its bundled checkpoint), sharded/ (the same tensors in SHARDS with INDEX), target/ (its
+# bundled target, with an openvino_config.json), patched/ (the target patched with ckpt/), prompts.txt.
+ROLES = ("checkpoint config", "checkpoint weights", "sharded index", "shard", "target config",
+         "target generation config", "target openvino_config", "target IR", "target IR weights", "other IR",
+         "other IR weights", "draft IR", "written", "patched config", "patched generation config", "prompts file")
+# the roles every family has, whatever its fixtures hold (the lab makes sharded/, openvino_config.json, prompts.txt)
+REQUIRED_ROLES = frozenset(ROLES) - {"target generation config", "other IR", "other IR weights", "written",
+                                     "patched generation config"}
+INDEX = "model.safetensors.index.json"
+SHARDS = ("model-1.safetensors", "model-2.safetensors")  # the second holds the draft's tensors (hostile.sharded_copy)
+PROMPTS = "prompts.txt"
+
+
+@dataclass(frozen=True)
+class Input:
+    family: str                  # registry key
+    path: str                    # relative to the family's folder of a lab
+    role: str                    # one of ROLES
+    commands: tuple[str, ...]    # hostile.command_args names
+    forms: dict = field(compare=False, hash=False, repr=False)
+
+
+def forms_for(family: str, path: str, role: str) -> dict[str, Callable[[Path], None]]:
+    """The generic forms of the file's kind (or name), then the family's content forms for its role."""
+    if role == "prompts file":
+        return PROMPT_FORMS
+    name = path.rsplit("/", 1)[-1]
+    generic = NAMED_FORMS.get(name) or KIND_FORMS.get(Path(name).suffix, BIN_FORMS)
+    return {**generic, **FAMILY_FORMS.get(family, {}).get(role, {})}
+
+
+def family_inputs(family) -> list[Input]:
+    """Every input of a family's lab folder, from its layout and its bundled pair (helpers.families.FIXTURE_PAIRS)."""
+    from helpers.families import FIXTURE_PAIRS
+    from irsurgeon.ir.export import LANGUAGE_MODELS
+
+    target, ckpt = FIXTURE_PAIRS[family.key]
+    layout = family.layout
+    build = ("build-mtp",) if family.standalone else ()  # build-mtp of another family's checkpoint reads its config
+    annotate = ("annotate",) if layout.target_xml in LANGUAGE_MODELS else ()  # the IR `annotate TARGET` edits
+    bin_of = lambda xml: xml[:-len(".xml")] + ".bin"  # noqa: E731
+    rows = [("ckpt/config.json", "checkpoint config", ("patch", "build-mtp"))]
+    rows += [(f"ckpt/{p.name}", "checkpoint weights", ("patch", *build)) for p in sorted(ckpt.glob("*.safetensors"))]
+    rows += [(f"ckpt/{p.name}", "sharded index", ("patch", *build)) for p in sorted(ckpt.glob("*.index.json"))]
+    rows += [(f"sharded/{INDEX}", "sharded index", ("patch", *build))]
+    rows += [(f"sharded/{shard}", "shard", ("patch", *build)) for shard in SHARDS]
+    rows += [("target/config.json", "target config", ("show", *annotate, "patch"))]
+    if (target / "generation_config.json").is_file():
+        rows += [("target/generation_config.json", "target generation config", ("patch",))]
+    auto = ("build-mtp-auto",) if family.standalone else ()  # --weight-format auto --target reads it
+    rows += [("target/openvino_config.json", "target openvino_config", ("patch", *auto))]
+    rows += [(f"target/{layout.target_xml}", "target IR", ("show-xml", "show", *annotate, "patch")),
+             (f"target/{bin_of(layout.target_xml)}", "target IR weights", ("show-xml", "show", *annotate, "patch"))]
+    for xml in sorted(target.glob("*.xml")):
+        if xml.name != layout.target_xml:  # `show` describes every IR; patch may read some (the embeddings)
+            rows += [(f"target/{xml.name}", "other IR", ("show", "patch"))]
+            if xml.with_suffix(".bin").is_file():
+                rows += [(f"target/{xml.with_suffix('.bin').name}", "other IR weights", ("show", "patch"))]
+    # the patched directory: `verify --genai` hands it to openvino-genai, which reads these files itself
+    for name in written(family, target):
+        if name == layout.draft_xml:
+            rows += [(f"patched/{name}", "draft IR", ("show-xml", "show", "verify", "verify-genai", "patch"))]
+        else:
+            rows += [(f"patched/{name}", "written", ("show", "verify", "verify-genai", "patch"))]
+    rows += [("patched/config.json", "patched config", ("show", "verify", "verify-genai"))]
+    if (target / "generation_config.json").is_file():
+        rows += [("patched/generation_config.json", "patched generation config", ("verify-genai",))]
+    rows += [(PROMPTS, "prompts file", ("verify-prompts",))]
+    seen: dict[str, Input] = {}
+    for path, role, commands in rows:  # a file with two roles (a family writing its config.json) keeps the first
+        if path not in seen:
+            seen[path] = Input(family.key, path, role, commands, forms_for(family.key, path, role))
+    return list(seen.values())
+
+
+def written(family, target: Path) -> list[str]:
+    """The names of layout.writes a patch of the lab's target leaves there: the draft's own files (its IR, that IR's
+    .bin, whatever it puts in a subfolder) and those the target already holds (rewritten in place), not the
+    alternatives a target of another layout would get. hostile.make_family_folder checks it against the patch."""
+    layout = family.layout
+    draft = {layout.draft_xml, layout.draft_xml[:-len(".xml")] + ".bin"}
+    held = {p.name for p in target.iterdir()} | {"openvino_config.json"}  # the lab gives every target one
+    return [n for n in layout.writes if n in draft or "/" in n or n in held]
+
+
+def _inputs() -> dict[tuple[str, str], Input]:
+    from helpers.families import FIXTURE_PAIRS
+    from irsurgeon.families import registry
+
+    # a family without a bundled pair has no inputs: test_bounds' coverage test names it
+    return {(i.family, i.path): i for family in registry.FAMILIES if family.key in FIXTURE_PAIRS
+            for i in family_inputs(family)}
+
+
+INPUTS = _inputs()  # (family key, path) -> Input
 
 
 @dataclass(frozen=True)
 class Case:
-    input: str
+    family: str
+    input: str    # a path of INPUTS for the family
     form: str
     command: str
 
+    @property
+    def role(self) -> str:
+        return INPUTS[(self.family, self.input)].role
+
     def __str__(self) -> str:
-        return f"{self.input} / {self.form} / {self.command}"
+        return f"{self.family}/{self.input} / {self.form} / {self.command}"
 
 
-def all_cases() -> list[Case]:
-    return [Case(name, form, command) for name, (_, forms, commands) in INPUTS.items() for form in forms
-            for command in commands]
+def all_cases(family: str | None = None) -> list[Case]:
+    """The full matrix (of one family): every form of every input through every command reading it."""
+    return [Case(i.family, i.path, form, command) for i in INPUTS.values() if family in (None, i.family)
+            for form in i.forms for command in i.commands]
+
+
+def sample(pinned: list[Case], avoid=frozenset()) -> list[Case]:
+    """The default run's slice: the pinned cases, and for every family and role no pinned case covers, one case of
+    that role picked by a stable hash of family and role (a new family gets one case of each of its roles), never
+    one of `avoid` (the known failures)."""
+    covered = {(c.family, c.role) for c in pinned}
+    picked = list(pinned)
+    for (family, role), cases in _by_role([c for c in all_cases() if c not in avoid]).items():
+        if (family, role) not in covered:
+            picked.append(cases[zlib.crc32(f"{family} {role}".encode()) % len(cases)])
+    return picked
+
+
+def _by_role(cases: list[Case]) -> dict[tuple[str, str], list[Case]]:
+    out: dict[tuple[str, str], list[Case]] = {}
+    for case in cases:
+        out.setdefault((case.family, case.role), []).append(case)
+    return out
+
+
+def roles_of(cases: list[Case], family: str) -> set[str]:
+    return {c.role for c in cases if c.family == family}
 
 
 # --- an absurd but consistent checkpoint ----------------------------------------------------------------------------
