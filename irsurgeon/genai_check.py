@@ -27,6 +27,7 @@ The best K is the fastest; MTP pays when it beats plain greedy by at least MIN_S
 from __future__ import annotations
 
 import gc
+import os
 import resource
 import statistics
 import sys
@@ -35,8 +36,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from irsurgeon.errors import IRSurgeonError
+from irsurgeon import limits
+from irsurgeon.errors import ConfigError, IRSurgeonError, cause
 from irsurgeon.families import registry
+from irsurgeon.ir.export import GENERATION_CONFIG
 from irsurgeon.families.base import num_draft_tokens
 from irsurgeon.footprint import kv_cache
 from irsurgeon.ir.describe import show_ir
@@ -109,9 +112,30 @@ def _config(g, max_new_tokens: int, nat: int | None, ignore_eos: bool = True):
 
 
 def runtime_of(target: Path):
-    """(the directory's family, how genai runs it)."""
+    """(the directory's family, how genai runs it), once the files genai parses itself are known to be sane."""
     family = registry.for_directory(target)
+    for folder in (target, *(target / sub for sub in family.layout.subfolders)):
+        check_generation_config(folder / GENERATION_CONFIG)
     return family, family.genai()
+
+
+TOKEN_KEYS = ("eos_token_id", "bos_token_id", "pad_token_id", "stop_token_ids")
+
+
+def check_generation_config(path: Path) -> None:
+    """openvino-genai reads generation_config.json itself, and its errors quote the file (bytes of a linked-to
+    file, non-UTF-8 text) or come at generate time ("'stop_token_ids' must be non-negative"): read it first through
+    the bounded reader and check the token ids it holds, one line naming the file and key otherwise."""
+    if not os.path.lexists(path):
+        return
+    data = limits.read_json(path, ConfigError)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    for key in TOKEN_KEYS:
+        value = data.get(key)
+        ids = value if isinstance(value, list) else [] if value is None else [value]
+        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < 1 << 31 for i in ids):
+            raise ConfigError(f"{path}: {key} must be a non-negative token id or a list of them")
 
 
 def _generate(g, pipe, prompt: str | list[str], config) -> tuple[list[int], object]:
@@ -125,8 +149,15 @@ def _generate(g, pipe, prompt: str | list[str], config) -> tuple[list[int], obje
         def end(self):
             return None
 
-    result = pipe.generate(prompt, generation_config=config, streamer=Collector())
-    return ids, result
+    return ids, generate(pipe, prompt, config, streamer=Collector())
+
+
+def generate(pipe, prompt, config, **kwargs):
+    """pipe.generate, a failure inside openvino-genai (a RuntimeError from its C++) one error line naming it."""
+    try:
+        return pipe.generate(prompt, generation_config=config, **kwargs)
+    except RuntimeError as e:
+        raise IRSurgeonError(f"openvino-genai failed while generating: {cause(e)}") from None
 
 
 def prompt_list(prompts: int | Sequence[str]) -> list[str]:
@@ -317,12 +348,12 @@ def kv_growth(target: Path, kv_default: str | None, files: tuple[str, str] | Non
 
 def _measure(pipe, prompts: list[str], config, rounds: int, m: Measurement,
              echo: Callable[[str], None]) -> Measurement:
-    pipe.generate(prompts[0], generation_config=config)  # warm-up: first-call compilation is not speed
+    generate(pipe, prompts[0], config)  # warm-up: first-call compilation is not speed
     for r in range(rounds):
         m.round_seconds.append(0.0)
         for prompt in prompts:
             start = time.perf_counter()
-            result = pipe.generate(prompt, generation_config=config)
+            result = generate(pipe, prompt, config)
             m.add(result, time.perf_counter() - start, first_round=r == 0)
         echo(f"   {m.label}: round {r + 1}/{rounds}, {m.generated_tokens / m.round_seconds[-1]:.1f} tok/s")
     m.peak_memory_bytes = peak_memory_bytes()

@@ -249,19 +249,18 @@ PINNED_CASES = [(Case(key, *row[:3]), row[3]) for key, rows in PINNED.items() fo
 
 # What the full matrix finds broken in the product today, each case with what happens: expected to fail (strict)
 # until the product is fixed; the default run's slice never samples them.
-_NOT_UTF8 = "Error: unexpected UnicodeDecodeError (openvino-genai's JSON error quotes the non-UTF-8 bytes)"
-_ECHO = "the Error: line quotes openvino-genai's JSON error, which quotes the linked-to file's bytes"
-_STOP = "Error: unexpected RuntimeError: 'stop_token_ids' must be non-negative (openvino-genai, at generate)"
-KNOWN_FAILURES = {
-    Case("qwen3_5", "patched/generation_config.json", "not-utf8", "verify-genai"): _NOT_UTF8,
-    Case("qwen3_5", "patched/generation_config.json", "secret-string-link", "verify-genai"): _ECHO,
-    Case("gemma4", "patched/generation_config.json", "not-utf8", "verify-genai"): _NOT_UTF8,
-    Case("gemma4", "patched/generation_config.json", "secret-string-link", "verify-genai"): _ECHO,
-    Case("gemma4", "patched/generation_config.json", "secret-json-link", "verify-genai"): _STOP,
-    Case("gemma4", "patched/generation_config.json", "deep-array", "verify-genai"): _STOP,
-    Case("gemma4", "patched/mtp_assistant/generation_config.json", "not-utf8", "verify-genai"): _NOT_UTF8,
-    Case("gemma4", "patched/mtp_assistant/generation_config.json", "secret-string-link", "verify-genai"): _ECHO,
-}
+# Cases that once broke inside openvino-genai, which reads generation_config.json itself (an unexpected
+# UnicodeDecodeError; its JSON error quoting a linked-to file's bytes; 'stop_token_ids' must be non-negative at
+# generate): genai_check reads the file first, and each is now one line naming it.
+GENAI_CONFIG_CASES = [
+    Case("qwen3_5", "patched/generation_config.json", "not-utf8", "verify-genai"),
+    Case("qwen3_5", "patched/generation_config.json", "secret-string-link", "verify-genai"),
+    Case("gemma4", "patched/generation_config.json", "secret-json-link", "verify-genai"),
+    Case("gemma4", "patched/generation_config.json", "deep-array", "verify-genai"),
+    Case("gemma4", "patched/mtp_assistant/generation_config.json", "not-utf8", "verify-genai"),
+    Case("gemma4", "patched/mtp_assistant/generation_config.json", "secret-string-link", "verify-genai"),
+]
+KNOWN_FAILURES: dict = {}  # none left: genai's own reads of generation_config.json are checked first
 SAMPLED = sample([case for case, _ in PINNED_CASES], avoid=KNOWN_FAILURES)[len(PINNED_CASES):]
 
 
@@ -279,14 +278,10 @@ def test_one_hostile_input_of_every_role_of_every_family(lab, case):
     assert outcome.seconds < 30 and len(outcome.stderr) < 1000, outcome
 
 
-KNOWN_SAMPLE = list({reason: case for case, reason in reversed(KNOWN_FAILURES.items())}.values())  # the first of each
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(reason=KNOWN_FAILURES[c], strict=True))
-                                  for c in KNOWN_SAMPLE], ids=str)
-def test_known_failures_of_the_product(lab, case):
+@pytest.mark.parametrize("case", GENAI_CONFIG_CASES, ids=str)
+def test_generation_configs_genai_would_choke_on_are_one_line(lab, case):
     outcome = lab.run(case)
-    assert not outcome.problems, (outcome.problems, outcome.stderr[:300])
+    assert not outcome.problems and outcome.code == 1, (outcome.problems, outcome.stderr[:300])
 
 
 def test_every_family_is_attacked_in_every_role():
