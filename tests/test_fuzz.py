@@ -10,7 +10,8 @@ the draft IR of the patched directory and the net-level rt_info of its target IR
 family rewrites that IR. Whatever the input, the outcome must be success or exit 1 with exactly one `Error: ...`
 line (an irsurgeon error: no traceback, no "unexpected" fallback), the checkpoint must be unchanged, the target
 unchanged unless the command succeeded in writing it, and nothing may appear outside the output folder.
-The default run is seeded and bounded; IRSURGEON_FUZZ_EXAMPLES raises the count (the slow variant uses 10x).
+The default run is seeded and bounded (12 inputs a kind); IRSURGEON_FUZZ_EXAMPLES raises the count (the slow
+variant uses 10x).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from helpers.hostile_forms import INDEX, SHARDS
 from irsurgeon.families import registry
 
 FALLBACK = "IRSURGEON_DEBUG"
-EXAMPLES = int(os.environ.get("IRSURGEON_FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("IRSURGEON_FUZZ_EXAMPLES", "12"))
 HOSTILE_VALUES = [None, True, False, -1, 0, 1, 3, 2 ** 31, 2 ** 63, 10 ** 9, 1e308, -0.5, 0.5, float("nan"),
                   float("inf"), "", "64", "bfloat16", "float8", "../x", [], {}, [1, 2], {"a": 1}, [[64]],
                   10 ** 50, json.loads("[" * 70 + "]" * 70)]  # over the readers' 40-digit and 64-level limits

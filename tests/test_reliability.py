@@ -250,7 +250,8 @@ def named_points(lab: KillLab) -> list[int]:
     return [*first, moves(lab)[0], moves(lab)[-1], next(i for i, p in enumerate(lab.points, 1) if "committed" in p)]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
+                         ids=["SIGKILL", "SIGINT"])  # SIGINT at these points: make test-all (and at every write below)
 def test_kill_points_leave_before_or_after(family_lab, sig):
     sweep = Sweep()
     points = named_points(family_lab) if sig == signal.SIGKILL else named_points(family_lab)[1:4]
