@@ -21,7 +21,7 @@ from irsurgeon.errors import CheckpointError, CompressionError, OutputError, cau
 from irsurgeon.families.builder import Builder
 from irsurgeon.ir.export import MTP_BIN, MTP_XML
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
-from irsurgeon.transaction import DirectoryTransaction, shown
+from irsurgeon.transaction import DirectoryTransaction, shown, write_staged
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.spec import LazyWeights, load_weights
 from irsurgeon.weights.table import Table
@@ -174,6 +174,17 @@ def name_anonymous_nodes(model: ov.Model) -> None:
         kind = node.get_type_name()
         counts[kind] = counts.get(kind, 0) + 1
         node.set_friendly_name(f"{kind}_{counts[kind]}")
+
+
+def stage_ir(tx: DirectoryTransaction, xml_name: str, model: ov.Model) -> Path:
+    """Save `model` as xml_name and its .bin into the transaction's staging folder, exactly as built (no implicit
+    fp16 compression), its anonymous nodes named first; returns the staged .xml. Every family's draft is staged
+    through here."""
+    name_anonymous_nodes(model)
+    tx.stage(xml_name.removesuffix(".xml") + ".bin")
+    xml = tx.stage(xml_name)
+    write_staged(xml, lambda p: ov.save_model(model, p, compress_to_fp16=False))
+    return xml
 
 
 def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:

@@ -177,5 +177,18 @@ class Family(ABC):
         """Write the seeded fixture `kind` under out_dir; returns its parts by name ({"target": ..., ...})."""
         raise NotImplementedError(f"{self.key} has no synth kinds")
 
+
+def refuse_sizing(kind: str, options: dict) -> None:
+    """For a synth kind that writes one fixed pair: any size, layer pattern, --with-mtp or non-default
+    --weight-format given is one ConfigError line naming them."""
+    from irsurgeon.errors import ConfigError
+
+    given = [f"--{k.replace('_', '-')}" for k in (options.get("sizes") or {})]
+    given += [f"--{k.replace('_', '-')}" for k in ("layer_types", "with_mtp") if options.get(k) is not None]
+    given += ["--weight-format"] if options.get("weight_format", "f32") != "f32" else []
+    if given:
+        raise ConfigError(f"--kind {kind} writes one fixed tiny pair: {', '.join(given)} do not apply (it takes "
+                          f"--seed and --wait)")
+
     def __repr__(self) -> str:
         return f"<family {self.key}>"

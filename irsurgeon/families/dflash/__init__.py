@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.families.base import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging
+from irsurgeon.families.base import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging, refuse_sizing
 from irsurgeon.families.dflash import layout as names
 
 UNPROVEN = ("a DFlash draft shares no tensor with its target (no embedding, no lm_head): only its geometry (hidden "
@@ -94,14 +94,8 @@ class DFlash(Family):
 
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
         """A fixed tiny pair: no option but the seed and --wait applies."""
-        from irsurgeon.errors import ConfigError
         from irsurgeon.families.dflash.synth import synthesize_dflash
-        given = [f"--{k.replace('_', '-')}" for k, v in (options.get("sizes") or {}).items()]
-        given += [f"--{k.replace('_', '-')}" for k in ("layer_types", "with_mtp") if options.get(k) is not None]
-        given += ["--weight-format"] if options.get("weight_format", "f32") != "f32" else []
-        if given:
-            raise ConfigError(f"--kind dflash writes one fixed tiny pair: {', '.join(given)} do not apply (it takes "
-                              f"--seed and --wait)")
+        refuse_sizing(kind, options)
         target, ckpt = synthesize_dflash(out_dir, seed, wait)
         return {"target": target, "ckpt": ckpt}
 

@@ -20,7 +20,7 @@ import openvino as ov
 import irsurgeon
 from irsurgeon import limits, rtinfo
 from irsurgeon.annotate import Status, plan_annotation, write_annotation
-from irsurgeon.build import name_anonymous_nodes
+from irsurgeon.build import stage_ir
 from irsurgeon.compress import compress_model, set_kv_cache_precision
 from irsurgeon.errors import ConfigError, IRError
 from irsurgeon.families.dflash import model as dflash
@@ -70,10 +70,7 @@ def checkpoint_config(root: Path) -> bytes:
 def stage(tx, target: DFlashTarget, staging) -> None:
     """The draft's files under dflash_draft/ and the target's annotated .xml, each checked where it is staged."""
     cfg, model = staging.cfg, staging.take()
-    name_anonymous_nodes(model)
-    tx.stage(f"{DRAFT_DIR}/{MODEL_BIN}")
-    xml = tx.stage(f"{DRAFT_DIR}/{MODEL_XML}")
-    write_staged(xml, lambda p, m=model: ov.save_model(m, p, compress_to_fp16=False))
+    xml = stage_ir(tx, f"{DRAFT_DIR}/{MODEL_XML}", model)
     model = None  # noqa: F841  (the staged copy is what runs next)
     smoke_test(xml, cfg)
     data = checkpoint_config(staging.root)

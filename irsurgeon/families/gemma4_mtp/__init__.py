@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.families.base import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging
+from irsurgeon.families.base import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging, refuse_sizing
 from irsurgeon.families.gemma4_mtp import layout as names
 
 UNPROVEN = ("a Gemma 4 assistant shares no tensor with its target: only its geometry (widths, vocabulary, head dims "
@@ -91,14 +91,8 @@ class Gemma4MTP(Family):
 
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
         """A fixed tiny pair: no option but the seed and --wait applies."""
-        from irsurgeon.errors import ConfigError
         from irsurgeon.families.gemma4_mtp.synth import synthesize_gemma4
-        given = [f"--{k.replace('_', '-')}" for k, v in (options.get("sizes") or {}).items()]
-        given += [f"--{k.replace('_', '-')}" for k in ("layer_types", "with_mtp") if options.get(k) is not None]
-        given += ["--weight-format"] if options.get("weight_format", "f32") != "f32" else []
-        if given:
-            raise ConfigError(f"--kind gemma4 writes one fixed tiny pair: {', '.join(given)} do not apply (it takes "
-                              f"--seed and --wait)")
+        refuse_sizing(kind, options)
         target, assistant = synthesize_gemma4(out_dir, seed, wait)
         return {"target": target, "ckpt": assistant}
 

@@ -26,7 +26,7 @@ import openvino as ov
 
 import irsurgeon
 from irsurgeon import limits, rtinfo
-from irsurgeon.build import name_anonymous_nodes
+from irsurgeon.build import stage_ir
 from irsurgeon.compress import compress_model
 from irsurgeon.errors import ConfigError, IRError
 from irsurgeon.families.gemma4_mtp import target as surgery
@@ -128,10 +128,7 @@ def finish(model: ov.Model, choice, echo, **provenance: str) -> ov.Model:
 
 def stage(tx, target: PatchTarget, model: ov.Model, cfg: AssistantConfig, root: Path) -> None:
     """The assistant's four files under mtp_assistant/ and the target's XML, each checked where it is staged."""
-    name_anonymous_nodes(model)
-    tx.stage(f"{ASSISTANT_DIR}/{MODEL_BIN}")
-    xml = tx.stage(f"{ASSISTANT_DIR}/{MODEL_XML}")
-    write_staged(xml, lambda p, m=model: ov.save_model(m, p, compress_to_fp16=False))
+    xml = stage_ir(tx, f"{ASSISTANT_DIR}/{MODEL_XML}", model)
     model = None  # noqa: F841  (the staged copy is what runs next)
     smoke_test(xml, cfg)
     write_staged(tx.stage(f"{ASSISTANT_DIR}/{CONFIG}"), lambda p: p.write_bytes((root / CONFIG).read_bytes()))

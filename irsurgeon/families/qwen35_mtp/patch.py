@@ -18,7 +18,7 @@ import openvino as ov
 import irsurgeon
 from irsurgeon import rtinfo
 from irsurgeon.annotate import Status, plan_annotation, write_annotation
-from irsurgeon.build import name_anonymous_nodes
+from irsurgeon.build import stage_ir
 from irsurgeon.compress import compress_model, set_kv_cache_precision, updated_openvino_config
 from irsurgeon.errors import IRError, IRSurgeonError
 from irsurgeon.families.qwen35_mtp import contract
@@ -111,11 +111,9 @@ def finish_head(model: ov.Model, choice, kv_cache_precision: str, echo, **proven
 def stage_head(tx: DirectoryTransaction, target: Target, model: ov.Model, cfg: MTPConfig, choice, force: bool,
                echo) -> None:
     """Save the head into the transaction, check it there, then stage the annotation and openvino_config.json."""
-    name_anonymous_nodes(model)
-    tx.stage(contract.MTP_BIN)
-    write_staged(tx.stage(contract.MTP_XML), lambda xml, m=model: ov.save_model(m, xml, compress_to_fp16=False))
+    xml = stage_ir(tx, contract.MTP_XML, model)
     model = None  # free the weights before the one-step check compiles the staged copy
-    smoke_test(tx.stage_dir / contract.MTP_XML, cfg)
+    smoke_test(xml, cfg)
     stage_annotation(tx, target, force, echo)
     stage_openvino_config(tx, target, choice.params)
 
