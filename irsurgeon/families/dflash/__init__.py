@@ -12,6 +12,11 @@ of one (fetched whole). Afterwards TARGET/dflash_draft/ holds the draft IR and i
     openvino_genai.LLMPipeline(TARGET, "CPU", scheduler_config=sc,
                                draft_model=openvino_genai.draft_model(TARGET/dflash_draft, "CPU"))
 
+Sliding-window drafts: dflash 0.1.0 (z-lab's PyPI package, the reference followed) makes a `sliding_attention`
+layer causal unless config.json sets `is_causal: false` (then its window is two-sided inside the block); optimum-intel
+2.2.0 traces every layer non-causal with a one-sided window, which matches neither once a block is longer than the
+window (scripts/make_dflash_reference.py measured it). model.py builds dflash 0.1.0's masks.
+
     layout.py  names: what is claimed and recognised, the files written (no openvino)
     model.py   config as transformers 5.2.0 / dflash 0.1.0 read it, tensor table, the stateful draft graph (BUILDER)
     rope.py    the RoPE variants its configs name (default, linear, yarn)
