@@ -108,7 +108,9 @@ def num_draft_tokens(ext_metrics) -> int:
 @dataclass(frozen=True)
 class GenaiRuntime:
     """How openvino-genai runs a family's directory, for `verify --genai`."""
-    pipeline: Callable  # (genai module, directory, device, properties, draft: bool) -> pipeline
+    # (genai module, directory, device, properties, draft: bool, max_assistant_tokens: int = 0) -> pipeline; the
+    # draft pipeline is sized for drafts of up to max_assistant_tokens tokens (0: the family's default)
+    pipeline: Callable
     equivalence_properties: Callable[[Path], dict]
     honours_eos: bool = False  # the equivalence runs honour EOS in both pipelines (the draft path stops there)
     as_batch: bool = False     # generate(str) returns only text: a one-prompt list gets the metrics

@@ -62,8 +62,9 @@ def scheduler_config(g, target: Path):
     return sc
 
 
-def pipeline(g, target: Path, device: str, props: dict, draft: bool):
-    """A VLMPipeline on the paged backend, with the directory's MTP head as draft model when `draft`."""
+def pipeline(g, target: Path, device: str, props: dict, draft: bool, max_assistant_tokens: int = 0):
+    """A VLMPipeline on the paged backend, with the directory's MTP head as draft model when `draft`
+    (max_assistant_tokens is not read: the scheduler is sized without it)."""
     limits.check_directory_files(target, IRSurgeonError)  # genai opens its files itself: a FIFO would block it
     try:
         extra = {"draft_model": g.draft_model(str(target), device, **props)} if draft else {}
