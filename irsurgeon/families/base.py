@@ -179,6 +179,9 @@ class Family(ABC):
         """Write the seeded fixture `kind` under out_dir; returns its parts by name ({"target": ..., ...})."""
         raise NotImplementedError(f"{self.key} has no synth kinds")
 
+    def __repr__(self) -> str:
+        return f"<family {self.key}>"
+
 
 def refuse_sizing(kind: str, options: dict) -> None:
     """For a synth kind that writes one fixed pair: any size, layer pattern, --with-mtp or non-default
@@ -191,6 +194,3 @@ def refuse_sizing(kind: str, options: dict) -> None:
     if given:
         raise ConfigError(f"--kind {kind} writes one fixed tiny pair: {', '.join(given)} do not apply (it takes "
                           f"--seed and --wait)")
-
-    def __repr__(self) -> str:
-        return f"<family {self.key}>"
