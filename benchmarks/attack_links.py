@@ -1,6 +1,6 @@
 """Attack cases for links, leftover staging folders and journals, mid-run swaps and concurrent writers.
 
-Run by scripts/bench_reliability.py (attack_links_and_journals). Each case builds a target (a copy of the demo
+Run by benchmarks/bench_reliability.py (attack_links_and_journals). Each case builds a target (a copy of the demo
 export) and a sibling `outside` folder, runs real `irsurgeon` processes against them, and is judged: refused with
 one `Error:` line and nothing changed, or (a control) accepted; `outside` must never change. A leftover that is
 refused must also be reported by `verify`.
@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from helpers.dirsnap import snapshot
-from helpers.hub import hub_snapshot
-from helpers.procs import killed_commit, lock_held
-from test_reliability import CLI, DEMO_CKPT, DEMO_TARGET, KILLER, child_env, run_cli, run_killer
+from lab.dirsnap import snapshot
+from lab.hub import hub_snapshot
+from lab.procs import killed_commit, lock_held
+from lab.demo import DEMO_CKPT, DEMO_TARGET
+from lab.kills import CLI, KILLER, child_env, run_cli, run_killer
 
 from irsurgeon import journal
 
