@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from helpers.cli import invoke, one_error
-from helpers.dirsnap import snapshot
-from helpers.families import FIXTURE_PAIRS
+from lab.dirsnap import snapshot
+from lab.families import FIXTURE_PAIRS
 from irsurgeon.config import read_json
 from irsurgeon.errors import ConfigError
 from irsurgeon.families import registry

@@ -21,8 +21,8 @@ import pytest
 
 from helpers.checkpoints import read_tensors
 from helpers.cli import invoke
-from helpers.dirsnap import snapshot
-from helpers.families import FIXTURE_PAIRS
+from lab.dirsnap import snapshot
+from lab.families import FIXTURE_PAIRS
 from irsurgeon import rtinfo
 from irsurgeon.families.dflash import FAMILY, genai, synth_cycle
 from irsurgeon.families.dflash.synth import write_qwen3_target

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import invoke
-from helpers.dirsnap import snapshot
-from helpers.families import FAMILIES, FIXTURE_PAIRS
+from lab.dirsnap import snapshot
+from lab.families import FAMILIES, FIXTURE_PAIRS
 from irsurgeon.verify import verify_directory
 
 STAGE_DIR = ".irsurgeon-staging"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from helpers.tiers import default_tier
-from helpers.demo import DEMO_CKPT, patch_demo
-from helpers.dirsnap import full_disk_on_nth_replace, snapshot
+from lab.demo import DEMO_CKPT, patch_demo
+from lab.dirsnap import full_disk_on_nth_replace, snapshot
 
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.cli import main

@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 
-from helpers.dirsnap import full_disk_on_nth_replace, snapshot
-from helpers.procs import killed_commit
+from lab.dirsnap import full_disk_on_nth_replace, snapshot
+from lab.procs import killed_commit
 from irsurgeon import journal
 from irsurgeon.errors import OutputError
 from irsurgeon.transaction import (BACKUP_SUFFIX, JOURNAL, STAGE_DIR, DirectoryTransaction, ForeignLeftovers,

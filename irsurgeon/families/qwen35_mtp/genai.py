@@ -28,7 +28,7 @@ CONTEXT_TOKENS = 4096  # KV budget per sequence: built-in prompts are short; a -
 
 
 def equivalence_properties(target: Path) -> dict:
-    """f32 inference; plus an f16 KV cache and no dynamic quantization when the target is int4 (the contract, 5)."""
+    """f32 inference; plus an f16 KV cache and no dynamic quantization when the target is int4 (the module docstring)."""
     props = {"INFERENCE_PRECISION_HINT": "f32"}
     if detect_target_format(target).weight_format == "int4":
         props.update(KV_CACHE_PRECISION="f16", DYNAMIC_QUANTIZATION_GROUP_SIZE="0")

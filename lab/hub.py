@@ -5,7 +5,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DEMO_CKPT = ROOT / "fixtures" / "demo" / "ckpt"
 
 
