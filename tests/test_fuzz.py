@@ -10,7 +10,7 @@ the draft IR of the patched directory and the net-level rt_info of its target IR
 family rewrites that IR. Whatever the input, the outcome must be success or exit 1 with exactly one `Error: ...`
 line (an irsurgeon error: no traceback, no "unexpected" fallback), the checkpoint must be unchanged, the target
 unchanged unless the command succeeded in writing it, and nothing may appear outside the output folder.
-The default run is seeded and bounded (12 inputs a kind); IRSURGEON_FUZZ_EXAMPLES raises the count (the slow
+The default run is seeded and bounded (8 inputs a kind); IRSURGEON_FUZZ_EXAMPLES raises the count (the slow
 variant uses 10x).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from lab.fuzz import KINDS, TARGETS, Bench, Tally
 from irsurgeon.families import registry
 
-EXAMPLES = int(os.environ.get("IRSURGEON_FUZZ_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("IRSURGEON_FUZZ_EXAMPLES", "8"))
 
 
 @pytest.fixture(scope="module")
