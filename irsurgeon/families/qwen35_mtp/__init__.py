@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from irsurgeon.config import present
 from irsurgeon.families.base import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging
 from irsurgeon.families.qwen35_mtp import layout as names
 from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_XML, OPENVINO_CONFIG
@@ -58,7 +59,7 @@ class Qwen35MTP(Family):
 
     def plan_steps(self, target, choice) -> list[str]:
         steps = [f"build the MTP head as {choice.weight_format}", f"annotate {LANGUAGE_MODEL}"]
-        if choice.params and target.export.openvino_config.is_file():
+        if choice.params and present(target.export.openvino_config):
             steps.append(f"record the head's quantization in {OPENVINO_CONFIG}")
         return steps
 
