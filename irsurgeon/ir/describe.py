@@ -1,8 +1,9 @@
 """What one IR holds, as one JSON-able dict (`irsurgeon show X.xml` prints it; show.py describes directories).
 
-Keys in this order (IR_KEYS): kind="ir", path, inputs/outputs [{name, names, type, shape}], states [{id, type,
-shape}], rt_info (nested strings), hidden_states (the `hidden_states_decoder_layers` table: layer, producer,
-output_index, op, type, shape, problem; None when absent), runtime_options, op_histogram {"Type-opsetN": n},
+Keys in this order (IR_KEYS): kind="ir", path, inputs/outputs [{name, names, dtype, shape}], states [{id, dtype,
+shape}] (shape: a list of ints, null for a dynamic dimension, or null for a dynamic rank: graph.dims), rt_info (nested
+strings), hidden_states (the `hidden_states_decoder_layers` table: layer, producer, output_index, op, dtype, shape,
+problem; None when absent), runtime_options, op_histogram {"Type-opsetN": n},
 constants {type: {count, bytes}} over every Constant, weights (storage.weight_summary: compressed, bits, modes,
 group_sizes, by_type). Nothing is written; every `.xml` is byte-checked before OpenVINO reads it.
 """
@@ -48,7 +49,7 @@ def hidden_state_table(model, value: str) -> list[dict]:
     rows = []
     for layer, (producer, index) in sorted(layers.items()):
         found = by_name.get(producer, [])
-        row = {"layer": layer, "producer": producer, "output_index": index, "op": None, "type": None,
+        row = {"layer": layer, "producer": producer, "output_index": index, "op": None, "dtype": None,
                "shape": None, "problem": None}
         if len(found) != 1:
             row["problem"] = "no such op" if not found else f"{len(found)} ops share this name"
@@ -56,8 +57,8 @@ def hidden_state_table(model, value: str) -> list[dict]:
             row["problem"] = f"op has {found[0].get_output_size()} output(s)"
         else:
             out = found[0].output(index)
-            row.update(op=found[0].get_type_name(), type=out.get_element_type().get_type_name(),
-                       shape=graph.shape_text(out.get_partial_shape()))
+            row.update(op=found[0].get_type_name(), dtype=out.get_element_type().get_type_name(),
+                       shape=graph.dims(out.get_partial_shape()))
         rows.append(row)
     return rows
 
