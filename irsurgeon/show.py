@@ -96,9 +96,11 @@ def mtp_verdict(directory: Path, irs: dict[str, dict], family) -> dict:
 
 
 def summary_line(info: dict) -> str:
-    """One line for an IR: ops, inputs, outputs, states, weights, annotation."""
+    """One line for an IR: ops, inputs, outputs, states, weights (or what a tokenizer IR is), annotation."""
     w = info["weights"]
-    if w["compressed"]:
+    if info["role"]:
+        stored = f"{info['role']}: string ops over vocabulary tables, no weights"
+    elif w["compressed"]:
         groups = ",".join("per-channel" if g == "-1" else f"g{g}" for g in w["group_sizes"])
         modes = " + ".join(f"{m} x{n}" for m, n in w["modes"].items())
         stored = f"weights {modes}" + (f" ({groups})" if groups else "")

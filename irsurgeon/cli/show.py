@@ -62,6 +62,8 @@ def ir_text(info: dict) -> list[str]:
     lines += [f"   {k:<40} {n}" for k, n in info["op_histogram"].items()]
     lines.append("-- constants (all)")
     lines += [f"   {k:<8} count={t['count']:<6} bytes={t['bytes']}" for k, t in info["constants"].items()]
+    if info["role"]:
+        return lines + [f"-- weights: none (a {info['role']}: string ops over vocabulary tables)"]
     return lines + weights_text(info["weights"])
 
 

@@ -4,27 +4,33 @@ Keys in this order (IR_KEYS): kind="ir", path, inputs/outputs [{name, names, dty
 shape}] (shape: a list of ints, null for a dynamic dimension, or null for a dynamic rank: graph.dims), rt_info (nested
 strings), hidden_states (the `hidden_states_decoder_layers` table: layer, producer, output_index, op, dtype, shape,
 problem; None when absent), runtime_options, op_histogram {"Type-opsetN": n},
-constants {type: {count, bytes}} over every Constant, weights (storage.weight_summary: compressed, bits, modes,
-group_sizes, by_type). Nothing is written; every `.xml` is byte-checked before OpenVINO reads it.
+constants {type: {count, bytes}} over every Constant, role ("tokenizer" / "detokenizer" for an IR with a string
+input / output, else null), weights (storage.weight_summary: compressed, bits, modes, group_sizes, by_type; none
+for a tokenizer or detokenizer, whose Gathers read vocabulary tables and byte maps, not weights). Nothing is
+written; every `.xml` is byte-checked before OpenVINO reads it.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from openvino import Type
+
 from irsurgeon.errors import IRError
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.hidden_states import parse_annotation
-from irsurgeon.ir.storage import weight_summary
+from irsurgeon.ir.storage import WeightSummary, weight_summary
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS, RUNTIME_OPTIONS
 
 IR_KEYS = ("kind", "path", "inputs", "outputs", "states", "rt_info", "hidden_states", "runtime_options",
-           "op_histogram", "constants", "weights")
+           "op_histogram", "constants", "role", "weights")
+TEXT_ROLES = ("tokenizer", "detokenizer")
 
 
 def show_ir(xml: Path) -> dict:
     model = _load(xml)
     rt = graph.rt_tree(model)
     value = rt.get(HIDDEN_STATES_LAYERS)
+    role = text_role(model)
     return {
         "kind": "ir",
         "path": str(xml),
@@ -36,8 +42,17 @@ def show_ir(xml: Path) -> dict:
         "runtime_options": rt.get(RUNTIME_OPTIONS) or {},
         "op_histogram": graph.op_histogram(model),
         "constants": constant_totals(model),
-        "weights": weights(model),
+        "role": role,
+        "weights": weights(model) if role is None else weights(None),
     }
+
+
+def text_role(model) -> str | None:
+    """"tokenizer" for an IR taking strings, "detokenizer" for one returning them (openvino-tokenizers' IRs and
+    synth's core-op pair alike), else None."""
+    def strings(ports) -> bool:
+        return any(p.get_element_type() == Type.string for p in ports)
+    return TEXT_ROLES[0] if strings(model.inputs) else TEXT_ROLES[1] if strings(model.outputs) else None
 
 
 def hidden_state_table(model, value: str) -> list[dict]:
@@ -74,8 +89,9 @@ def constant_totals(model) -> dict[str, dict]:
 
 
 def weights(model) -> dict:
-    """Weight precision: storage modes, lowest bit width, group sizes (-1 = per channel), totals per type."""
-    s = weight_summary(model)
+    """Weight precision: storage modes, lowest bit width, group sizes (-1 = per channel), totals per type; a model
+    of None: no weights."""
+    s = weight_summary(model) if model is not None else WeightSummary((), {})
     return {
         "count": len(s.weights),
         "compressed": s.compressed,
