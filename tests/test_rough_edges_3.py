@@ -241,11 +241,13 @@ def test_show_text_of_an_ir_keeps_the_bracket_shapes(patched_demo):
 
 # --- 8. synth over an earlier synth output -------------------------------------------------------------------------
 
-def test_synth_force_replaces_an_earlier_synth_output(tmp_path):
+@pytest.mark.parametrize("family", FAMILIES)
+def test_synth_force_replaces_an_earlier_synth_output(tmp_path, family):
+    kind = family.synth_kinds[0]
     first, again, fresh = tmp_path / "first", tmp_path / "again", tmp_path / "fresh"
     for out, seed in ((first, 0), (again, 0), (fresh, 1)):
-        assert invoke("synth", out, "--kind", "gemma4", "--seed", seed).exit_code == 0
-    result = invoke("synth", again, "--kind", "gemma4", "--seed", 1, "--force")
+        assert invoke("synth", out, "--kind", kind, "--seed", seed).exit_code == 0
+    result = invoke("synth", again, "--kind", kind, "--seed", 1, "--force")
     assert result.exit_code == 0, result.output
     assert snapshot(again) == snapshot(fresh) != snapshot(first)
 
@@ -257,8 +259,8 @@ def test_synth_without_force_refuses_an_earlier_output_before_any_work(tmp_path,
     family = registry.synth_kinds()["gemma4"]
     monkeypatch.setattr(type(family), "synth", lambda *a, **k: pytest.fail("synth ran"))
     line = one_error(invoke("synth", out, "--kind", "gemma4", "--seed", 1))
-    assert line == (f"Error: {out / 'target'}: holds an earlier synth output; pass --force to replace "
-                    f"{out / 'target'}/ and {out / 'ckpt'}/")
+    assert line == f"Error: {out / 'target'}: exists and is not empty (--force replaces {out / 'target'}/ and " \
+                   f"{out / 'ckpt'}/)"
     assert snapshot(out) == before
 
 

@@ -93,10 +93,10 @@ class DFlash(Family):
                 f"'CPU'))")
 
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
-        """A fixed tiny pair: no option but the seed and --wait applies."""
+        """A fixed tiny pair: no option but the seed, --wait and --force applies."""
         from irsurgeon.families.dflash.synth import synthesize_dflash
         refuse_sizing(kind, options)
-        target, ckpt = synthesize_dflash(out_dir, seed, wait)
+        target, ckpt = synthesize_dflash(out_dir, seed, wait, options.get("force", False))
         return {"target": target, "ckpt": ckpt}
 
 

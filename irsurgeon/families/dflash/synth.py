@@ -17,7 +17,6 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.errors import OutputError
 from irsurgeon.ir import export as ex
 from irsurgeon.ops import apply_rope, attention_mask_bias, expand_kv, kv_cache, linear, rms_norm, rope_cos_sin, sdpa
 from irsurgeon.ops.attention import heads, to_bnsd
@@ -25,9 +24,9 @@ from irsurgeon.ops.core import WeightFormat, const, named
 from irsurgeon.synth import target as tg
 from irsurgeon.synth.checkpoint import SynthSpec
 from irsurgeon.synth.configs import generation_config
-from irsurgeon.synth.registry import make_dir, save, write_json
+from irsurgeon.synth.output import OWN, output_pair
+from irsurgeon.synth.registry import save, write_json
 from irsurgeon.synth.tokenizer import EOS_ID, PAD_ID, detokenizer_model, tokenizer_model, tokenizer_rt_info
-from irsurgeon.transaction import directory_lock
 from irsurgeon.weights.safetensors_io import write_safetensors
 
 I64 = np.int64
@@ -146,17 +145,9 @@ def target_model(s: SynthSpec, w: tg.Weights) -> ov.Model:
     return tg.logits_model(linear(x, w.mat("lm_head.weight"), tg.LLAMA.lm_head), sinks, params, "qwen3")
 
 
-def synthesize_dflash(out_dir: Path, seed: int, wait: bool) -> tuple[Path, Path]:
-    out = Path(out_dir)
-    make_dir(out)
-    with directory_lock(out, wait):
-        target, ckpt = out / "target", out / "ckpt"
-        for d in (target, ckpt):
-            if d.is_symlink():
-                raise OutputError(f"{d}: is a link; synth writes only into folders of its own")
-            if d.exists() and any(d.iterdir()):
-                raise OutputError(f"{d}: exists and is not empty")
-            make_dir(d)
+def synthesize_dflash(out_dir: Path, seed: int, wait: bool, force: bool = False) -> tuple[Path, Path]:
+    """Write out_dir/target and out_dir/ckpt as every kind does (synth.output). Returns both paths."""
+    with output_pair(out_dir, wait, force) as (target, ckpt):
         write_safetensors(ckpt / "model.safetensors", draft_tensors(seed))
         write_json(ckpt / ex.CONFIG, draft_config())
         lm = target_model(SPEC, tg.Weights(target_tensors(seed), WeightFormat.F32, zero_centred=False))
@@ -170,4 +161,4 @@ def synthesize_dflash(out_dir: Path, seed: int, wait: bool) -> tuple[Path, Path]
         save(detok, target / ex.DETOKENIZER)
         write_json(target / ex.CONFIG, target_config())
         write_json(target / ex.GENERATION_CONFIG, generation_config())
-    return target, ckpt
+    return Path(out_dir) / OWN[0], Path(out_dir) / OWN[1]

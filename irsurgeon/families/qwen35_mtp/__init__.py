@@ -87,12 +87,12 @@ class Qwen35MTP(Family):
 
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
         """sizes ({name: value}), layer_types (the --layer-types text), with_mtp (None: with for qwen35 kinds),
-        weight_format: as `irsurgeon synth` takes them (irsurgeon.synth.registry)."""
+        weight_format, force: as `irsurgeon synth` takes them (irsurgeon.synth.registry)."""
         from irsurgeon.synth.registry import spec_from_options, synthesize
         spec = spec_from_options(kind, options.get("sizes") or {}, options.get("layer_types"))
         with_mtp = kind != "llama" if options.get("with_mtp") is None else options["with_mtp"]
         out = synthesize(out_dir, kind, spec, seed=seed, with_mtp=with_mtp,
-                         weight_format=options.get("weight_format", "f32"), wait=wait)
+                         weight_format=options.get("weight_format", "f32"), wait=wait, force=options.get("force", False))
         return {"target": out.target, "ckpt": out.ckpt}
 
 
