@@ -100,20 +100,28 @@ def patch_as(family: Family, target_dir: Path, source, options: Options, echo: E
     staging = Staging(build(family, root, choice, options, echo), root, str(source), cfg, choice, options, echo,
                       provenance(options, source, pairing.identity))
     staging.model = family.finish(staging.model, staging)
-    tx = DirectoryTransaction(target.path, wait=options.wait, echo=echo, writable=registry.writable())
+    result.written = commit(family, target, staging, start)
+    return result
+
+
+def commit(family: Family, target, staging: Staging, start: float) -> list[str]:
+    """Stage every file in one transaction, commit it, then confirm it; returns the names written. Ctrl-C once the
+    commit is done (held through it, or during the confirming verify) is an Interrupted saying the patch is
+    complete: the directory is patched, only its check did not run."""
+    tx = DirectoryTransaction(target.path, wait=staging.options.wait, echo=staging.echo,
+                              writable=registry.writable())
     try:
         with tx:
             family.stage(tx, target, staging)
             tx.commit()
-            result.written = list(tx.names)
-        echo(f"{target.path}: wrote {', '.join(result.written)} in {elapsed(start)}")
+        staging.echo(f"{target.path}: wrote {', '.join(tx.names)} in {elapsed(start)}")
         confirm(target.path)
     except KeyboardInterrupt:
         if not tx.committed:
             raise  # nothing moved in: the plain interruption it is
         raise Interrupted(f"{target.path}: the patch is complete (committed {', '.join(tx.names)}); the check of it "
                           f"after the commit was interrupted: irsurgeon verify {target.path} runs it") from None
-    return result
+    return list(tx.names)
 
 
 def confirm(target: Path) -> None:
