@@ -4,8 +4,11 @@ The same flow for every registered family (families.base.Family); the family sup
 
     recover    what an interrupted run left in the target is rolled back or cleared first (irsurgeon.transaction)
     family     the checkpoint's (its config.json's model_type, families.registry.for_config); for a repo id the
-               directory's until the config is fetched
+               directory's until the config is fetched; a model_type that is not a string, the target's or the
+               checkpoint's, is refused (config.checked_model_type)
     target     family.inspect: the layout its genai path needs, refused in one line otherwise
+    configs    the files others read (generation configs, openvino_config.json) as verify checks them
+               (verify.config_checks), refused before any work, patched directory or not
     done?      the family's verify passes and the draft is in the format asked for: nothing to do (--force rebuilds)
     source     config.json (and the index) only; family.pair checks geometry and identity before any weight is read,
                refusing a checkpoint of another model unless --allow-foreign-checkpoint (said, and recorded)
@@ -14,7 +17,8 @@ The same flow for every registered family (families.base.Family); the family sup
                (irsurgeon.build), then family.finish (compress, runtime options, provenance)
     stage      family.stage writes every new file into ONE transaction of the target (subfolders included) and
                checks each where it is staged; the house commits them all at once, or none
-    confirm    the family's verify of the committed directory: a rejection is an error, never "wrote ..." and exit 0
+    confirm    the family's verify of the committed directory: a rejection is an error, never "wrote ..." and exit 0;
+               Ctrl-C once the commit is done says the patch is complete (errors.Interrupted, exit 130)
 """
 from __future__ import annotations
 

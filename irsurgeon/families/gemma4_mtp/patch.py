@@ -27,8 +27,8 @@ import openvino as ov
 import irsurgeon
 from irsurgeon import limits, rtinfo
 from irsurgeon.build import stage_ir
-from irsurgeon.config import check_generation_config, present
 from irsurgeon.compress import compress_model
+from irsurgeon.config import check_generation_config, present
 from irsurgeon.errors import ConfigError, IRError
 from irsurgeon.families.gemma4_mtp import target as surgery
 from irsurgeon.families.gemma4_mtp.layout import ASSISTANT_DIR, CONFIG, GENERATION, MODEL_BIN, MODEL_XML
