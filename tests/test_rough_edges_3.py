@@ -148,14 +148,14 @@ def test_offline_verify_names_the_generation_configs_it_checked(patched_gemma4):
 
 # --- 5. booleans of config.json ---------------------------------------------------------------------------------------
 
-def gemma4_assistant(**edits) -> dict:
-    cfg = json.loads((FIXTURE_PAIRS["gemma4"][1] / "config.json").read_text())
-    for path, value in edits.items():
-        *parents, key = path.split(".")
-        node = cfg
-        for p in parents:
-            node = node[p]
-        node[key] = value
+def checkpoint_config(family: str, path: str, value) -> dict:
+    """The family's bundled checkpoint config.json with the value at dotted `path` replaced."""
+    cfg = json.loads((FIXTURE_PAIRS[family][1] / "config.json").read_text())
+    *parents, key = path.split(".")
+    node = cfg
+    for part in parents:
+        node = node[part]
+    node[key] = value
     return cfg
 
 
@@ -167,7 +167,7 @@ def gemma4_assistant(**edits) -> dict:
 def test_gemma4_assistant_booleans_must_be_true_or_false(key, value):
     parse = registry.by_key("gemma4").builder().parse_config
     with pytest.raises(ConfigError) as e:
-        parse(gemma4_assistant(**{key: value}), "config.json")
+        parse(checkpoint_config("gemma4", key, value), "config.json")
     assert str(e.value) == f"config.json: {key} must be true or false, found {json.dumps(value)}"
 
 
@@ -176,14 +176,8 @@ def test_gemma4_assistant_booleans_must_be_true_or_false(key, value):
     ("dflash", "attention_bias", "false"), ("dflash", "use_sliding_window", "true"),
 ])
 def test_every_family_refuses_a_boolean_that_is_not_one(family, key, value):
-    cfg = json.loads((FIXTURE_PAIRS[family][1] / "config.json").read_text())
-    *parents, name = key.split(".")
-    node = cfg
-    for p in parents:
-        node = node[p]
-    node[name] = value
     with pytest.raises(ConfigError) as e:
-        registry.by_key(family).builder().parse_config(cfg, "config.json")
+        registry.by_key(family).builder().parse_config(checkpoint_config(family, key, value), "config.json")
     assert str(e.value) == f"config.json: {key} must be true or false, found {json.dumps(value)}"
 
 
