@@ -30,43 +30,13 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from irsurgeon import rtinfo
-from irsurgeon.config import read_json
+from irsurgeon.config import read_optional_json
 from irsurgeon.errors import CompressionError, cause
 from irsurgeon.ir.export import OPENVINO_CONFIG
 from irsurgeon.ir.files import write_atomic
-
-WEIGHT_FORMATS = ("auto", "f32", "f16", "int8", "int4")  # one order in every message and help text
-QUANTIZED_FORMATS = ("int4", "int8")
-BACKUP_PRECISIONS = ("none", "int8_sym", "int8_asym")
-KV_CACHE_PRECISIONS = ("f16", "bf16", "f32", "u8", "u4")
-MAX_GROUP_SIZE = 1 << 16
-
-
-@dataclass(frozen=True)
-class CompressionParams:
-    mode: str = "int4_asym"      # int4_asym, int4_sym, int8_asym, int8_sym (nncf's CompressWeightsMode values)
-    group_size: int = 64         # -1: per channel
-    ratio: float = 1.0           # share of the ratio-defining weights at 4 bits; the rest at `backup`
-    backup: str = "int8_sym"     # none, int8_sym, int8_asym
-    all_layers: bool = False
-    min_group_size: int = 32     # the smallest group the fallback may pick before going to `backup`
-
-    @property
-    def bits(self) -> int:
-        return 4 if self.mode.startswith("int4") else 8
-
-    @property
-    def sym(self) -> bool:
-        return self.mode.endswith("_sym")
-
-    @property
-    def weight_format(self) -> str:
-        return f"int{self.bits}"
-
-
-DEFAULTS = CompressionParams()
-INT8_DEFAULTS = CompressionParams(mode="int8_asym", group_size=-1)
-
+from irsurgeon.quantization import (BACKUP_PRECISIONS, DEFAULTS, INT8_DEFAULTS, KV_CACHE_PRECISIONS,  # noqa: F401
+                                    MAX_GROUP_SIZE, QUANTIZED_FORMATS, WEIGHT_FORMATS, CompressionParams,
+                                    check_kv_cache_precision, check_params, quantization_section)
 
 def resolve_params(weight_format: str, base: CompressionParams | None = None, *, group_size: int | None = None,
                    ratio: float | None = None, backup: str | None = None, sym: bool | None = None,
@@ -89,24 +59,6 @@ def resolve_params(weight_format: str, base: CompressionParams | None = None, *,
                 all_layers=p.all_layers if all_layers is None else all_layers)
     check_params(p)
     return p
-
-
-def check_params(p: CompressionParams) -> None:
-    g = p.group_size
-    if g != -1 and not (2 <= g <= MAX_GROUP_SIZE and g & (g - 1) == 0):
-        raise CompressionError(f"group size {g} is impossible: expected a power of two from 2 to {MAX_GROUP_SIZE}, "
-                               f"or -1 for per-channel")
-    if not 0.0 < p.ratio <= 1.0:
-        raise CompressionError(f"ratio {p.ratio} is out of range: expected 0 < ratio <= 1")
-    if p.backup not in BACKUP_PRECISIONS:
-        raise CompressionError(f"backup precision {p.backup!r} is unknown: expected one of {', '.join(BACKUP_PRECISIONS)}")
-
-
-def check_kv_cache_precision(precision: str) -> str:
-    if precision not in KV_CACHE_PRECISIONS:
-        raise CompressionError(f"KV cache precision {precision!r} is unknown: expected one of "
-                               f"{', '.join(KV_CACHE_PRECISIONS)}")
-    return precision
 
 
 def planned_group(input_channels: int, p: CompressionParams) -> int | None:
@@ -269,13 +221,6 @@ def set_kv_cache_precision(model, precision: str = "f16") -> None:
     rtinfo.set_runtime_option(model, rtinfo.KV_CACHE_PRECISION, check_kv_cache_precision(precision))
 
 
-def quantization_section(openvino_config: dict) -> dict | None:
-    """`quantization_config.quantization_configs` of an optimum-intel openvino_config.json, if it has one."""
-    qc = openvino_config.get("quantization_config")
-    section = qc.get("quantization_configs") if isinstance(qc, dict) else None
-    return section if isinstance(section, dict) else None
-
-
 def mtp_config_entry(params: CompressionParams, template: dict | None = None) -> dict:
     """An optimum-intel style per-part weight quantization entry for what was applied (template keys kept)."""
     entry = dict(template or {})
@@ -309,9 +254,9 @@ def updated_openvino_config(target_dir: str | Path, applied_params: CompressionP
     or nothing would change.
     """
     path = Path(target_dir) / OPENVINO_CONFIG
-    if not path.is_file():
+    data = read_optional_json(path)  # a FIFO or folder there is refused by name, never taken for no file
+    if data is None:
         return None
-    data = read_json(path)
     section = quantization_section(data)
     if applied_params is None:
         if section is None or "mtp_model" not in section:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,13 +90,56 @@ def read_json(path: Path) -> dict:
 def peek_json(path: Path) -> dict | None:
     """The JSON object at path through the bounded reader, or None when it is absent or cannot be read: for what only
     looks (which family a directory or checkpoint is); the flow that then runs reads the file again and reports what
-    is wrong with it."""
+    is wrong with it. A readable object whose model_type is no name is refused here (checked_model_type): taken
+    for an unknown type, the directory would be judged as another family's."""
     if not Path(path).is_file():
         return None
     try:
-        return read_json(Path(path))
+        data = read_json(Path(path))
     except ConfigError:
         return None
+    return checked_model_type(data, str(path))
+
+
+def checked_model_type(cfg: dict, source: str) -> dict:
+    """cfg, once its model_type (top level, and text_config's) is a string wherever it is present: transformers
+    5.2.0 looks it up by name (models/auto/configuration_auto.py, AutoConfig.from_pretrained: `config_dict[
+    "model_type"] in CONFIG_MAPPING`, then `CONFIG_MAPPING[config_dict["model_type"]]`), so a list, object, number or
+    null names no model (a list there is a TypeError inside transformers)."""
+    for path in ("model_type", "text_config.model_type"):
+        if (value := lookup(cfg, path)) is not MISSING:
+            checked(Key(path, (), kind=str), path, value, source)
+    return cfg
+
+
+def present(path: str | Path) -> bool:
+    """Whether there is anything at path (a dangling link included): a config file that is optional is absent only
+    when nothing is there; a FIFO, device or folder in its place is then refused by name by the reader, never taken
+    for a missing file."""
+    return os.path.lexists(path)
+
+
+def read_optional_json(path: str | Path) -> dict | None:
+    """The JSON object at path (read_json), or None when nothing is there (present)."""
+    return read_json(Path(path)) if present(path) else None
+
+
+TOKEN_KEYS = ("eos_token_id", "bos_token_id", "pad_token_id", "stop_token_ids")
+
+
+def check_generation_config(path: Path) -> None:
+    """openvino-genai reads generation_config.json itself, and its errors quote the file (bytes of a linked-to
+    file, non-UTF-8 text) or come at generate time ("'stop_token_ids' must be non-negative"): read it first through
+    the bounded reader and check the token ids it holds, one line naming the file and key otherwise. Nothing there:
+    nothing to check."""
+    data = read_optional_json(path)
+    if data is None:
+        return
+    for key in TOKEN_KEYS:
+        value = data.get(key)
+        ids = value if isinstance(value, list) else [] if value is None else [value]
+        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < 1 << 31 for i in ids):
+            raise ConfigError(f"{path}: {key} must be a non-negative token id or a list of them")
 
 
 def text_section(cfg: dict) -> dict:
@@ -137,11 +181,19 @@ def read_key(cfg: dict, key: Key, default: Any, where: dict[str, str], source: s
 KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
+def flag(section: dict, key: str, default: bool, source: str, prefix: str = "") -> bool:
+    """section[key] (default when absent) as a JSON true/false, else a ConfigError naming `prefix + key` and the
+    value: transformers' config classes keep whatever config.json holds and test its truth, so the string "false"
+    would switch the feature on."""
+    value = section.get(key, default)
+    return checked(Key(prefix + key, (), default, bool), prefix + key, value, source)
+
+
 def checked(key: Key, path: str, value: Any, source: str) -> Any:
     """value if it has the key's type, bounds and allowed values; a ConfigError naming the path otherwise."""
     ok_type = isinstance(value, (int, float) if key.kind is float else key.kind)
     if not ok_type or (key.kind is not bool and isinstance(value, bool)):
-        raise ConfigError(f"{source}: {path} must be {KIND_NAMES[key.kind]}, found {show(value)}")
+        raise ConfigError(f"{source}: {path} must be {KIND_NAMES[key.kind]}, found {brief(value)}")
     if key.kind is float:
         try:
             value = float(value)
@@ -158,6 +210,13 @@ def checked(key: Key, path: str, value: Any, source: str) -> Any:
 def show(value: Any) -> str:
     """A config value as config.json spells it."""
     return value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
+
+
+def brief(value: Any, limit: int = 80) -> str:
+    """A value of the wrong type as JSON text (a string quoted: "false" is not false), cut to `limit` characters
+    (a list of 100 000 names is named by its start)."""
+    text = json.dumps(value, separators=(", ", ": "))
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def disagreement(source: str, ignored: str, ignored_value: Any, used: str, used_value: Any,

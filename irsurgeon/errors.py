@@ -42,6 +42,10 @@ class CompressionError(IRSurgeonError):
     """Weight compression options are invalid or cannot be applied to the model."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what had already been done when it came (the CLI prints it after "interrupted: ", exit 130)."""
+
+
 def cause(e: BaseException) -> str:
     """The first informative line of an exception's text: not a location line, not assertion boilerplate, and
     not a lead-in that ends in ':' ("While validating node ...:", "FrontEnd API failed with GeneralFailure:")

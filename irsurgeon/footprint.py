@@ -49,10 +49,9 @@ def part_of(file: str, draft: str = MTP_XML) -> str:
     return "vision" if file in VISION_MODELS else "other"
 
 
-def parse_shape(text: str) -> list[int | None]:
-    """'[?,2,?,64]' -> [None, 2, None, 64]; ranges and '?' are dynamic (None)."""
-    body = text.strip().strip("[]")
-    return [int(d) if d.isdigit() else None for d in body.split(",")] if body else []
+def shape_text(dims: list[int | None] | None) -> str:
+    """[None, 2, None, 64] (a shape as `show` lists it) -> "[?,2,?,64]"; a dynamic rank (None) -> "[...]"."""
+    return "[...]" if dims is None else "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
 
 
 def element_bytes(etype: str, count: int) -> int:
@@ -82,17 +81,18 @@ def kv_cache(file: str, info: dict, context: int, device_default: str | None = N
     per_token = growing = constant = constant_bytes = 0
     problems = []
     for state in info["states"]:
-        dims = parse_shape(state["shape"])
-        dynamic = [i for i, d in enumerate(dims) if d is None and i > 0]
-        static = [d for i, d in enumerate(dims) if i > 0 and d is not None]
-        if not dynamic:
+        dims = state["shape"]
+        dynamic = [i for i, d in enumerate(dims or []) if d is None and i > 0]
+        static = [d for i, d in enumerate(dims or []) if i > 0 and d is not None]
+        if dims is not None and not dynamic:
             constant += 1
-            constant_bytes += element_bytes(state["type"], math.prod(static))
-        elif len(dynamic) == 1 and static:
+            constant_bytes += element_bytes(state["dtype"], math.prod(static))
+        elif dims is not None and len(dynamic) == 1 and static:
             growing += 1
             per_token += row_bytes(precision, math.prod(static[:-1]), static[-1])
         else:
-            problems.append(f"state {state['id']}: shape {state['shape']} has no single growing dimension")
+            problems.append(f"state {state['id']}: shape {shape_text(state['shape'])} has no single growing "
+                            f"dimension")
     return {"file": file, "precision": precision, "precision_source": source, "estimate": estimate,
             "layers": growing // 2, "growing_states": growing, "bytes_per_token": per_token,
             "bytes_at_context": per_token * context, "constant_states": constant, "constant_bytes": constant_bytes,

@@ -27,7 +27,6 @@ The best K is the fastest; MTP pays when it beats plain greedy by at least MIN_S
 from __future__ import annotations
 
 import gc
-import os
 import resource
 import statistics
 import sys
@@ -36,13 +35,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from irsurgeon import limits
-from irsurgeon.errors import ConfigError, IRSurgeonError, cause
+from irsurgeon.config import check_generation_config
+from irsurgeon.errors import IRSurgeonError, cause
 from irsurgeon.families import registry
-from irsurgeon.ir.export import GENERATION_CONFIG
 from irsurgeon.families.base import num_draft_tokens
 from irsurgeon.footprint import kv_cache
 from irsurgeon.ir.describe import show_ir
+from irsurgeon.verify import generation_configs
 
 PROMPTS = (
     "Hello world, the quick brown fox",
@@ -114,28 +113,9 @@ def _config(g, max_new_tokens: int, nat: int | None, ignore_eos: bool = True):
 def runtime_of(target: Path):
     """(the directory's family, how genai runs it), once the files genai parses itself are known to be sane."""
     family = registry.for_directory(target)
-    for folder in (target, *(target / sub for sub in family.layout.subfolders)):
-        check_generation_config(folder / GENERATION_CONFIG)
+    for path in generation_configs(target, family):  # verify checked them too; the directory may have changed since
+        check_generation_config(path)
     return family, family.genai()
-
-
-TOKEN_KEYS = ("eos_token_id", "bos_token_id", "pad_token_id", "stop_token_ids")
-
-
-def check_generation_config(path: Path) -> None:
-    """openvino-genai reads generation_config.json itself, and its errors quote the file (bytes of a linked-to
-    file, non-UTF-8 text) or come at generate time ("'stop_token_ids' must be non-negative"): read it first through
-    the bounded reader and check the token ids it holds, one line naming the file and key otherwise."""
-    if not os.path.lexists(path):
-        return
-    data = limits.read_json(path, ConfigError)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
-    for key in TOKEN_KEYS:
-        value = data.get(key)
-        ids = value if isinstance(value, list) else [] if value is None else [value]
-        if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < 1 << 31 for i in ids):
-            raise ConfigError(f"{path}: {key} must be a non-negative token id or a list of them")
 
 
 def _generate(g, pipe, prompt: str | list[str], config) -> tuple[list[int], object]:

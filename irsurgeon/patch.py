@@ -4,8 +4,11 @@ The same flow for every registered family (families.base.Family); the family sup
 
     recover    what an interrupted run left in the target is rolled back or cleared first (irsurgeon.transaction)
     family     the checkpoint's (its config.json's model_type, families.registry.for_config); for a repo id the
-               directory's until the config is fetched
+               directory's until the config is fetched; a model_type that is not a string, the target's or the
+               checkpoint's, is refused (config.checked_model_type)
     target     family.inspect: the layout its genai path needs, refused in one line otherwise
+    configs    the files others read (generation configs, openvino_config.json) as verify checks them
+               (verify.config_checks), refused before any work, patched directory or not
     done?      the family's verify passes and the draft is in the format asked for: nothing to do (--force rebuilds)
     source     config.json (and the index) only; family.pair checks geometry and identity before any weight is read,
                refusing a checkpoint of another model unless --allow-foreign-checkpoint (said, and recorded)
@@ -14,7 +17,8 @@ The same flow for every registered family (families.base.Family); the family sup
                (irsurgeon.build), then family.finish (compress, runtime options, provenance)
     stage      family.stage writes every new file into ONE transaction of the target (subfolders included) and
                checks each where it is staged; the house commits them all at once, or none
-    confirm    the family's verify of the committed directory: a rejection is an error, never "wrote ..." and exit 0
+    confirm    the family's verify of the committed directory: a rejection is an error, never "wrote ..." and exit 0;
+               Ctrl-C once the commit is done says the patch is complete (errors.Interrupted, exit 130)
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from irsurgeon import rtinfo
 from irsurgeon.build import build_model, load_with
 from irsurgeon.config import read_json
 from irsurgeon.compress import WEIGHT_FORMATS
-from irsurgeon.errors import CompressionError, IRSurgeonError
+from irsurgeon.errors import CompressionError, ConfigError, Interrupted, IRSurgeonError
 from irsurgeon.families import registry
 from irsurgeon.families.base import Family, Staging
 from irsurgeon.ir import files, xmlsafe
@@ -36,7 +40,7 @@ from irsurgeon.precision import build_format, choose_format
 from irsurgeon.show import weight_precision, weights
 from irsurgeon.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted,  # noqa: F401
                                    shown, write_staged)
-from irsurgeon.verify import verify_directory
+from irsurgeon.verify import config_checks, verify_directory
 from irsurgeon.weights.checkpoint import config_of
 from irsurgeon.weights.hub import HubOptions, fetch_weights, fetch_whole_weights, is_repo_id, resolve_source
 
@@ -67,8 +71,9 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
                                f"{', '.join(WEIGHT_FORMATS)}")
     if not options.dry_run and os.path.lexists(target_dir / STAGE_DIR):  # a half-done commit mixes versions:
         clear_interrupted(target_dir, options.wait, echo, registry.writable())  # undo it before judging the target
+    mine = registry.for_directory(target_dir)  # reads the target's config.json (a model_type that is no name: refused)
     local = Path(source).is_dir()
-    family = (registry.for_checkpoint(Path(source)) if local else None) or registry.for_directory(target_dir)
+    family = (registry.for_checkpoint(Path(source)) if local else None) or mine
     return patch_as(family, target_dir, source, options, echo)
 
 
@@ -78,6 +83,7 @@ def patch_as(family: Family, target_dir: Path, source, options: Options, echo: E
     target = inspect(family, target_dir, source)
     for line in getattr(target, "warnings", ()):  # here, not in inspect: verify re-inspects the target
         echo(line)
+    refuse_unreadable_configs(family, target.path)
     result = PatchResult(target.path, run_hint=family.run_hint(target.path))
     if is_done(family, target.path, options, echo):
         result.skipped = True
@@ -98,13 +104,28 @@ def patch_as(family: Family, target_dir: Path, source, options: Options, echo: E
     staging = Staging(build(family, root, choice, options, echo), root, str(source), cfg, choice, options, echo,
                       provenance(options, source, pairing.identity))
     staging.model = family.finish(staging.model, staging)
-    with DirectoryTransaction(target.path, wait=options.wait, echo=echo, writable=registry.writable()) as tx:
-        family.stage(tx, target, staging)
-        tx.commit()
-        result.written = list(tx.names)
-    echo(f"{target.path}: wrote {', '.join(result.written)} in {elapsed(start)}")
-    confirm(target.path)
+    result.written = commit(family, target, staging, start)
     return result
+
+
+def commit(family: Family, target, staging: Staging, start: float) -> list[str]:
+    """Stage every file in one transaction, commit it, then confirm it; returns the names written. Ctrl-C once the
+    commit is done (held through it, or during the confirming verify) is an Interrupted saying the patch is
+    complete: the directory is patched, only its check did not run."""
+    tx = DirectoryTransaction(target.path, wait=staging.options.wait, echo=staging.echo,
+                              writable=registry.writable())
+    try:
+        with tx:
+            family.stage(tx, target, staging)
+            tx.commit()
+        staging.echo(f"{target.path}: wrote {', '.join(tx.names)} in {elapsed(start)}")
+        confirm(target.path)
+    except KeyboardInterrupt:
+        if not tx.committed:
+            raise  # nothing moved in: the plain interruption it is
+        raise Interrupted(f"{target.path}: the patch is complete (committed {', '.join(tx.names)}); the check of it "
+                          f"after the commit was interrupted: irsurgeon verify {target.path} runs it") from None
+    return list(tx.names)
 
 
 def confirm(target: Path) -> None:
@@ -114,6 +135,15 @@ def confirm(target: Path) -> None:
     if failed:
         raise IRSurgeonError(f"{target}: the files were written, but verify rejects the directory: {failed[0].name}: "
                              f"{failed[0].detail}")
+
+
+def refuse_unreadable_configs(family: Family, target: Path) -> None:
+    """The config files others read that verify would reject (verify.config_checks: the generation configs,
+    openvino_config.json), refused before any work, whether the directory is patched or not; a file the patch
+    writes anew is left to it."""
+    failed = [c for c in config_checks(target, family, family.layout.writes) if not c.ok]
+    if failed:
+        raise ConfigError(failed[0].detail)
 
 
 def inspect(family: Family, target_dir: Path, source):

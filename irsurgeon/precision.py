@@ -1,35 +1,25 @@
 """The weight format a target directory uses (for `--weight-format auto`), and the format a build will use.
 
 A target's format comes from `openvino_config.json` (`quantization_config.quantization_configs.lm_model`, as
-optimum-intel writes it) when present, else from the language model's own weight constants.
+optimum-intel writes it; irsurgeon.quantization reads it) when present, else from the language model's own weight
+constants.
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from irsurgeon.compress import (BACKUP_PRECISIONS, DEFAULTS, QUANTIZED_FORMATS, WEIGHT_FORMATS, CompressionParams,
-                                check_params, quantization_section, resolve_params)
-from irsurgeon.config import read_json
-from irsurgeon.errors import CompressionError, ConfigError, IRError
+from irsurgeon.compress import resolve_params
+from irsurgeon.errors import CompressionError, IRError
 from irsurgeon.ir import files
 from irsurgeon.ir.export import LANGUAGE_MODELS, OPENVINO_CONFIG
 from irsurgeon.ir.storage import WeightSummary, weight_summary
+from irsurgeon.quantization import (DEFAULTS, QUANTIZED_FORMATS, WEIGHT_FORMATS, CompressionParams,  # noqa: F401
+                                    TargetFormat, openvino_config_format)
 
 OPTION_FLAGS = {"group_size": "--group-size", "ratio": "--ratio", "backup": "--backup-precision", "sym": "--sym/--asym",
                 "all_layers": "--all-layers"}
-
-
-@dataclass(frozen=True)
-class TargetFormat:
-    """What `auto` picked for a target directory, and why."""
-
-    weight_format: str                 # int4, int8, f16, f32
-    params: CompressionParams | None   # None for float formats
-    source: str                        # the file it was read from
-    reason: str
 
 
 def detect_target_format(target_dir: str | Path) -> TargetFormat:
@@ -37,64 +27,14 @@ def detect_target_format(target_dir: str | Path) -> TargetFormat:
     target = Path(target_dir)
     if not target.is_dir():
         raise IRError(f"{target}: target is not a directory")
-    config = target / OPENVINO_CONFIG
-    if config.is_file():
-        entry = (quantization_section(read_json(config)) or {}).get("lm_model")
-        if isinstance(entry, dict):
-            return _from_config_entry(entry, config)
+    recorded = openvino_config_format(target)
+    if recorded is not None:
+        return recorded
     for name in LANGUAGE_MODELS:
         if (target / name).is_file():
             return _from_weights(target / name)
     raise IRError(f"{target}: neither {OPENVINO_CONFIG} with quantization_configs.lm_model nor "
                   f"{' / '.join(LANGUAGE_MODELS)}: cannot tell the target's weight format")
-
-
-def _from_config_entry(entry: dict, path: Path) -> TargetFormat:
-    where = f"{path}: quantization_configs.lm_model"
-    bits = _typed(entry, "bits", int, where, "4 or 8", required=True)
-    if bits not in (4, 8):
-        raise ConfigError(f"{where}: bits is {bits}; expected 4 or 8")
-    sym = bool(_typed(entry, "sym", bool, where, "true, false or null"))
-    backup = _typed(entry, "backup_precision", str, where, f"one of {', '.join(BACKUP_PRECISIONS)} or null")
-    if backup is not None and backup not in BACKUP_PRECISIONS:
-        raise ConfigError(f"{where}: backup_precision is not one of {', '.join(BACKUP_PRECISIONS)}")
-    group = _typed(entry, "group_size", int, where, "an integer or null")
-    ratio = _typed(entry, "ratio", (int, float), where, "a number or null")
-    all_layers = bool(_typed(entry, "all_layers", bool, where, "true, false or null"))
-    mode = f"int{bits}_{'sym' if sym else 'asym'}"
-    if bits == 8:
-        params = CompressionParams(mode=mode, group_size=-1, ratio=1.0, backup=DEFAULTS.backup)
-    else:
-        params = CompressionParams(
-            mode=mode, group_size=group or DEFAULTS.group_size, ratio=float(ratio or 1.0),
-            # optimum-intel leaves backup_precision null and nncf then applies int8_asym: mirror what was applied
-            backup=backup or "int8_asym", all_layers=all_layers)
-        try:
-            check_params(params)
-        except CompressionError as e:
-            raise ConfigError(f"{where}: {e}") from None
-    return TargetFormat(f"int{bits}", params, str(path),
-                        f"lm_model: bits {bits}, sym {str(sym).lower()}, group_size {group}, "
-                        f"ratio {ratio}, backup_precision {backup}")
-
-
-def _typed(entry: dict, key: str, kind, where: str, expected: str, required: bool = False):
-    """entry[key] when it has the JSON type optimum-intel writes (null: None), else a ConfigError naming the key.
-    bool is not accepted as a number: JSON true is not 1 bit."""
-    value = entry.get(key)
-    if value is None and not required:
-        return None
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise ConfigError(f"{where}: {key} must be {expected}, found {_json_type(value)}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{where}: {key} must be a finite number")
-    return value
-
-
-def _json_type(value) -> str:
-    return {type(None): "null", bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-            list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
 
 
 def _from_weights(xml: Path) -> TargetFormat:

@@ -4,8 +4,8 @@ For an IR: irsurgeon.ir.describe.show_ir (IR_KEYS). For a directory (`show_direc
 path, layout, family (the registered draft family the directory belongs to, families.registry.for_directory: its
 `key`, e.g. "qwen3_5" or "gemma4"), config (model_type, layers, mtp_num_hidden_layers, ...), irs (one entry per IR,
 the family's draft IR by its path relative to the directory, ENTRY_KEYS: file, ok, error, summary (the text line),
-ops, inputs/outputs [{name, dtype, shape}], states [{id, dtype, shape}] (shape: a list of ints, null for a dynamic
-dimension, or null for a dynamic rank), weights {precision, compressed, bits, count, modes, group_sizes},
+ops, inputs/outputs [{name, names, dtype, shape}], states [{id, dtype, shape}] (shape: a list of ints, null for a
+dynamic dimension, or null for a dynamic rank; the ports exactly as show_ir gives them), weights {precision, compressed, bits, count, modes, group_sizes},
 runtime_options, annotation ({layers: [{layer, producer, output_index, dtype, shape, problem}]} or null); on an IR
 that cannot be read only file, ok=false, error and summary are set), mtp {ready, reasons, checks} (openvino-genai
 readiness: the family's verify checks), footprint (footprint.FOOTPRINT_KEYS: weights per part, target and draft KV
@@ -96,9 +96,11 @@ def mtp_verdict(directory: Path, irs: dict[str, dict], family) -> dict:
 
 
 def summary_line(info: dict) -> str:
-    """One line for an IR: ops, inputs, outputs, states, weights, annotation."""
+    """One line for an IR: ops, inputs, outputs, states, weights (or what a tokenizer IR is), annotation."""
     w = info["weights"]
-    if w["compressed"]:
+    if info["role"]:
+        stored = f"{info['role']}: string ops over vocabulary tables, no weights"
+    elif w["compressed"]:
         groups = ",".join("per-channel" if g == "-1" else f"g{g}" for g in w["group_sizes"])
         modes = " + ".join(f"{m} x{n}" for m, n in w["modes"].items())
         stored = f"weights {modes}" + (f" ({groups})" if groups else "")
@@ -111,24 +113,12 @@ def summary_line(info: dict) -> str:
             f"{stored}{annotated}")
 
 
-def shape_list(text: str) -> list[int | None] | None:
-    """"[?,2,64]" -> [None, 2, 64]; a bounded dimension ("1..8") is dynamic (None); a dynamic rank -> None."""
-    inner = text.strip()[1:-1]
-    if text.strip() in ("[...]", "...") or not text.strip().startswith("["):
-        return None
-    return [int(d) if d.isdigit() else None for d in inner.split(",")] if inner else []
-
-
 def weight_precision(w: dict) -> str | None:
     """int4/int8 for a compressed model (its lowest bit width), else the float type holding most weight bytes."""
     if w["compressed"]:
         return f"int{w['bits']}"
     floats = {t: v["bytes"] for t, v in w["by_type"].items() if t in ("f32", "f16", "bf16")}
     return max(floats, key=floats.get) if floats else None
-
-
-def _ports(ports: list[dict]) -> list[dict]:
-    return [{"name": p["name"], "dtype": p["type"], "shape": shape_list(p["shape"])} for p in ports]
 
 
 def ir_entry(name: str, info: dict) -> dict:
@@ -138,14 +128,12 @@ def ir_entry(name: str, info: dict) -> dict:
     return {
         "file": name, "ok": True, "error": None, "summary": summary_line(info),
         "ops": sum(info["op_histogram"].values()),
-        "inputs": _ports(info["inputs"]), "outputs": _ports(info["outputs"]),
-        "states": [{"id": s["id"], "dtype": s["type"], "shape": shape_list(s["shape"])} for s in info["states"]],
+        "inputs": info["inputs"], "outputs": info["outputs"], "states": info["states"],
         "weights": {"precision": weight_precision(w), **{k: w[k] for k in
                                                           ("compressed", "bits", "count", "modes", "group_sizes")}},
         "runtime_options": dict(info["runtime_options"]),
         "annotation": None if rows is None else {"layers": [
-            {"layer": r["layer"], "producer": r["producer"], "output_index": r["output_index"], "dtype": r["type"],
-             "shape": None if r["shape"] is None else shape_list(r["shape"]), "problem": r["problem"]}
+            {k: r[k] for k in ("layer", "producer", "output_index", "dtype", "shape", "problem")}
             for r in rows]},
     }
 

@@ -39,7 +39,7 @@ def test_patched_directory_passes(pair):
     assert result.exit_code == 0, result.output
     names = [ln.split(":")[0] for ln in result.output.splitlines() if ln.startswith("ok")]
     assert names == ["ok   target layout", "ok   target outputs", "ok   embedding path", "ok   assistant files",
-                     "ok   assistant pair", "ok   checkpoint pair", "ok   assistant I/O"]
+                     "ok   assistant pair", "ok   checkpoint pair", "ok   assistant I/O", "ok   generation config"]
     assert "FAIL" not in result.output
 
 
@@ -47,7 +47,7 @@ def test_unpatched_directory_fails_with_gemma_advice(pair):
     result = CliRunner().invoke(cli, ["verify", str(pair[1])])
     assert result.exit_code == 1
     assert verdicts(pair[1]) == {"target layout": True, "target outputs": False, "embedding path": True,
-                                 "assistant files": False}
+                                 "assistant files": False, "generation config": True}
     assert "image-text-to-text" not in result.output and "--checkpoint ASSISTANT_DIR" in result.output
 
 

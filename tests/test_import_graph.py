@@ -25,6 +25,7 @@ RANK = {
     "irsurgeon.ir": 1, "irsurgeon.journal": 1, "irsurgeon.journal_format": 1,  # what a directory and an IR are
     "irsurgeon.recovery": 2,
     "irsurgeon.weights": 2, "irsurgeon.footprint": 2, "irsurgeon.transaction": 2,
+    "irsurgeon.quantization": 2,                                               # weight formats as data
     "irsurgeon.ops": 3, "irsurgeon.compress": 3, "irsurgeon.families.builder": 3,
     "irsurgeon.build": 4, "irsurgeon.precision": 4, "irsurgeon.annotate": 4,
     "irsurgeon.synth": 5, "irsurgeon.families": 5,                             # fixture builders; each family

@@ -97,7 +97,9 @@ def test_table_and_verdict(run):
     assert speed["best"] == {"num_assistant_tokens": fastest["num_assistant_tokens"], "speedup": fastest["speedup"]}
     assert speed["pays"] == (fastest["speedup"] >= MIN_SPEEDUP)
     assert speed["verdict"].startswith("best num_assistant_tokens" if speed["pays"] else "MTP does not pay here")
-    assert speed["verdict"] in run.output and "default precision" in run.output
+    assert speed["verdict"] in run.output and "at the device's default INFERENCE_PRECISION_HINT=" in run.output
+    kv = " ".join(f"{p}={v}" for p, v in speed["kv_precision"].items())
+    assert f"; KV cache {kv}, " in run.output and "KV cache as run" not in run.output  # said once, with its source
     assert all(f"mtp K={k}" in run.output for k in SWEEP) and "speed [3/3]" in run.output
     assert f"round {ROUNDS}/{ROUNDS}" in run.output and f"median of {ROUNDS}" in run.output
 

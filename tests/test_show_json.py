@@ -24,7 +24,7 @@ SCHEMA = {  # field -> accepted types
     "entry": {"file": str, "ok": bool, "error": (str, OPTIONAL), "summary": str, "ops": int, "inputs": list,
               "outputs": list, "states": list, "weights": dict, "runtime_options": dict,
               "annotation": (dict, OPTIONAL)},
-    "port": {"name": str, "dtype": str, "shape": SHAPE},
+    "port": {"name": str, "names": list, "dtype": str, "shape": SHAPE},
     "state": {"id": str, "dtype": str, "shape": SHAPE},
     "weights": {"precision": (str, OPTIONAL), "compressed": bool, "bits": (int, OPTIONAL), "count": int,
                 "modes": dict, "group_sizes": dict},

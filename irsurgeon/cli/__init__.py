@@ -9,7 +9,7 @@ import sys
 import click
 
 from irsurgeon import __version__
-from irsurgeon.errors import IRSurgeonError, cause
+from irsurgeon.errors import Interrupted, IRSurgeonError, cause
 from irsurgeon.signals import on_own_stack
 from irsurgeon.text import shown
 
@@ -30,8 +30,8 @@ class Group(click.Group):
             raise
         except IRSurgeonError as e:
             fail(str(e) + _hint(ctx, e), 1, ctx)
-        except KeyboardInterrupt:
-            fail("interrupted", 130)
+        except KeyboardInterrupt as e:
+            fail(f"interrupted: {e}" if isinstance(e, Interrupted) else "interrupted", 130)
         except OSError as e:
             where = f"{e.filename}: " if e.filename else ""
             fail(f"{where}{e.strerror or e}", 1)

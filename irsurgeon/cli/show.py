@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.options import safe_echo
-from irsurgeon.footprint import human
+from irsurgeon.footprint import human, shape_text
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 
 
@@ -44,17 +44,17 @@ def ir_text(info: dict) -> list[str]:
     ports = [*info["inputs"], *info["outputs"]]
     width = max((len(p["name"]) for p in ports), default=0)
     lines = [f"IR {info['path']}", "-- inputs"]
-    lines += [f"   {p['name']:<{width}}  {p['type']:<6} {p['shape']}" for p in info["inputs"]]
+    lines += [f"   {p['name']:<{width}}  {p['dtype']:<6} {shape_text(p['shape'])}" for p in info["inputs"]]
     lines.append("-- outputs")
-    lines += [f"   {p['name']:<{width}}  {p['type']:<6} {p['shape']}" for p in info["outputs"]]
+    lines += [f"   {p['name']:<{width}}  {p['dtype']:<6} {shape_text(p['shape'])}" for p in info["outputs"]]
     lines.append(f"-- states ({len(info['states'])})")
-    lines += _table([(s["id"], s["type"], s["shape"]) for s in info["states"]])
+    lines += _table([(s["id"], s["dtype"], shape_text(s["shape"])) for s in info["states"]])
     lines.append("-- rt_info")
     lines += _tree(info["rt_info"], 3)
     if info["hidden_states"] is not None:
         lines.append(f"-- {HIDDEN_STATES_LAYERS}")
         for row in info["hidden_states"]:
-            what = row["problem"] or f"{row['op']:<10} {row['type']:<6} {row['shape']}"
+            what = row["problem"] or f"{row['op']:<10} {row['dtype']:<6} {shape_text(row['shape'])}"
             lines.append(f"   {row['layer']:>4}  {what:<32} {row['producer']}:{row['output_index']}")
     lines.append("-- runtime_options")
     lines += [f"   {k} = {v}" for k, v in info["runtime_options"].items()] or ["   (none)"]
@@ -62,6 +62,8 @@ def ir_text(info: dict) -> list[str]:
     lines += [f"   {k:<40} {n}" for k, n in info["op_histogram"].items()]
     lines.append("-- constants (all)")
     lines += [f"   {k:<8} count={t['count']:<6} bytes={t['bytes']}" for k, t in info["constants"].items()]
+    if info["role"]:
+        return lines + [f"-- weights: none (a {info['role']}: string ops over vocabulary tables)"]
     return lines + weights_text(info["weights"])
 
 

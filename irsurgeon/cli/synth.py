@@ -12,7 +12,6 @@ from irsurgeon.families import registry
 
 KINDS = tuple(registry.synth_kinds())  # every family's fixtures
 WEIGHT_FORMATS = ("f32", "f16", "int4")  # in the order of compress.WEIGHT_FORMATS
-OWN = ("target", "ckpt")  # what synth writes into OUT_DIR, every kind
 SIZES = (("layers", "Decoder layers."), ("hidden", "Hidden size."), ("heads", "Attention heads."),
          ("kv-heads", "Key/value heads (divides --heads)."),
          ("head-dim", "Head size; with --hidden or --heads alone: hidden / heads."), ("vocab", "Vocabulary size."))
@@ -25,11 +24,12 @@ def size_options(f):
 
 
 def refuse_foreign(out_dir: Path) -> None:
-    """OUT_DIR may be absent, empty, or hold only synth's own two folders (which must be empty: synthesize)."""
+    """OUT_DIR may be absent, empty, or hold only synth's own two folders (synth.output.check_output judges them)."""
+    from irsurgeon.synth.output import OWN, STAGING_PREFIX
 
     if not out_dir.is_dir() or out_dir.is_symlink():
         return  # absent: created; anything else: synthesize reports it
-    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in OWN)
+    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in OWN and not p.name.startswith(STAGING_PREFIX))
     if foreign:
         shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise OutputError(f"{out_dir}: holds {shown}, not written by synth; pass --force to write "
@@ -53,20 +53,23 @@ def refuse_foreign(out_dir: Path) -> None:
               help="Write the checkpoint's mtp.* tensors [default: with for qwen35 kinds, without for llama].")
 @weight_format_option("f32", WEIGHT_FORMATS,
                       text="Storage of the IR weights (int4: the language model's MatMuls, through nncf).")
-@click.option("--force", is_flag=True, help="Write OUT_DIR/target and OUT_DIR/ckpt into a directory that holds "
-                                            "other things (an export, say).")
+@click.option("--force", is_flag=True, help="Replace an earlier OUT_DIR/target and OUT_DIR/ckpt, and write them into "
+                                            "a directory that holds other things (an export, say).")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run writing into OUT_DIR to finish.")
 @json_flag
 def command(out_dir: Path, kind: str, layer_types: str | None, seed: int, with_mtp: bool | None, weight_format: str,
             force: bool, wait: bool, as_json: bool, **sizes) -> None:
     """Write a seeded synthetic model: OUT_DIR/target (OpenVINO IRs) and OUT_DIR/ckpt (Hugging Face checkpoint)."""
+    from irsurgeon.synth.output import check_output
+
     start = time.perf_counter()
     if not force:
         refuse_foreign(out_dir)
+    check_output(out_dir, force)  # before any work: an earlier output, a link or a file where a folder goes
     given = {k: v for k, v in sizes.items() if v is not None}
     family = registry.synth_kinds()[kind]
     parts = family.synth(kind, out_dir, seed, wait, sizes=given, layer_types=layer_types, with_mtp=with_mtp,
-                         weight_format=weight_format)
+                         weight_format=weight_format, force=force)
     size = sum(f.stat().st_size for f in Path(out_dir).rglob("*") if f.is_file())
     seconds = time.perf_counter() - start
     names = " and ".join(str(p) for p in parts.values())

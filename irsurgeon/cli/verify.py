@@ -176,20 +176,33 @@ def _row(cells) -> str:
     return " ".join(f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, (_, _, w, _) in zip(cells, COLUMNS))
 
 
+RT_INFO = "rt_info runtime_options"  # footprint.kv_precision's name for a precision an IR's rt_info sets
+
+
 def kv_settings(speed: dict) -> str:
-    """target=f16 draft=f16 (from rt_info runtime_options), the source per part when the parts differ."""
+    """The KV cache the speed runs used, and where that came from, in one statement: an IR's rt_info runtime_options
+    (which the CPU plugin applies over the device's own default, named then as what an IR without one gets), or
+    the device default."""
     values, sources = speed["kv_precision"], speed["kv_precision_source"]
-    if len(set(sources.values())) <= 1:
-        where = f" (from {next(iter(sources.values()))})" if sources else ""
-        return settings(values) + where
-    return " ".join(f"{p}={v} (from {sources.get(p, '?')})" for p, v in values.items())
+    kinds = set(sources.values())
+    if kinds == {RT_INFO}:
+        said = f"{settings(values)}, as the IRs' {RT_INFO} set it"
+    elif len(kinds) == 1:
+        said = f"{settings(values)}, the {next(iter(kinds))}"
+    else:
+        said = " ".join(f"{p}={v} ({sources.get(p, '?')})" for p, v in values.items())
+    device_kv = speed["device_defaults"].get("KV_CACHE_PRECISION")
+    if RT_INFO in kinds and device_kv:
+        said += f" (the device's own default, KV_CACHE_PRECISION={device_kv}, applies to an IR that sets none)"
+    return said
 
 
 def speed_table(speed: dict) -> list[str]:
     """The speed sweep as one table, with the precision it ran at and the verdict."""
-    lines = [f"speed on {speed['device']} at the device's default precision: {settings(speed['device_defaults'])}",
-             f"KV cache as run: {kv_settings(speed)}; equivalence above ran at "
-             f"{settings(speed['equivalence_properties'])}",
+    others = {k: v for k, v in speed["device_defaults"].items() if k != "KV_CACHE_PRECISION"}  # said with the KV
+    lines = [f"speed on {speed['device']} at the device's default {settings(others) if others else 'precision'}; "
+             f"KV cache {kv_settings(speed)}",
+             f"equivalence above ran at {settings(speed['equivalence_properties'])}",
              _row(c[0] for c in COLUMNS), _row(c[1] for c in COLUMNS)]
     lines += [_row(c[3](m) for c in COLUMNS) for m in speed["measurements"]]
     rounds = speed["measurements"][0]["rounds"] if speed["measurements"] else 0

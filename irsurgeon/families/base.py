@@ -176,7 +176,8 @@ class Family(ABC):
         ...
 
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
-        """Write the seeded fixture `kind` under out_dir; returns its parts by name ({"target": ..., ...})."""
+        """Write the seeded fixture `kind` under out_dir; returns its parts by name ({"target": ..., ...}).
+        options["force"]: replace an earlier output there (irsurgeon.synth.output)."""
         raise NotImplementedError(f"{self.key} has no synth kinds")
 
     def __repr__(self) -> str:
@@ -193,4 +194,4 @@ def refuse_sizing(kind: str, options: dict) -> None:
     given += ["--weight-format"] if options.get("weight_format", "f32") != "f32" else []
     if given:
         raise ConfigError(f"--kind {kind} writes one fixed tiny pair: {', '.join(given)} do not apply (it takes "
-                          f"--seed and --wait)")
+                          f"--seed, --wait and --force)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.config import peek_json
+from irsurgeon.config import checked_model_type, peek_json
 from irsurgeon.errors import ConfigError
 from irsurgeon.families import dflash, gemma4_mtp, qwen35_mtp
 from irsurgeon.families.base import Family, Match
@@ -28,7 +28,9 @@ def by_key(key: str) -> Family:
 
 
 def for_config(config: dict, source: str) -> Family:
-    """The family whose checkpoints have this config.json's top-level model_type, or a ConfigError listing them."""
+    """The family whose checkpoints have this config.json's top-level model_type, or a ConfigError listing them (or
+    naming a model_type that is not a string: config.checked_model_type)."""
+    checked_model_type(config, source)
     for family in FAMILIES:
         if family.claims(config):
             return family
@@ -48,13 +50,16 @@ def family_for(model_type: object, source: str):
 
 def for_checkpoint(root: Path) -> Family | None:
     """The family of a local checkpoint directory's config.json, or None when it has none a family claims (the
-    flow that then runs reads the same file and reports what is wrong with it)."""
+    flow that then runs reads the same file and reports what is wrong with it); a model_type that is not a string
+    is refused (config.peek_json)."""
     config = peek_json(Path(root) / "config.json")
     return next((f for f in FAMILIES if f.claims(config)), None) if config is not None else None
 
 
 def for_directory(directory: Path) -> Family:
-    """The family a directory belongs to: the one whose draft is there, else whose target it is, else DEFAULT."""
+    """The family a directory belongs to: the one whose draft is there, else whose target it is, else DEFAULT. A
+    config.json whose model_type is not a string is a ConfigError (config.peek_json), never a directory of no
+    family's kind checked as DEFAULT's."""
     best, match = DEFAULT, Match.NONE
     for family in FAMILIES:
         found = family.recognise(Path(directory))

@@ -1,29 +1,36 @@
 """What one IR holds, as one JSON-able dict (`irsurgeon show X.xml` prints it; show.py describes directories).
 
-Keys in this order (IR_KEYS): kind="ir", path, inputs/outputs [{name, names, type, shape}], states [{id, type,
-shape}], rt_info (nested strings), hidden_states (the `hidden_states_decoder_layers` table: layer, producer,
-output_index, op, type, shape, problem; None when absent), runtime_options, op_histogram {"Type-opsetN": n},
-constants {type: {count, bytes}} over every Constant, weights (storage.weight_summary: compressed, bits, modes,
-group_sizes, by_type). Nothing is written; every `.xml` is byte-checked before OpenVINO reads it.
+Keys in this order (IR_KEYS): kind="ir", path, inputs/outputs [{name, names, dtype, shape}], states [{id, dtype,
+shape}] (shape: a list of ints, null for a dynamic dimension, or null for a dynamic rank: graph.dims), rt_info (nested
+strings), hidden_states (the `hidden_states_decoder_layers` table: layer, producer, output_index, op, dtype, shape,
+problem; None when absent), runtime_options, op_histogram {"Type-opsetN": n},
+constants {type: {count, bytes}} over every Constant, role ("tokenizer" / "detokenizer" for an IR with a string
+input / output, else null), weights (storage.weight_summary: compressed, bits, modes, group_sizes, by_type; none
+for a tokenizer or detokenizer, whose Gathers read vocabulary tables and byte maps, not weights). Nothing is
+written; every `.xml` is byte-checked before OpenVINO reads it.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from openvino import Type
+
 from irsurgeon.errors import IRError
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.hidden_states import parse_annotation
-from irsurgeon.ir.storage import weight_summary
+from irsurgeon.ir.storage import WeightSummary, weight_summary
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS, RUNTIME_OPTIONS
 
 IR_KEYS = ("kind", "path", "inputs", "outputs", "states", "rt_info", "hidden_states", "runtime_options",
-           "op_histogram", "constants", "weights")
+           "op_histogram", "constants", "role", "weights")
+TEXT_ROLES = ("tokenizer", "detokenizer")
 
 
 def show_ir(xml: Path) -> dict:
     model = _load(xml)
     rt = graph.rt_tree(model)
     value = rt.get(HIDDEN_STATES_LAYERS)
+    role = text_role(model)
     return {
         "kind": "ir",
         "path": str(xml),
@@ -35,8 +42,17 @@ def show_ir(xml: Path) -> dict:
         "runtime_options": rt.get(RUNTIME_OPTIONS) or {},
         "op_histogram": graph.op_histogram(model),
         "constants": constant_totals(model),
-        "weights": weights(model),
+        "role": role,
+        "weights": weights(model) if role is None else weights(None),
     }
+
+
+def text_role(model) -> str | None:
+    """"tokenizer" for an IR taking strings, "detokenizer" for one returning them (openvino-tokenizers' IRs and
+    synth's core-op pair alike), else None."""
+    def strings(ports) -> bool:
+        return any(p.get_element_type() == Type.string for p in ports)
+    return TEXT_ROLES[0] if strings(model.inputs) else TEXT_ROLES[1] if strings(model.outputs) else None
 
 
 def hidden_state_table(model, value: str) -> list[dict]:
@@ -48,7 +64,7 @@ def hidden_state_table(model, value: str) -> list[dict]:
     rows = []
     for layer, (producer, index) in sorted(layers.items()):
         found = by_name.get(producer, [])
-        row = {"layer": layer, "producer": producer, "output_index": index, "op": None, "type": None,
+        row = {"layer": layer, "producer": producer, "output_index": index, "op": None, "dtype": None,
                "shape": None, "problem": None}
         if len(found) != 1:
             row["problem"] = "no such op" if not found else f"{len(found)} ops share this name"
@@ -56,8 +72,8 @@ def hidden_state_table(model, value: str) -> list[dict]:
             row["problem"] = f"op has {found[0].get_output_size()} output(s)"
         else:
             out = found[0].output(index)
-            row.update(op=found[0].get_type_name(), type=out.get_element_type().get_type_name(),
-                       shape=graph.shape_text(out.get_partial_shape()))
+            row.update(op=found[0].get_type_name(), dtype=out.get_element_type().get_type_name(),
+                       shape=graph.dims(out.get_partial_shape()))
         rows.append(row)
     return rows
 
@@ -73,8 +89,9 @@ def constant_totals(model) -> dict[str, dict]:
 
 
 def weights(model) -> dict:
-    """Weight precision: storage modes, lowest bit width, group sizes (-1 = per channel), totals per type."""
-    s = weight_summary(model)
+    """Weight precision: storage modes, lowest bit width, group sizes (-1 = per channel), totals per type; a model
+    of None: no weights."""
+    s = weight_summary(model) if model is not None else WeightSummary((), {})
     return {
         "count": len(s.weights),
         "compressed": s.compressed,

@@ -96,20 +96,28 @@ def shape_text(shape) -> str:
     return str(shape).replace(" ", "")
 
 
+def dims(shape) -> list[int | None] | None:
+    """A partial shape as JSON: its dimensions, None for a dynamic one (a bounded "1..8" too); None for a dynamic
+    rank."""
+    if shape.rank.is_dynamic:
+        return None
+    return [d.get_length() if d.is_static else None for d in shape]
+
+
 def port(output) -> dict:
-    """Name(s), element type and partial shape of a model input or output."""
+    """Name(s), element type and partial shape (dims) of a model input or output: the one form `show` gives a port,
+    of an IR and of a directory's IRs."""
     names = sorted(output.get_names())
     return {"name": output.get_any_name() if names else "", "names": names,
-            "type": output.get_element_type().get_type_name(), "shape": shape_text(output.get_partial_shape())}
+            "dtype": output.get_element_type().get_type_name(), "shape": dims(output.get_partial_shape())}
 
 
 def states(model) -> list[dict]:
-    """State variables: id, element type, partial shape."""
+    """State variables: id, element type, partial shape (dims)."""
     out = []
     for var in model.get_variables():
         info = var.get_info()
-        out.append({"id": info.variable_id, "type": info.data_type.get_type_name(),
-                    "shape": shape_text(info.data_shape)})
+        out.append({"id": info.variable_id, "dtype": info.data_type.get_type_name(), "shape": dims(info.data_shape)})
     return sorted(out, key=lambda s: s["id"])
 
 

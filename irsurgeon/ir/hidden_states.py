@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from irsurgeon import limits
-from irsurgeon.config import read_json, text_section
+from irsurgeon.config import read_optional_json, text_section
 from irsurgeon.errors import ConfigError, IRError
 from irsurgeon.ir import export, graph
 from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
@@ -43,11 +43,13 @@ def parse_annotation(value: str, source: str = "annotation") -> dict[int, Locato
 
 
 def config_facts(directory: Path) -> tuple[int | None, int | None]:
-    """(num_hidden_layers, hidden_size) from config.json beside the IR (text_config for VLMs), when present."""
+    """(num_hidden_layers, hidden_size) from config.json beside the IR (text_config for VLMs), when present (a FIFO
+    or folder in its place is refused by name: config.read_optional_json)."""
     path = directory / export.CONFIG
-    if not path.is_file():
+    cfg = read_optional_json(path)
+    if cfg is None:
         return None, None
-    section = text_section(read_json(path))
+    section = text_section(cfg)
     out = []
     for key in ("num_hidden_layers", "hidden_size"):
         value = section.get(key)

@@ -14,10 +14,8 @@ Everything is a function of (kind, spec, seed, with_mtp, weight_format): files a
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import openvino as ov
@@ -33,7 +31,7 @@ from irsurgeon.synth.checkpoint import (FULL, LINEAR, SynthSpec, bf16_round, lay
 from irsurgeon.synth.tokenizer import SPECIAL, detokenizer_model, tokenizer_model, tokenizer_rt_info
 from irsurgeon.synth.vision import VisionSpec, merger_model, patch_embed_model, pos_embed_model, vision_tensors
 from irsurgeon.synth import target as tg
-from irsurgeon.transaction import directory_lock
+from irsurgeon.synth.output import OWN, output_pair
 
 from irsurgeon.synth.kinds import QWEN_KINDS as KINDS  # noqa: E402
 WEIGHT_FORMATS = ("f32", "f16", "int4")
@@ -144,45 +142,24 @@ def validate_layer_types(s: SynthSpec) -> None:
 
 
 def synthesize(out_dir: str | Path, kind: str = "qwen35", spec: SynthSpec | None = None, seed: int = 0,
-               with_mtp: bool = True, weight_format: str = "f32", wait: bool = False) -> Synthesized:
-    """Write out_dir/target and out_dir/ckpt for `kind` (see the module docstring), holding out_dir's lock."""
+               with_mtp: bool = True, weight_format: str = "f32", wait: bool = False,
+               force: bool = False) -> Synthesized:
+    """Write out_dir/target and out_dir/ckpt for `kind` (see the module docstring), holding out_dir's lock; an
+    earlier output there is replaced with force, else refused (synth.output)."""
     s = spec or default_spec(kind)
     validate(kind, s, with_mtp, weight_format)
     limits.check_memory(memory_need(s, with_mtp), f"synth {kind} at hidden {s.hidden}, vocab {s.vocab}, "
                         f"{s.layers} layers", ConfigError)
-    with fresh_pair(out_dir, wait) as (target, ckpt):
-        return _write(kind, s, seed, with_mtp, weight_format, target, ckpt)
-
-
-@contextmanager
-def fresh_pair(out_dir: str | Path, wait: bool) -> Iterator[tuple[Path, Path]]:
-    """out_dir/target and out_dir/ckpt, created empty, while out_dir's lock is held."""
-    out = Path(out_dir)
-    make_dir(out)
-    with directory_lock(out, wait):
-        target, ckpt = out / "target", out / "ckpt"
-        for d in (target, ckpt):
-            if d.is_symlink():  # written into as a new folder: a link would send the files elsewhere
-                raise OutputError(f"{d}: is a link; synth writes only into folders of its own")
-            if d.exists() and any(d.iterdir()):
-                raise OutputError(f"{d}: exists and is not empty")
-            make_dir(d)
-        yield target, ckpt
-
-
-def make_dir(d: Path) -> None:
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OutputError(f"{d}: cannot create directory: {e.strerror}") from None
+    with output_pair(out_dir, wait, force) as (target, ckpt):
+        _write(kind, s, seed, with_mtp, weight_format, target, ckpt)
+    return Synthesized(Path(out_dir) / OWN[0], Path(out_dir) / OWN[1], s)
 
 
 def _write(kind: str, s: SynthSpec, seed: int, with_mtp: bool, weight_format: str, target: Path,
-           ckpt: Path) -> Synthesized:
+           ckpt: Path) -> None:
     tensors = checkpoint_tensors(kind, s, seed, with_mtp)
     write_tensors(ckpt / "model.safetensors", tensors)
     write_json(ckpt / ex.CONFIG, write_target(kind, s, tensors, with_mtp, weight_format, target))
-    return Synthesized(target, ckpt, s)
 
 
 def write_target(kind: str, s: SynthSpec, tensors: dict[str, np.ndarray], with_mtp: bool, weight_format: str,

@@ -99,12 +99,12 @@ class DFlash(Family):
                 f"'CPU'))")
 
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
-        """A fixed tiny pair of each kind (synth.py): no option but the seed and --wait applies."""
+        """A fixed tiny pair of each kind (synth.py): no option but the seed, --wait and --force applies."""
         from irsurgeon.families.dflash import synth, synth_cycle
         refuse_sizing(kind, options)
         make = {"dflash": synth.synthesize_dflash, "dflash-cycle": synth_cycle.synthesize_cycle,
                 "dflash-qwen35": synth.synthesize_hybrid}[kind]
-        target, ckpt = make(out_dir, seed, wait)
+        target, ckpt = make(out_dir, seed, wait, options.get("force", False))
         return {"target": target, "ckpt": ckpt}
 
 

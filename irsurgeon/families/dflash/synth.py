@@ -31,7 +31,8 @@ from irsurgeon.ops.core import WeightFormat, const, named
 from irsurgeon.synth import target as tg
 from irsurgeon.synth.checkpoint import SynthSpec
 from irsurgeon.synth.configs import generation_config
-from irsurgeon.synth.registry import checkpoint_tensors, default_spec, fresh_pair, save, write_json, write_target
+from irsurgeon.synth.output import OWN, output_pair
+from irsurgeon.synth.registry import checkpoint_tensors, default_spec, save, write_json, write_target
 from irsurgeon.synth.tokenizer import EOS_ID, PAD_ID, detokenizer_model, tokenizer_model, tokenizer_rt_info
 from irsurgeon.weights.safetensors_io import write_safetensors
 
@@ -184,18 +185,24 @@ def write_checkpoint(ckpt: Path, config: dict, tensors: dict[str, np.ndarray]) -
     write_json(ckpt / ex.CONFIG, config)
 
 
-def synthesize_dflash(out_dir: Path, seed: int, wait: bool) -> tuple[Path, Path]:
-    with fresh_pair(out_dir, wait) as (target, ckpt):
+def synthesize_dflash(out_dir: Path, seed: int, wait: bool, force: bool = False) -> tuple[Path, Path]:
+    """Write out_dir/target and out_dir/ckpt as every kind does (synth.output). Returns both paths."""
+    with output_pair(out_dir, wait, force) as (target, ckpt):
         write_checkpoint(ckpt, draft_config(), draft_tensors(seed))
         write_qwen3_target(target, SPEC, target_tensors(seed))
-    return target, ckpt
+    return final(out_dir)
 
 
-def synthesize_hybrid(out_dir: Path, seed: int, wait: bool) -> tuple[Path, Path]:
+def final(out_dir: Path) -> tuple[Path, Path]:
+    """Where output_pair moved the pair once written."""
+    return Path(out_dir) / OWN[0], Path(out_dir) / OWN[1]
+
+
+def synthesize_hybrid(out_dir: Path, seed: int, wait: bool, force: bool = False) -> tuple[Path, Path]:
     """The qwen35 kind's default target (no MTP head) and a random draft of its hidden size, layers and vocabulary."""
     s = default_spec("qwen35")
     draft = replace(RANDOM, mask_token_id=s.vocab - 1)
-    with fresh_pair(out_dir, wait) as (target, ckpt):
+    with output_pair(out_dir, wait, force) as (target, ckpt):
         write_target("qwen35", s, checkpoint_tensors("qwen35", s, seed, False), False, "f32", target)
         write_checkpoint(ckpt, draft_config(s, draft), draft_tensors(seed, s, draft))
-    return target, ckpt
+    return final(out_dir)

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from irsurgeon.families.dflash.synth import (Draft, SPEC as RANDOM_SPEC, draft_config, draft_tensors, target_tensors,
-                                             write_checkpoint, write_qwen3_target)
-from irsurgeon.synth.registry import fresh_pair
+                                             final, write_checkpoint, write_qwen3_target)
+from irsurgeon.synth.output import output_pair
 from irsurgeon.synth.tokenizer import SPECIAL
 
 SPEC = RANDOM_SPEC.with_(hidden=64, vocab=64)
@@ -102,8 +102,8 @@ def _column0(v: np.ndarray, width: int) -> np.ndarray:
     return m
 
 
-def synthesize_cycle(out_dir: Path, seed: int, wait: bool) -> tuple[Path, Path]:
-    with fresh_pair(out_dir, wait) as (target, ckpt):
+def synthesize_cycle(out_dir: Path, seed: int, wait: bool, force: bool = False) -> tuple[Path, Path]:
+    with output_pair(out_dir, wait, force) as (target, ckpt):
         write_checkpoint(ckpt, draft_config(SPEC, DRAFT), cycle_draft(seed))
         write_qwen3_target(target, SPEC, cycle_target(seed))
-    return target, ckpt
+    return final(out_dir)

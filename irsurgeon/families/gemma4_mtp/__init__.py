@@ -90,10 +90,10 @@ class Gemma4MTP(Family):
                 f"draft_model('{asst}', 'CPU'), ATTENTION_BACKEND='SDPA')")
 
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
-        """A fixed tiny pair: no option but the seed and --wait applies."""
+        """A fixed tiny pair: no option but the seed, --wait and --force applies."""
         from irsurgeon.families.gemma4_mtp.synth import synthesize_gemma4
         refuse_sizing(kind, options)
-        target, assistant = synthesize_gemma4(out_dir, seed, wait)
+        target, assistant = synthesize_gemma4(out_dir, seed, wait, options.get("force", False))
         return {"target": target, "ckpt": assistant}
 
 

@@ -32,7 +32,7 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.config import read_json
+from irsurgeon.config import flag, read_json
 from irsurgeon.errors import CheckpointError, ConfigError
 from irsurgeon.families.builder import Builder
 from irsurgeon.ops import apply_rope, expand_kv, linear, rms_norm
@@ -117,28 +117,30 @@ def _int(sec: dict, key: str, default, source: str, lo: int = 1) -> int:
     return value
 
 
-def resolve_layers(text: dict, source: str) -> tuple[Layer, ...]:
-    """Layer types and per-layer head dims / KV heads as Gemma4TextConfig.__post_init__ resolves them."""
+def resolve_layers(text: dict, source: str, prefix: str = "text_config.") -> tuple[Layer, ...]:
+    """Layer types and per-layer head dims / KV heads as Gemma4TextConfig.__post_init__ resolves them; `prefix`
+    names the section's keys in messages (a flat gemma4_text config: none)."""
+    k_eq_v = flag(text, "attention_k_eq_v", TEXT_KEYS["attention_k_eq_v"], source, prefix)
     n = _int(text, "num_hidden_layers", TEXT_KEYS["num_hidden_layers"], source)
     kinds = text.get("layer_types") or ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
     if not isinstance(kinds, list) or len(kinds) != n or any(k not in TYPES for k in kinds):
-        raise ConfigError(f"{source}: text_config.layer_types must list {n} of {TYPES}, got {kinds!r:.200}")
+        raise ConfigError(f"{source}: {prefix}layer_types must list {n} of {TYPES}, got {kinds!r:.200}")
     kinds = [*kinds[:-1], "full_attention"]  # __post_init__ forces the last layer to full attention
     head_dim = _int(text, "head_dim", TEXT_KEYS["head_dim"], source)
     kv = _int(text, "num_key_value_heads", TEXT_KEYS["num_key_value_heads"], source)
     overrides = text.get("per_layer_config")
     if overrides is None:  # older files: global_head_dim / num_global_key_value_heads (used with attention_k_eq_v)
         full = {"head_dim": _int(text, "global_head_dim", 512, source)}
-        if text.get("attention_k_eq_v", False) and text.get("num_global_key_value_heads") is not None:
+        if k_eq_v and text.get("num_global_key_value_heads") is not None:
             full["num_key_value_heads"] = _int(text, "num_global_key_value_heads", None, source)
         overrides = {str(i): full for i, k in enumerate(kinds) if k == "full_attention"}
     if not isinstance(overrides, dict):
-        raise ConfigError(f"{source}: text_config.per_layer_config must be an object keyed by layer index")
+        raise ConfigError(f"{source}: {prefix}per_layer_config must be an object keyed by layer index")
     layers = []
     for i, kind in enumerate(kinds):
         o = overrides.get(str(i), overrides.get(i, {})) or {}
         if not isinstance(o, dict):
-            raise ConfigError(f"{source}: text_config.per_layer_config.{i} must be an object, got {o!r:.80}")
+            raise ConfigError(f"{source}: {prefix}per_layer_config.{i} must be an object, got {o!r:.80}")
         layers.append(Layer(kind, _int(o, "head_dim", head_dim, source), _int(o, "num_key_value_heads", kv, source)))
     for kind in set(kinds):
         if len({(x.head_dim, x.kv_heads) for x in layers if x.kind == kind}) > 1:
@@ -167,8 +169,9 @@ def _rope(text: dict, kinds: set[str], source: str) -> dict:
 
 def _check_assistant_only(text: dict, source: str) -> None:
     """Gemma4AssistantConfig.validate_architecture: no per-layer inputs, MoE or double-wide MLP."""
-    if text.get("hidden_size_per_layer_input", TEXT_KEYS["hidden_size_per_layer_input"]) != 0 \
-            or text.get("enable_moe_block", False) or text.get("use_double_wide_mlp", False):
+    moe, wide = (flag(text, key, TEXT_KEYS[key], source, "text_config.") for key in ("enable_moe_block",
+                                                                                       "use_double_wide_mlp"))
+    if text.get("hidden_size_per_layer_input", TEXT_KEYS["hidden_size_per_layer_input"]) != 0 or moe or wide:
         raise ConfigError(f"{source}: a gemma4_assistant text_config must have hidden_size_per_layer_input 0 and "
                           f"no MoE or double-wide MLP")
     act = text.get("hidden_activation", TEXT_KEYS["hidden_activation"])
@@ -191,15 +194,13 @@ def parse_assistant_config(cfg: dict, source: str) -> AssistantConfig:
     if not isinstance(eps, (int, float)) or not 0 < eps < 1:
         raise ConfigError(f"{source}: text_config.rms_norm_eps is {eps!r}, expected a number in (0, 1)")
     vocab = _int(text, "vocab_size", TEXT_KEYS["vocab_size"], source)
-    ordered = bool(cfg.get("use_ordered_embeddings", ASSISTANT_KEYS["use_ordered_embeddings"]))
+    ordered = flag(cfg, "use_ordered_embeddings", ASSISTANT_KEYS["use_ordered_embeddings"], source)
     nc = _int(cfg, "num_centroids", ASSISTANT_KEYS["num_centroids"], source)
     top_k = _int(cfg, "centroid_intermediate_top_k", ASSISTANT_KEYS["centroid_intermediate_top_k"], source)
     if ordered and (vocab % nc or top_k > nc):
         raise ConfigError(f"{source}: num_centroids {nc} must divide vocab_size {vocab} and be >= "
                           f"centroid_intermediate_top_k {top_k}")
-    tied = cfg.get("tie_word_embeddings", ASSISTANT_KEYS["tie_word_embeddings"])
-    if not isinstance(tied, bool):
-        raise ConfigError(f"{source}: tie_word_embeddings is {tied!r:.40}, expected true or false")
+    tied = flag(cfg, "tie_word_embeddings", ASSISTANT_KEYS["tie_word_embeddings"], source)
     heads = _int(text, "num_attention_heads", TEXT_KEYS["num_attention_heads"], source)
     if any(heads % layer.kv_heads for layer in layers):
         raise ConfigError(f"{source}: num_attention_heads {heads} is not a multiple of every layer's KV heads")

@@ -51,7 +51,7 @@ def inspect_target(path: str | Path) -> tuple[Gemma4Target, ov.Model]:
     text = raw.get("text_config") if raw.get("model_type") == "gemma4" else raw
     if not isinstance(text, dict):
         raise ConfigError(f"{path / CONFIG}: model_type gemma4 without a text_config object")
-    layers = resolve_layers(text, str(path / CONFIG))
+    layers = resolve_layers(text, str(path / CONFIG), "text_config." if text is not raw else "")
     model = files.read_model(path / MODEL_XML)
     hidden = surgery.lm_head_input(model, str(path / MODEL_XML)).get_partial_shape()[-1]
     logits = [o for o in model.outputs if surgery.LOGITS in o.get_names()][0].get_partial_shape()[-1]

@@ -28,6 +28,7 @@ import irsurgeon
 from irsurgeon import limits, rtinfo
 from irsurgeon.build import stage_ir
 from irsurgeon.compress import compress_model
+from irsurgeon.config import check_generation_config, present
 from irsurgeon.errors import ConfigError, IRError
 from irsurgeon.families.gemma4_mtp import target as surgery
 from irsurgeon.families.gemma4_mtp.layout import ASSISTANT_DIR, CONFIG, GENERATION, MODEL_BIN, MODEL_XML
@@ -72,14 +73,14 @@ def check_exposed(xml: Path, bin_path: Path) -> None:
         raise IRError(f"{xml}: the edited copy lacks {sorted(missing)}")
 
 
-def generation_config(target: Path, source: Path) -> str:
-    """The assistant's generation_config.json: the target's (same tokens), else the checkpoint's, else empty."""
-    for where in (target / GENERATION, source / GENERATION):
-        if where.is_file():  # read once, bounded and checked like every JSON input; handed on as the file says it
-            text = limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "generation config")
-            limits.parse_json(text, str(where), ConfigError)
-            return text
-    return "{}\n"
+def generation_text(where: Path) -> str | None:
+    """The text of the generation_config.json at `where`, handed on as the file says it once it reads as genai will
+    read it (config.check_generation_config: bounded, a regular file, token ids in range); None when nothing is
+    there (a FIFO or folder in its place is refused by name, never taken for an absent file)."""
+    if not present(where):
+        return None
+    check_generation_config(where)
+    return limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "generation config")
 
 
 def float_scope(model: ov.Model) -> tuple[str, ...]:
@@ -105,6 +106,7 @@ class PatchTarget:
     are there already)."""
     info: Gemma4Target
     new_xml: bytes | None
+    generation: str | None = None  # the target's generation_config.json (None: it has none)
 
     path = property(lambda self: self.info.path)
     warnings = ()
@@ -113,7 +115,8 @@ class PatchTarget:
 def inspect_for_patch(directory: Path) -> PatchTarget:
     """The target and the edit that exposes the outputs, made (and refused) before any assistant is built."""
     info, model = inspect_target(directory)
-    return PatchTarget(info, surgery.expose(info.xml, model, info.layer_types, info.num_kv_shared))
+    return PatchTarget(info, surgery.expose(info.xml, model, info.layer_types, info.num_kv_shared),
+                       generation_text(Path(directory) / GENERATION))
 
 
 def finish(model: ov.Model, choice, echo, **provenance: str) -> ov.Model:
@@ -132,7 +135,8 @@ def stage(tx, target: PatchTarget, model: ov.Model, cfg: AssistantConfig, root: 
     model = None  # noqa: F841  (the staged copy is what runs next)
     smoke_test(xml, cfg)
     write_staged(tx.stage(f"{ASSISTANT_DIR}/{CONFIG}"), lambda p: p.write_bytes((root / CONFIG).read_bytes()))
-    text = generation_config(target.path, root)
+    # the assistant's tokens are the target's: its generation config, else the checkpoint's, else an empty one
+    text = target.generation if target.generation is not None else (generation_text(root / GENERATION) or "{}\n")
     write_staged(tx.stage(f"{ASSISTANT_DIR}/{GENERATION}"), lambda p: p.write_text(text, encoding="utf-8"))
     if target.new_xml is not None:
         staged = tx.stage(MODEL_XML)

@@ -27,13 +27,12 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.errors import OutputError
 from irsurgeon.families.gemma4_mtp.model import parse_assistant_config, rope, rope_inv_freq, tensor_table
 from irsurgeon.ops import expand_kv, kv_cache, linear, rms_norm
 from irsurgeon.ops.core import WeightFormat, const, named, weight
-from irsurgeon.synth.registry import make_dir, save, write_json
+from irsurgeon.synth.output import OWN, output_pair
+from irsurgeon.synth.registry import save, write_json
 from irsurgeon.synth.tokenizer import SPECIAL, detokenizer_model, tokenizer_model, tokenizer_rt_info
-from irsurgeon.transaction import directory_lock
 from irsurgeon.weights.safetensors_io import write_safetensors
 
 I64 = np.int64
@@ -220,19 +219,13 @@ def target_model(tensors: dict[str, np.ndarray], window: int = WINDOW) -> ov.Mod
     return ov.Model([result], graph.sinks, params, "gemma4_text")
 
 
-def synthesize_gemma4(out_dir: str | Path, seed: int = 0, wait: bool = False) -> tuple[Path, Path]:
-    """Write out_dir/target and out_dir/ckpt (the assistant; see the module docstring) under out_dir's lock; both must be
-    new or empty folders. Returns both paths."""
-    out = Path(out_dir)
-    make_dir(out)
-    with directory_lock(out, wait):
-        target, assistant = out / "target", out / "ckpt"  # as every kind: OUT_DIR/target and OUT_DIR/ckpt
-        for d in (target, assistant):
-            if d.is_symlink() or (d.exists() and any(d.iterdir())):
-                raise OutputError(f"{d}: a link or a folder that is not empty; synth writes only into new folders")
-            make_dir(d)
+def synthesize_gemma4(out_dir: str | Path, seed: int = 0, wait: bool = False,
+                      force: bool = False) -> tuple[Path, Path]:
+    """Write out_dir/target and out_dir/ckpt (the assistant; see the module docstring) under out_dir's lock, as
+    every kind does (synth.output: an earlier output replaced with force, else refused). Returns both paths."""
+    with output_pair(out_dir, wait, force) as (target, assistant):
         _write(target, assistant, seed)
-    return target, assistant
+    return Path(out_dir) / OWN[0], Path(out_dir) / OWN[1]
 
 
 def _write(target: Path, assistant: Path, seed: int) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from irsurgeon.config import present
 from irsurgeon.families.base import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging
 from irsurgeon.families.qwen35_mtp import layout as names
 from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_XML, OPENVINO_CONFIG
@@ -58,7 +59,7 @@ class Qwen35MTP(Family):
 
     def plan_steps(self, target, choice) -> list[str]:
         steps = [f"build the MTP head as {choice.weight_format}", f"annotate {LANGUAGE_MODEL}"]
-        if choice.params and target.export.openvino_config.is_file():
+        if choice.params and present(target.export.openvino_config):
             steps.append(f"record the head's quantization in {OPENVINO_CONFIG}")
         return steps
 
@@ -86,12 +87,12 @@ class Qwen35MTP(Family):
 
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
         """sizes ({name: value}), layer_types (the --layer-types text), with_mtp (None: with for qwen35 kinds),
-        weight_format: as `irsurgeon synth` takes them (irsurgeon.synth.registry)."""
+        weight_format, force: as `irsurgeon synth` takes them (irsurgeon.synth.registry)."""
         from irsurgeon.synth.registry import spec_from_options, synthesize
         spec = spec_from_options(kind, options.get("sizes") or {}, options.get("layer_types"))
         with_mtp = kind != "llama" if options.get("with_mtp") is None else options["with_mtp"]
         out = synthesize(out_dir, kind, spec, seed=seed, with_mtp=with_mtp,
-                         weight_format=options.get("weight_format", "f32"), wait=wait)
+                         weight_format=options.get("weight_format", "f32"), wait=wait, force=options.get("force", False))
         return {"target": out.target, "ckpt": out.ckpt}
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
+from irsurgeon.config import present
 from irsurgeon.errors import CheckpointError, IRError, cause
 from irsurgeon.ir import files
 from irsurgeon.ir.export import ExportDir
@@ -220,12 +221,12 @@ def embedding_shard(root: Path, source: str | Path, hub: HubOptions | None):
         return LocalBytes(root)
     index = root / INDEX_FILE
     shard = SINGLE_FILE
-    if index.is_file():
+    if present(index):  # a FIFO or folder there is refused by its reader, never taken for a single-file checkpoint
         shard_of = Checkpoint.open(root).shard_of  # shard names validated: plain files in the directory
         shard = next((shard_of[n].name for n in EMBED_NAMES if n in shard_of), None)
         if shard is None:
             return f"not checked: {index} lists no {' / '.join(EMBED_NAMES)} to compare"
-    if (root / shard).is_file():
+    if present(root / shard):  # anything there is read, or refused by name (LocalBytes: a regular file only)
         return LocalBytes(root / shard)
     commit = snapshot_commit(root)
     if commit and is_repo_id(source):
