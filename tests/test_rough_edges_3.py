@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import invoke, no_hang, one_error  # noqa: F401  (no_hang: an autouse fixture)
-from helpers.demo import DEMO_CKPT, DEMO_TARGET, patch_demo, sharded_demo_ckpt, writable_copy
-from helpers.dirsnap import snapshot
-from helpers.families import FAMILIES, FIXTURE_PAIRS, fixture_pair
+from lab.demo import DEMO_CKPT, DEMO_TARGET, patch_demo, sharded_demo_ckpt, writable_copy
+from lab.dirsnap import snapshot
+from lab.families import FAMILIES, FIXTURE_PAIRS, fixture_pair
 from helpers.gemma4 import copy_pair
 from irsurgeon.errors import ConfigError
 from irsurgeon.families import registry
