@@ -155,7 +155,7 @@ def relayout(folder: store.Folder, shard: str, src, prefix: str, echo: Echo) -> 
 
     def fill(fd: int) -> None:
         store.write_all(fd, header, 0)
-        src.copy(spans, Packer(fd, chosen, start, len(header)))
+        src.copy(spans, Packer(fd, chosen, start, len(header), folder.path / shard))
         if every:
             data = (os.pread(fd, min(COPY_CHUNK, need - at), len(header) + at) for at in range(0, need, COPY_CHUNK))
             check_content([raw[0, 8], raw[8, start - 8], *data], size, src.etag, src.label)
@@ -176,8 +176,8 @@ class Packer:
     """A sink of the source file's bytes (offset, chunk) that writes the chosen tensors' parts of them where the
     packed file holds them: tensor k's source bytes [s_k, e_k) go to base + (its packed offset)."""
 
-    def __init__(self, fd: int, chosen: list[TensorInfo], start: int, base: int):
-        self.fd = fd
+    def __init__(self, fd: int, chosen: list[TensorInfo], start: int, base: int, where: Path):
+        self.fd, self.where = fd, where
         self.begin = [start + i.begin for i in chosen]
         self.end = [start + i.end for i in chosen]
         self.at = [base]
@@ -190,7 +190,10 @@ class Packer:
         while k < len(self.begin) and self.begin[k] < stop:
             lo, hi = max(offset, self.begin[k]), min(stop, self.end[k])
             if lo < hi:
-                store.write_all(self.fd, chunk[lo - offset:hi - offset], self.at[k] + lo - self.begin[k])
+                try:
+                    store.write_all(self.fd, chunk[lo - offset:hi - offset], self.at[k] + lo - self.begin[k])
+                except OSError as e:  # a full disk is the cache's, not the hub's
+                    raise CheckpointError(f"{self.where}: cannot write: {e.strerror or type(e).__name__}") from None
             k += 1
 
 

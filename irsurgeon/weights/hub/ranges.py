@@ -23,6 +23,10 @@ class HubOffline(HubUnreachable):
     """Bytes not in irsurgeon's cache were asked for while HF_HUB_OFFLINE is set."""
 
 
+class _BodyFailed(Exception):
+    """A transport error while reading an answer's body, carried out of huggingface_hub's backoff context."""
+
+
 class HubBytes:
     """Byte ranges of one file of a repo at one commit, by GET with a Range header, through huggingface_hub's
     session, headers and retries. One HEAD (get_hf_file_metadata) gives the size, the ETag and where the bytes are
@@ -89,9 +93,19 @@ class HubBytes:
         return [self._slice(o, n) for o, n in ranges]
 
     def copy(self, spans: list[tuple[int, int]], sink: Sink) -> None:
-        """Each (offset, length) span's bytes to sink as they arrive, PIECE bytes a request, PARALLEL at a time."""
+        """Each (offset, length) span's bytes to sink as they arrive, PIECE bytes a request, PARALLEL at a time; a
+        span's start already held (the first read's bytes past the header) is not fetched again."""
         self.size()
-        pieces = [(o + at, min(self.PIECE, n - at)) for o, n in spans for at in range(0, n, self.PIECE)]
+        rest = []
+        for offset, length in spans:
+            while length and (k := self._holding(offset)) is not None:
+                at, data = self._held[k]
+                part = data[offset - at:offset - at + length]
+                sink(offset, part)
+                offset, length = offset + len(part), length - len(part)
+            if length:
+                rest.append((offset, length))
+        pieces = [(o + at, min(self.PIECE, n - at)) for o, n in rest for at in range(0, n, self.PIECE)]
         with ThreadPoolExecutor(min(self.PARALLEL, max(len(pieces), 1))) as pool:
             list(pool.map(lambda p: self._get(*p, sink=sink), pieces))
 
@@ -154,9 +168,14 @@ class HubBytes:
                 with http_stream_backoff("GET", self.location, headers=headers, timeout=probe_timeout(),
                                          max_retries=2) as r:
                     hf_raise_for_status(r)
-                    data = self._body(r, offset, length, sink)
+                    try:
+                        data = self._body(r, offset, length, sink)
+                    except hub_failures() as e:  # not into the backoff generator: it would retry mid-body
+                        raise _BodyFailed(e) from None  # (huggingface_hub 2.4.0 utils/_http.py _http_backoff_base)
         except HubGuardError as e:
             raise labelled(e, self.label) from None
+        except _BodyFailed as e:
+            raise hub_error(self.repo_id, self.filename, self.hub, e.args[0]) from None
         except hub_failures() as e:
             raise hub_error(self.repo_id, self.filename, self.hub, e) from None
         self.requests += 1  # counters: int += under the GIL, one per finished request
