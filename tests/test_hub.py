@@ -4,23 +4,19 @@ which revision, and how each failure reads. huggingface_hub itself runs unmodifi
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import openvino as ov
 import pytest
 
 from helpers.dirsnap import snapshot
+from helpers.hub import run_cli
 from helpers.hub_server import Blackhole, Faults, HubServer, Revision, free_port, split_checkpoint
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
 from irsurgeon.verify import verify_directory
 
-ROOT = Path(__file__).resolve().parents[1]
 REPO = "acme/qwen35-tiny"
 EMBED_SHARD, REST_SHARD, MTP_SHARD = (f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3))
 SPEC = default_spec("qwen35").with_(vocab=4096)  # a 512 KiB embedding table: 16 rows of it are 2 KiB
@@ -35,17 +31,6 @@ def models(tmp_path_factory):
         s = synthesize(base / f"s{seed}", "qwen35", SPEC, seed=seed)
         out[seed] = (s.target, split_checkpoint(s.ckpt, base / f"repo{seed}"))
     return out
-
-
-def run_cli(*args, endpoint: str, home: Path, extra_env: dict | None = None, timeout: float = 120):
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_HUB_ETAG_TIMEOUT",
-                                                            "IRSURGEON_HUB_TIMEOUT")}
-    env.update({"HF_ENDPOINT": endpoint, "HF_HOME": str(home), "PYTHONPATH": str(ROOT),
-                "HF_HUB_DISABLE_TELEMETRY": "1", **(extra_env or {})})
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "irsurgeon.cli", *map(str, args)], env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    return proc, time.perf_counter() - start
 
 
 def copy_target(src: Path, dest: Path) -> Path:

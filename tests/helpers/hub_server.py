@@ -225,12 +225,15 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        if self.hub.faults.slow_file and path.name == self.hub.faults.slow_file:
-            self.reply(status, meta, part[: len(part) // 2])
-            time.sleep(self.hub.faults.pause)
-            self.wfile.write(part[len(part) // 2:])
-        else:
-            self.reply(status, meta, part)
+        try:
+            if self.hub.faults.slow_file and path.name == self.hub.faults.slow_file:
+                self.reply(status, meta, part[: len(part) // 2])
+                time.sleep(self.hub.faults.pause)
+                self.wfile.write(part[len(part) // 2:])
+            else:
+                self.reply(status, meta, part)
+        except OSError:  # the client hung up (as on a range answered whole: it reads none of it)
+            self.close_connection = True
         self.hub.record("GET", self.path, rng, len(part))
 
     def send_long(self, status: int, meta: dict, path: Path, start: int, length: int):

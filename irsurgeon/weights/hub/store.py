@@ -40,7 +40,8 @@ class Folder:
     def __init__(self, cache: Path, repo_id: str, commit: str):
         self.path = cache.joinpath(ROOT, "models--" + repo_id.replace("/", "--"), "snapshots", commit)
         try:
-            fd = os.open(cache, fsat.DIR_FLAGS & ~os.O_NOFOLLOW)  # the cache itself may be a link: the user's choice
+            os.makedirs(cache, exist_ok=True)  # the cache itself may be a link: the user's choice
+            fd = os.open(cache, fsat.DIR_FLAGS & ~os.O_NOFOLLOW)
             for name in self.path.relative_to(cache).parts:
                 fd = _enter(fd, name)
         except OSError as e:
