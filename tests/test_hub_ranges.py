@@ -12,14 +12,16 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers.dirsnap import snapshot
 from helpers.families import FAMILIES, FIXTURE_PAIRS
-from helpers.hub import run_cli
+from helpers.hub import cli_env, run_cli
 from helpers.hub_server import Faults, HubServer, Revision, split_checkpoint
 from irsurgeon.errors import CheckpointError
 from irsurgeon.synth import synthesize
@@ -174,6 +176,33 @@ def test_a_spoiled_copy_in_the_cache_is_fetched_again_never_written_through(pair
         assert weight_traffic(hub)[0] > before  # fetched again
     assert not (folder / MTP_SHARD).is_symlink() and (folder / MTP_SHARD).read_bytes() == good
     assert outside.read_bytes() == kept_outside and not leftover.exists()
+
+
+def test_a_run_killed_mid_download_leaves_nothing_a_later_run_trusts(pair, tmp_path):
+    """SIGKILL while the head's bytes are arriving (the server pauses mid-answer): the cache holds no file at the
+    shard's name, only a temp file, which the next run removes before it fetches the head again and builds."""
+    files = pair[1]["head beside a big tensor"]
+    shard = "model-00002-of-00002.safetensors"
+    cache = tmp_path / "cache"
+    args = [sys.executable, "-m", "irsurgeon.cli", "build-mtp", REPO, "-o", tmp_path / "a", "--cache-dir", cache]
+    with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(slow_file=shard, pause=1.0)) as hub:
+        proc = subprocess.Popen(args, env=cli_env(hub.url, tmp_path / "hf"), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while not list(cache.glob(f"irsurgeon/*/snapshots/*/.{shard}.*.tmp")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            proc.kill()
+            proc.wait()
+    folder = ours(cache)
+    assert list(folder.glob(f".{shard}.*.tmp")) and not (folder / shard).exists()
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        again, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "b", "--cache-dir", cache, endpoint=hub.url,
+                           home=tmp_path / "hf")
+    assert again.returncode == 0, again.stderr
+    assert (folder / shard).is_file() and not list(folder.glob(".*.tmp"))
+    assert (tmp_path / "b" / "openvino_mtp_model.xml").is_file() and not (tmp_path / "a").exists()
 
 
 @pytest.mark.parametrize("family", FAMILIES)

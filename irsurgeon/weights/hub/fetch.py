@@ -3,8 +3,9 @@ weights come by byte range: partial.py), and, when a server will not serve range
 
 Through huggingface_hub's cache go its token discovery, `HF_ENDPOINT` and `HF_HUB_OFFLINE=1`. A repo without an index
 holds a single `model.safetensors`. Before any download, one HEAD request with a short timeout asks whether the hub
-answers at all: an unreachable hub is one line within seconds, not huggingface_hub's minute of retries (huggingface_hub 2.4.0,
-file_download.py: a failed HEAD without a cached copy is retried with `_ETAG_RETRY_TIMEOUT = 60` and backoff).
+answers at all: an unreachable hub is one line within seconds, not huggingface_hub's minute of retries
+(huggingface_hub 2.4.0, file_download.py: a failed HEAD without a cached copy is retried with
+`_ETAG_RETRY_TIMEOUT = 60` and backoff).
 A hub that accepts connections but never answers costs the probe's 5 s (plus, when the user turned telemetry on, up
 to 3 s that huggingface_hub spends once a day fetching `{ENDPOINT}/api/agent-harnesses`: utils/_detect_agent.py,
 `_REGISTRY_FETCH_TIMEOUT = 3`; transport.py turns it off otherwise).

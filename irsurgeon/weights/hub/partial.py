@@ -26,10 +26,13 @@ reads as a local checkpoint, with the unchanged reader.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import hashlib
+import itertools
 import os
 import sys
+import threading
 from pathlib import Path
 
 from irsurgeon import limits
@@ -155,10 +158,11 @@ def relayout(folder: store.Folder, shard: str, src, prefix: str, echo: Echo) -> 
 
     def fill(fd: int) -> None:
         store.write_all(fd, header, 0)
-        src.copy(spans, Packer(fd, chosen, start, len(header), folder.path / shard))
-        if every:
+        with progress(src, sum(n for _, n in spans), shard) as bar:
+            src.copy(spans, Packer(fd, chosen, start, len(header), folder.path / shard, bar))
+        if every:  # the original header, then the data as written (a chunk at a time)
             data = (os.pread(fd, min(COPY_CHUNK, need - at), len(header) + at) for at in range(0, need, COPY_CHUNK))
-            check_content([raw[0, 8], raw[8, start - 8], *data], size, src.etag, src.label)
+            check_content(itertools.chain([raw[0, 8], raw[8, start - 8]], data), size, src.etag, src.label)
     folder.write(shard, fill)
 
 
@@ -176,8 +180,8 @@ class Packer:
     """A sink of the source file's bytes (offset, chunk) that writes the chosen tensors' parts of them where the
     packed file holds them: tensor k's source bytes [s_k, e_k) go to base + (its packed offset)."""
 
-    def __init__(self, fd: int, chosen: list[TensorInfo], start: int, base: int, where: Path):
-        self.fd, self.where = fd, where
+    def __init__(self, fd: int, chosen: list[TensorInfo], start: int, base: int, where: Path, bar=None):
+        self.fd, self.where, self.bar, self.lock = fd, where, bar, threading.Lock()
         self.begin = [start + i.begin for i in chosen]
         self.end = [start + i.end for i in chosen]
         self.at = [base]
@@ -195,6 +199,19 @@ class Packer:
                 except OSError as e:  # a full disk is the cache's, not the hub's
                     raise CheckpointError(f"{self.where}: cannot write: {e.strerror or type(e).__name__}") from None
             k += 1
+        if self.bar is not None:
+            with self.lock:  # pieces arrive from several threads
+                self.bar.update(len(chunk))
+
+
+def progress(src, total: int, shard: str):
+    """huggingface_hub's progress bar (its own on/off switches: HF_HUB_DISABLE_PROGRESS_BARS) for a download; none
+    for a local copy."""
+    if not isinstance(src, HubBytes):
+        return contextlib.nullcontext()
+    from huggingface_hub.utils import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"{shard} (by range)")
 
 
 class LocalFile(LocalBytes):

@@ -27,6 +27,8 @@ from typing import Callable
 
 from irsurgeon import fsat, limits
 from irsurgeon.errors import CheckpointError
+from irsurgeon.weights.hub.fetch import looks_like_repo_id
+from irsurgeon.weights.hub.names import COMMIT, shown
 
 ROOT = "irsurgeon"
 RANGES_SUFFIX = ".ranges"
@@ -38,6 +40,9 @@ class Folder:
     """One commit's folder of the cache, held open by descriptor (see the module docstring)."""
 
     def __init__(self, cache: Path, repo_id: str, commit: str):
+        if not (looks_like_repo_id(repo_id) and COMMIT.fullmatch(commit)):  # both become path components
+            raise CheckpointError(f"{shown(repo_id)}@{shown(commit)}: not a repo id and a commit hash; not making a "
+                                  f"cache path of them")
         self.path = cache.joinpath(ROOT, "models--" + repo_id.replace("/", "--"), "snapshots", commit)
         try:
             os.makedirs(cache, exist_ok=True)  # the cache itself may be a link: the user's choice
