@@ -123,6 +123,7 @@ def fetch_shard(folder: store.Folder, repo_id: str, shard: str, hub: HubOptions,
         except RangesRefused as e:
             print(shown(f"note: {e}; fetching the whole {shard} instead"), file=sys.stderr)
             whole = fetcher(repo_id, hub, True)(shard)
+    echo(f"{repo_id}: taking the {named(prefix)} of {shard} from the Hugging Face cache's copy of the whole file")
     local = LocalFile(whole)
     try:
         local.check()
@@ -152,8 +153,7 @@ def relayout(folder: store.Folder, shard: str, src, prefix: str, echo: Echo) -> 
     header = encode_header(partial_header(chosen, shard, size, prefix))
     every = isinstance(src, HubBytes) and start + need == size  # every byte of the file: check its hash
     if isinstance(src, HubBytes):
-        what = f"'{prefix}*' tensors" if prefix else "tensors"
-        echo(f"{src.label}: fetching {len(chosen)} {what} ({limits.human(need)} of "
+        echo(f"{src.label}: fetching {len(chosen)} {named(prefix)} ({limits.human(need)} of "
              f"{limits.human(size)}) by byte range" + ("; the whole file, checked against its ETag" if every else ""))
 
     def fill(fd: int) -> None:
@@ -164,6 +164,10 @@ def relayout(folder: store.Folder, shard: str, src, prefix: str, echo: Echo) -> 
             data = (os.pread(fd, min(COPY_CHUNK, need - at), len(header) + at) for at in range(0, need, COPY_CHUNK))
             check_content(itertools.chain([raw[0, 8], raw[8, start - 8]], data), size, src.etag, src.label)
     folder.write(shard, fill)
+
+
+def named(prefix: str) -> str:
+    return f"'{prefix}*' tensors" if prefix else "tensors"  # "'*' tensors" would read as a glob
 
 
 def partial_header(chosen: list[TensorInfo], shard: str, size: int, prefix: str) -> dict:
