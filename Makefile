@@ -32,14 +32,14 @@ test-all: install
 	$(PYTHON) -m pytest -q -m ""
 
 bench: install
-	$(PYTHON) scripts/bench_build.py
-	$(PYTHON) scripts/bench_vs_optimum.py
+	$(PYTHON) benchmarks/bench_build.py
+	$(PYTHON) benchmarks/bench_vs_optimum.py
 
 bench-optimum: install
-	$(PYTHON) scripts/bench_vs_optimum.py
+	$(PYTHON) benchmarks/bench_vs_optimum.py
 
 reliability: install
-	$(PYTHON) scripts/bench_reliability.py
+	$(PYTHON) benchmarks/bench_reliability.py
 
 fixtures:
 	$(PYTHON) scripts/make_demo_fixture.py

@@ -173,7 +173,8 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
     props = fam.equivalence_properties(target)
     report = Report(properties=props)
     echo(f"equivalence: loading the plain and the MTP pipeline on {device}")  # minutes for a large model
-    plain, mtp = fam.pipeline(g, target, device, props, False), fam.pipeline(g, target, device, props, True)
+    plain = fam.pipeline(g, target, device, props, False)
+    mtp = fam.pipeline(g, target, device, props, True, max_assistant_tokens=max(nats))
     keep_going = not fam.honours_eos
     for i, prompt in enumerate(prompt_list(prompts)):
         ref, _ = _generate(g, plain, fam.prompt(prompt), _config(g, max_new_tokens, None, keep_going))
@@ -384,7 +385,7 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     del plain
     gc.collect()
     echo("speed: loading the MTP pipeline")
-    mtp = fam.pipeline(g, target, device, {}, True)
+    mtp = fam.pipeline(g, target, device, {}, True, max_assistant_tokens=max(sweep))
     for j, nat in enumerate(sweep):
         echo(f"speed [{j + 2}/{len(sweep) + 1}] MTP num_assistant_tokens {nat}")
         reset_peak_memory()

@@ -254,7 +254,12 @@ class DirectoryTransaction:
                 self._fail(e)
 
     def _check_dirs(self) -> None:
-        """Each subdirectory is still the folder stage() opened; one that appeared since is opened now."""
+        """The staging folder is still under its name (the next run finds the journal there, nowhere else), and
+        each subdirectory is still the folder stage() opened; one that appeared since is opened now."""
+        named = lstat_at(self._fd, STAGE_DIR)
+        if named is None or not os.path.samestat(named, os.fstat(self._stage_fd)):
+            raise OutputError(f"{self.target / STAGE_DIR}: replaced or moved since files were staged in it; nothing "
+                              f"was written")
         for folder, fd in list(self._dirs.items()):
             named = lstat_at(self._fd, folder)
             if fd is None and named is not None:

@@ -63,15 +63,15 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from dflash_export import export
 
 CASES = {
     "base": dict(
@@ -240,23 +240,6 @@ def run_draft(draft, feeds: list[dict]) -> list[np.ndarray]:
 
 def worst(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return max(float(np.abs(x - y).max()) for x, y in zip(a, b))
-
-
-def export(src: Path, out: Path, draft: bool) -> None:
-    """optimum-cli's fp32 export, offline; only the IR and config.json are kept."""
-    cli = Path(sys.executable).with_name("optimum-cli")
-    cmd = [str(cli), "export", "openvino", "--model", str(src), "--task", "text-generation-with-past",
-           "--weight-format", "fp32", "--disable-convert-tokenizer"]
-    if draft:
-        cmd.append("--trust-remote-code")
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        r = subprocess.run(cmd + [tmp], capture_output=True, text=True, env=env)
-        if r.returncode:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
-        out.mkdir(parents=True, exist_ok=True)
-        for name in ("openvino_model.xml", "openvino_model.bin", "config.json"):
-            shutil.copy(Path(tmp) / name, out / name)
 
 
 def replay_ir(xml: Path, feeds: list[dict]) -> list[np.ndarray]:

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # the helpers package
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(Path(__file__).parent), str(ROOT)]  # the helpers package (tests/), the lab package (the root)
 REFERENCE = ROOT / "tests" / "data" / "reference"
 REFERENCE_ENV = "IRSURGEON_REFERENCE"
 

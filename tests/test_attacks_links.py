@@ -1,8 +1,8 @@
 """Attacks through links, leftovers and concurrent writers, through the command line.
 
-Each test keeps a sibling `outside` folder next to the target and checks (tests/helpers/dirsnap.py, links recorded, never
+Each test keeps a sibling `outside` folder next to the target and checks (lab/dirsnap.py, links recorded, never
 followed) that a refused run changed neither. Concurrent writers are real: a child process holds the directory
-lock through the product's own `directory_lock` (tests/helpers/procs.py).
+lock through the product's own `directory_lock` (lab/procs.py).
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from helpers.dirsnap import snapshot
-from helpers.hub import hub_snapshot
-from helpers.procs import killed_commit, lock_held
+from lab.dirsnap import snapshot
+from lab.hub import hub_snapshot
+from lab.procs import killed_commit, lock_held
 from irsurgeon.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

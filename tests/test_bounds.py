@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import invoke, no_hang, one_error  # noqa: F401  (no_hang: an autouse fixture)
-from helpers.hostile import DEMO_CKPT, DEMO_TARGET, Lab, judge, run_cli
-from helpers.hostile_forms import (CANARY, GEMMA4_ASSISTANT_FORMS, INPUTS, OPENVINO_CONFIG_FORMS, REQUIRED_ROLES, Case,
+from lab.hostile import DEMO_CKPT, DEMO_TARGET, Lab, judge, run_cli
+from lab.hostile_forms import (CANARY, GEMMA4_ASSISTANT_FORMS, INPUTS, OPENVINO_CONFIG_FORMS, REQUIRED_ROLES, Case,
                                    all_cases, roles_of, sample)
 from irsurgeon import limits
 from irsurgeon.errors import ConfigError, IRError
@@ -186,7 +186,7 @@ def test_prompts_from_a_fifo_or_device_never_block(tmp_path, target):
 # --- the command matrix, for every registered family ---------------------------------------------------------------
 # hostile_forms derives every family's inputs from the registry. The default run takes PINNED (cases that once
 # broke, with their exit code) and, for every family and role they leave uncovered, one more case (sample()); the
-# slow test and scripts/bench_reliability.py --attack-inputs-only run the whole matrix.
+# slow test and benchmarks/bench_reliability.py --attack-inputs-only run the whole matrix.
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory) -> Lab:

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from helpers.cli import invoke, no_hang, one_error  # noqa: F401  (no_hang: an autouse fixture)
-from helpers.hostile import DEMO_CKPT, truncation_race
-from helpers.hostile_forms import CANARY, absurd_checkpoint, secret_link
+from lab.hostile import DEMO_CKPT, truncation_race
+from lab.hostile_forms import CANARY, absurd_checkpoint, secret_link
 from irsurgeon import limits
 from irsurgeon.errors import CheckpointError
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint

@@ -12,6 +12,7 @@ import openvino as ov
 import pytest
 from click.testing import CliRunner
 
+from helpers.tiers import default_tier
 from helpers.checkpoints import (PER_TENSOR, as_float, dequantized, fp8_config, fp8_tensors, fused_view,
                                  read_tensors, split_per_expert, write_variant)
 from helpers.heads import max_diff, run_head, run_reference, scale, three_calls
@@ -337,7 +338,8 @@ def test_patch_from_each_checkpoint_format_passes_verify(patched_from, name):
 
 
 @pytest.mark.genai
-@pytest.mark.parametrize("name", ["f32", "f16", "fp8-dense", "fp8-moe", "fp8-bigram"])
+@pytest.mark.parametrize("name", default_tier(
+    ["f32", "f16", "fp8-dense", "fp8-moe", "fp8-bigram"], keep={"fp8-bigram"}))
 def test_genai_mtp_decoding_equals_plain_greedy(patched_from, patch_sources, export, name):
     """Token-identical to plain greedy; on the bigram checkpoint the FP8 head's drafts are accepted as often as
     optimum's bf16 head's (within 2 points, as in test_patch)."""

@@ -2,7 +2,7 @@
 
 Each build runs in a fresh process; its peak RSS (VmHWM) above the import baseline of `python -c "import
 openvino, nncf"` must stay within 1.5x the head's bf16 bytes. Before compression ran in blocks with early release,
-these builds took 2.3-2.9x (scripts/bench_build.py: dense int4 2.29x, int8 2.44x, MoE 2.64x / 2.94x): nncf 3.4
+these builds took 2.3-2.9x (benchmarks/bench_build.py: dense int4 2.29x, int8 2.44x, MoE 2.64x / 2.94x): nncf 3.4
 quantized each weight in one inference over all of it and kept every f16 constant until the end.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from irsurgeon.synth.checkpoint import SynthSpec, checkpoint_config, mtp_tensors
 from irsurgeon.weights.safetensors_io import f32_to_bf16, write_safetensors
-from helpers.procs import env
+from lab.procs import env
 
 BUDGET = 1.5
 DENSE = SynthSpec(hidden=2048, heads=16, kv_heads=2, head_dim=256, intermediate=6144, vocab=1024, layers=2)

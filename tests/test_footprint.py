@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers.demo import patch_demo
+from lab.demo import patch_demo
 
 from irsurgeon.cli import main
 from irsurgeon.config import read_json, text_section

@@ -78,6 +78,8 @@ def test_int8_is_per_channel_and_auto_on_a_float_target_mirrors_it(tmp_path):
                and w.consumer_type == "MatMul")
 
 
+@pytest.mark.genai
+@pytest.mark.slow
 def test_genai_runs_the_int4_pair_token_identical_with_drafts_accepted(int4_pair):
     report = genai_report(int4_pair[0])
     assert report["genai"]["properties"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "0"

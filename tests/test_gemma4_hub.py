@@ -1,7 +1,7 @@
-"""A Gemma 4 assistant as a repo id, against the Hub look-alike on 127.0.0.1 (tests/helpers/hub_server.py): every
-tensor fetched by byte range (config.json first, then model.safetensors, or the index and every shard), patched into
-a copy of the fixture target; a missing file is one line and leaves the target as it was. huggingface_hub runs
-unmodified in a subprocess (HF_ENDPOINT and HF_HOME are read when it is imported)."""
+"""A Gemma 4 assistant as a repo id, against the Hub look-alike on 127.0.0.1 (lab/hub_server.py): every tensor
+fetched by byte range (config.json first, then model.safetensors, or the index and every shard), patched into a copy
+of the fixture target; a missing file is one line and leaves the target as it was. huggingface_hub runs unmodified
+in a subprocess (HF_ENDPOINT and HF_HOME are read when it is imported)."""
 from __future__ import annotations
 
 import json
@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers.dirsnap import snapshot
+from lab.dirsnap import snapshot
 from helpers.gemma4 import copy_pair
-from helpers.hub_server import Faults, HubServer, Revision, split_checkpoint
+from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
 from irsurgeon.verify import verify_directory
 
 ROOT = Path(__file__).resolve().parents[1]

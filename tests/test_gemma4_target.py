@@ -12,7 +12,7 @@ import openvino as ov
 import pytest
 from click.testing import CliRunner
 
-from helpers.dirsnap import full_disk_on_nth_replace, snapshot
+from lab.dirsnap import full_disk_on_nth_replace, snapshot
 from helpers.gemma4 import PAIR, copy_pair
 from irsurgeon.cli import main as cli
 from irsurgeon.families.gemma4_mtp import target as surgery

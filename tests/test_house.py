@@ -6,7 +6,7 @@
                  prove offline (and `verify --genai` measures acceptance: test_gemma4_verify, test_patch)
     ready        `patch` answers "already ready" only when the family's verify agrees; else it rebuilds
     one commit   every file of a patch, subfolders included, moves in by one transaction (test_house_commit.py)
-A new family gets all of it by its registry line, its fixture pair (helpers.families.FIXTURE_PAIRS) and its synth.
+A new family gets all of it by its registry line, its fixture pair (lab.families.FIXTURE_PAIRS) and its synth.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 
 from helpers.checkpoints import read_tensors, write_variant
 from helpers.cli import invoke, one_error
-from helpers.dirsnap import snapshot
-from helpers.families import FAMILIES, FIXTURE_PAIRS, fixture_pair, synth_pair
+from lab.dirsnap import snapshot
+from lab.families import FAMILIES, FIXTURE_PAIRS, fixture_pair, synth_pair
 from irsurgeon.config import read_json
 from irsurgeon.families import registry
 from irsurgeon.verify import verify_directory

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import invoke
-from helpers.dirsnap import snapshot
-from helpers.families import FAMILIES, FIXTURE_PAIRS
+from lab.dirsnap import snapshot
+from lab.families import FAMILIES, FIXTURE_PAIRS
 from irsurgeon.verify import verify_directory
 
 STAGE_DIR = ".irsurgeon-staging"
@@ -91,7 +91,7 @@ def test_the_fault_points_cover_staging_journal_moves_and_cleanup(pair):
     assert len(moved & names) >= 2, seen
 
 
-SWEEPS = [pytest.param(errno.ENOSPC, 4, id="ENOSPC-every-4th"),
+SWEEPS = [pytest.param(errno.ENOSPC, 7, id="ENOSPC-every-7th"),
           pytest.param(errno.ENOSPC, 1, id="ENOSPC", marks=pytest.mark.slow),
           pytest.param(errno.EIO, 1, id="EIO", marks=pytest.mark.slow)]
 
@@ -99,7 +99,7 @@ SWEEPS = [pytest.param(errno.ENOSPC, 4, id="ENOSPC-every-4th"),
 @pytest.mark.parametrize("code, stride", SWEEPS)
 def test_a_fault_at_every_mutating_call_leaves_before_complete_or_recoverable(pair, tmp_path, monkeypatch, code,
                                                                                stride):
-    """The default run takes every fourth call (and the last); `make test-all` every call, for ENOSPC and EIO."""
+    """The default run takes every seventh call (and the last); `make test-all` every call, for ENOSPC and EIO."""
     family, source, ckpt, after, seen = pair
     before = snapshot(source)
     outcomes: dict[str, int] = {}

@@ -1,4 +1,4 @@
-"""Repo ids against a Hub look-alike on 127.0.0.1 (tests/helpers/hub_server.py): what is fetched, how much, from
+"""Repo ids against a Hub look-alike on 127.0.0.1 (lab/hub_server.py): what is fetched, how much, from
 which revision, and how each failure reads. huggingface_hub itself runs unmodified, in a subprocess per command
 (HF_ENDPOINT and HF_HOME are read when huggingface_hub is imported), with a fresh HF_HOME per test."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import openvino as ov
 import pytest
 
-from helpers.dirsnap import snapshot
-from helpers.hub import run_cli
-from helpers.hub_server import Blackhole, Faults, HubServer, Revision, free_port, split_checkpoint
+from lab.dirsnap import snapshot
+from lab.hub import run_cli
+from lab.hub_server import Blackhole, Faults, HubServer, Revision, free_port, split_checkpoint
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
 from irsurgeon.verify import verify_directory

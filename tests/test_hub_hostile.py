@@ -1,4 +1,4 @@
-"""A hostile hub (tests/helpers/hub_server.py, Faults): what a server, or a command line, may send that huggingface_hub
+"""A hostile hub (lab/hub_server.py, Faults): what a server, or a command line, may send that huggingface_hub
 would turn into paths, unbounded reads or an endless wait, and what irsurgeon makes of it: one `Error:` line, exit 1,
 nothing written outside the cache directory, memory bounded by what was asked, and every fetch ended by the
 --hub-timeout budget.
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.dirsnap import snapshot
-from helpers.hub_server import Faults, HubServer, Revision, split_checkpoint
+from lab.dirsnap import snapshot
+from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
 from irsurgeon.errors import CheckpointError
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec

@@ -253,6 +253,7 @@ def test_scheduler_size_follows_the_states(tmp_path):
 
 
 @pytest.mark.genai
+@pytest.mark.slow
 def test_genai_runs_real_size_linear_attention_states(tmp_path):
     """Real Qwen3.5 linear-attention heads (16 x 128): at f32 (the equivalence run's precision) genai's default
     max_num_seqs reserves 256 x 5.5 MiB of linear-attention state and refuses a 1 GiB cache; the sized scheduler

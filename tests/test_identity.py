@@ -16,7 +16,7 @@ import openvino as ov
 import pytest
 from click.testing import CliRunner
 
-from helpers.dirsnap import snapshot
+from lab.dirsnap import snapshot
 from irsurgeon.cli import main
 from irsurgeon.families.qwen35_mtp.identity import check_identity, sample_ids
 from irsurgeon.ir.export import TEXT_EMBEDDINGS as EMBEDDINGS_XML
@@ -162,7 +162,7 @@ def test_a_target_bin_that_shrinks_while_identity_reads_it_is_one_line(tmp_path,
     import os
     import shutil
 
-    from helpers.demo import DEMO_CKPT, DEMO_TARGET
+    from lab.demo import DEMO_CKPT, DEMO_TARGET
     from irsurgeon.errors import IRError
     from irsurgeon.families.qwen35_mtp import identity
 
@@ -182,7 +182,7 @@ def test_a_target_bin_that_shrinks_while_identity_reads_it_is_one_line(tmp_path,
 def test_identity_reads_only_the_sampled_rows_of_the_table(tmp_path, monkeypatch):
     import os
 
-    from helpers.demo import DEMO_CKPT, DEMO_TARGET
+    from lab.demo import DEMO_CKPT, DEMO_TARGET
     from irsurgeon.families.qwen35_mtp import identity
 
     read = []

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
-from helpers.demo import patch_demo
+from lab.demo import patch_demo
 
 from irsurgeon.cli import main
 from irsurgeon.footprint import kv_cache

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers.demo import DEMO_CKPT, patch_demo
-from helpers.dirsnap import full_disk_on_nth_replace, snapshot
+from helpers.tiers import default_tier
+from lab.demo import DEMO_CKPT, patch_demo
+from lab.dirsnap import full_disk_on_nth_replace, snapshot
 
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.cli import main
@@ -99,11 +100,12 @@ def test_force_rebuilds_a_ready_head(tmp_path):
 
 
 @pytest.mark.genai
-def test_genai_mtp_decoding_equals_plain_greedy(patched, export, tmp_path):
+@pytest.mark.parametrize("name", default_tier(sorted(PAIRS), keep={"dense-bigram-fp16"}))
+def test_genai_mtp_decoding_equals_plain_greedy(patch_once, export, name):
     """Several prompts x num_assistant_tokens 1..4 token-identical; bigram acceptance within 2 points of optimum."""
     from irsurgeon.genai_check import run_equivalence
 
-    name, target, _ = patched
+    name, target, _ = patch_once(name)
     ours = run_equivalence(target, prompts=3, nats=(1, 2, 3, 4), echo=lambda _: None)
     assert len(ours.runs) == 12 and ours.identical, [r for r in ours.runs if not r.identical]
     if "bigram" in name:

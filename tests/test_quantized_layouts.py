@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from helpers.dirsnap import snapshot
+from lab.dirsnap import snapshot
 from helpers.checkpoints import read_tensors, write_header_only, write_variant
 from irsurgeon.head import load_mtp
 from irsurgeon.cli import main

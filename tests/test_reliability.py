@@ -1,11 +1,8 @@
 """Reliability of `irsurgeon patch` on directories users cannot regenerate: kills, concurrent runs, full disks,
 read-only targets, missing permissions, and untrusted checkpoints and IRs.
 
-Kill points. `patch` runs in a subprocess under an audit hook (sys.addaudithook) that numbers every filesystem
-write inside the target directory (open for writing, mkdir, link, chmod, rename/replace, unlink, rmdir, rmtree)
-and delivers SIGKILL or SIGINT to itself just before write number N. The product carries no test hook: the
-numbering comes from Python's own audit events, so a new write in the flow is a new kill point automatically.
-After each kill the directory must be byte-identical to before, byte-identical to a completed patch (builds are
+Kill points (lab.kills: `patch` under an audit hook that signals itself just before its N-th filesystem write in
+the target). After each kill the directory must be byte-identical to before, byte-identical to a completed patch (builds are
 deterministic) and verifiable, or hold an interrupted commit that `irsurgeon verify` reports and the next `patch`
 rolls back; the next run must then leave a completely patched directory and say what it cleaned up.
 """
@@ -21,199 +18,14 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from helpers.demo import DEMO_CKPT, DEMO_TARGET, sharded_demo_ckpt
-from helpers.dirsnap import digest as snapshot
-from helpers.families import FAMILIES, FIXTURE_PAIRS
+from lab.demo import DEMO_CKPT, DEMO_TARGET, sharded_demo_ckpt
+from lab.dirsnap import digest as snapshot
+from lab.families import FAMILIES, FIXTURE_PAIRS
+from lab.kills import CLI, STAGE_DIR, KillLab, Sweep, child_env, patch_args, run_cli, run_killer
 from irsurgeon.families import registry
-
-ROOT = Path(__file__).resolve().parents[1]
-STAGE_DIR = ".irsurgeon-staging"
-
-# Runs the CLI with an audit hook that numbers writes inside $KILL_TARGET and signals itself before write $KILL_AT
-# (0: only number them); with $KILL_PAUSE set it instead creates $KILL_PAUSE.here and waits for $KILL_PAUSE to go.
-KILLER = r'''
-import os, signal, sys, time
-TARGET = os.path.realpath(os.environ["KILL_TARGET"])
-AT = int(os.environ.get("KILL_AT", "0"))
-SIG = int(os.environ.get("KILL_SIGNAL", "9"))
-PAUSE = os.environ.get("KILL_PAUSE")
-WRITES = {"os.rename", "os.link", "os.remove", "os.rmdir", "os.mkdir", "os.chmod", "shutil.rmtree",
-          "os.truncate", "os.symlink"}
-count = 0
-
-def inside(p):
-    try:
-        p = os.path.realpath(os.fsdecode(p))
-    except (TypeError, ValueError):
-        return False
-    return p == TARGET or p.startswith(TARGET + os.sep)
-
-def at_fd(path, dir_fd):
-    """Writes made relative to a directory descriptor (dir_fd=): resolve them through /proc."""
-    if isinstance(dir_fd, int) and dir_fd >= 0 and not os.path.isabs(os.fsdecode(path)):
-        return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fsdecode(path))
-    return path
-
-# Where each event's (path, dir_fd) pairs sit in its audit arguments.
-FD_ARGS = {"os.rename": ((0, 2), (1, 3)), "os.link": ((0, 2), (1, 3)), "os.mkdir": ((0, 2),), "os.chmod": ((0, 2),),
-      "os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "shutil.rmtree": ((0, 1),), "os.symlink": ((1, 2),)}
-
-def writing(event, args):
-    if event == "open":
-        path, mode, flags = args
-        if mode is not None:
-            return any(c in mode for c in "wax+") and [path]
-        return isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and [path]
-    if event in FD_ARGS and all(len(args) > fd for _, fd in FD_ARGS[event]):
-        return [at_fd(args[p], args[fd]) for p, fd in FD_ARGS[event]]
-    return event in WRITES and [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
-
-def hook(event, args):
-    global count
-    paths = writing(event, args)
-    if not paths or not any(inside(p) for p in paths):
-        return
-    count += 1
-    os.write(2, f"@write {count} {event} {os.path.basename(os.fsdecode(paths[-1]))}\n".encode())
-    if count != AT:
-        return
-    if PAUSE:
-        open(PAUSE + ".here", "w").close()
-        while os.path.exists(PAUSE):
-            time.sleep(0.02)
-        return
-    os.kill(os.getpid(), SIG)
-
-sys.addaudithook(hook)
-from irsurgeon.cli import main
-sys.argv[0] = "irsurgeon"
-main()
-'''
-
-
-CLI = "import sys; from irsurgeon.entry import run; sys.argv[0] = 'irsurgeon'; run()"  # the console script
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """The environment of a child run: this checkout's irsurgeon first on the path, whatever is installed."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path, **extra}
-
-
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, env=child_env(),
-                          timeout=timeout)
-
-
-def patch_args(target: Path, *extra: str, ckpt: Path = DEMO_CKPT) -> list[str]:
-    return ["patch", str(target), "--checkpoint", str(ckpt), *extra]
-
-
-def run_killer(script: Path, target: Path, at: int, sig: int = signal.SIGKILL, extra: tuple[str, ...] = (),
-               pause: Path | None = None, wait: bool = True, ckpt: Path = DEMO_CKPT):
-    env = child_env(KILL_TARGET=str(target), KILL_AT=str(at), KILL_SIGNAL=str(int(sig)))
-    if pause is not None:
-        env["KILL_PAUSE"] = str(pause)
-    cmd = [sys.executable, str(script), *patch_args(target, *extra, ckpt=ckpt)]
-    if not wait:
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-
-
-def write_points(stderr: str) -> list[str]:
-    return [line.split(" ", 2)[2] for line in stderr.splitlines() if line.startswith("@write ")]
-
-
-@dataclass
-class Sweep:
-    """Figures of a kill-point sweep; `problems` lists every kill whose aftermath broke a rule."""
-    kills: int = 0
-    intact: int = 0  # byte-identical to before (leftovers aside)
-    completed: int = 0  # byte-identical to a finished patch
-    interrupted_commits: int = 0  # a journal the next run rolled back
-    leftovers_reported: int = 0
-    tracebacks: int = 0
-    problems: list[str] = field(default_factory=list)
-
-
-def files_only(state: dict[str, str]) -> dict[str, str]:
-    """A snapshot without the staging folder: what a reader of the directory sees."""
-    return {k: v for k, v in state.items() if not k.startswith(STAGE_DIR) and k != "<dirs>"}
-
-
-class KillLab:
-    """A pristine copy of a family's bundled target, the snapshot of its patched form, and the numbered write
-    points of its patch (the demo pair by default)."""
-
-    def __init__(self, root: Path, source: Path = DEMO_TARGET, ckpt: Path = DEMO_CKPT):
-        self.root, self.source, self.ckpt = root, source, ckpt
-        root.mkdir(parents=True, exist_ok=True)
-        self.script = root / "killer.py"
-        self.script.write_text(KILLER)
-        self.before = snapshot(source)
-        probe = self.fresh("probe")
-        done = run_killer(self.script, probe, at=0, ckpt=ckpt)
-        assert done.returncode == 0, done.stderr
-        self.points = write_points(done.stderr)
-        self.after = snapshot(probe)
-        self._n = 0
-
-    def fresh(self, name: str) -> Path:
-        target = self.root / name
-        shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(self.source, target)
-        return target
-
-    def kill(self, at: int, sig: int, sweep: Sweep, extra: tuple[str, ...] = ()) -> None:
-        """Kill a patch run before write `at`, judge the aftermath, run patch again, judge the result."""
-        self._n += 1
-        target = self.fresh(f"k{self._n}")
-        where = f"{signal.Signals(sig).name} before write {at} ({self.points[at - 1]})"
-        proc = run_killer(self.script, target, at, sig, extra, ckpt=self.ckpt)
-        sweep.kills += 1
-        expected_rc = -signal.SIGKILL if sig == signal.SIGKILL else 130
-        if proc.returncode not in (expected_rc, 0):
-            sweep.problems.append(f"{where}: exit {proc.returncode}: {proc.stderr[-300:]}")
-        if "Traceback" in proc.stderr:
-            sweep.tracebacks += 1
-            sweep.problems.append(f"{where}: traceback: {proc.stderr.strip().splitlines()[-1]}")
-        self.judge(target, where, sig, sweep)
-
-    def judge(self, target: Path, where: str, sig: int, sweep: Sweep) -> None:
-        leftover = (target / STAGE_DIR).exists()
-        half_done = (target / STAGE_DIR / "journal.json").exists() and not (target / STAGE_DIR / "committed").exists()
-        core = files_only(snapshot(target))
-        if core == files_only(self.before):
-            sweep.intact += 1
-        elif core == files_only(self.after):
-            sweep.completed += 1
-        elif half_done:
-            sweep.interrupted_commits += 1
-            check = run_cli("verify", str(target))
-            if check.returncode == 0:
-                sweep.problems.append(f"{where}: verify passes a directory holding an interrupted commit")
-        else:
-            sweep.problems.append(f"{where}: directory is neither as before nor patched and has no journal")
-        if sig == signal.SIGINT and leftover:
-            sweep.problems.append(f"{where}: Ctrl-C left {STAGE_DIR} behind")
-        again = run_cli(*patch_args(target, ckpt=self.ckpt))
-        if "Traceback" in again.stderr:
-            sweep.tracebacks += 1
-            sweep.problems.append(f"{where}: traceback in the next run: {again.stderr.strip().splitlines()[-1]}")
-        if again.returncode != 0:
-            sweep.problems.append(f"{where}: the next run failed: {again.stderr.strip()[-300:]}")
-        elif snapshot(target) != self.after:
-            sweep.problems.append(f"{where}: the next run did not leave a completely patched directory")
-        if leftover:
-            said = again.stdout + again.stderr
-            if "rolled back" in said or "leftover" in said:
-                sweep.leftovers_reported += 1
-            else:
-                sweep.problems.append(f"{where}: the next run did not report the leftover {STAGE_DIR}")
 
 
 @pytest.fixture(scope="module")
@@ -244,17 +56,17 @@ def test_patch_flow_has_the_expected_write_points(family_lab):
 
 
 def named_points(lab: KillLab) -> list[int]:
-    """A handful of kill points spread over the flow: staging, journal, first and last move, commit mark."""
-    first = [next(i for i, p in enumerate(lab.points, 1) if w in p) for w in ("os.mkdir .irsurgeon-staging",
-                                                                              "journal.json")]
-    return [*first, moves(lab)[0], moves(lab)[-1], next(i for i, p in enumerate(lab.points, 1) if "committed" in p)]
+    """The kill points where the outcome changes: journal written, first move into the target, commit mark (every
+    write: test_kill_point_sweep_every_write)."""
+    journal = next(i for i, p in enumerate(lab.points, 1) if "journal.json" in p)
+    return [journal, moves(lab)[0], next(i for i, p in enumerate(lab.points, 1) if "committed" in p)]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
                          ids=["SIGKILL", "SIGINT"])  # SIGINT at these points: make test-all (and at every write below)
 def test_kill_points_leave_before_or_after(family_lab, sig):
     sweep = Sweep()
-    points = named_points(family_lab) if sig == signal.SIGKILL else named_points(family_lab)[1:4]
+    points = named_points(family_lab)
     for at in points:
         family_lab.kill(at, sig, sweep)
     assert not sweep.problems, "\n".join(sweep.problems)

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from helpers.cli import invoke
-from helpers.demo import DEMO_CKPT, DEMO_TARGET
-from helpers.procs import env, lock_held
+from lab.demo import DEMO_CKPT, DEMO_TARGET
+from lab.procs import env, lock_held
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -25,7 +25,7 @@ CONFIG_FILES = ("setup.cfg", "pyproject.toml")
 
 
 def python_files() -> list[Path]:
-    return sorted(p for d in ("tests", "scripts") for p in (ROOT / d).rglob("*.py"))
+    return sorted(p for d in ("tests", "scripts", "benchmarks", "lab") for p in (ROOT / d).rglob("*.py"))
 
 
 def docstrings(tree: ast.AST) -> set[int]:
@@ -138,4 +138,57 @@ SIBLING = "../" + "shared/" + "reference"  # spelled in pieces: this file is sca
 def test_the_check_tells_outside_paths_from_inside_ones(source, bad):
     """Negative controls, as a script at scripts/x.py would hold them."""
     found = outside_paths(ROOT / "scripts" / "x.py", source)
+    assert bool(found) is bad, found
+
+
+# --- benchmarks/, scripts/ and lab/ stand without tests/ -------------------------------------------------------------
+
+TEST_MODULES = re.compile(r"^(tests|helpers|conftest|test_\w*)$")  # tests/ on sys.path would make these importable
+
+
+def imports_from_tests(path: Path, text: str | None = None) -> list[str]:
+    """Imports of test modules, sys.path entries naming tests/, and path expressions that end at tests/ or
+    tests/helpers/ (reading tests/data is allowed: it is the reference data)."""
+    tree = ast.parse(path.read_text() if text is None else text, filename=str(path))
+    paths, found = Paths(path, tree), []
+    extended = {id(n.left) for n in ast.walk(tree) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div)}
+    for node in ast.walk(tree):
+        where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}"
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+        found += [f"{where}: imports {n}" for n in names if TEST_MODULES.match(n.split(".")[0])]
+        if (isinstance(node, (ast.Attribute, ast.Subscript, ast.BinOp, ast.Call)) and id(node) not in extended
+                and paths.of(node) in (ROOT / "tests", ROOT / "tests" / "helpers")):
+            found.append(f"{where}: {ast.unparse(node)} is a test code folder")
+        if isinstance(node, (ast.Call, ast.Assign)) and "sys.path" in ast.unparse(
+                node.func if isinstance(node, ast.Call) else node.targets[0]):
+            found += [f"{where}: puts {c.value!r:.80} on sys.path" for c in ast.walk(node) if isinstance(c, ast.Constant)
+                      and isinstance(c.value, str) and re.search(r"(^|/)tests(/helpers)?/?$", c.value)]
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(r"sys\.path.*tests", node.value):
+            found.append(f"{where}: a child's sys.path names tests/: {node.value!r:.80}")
+    return found
+
+
+def test_benchmarks_scripts_and_lab_import_nothing_from_tests():
+    files = sorted(p for d in ("benchmarks", "scripts", "lab") for p in (ROOT / d).rglob("*.py"))
+    assert ROOT / "benchmarks" / "bench_reliability.py" in files and ROOT / "lab" / "kills.py" in files
+    found = [line for f in files for line in imports_from_tests(f)]
+    assert found == [], "\n".join(found)
+
+
+@pytest.mark.parametrize("source, bad", [
+    ("from test_reliability import KillLab\n", True),
+    ("from helpers.dirsnap import snapshot\n", True),
+    ("import conftest\n", True),
+    ("import sys\nfrom pathlib import Path\nsys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tests'))\n",
+     True),
+    ("import sys\nsys.path.append('tests')\n", True),
+    ("CHILD = 'import sys; sys.path[:0] = [\"/repo/tests\"]'\n", True),
+    ("from lab.kills import KillLab\nfrom irsurgeon import patch\n", False),
+    ("from pathlib import Path\nREF = Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'reference'\n", False),
+    ("import test_data_maker_of_another_project as t\n", True),
+])
+def test_the_check_tells_imports_from_tests(source, bad):
+    """Negative controls, as a benchmark at benchmarks/x.py would hold them."""
+    found = imports_from_tests(ROOT / "benchmarks" / "x.py", source)
     assert bool(found) is bad, found

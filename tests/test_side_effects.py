@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.demo import DEMO_CKPT, DEMO_TARGET
+from lab.demo import DEMO_CKPT, DEMO_TARGET
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = "import sys; from irsurgeon.entry import run; sys.argv[0] = 'irsurgeon'; run()"

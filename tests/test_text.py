@@ -7,8 +7,8 @@ import pytest
 
 from helpers.checkpoints import read_tensors, write_variant
 from helpers.cli import invoke
-from helpers.demo import DEMO_CKPT, DEMO_TARGET
-from helpers.dirsnap import snapshot
+from lab.demo import DEMO_CKPT, DEMO_TARGET
+from lab.dirsnap import snapshot
 from irsurgeon.text import LINE, RUN, shown
 
 
@@ -65,7 +65,7 @@ def test_a_nul_byte_in_a_shard_name_is_one_line(tmp_path):
 
 
 def test_an_index_resolves_each_shard_once_whatever_its_size(tmp_path, monkeypatch):
-    """Linear in the index: 200 000 names over 2 shards check 2 shard paths (scripts/bench_index.py times 1 M)."""
+    """Linear in the index: 200 000 names over 2 shards check 2 shard paths (benchmarks/bench_index.py times 1 M)."""
     import json
 
     from irsurgeon.weights import checkpoint as ck

@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 
-from helpers.dirsnap import full_disk_on_nth_replace, snapshot
-from helpers.procs import killed_commit
+from lab.dirsnap import full_disk_on_nth_replace, snapshot
+from lab.procs import killed_commit
 from irsurgeon import journal
 from irsurgeon.errors import OutputError
 from irsurgeon.transaction import (BACKUP_SUFFIX, JOURNAL, STAGE_DIR, DirectoryTransaction, ForeignLeftovers,
@@ -214,16 +214,18 @@ def test_staging_folder_holding_what_irsurgeon_never_writes_is_refused(target, o
 
 # --- folders swapped for links while a transaction runs ------------------------------------------------------------
 
-def test_staging_folder_swapped_for_a_link_mid_run_redirects_nothing(target, outside):
-    around = snapshot(outside)
+def test_staging_folder_swapped_for_a_link_mid_run_is_refused_before_anything_moves(target, outside):
+    """The journal would be in a folder the next run cannot find under the staging name: no commit without it."""
+    around, before = snapshot(outside), (target / LM).read_text()
     with DirectoryTransaction(target) as tx:
-        os.replace(target / STAGE_DIR, target / "moved-away")
-        (target / STAGE_DIR).symlink_to(outside)
         tx.stage(LM).write_text("new")
         tx.stage(HEAD).write_text("head")
-        tx.commit()
+        os.replace(target / STAGE_DIR, target / "moved-away")
+        (target / STAGE_DIR).symlink_to(outside)
+        with pytest.raises(OutputError, match="replaced or moved since files were staged in it; nothing was written"):
+            tx.commit()
     assert snapshot(outside) == around
-    assert (target / LM).read_text() == "new" and (target / HEAD).read_text() == "head"
+    assert (target / LM).read_text() == before and not (target / HEAD).exists()
     assert list((target / "moved-away").iterdir()) == []  # emptied through its descriptor; the link left alone
     assert (target / STAGE_DIR).is_symlink()
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.dirsnap import Faults, snapshot
-from helpers.procs import Sweeper
+from lab.dirsnap import Faults, snapshot
+from lab.procs import Sweeper
 from irsurgeon import journal
 from irsurgeon.errors import OutputError
 from irsurgeon.transaction import (COMMITTED, JOURNAL, STAGE_DIR, DirectoryTransaction, ForeignLeftovers,

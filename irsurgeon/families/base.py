@@ -110,7 +110,9 @@ def num_draft_tokens(ext_metrics) -> int:
 @dataclass(frozen=True)
 class GenaiRuntime:
     """How openvino-genai runs a family's directory, for `verify --genai`."""
-    pipeline: Callable  # (genai module, directory, device, properties, draft: bool) -> pipeline
+    # (genai module, directory, device, properties, draft: bool, max_assistant_tokens: int = 0) -> pipeline; the
+    # draft pipeline is sized for drafts of up to max_assistant_tokens tokens (0: the family's default)
+    pipeline: Callable
     equivalence_properties: Callable[[Path], dict]
     honours_eos: bool = False  # the equivalence runs honour EOS in both pipelines (the draft path stops there)
     as_batch: bool = False     # generate(str) returns only text: a one-prompt list gets the metrics
@@ -179,6 +181,9 @@ class Family(ABC):
         """Write the seeded fixture `kind` under out_dir; returns its parts by name ({"target": ..., ...})."""
         raise NotImplementedError(f"{self.key} has no synth kinds")
 
+    def __repr__(self) -> str:
+        return f"<family {self.key}>"
+
 
 def refuse_sizing(kind: str, options: dict) -> None:
     """For a synth kind that writes one fixed pair: any size, layer pattern, --with-mtp or non-default
@@ -191,6 +196,3 @@ def refuse_sizing(kind: str, options: dict) -> None:
     if given:
         raise ConfigError(f"--kind {kind} writes one fixed tiny pair: {', '.join(given)} do not apply (it takes "
                           f"--seed and --wait)")
-
-    def __repr__(self) -> str:
-        return f"<family {self.key}>"

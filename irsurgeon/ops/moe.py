@@ -13,7 +13,7 @@ Expert weights are stacked per projection: Wg, Wu [E, I, H], Wd [E, H, I]. Two g
           only the chosen experts' weights; nncf compresses the 3-D weights in place.
   gather  the k chosen experts' weights gathered per row, [N, k, I, H], and multiplied with t [N, 1, 1, H]:
           reads k experts per row, but copies k weight matrices per row of a prefill.
-`tiled` is the default. scripts/bench_moe.py, openvino 2026.4.1, 2-core CPU, f16 weights, Qwen3.6-35B-A3B MoE
+`tiled` is the default. benchmarks/bench_moe.py, openvino 2026.4.1, 2-core CPU, f16 weights, Qwen3.6-35B-A3B MoE
 sizes: one-token draft step 10.4 ms tiled vs 43.8 ms gather (median of 5 interleaved rounds of 200 steps), 128-token
 prefill 0.77 s vs 6.0 s; on the tiny reference head both are within noise of each other and of optimum's.
 """

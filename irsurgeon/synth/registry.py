@@ -14,8 +14,10 @@ Everything is a function of (kind, spec, seed, with_mtp, weight_format): files a
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import openvino as ov
@@ -148,6 +150,13 @@ def synthesize(out_dir: str | Path, kind: str = "qwen35", spec: SynthSpec | None
     validate(kind, s, with_mtp, weight_format)
     limits.check_memory(memory_need(s, with_mtp), f"synth {kind} at hidden {s.hidden}, vocab {s.vocab}, "
                         f"{s.layers} layers", ConfigError)
+    with fresh_pair(out_dir, wait) as (target, ckpt):
+        return _write(kind, s, seed, with_mtp, weight_format, target, ckpt)
+
+
+@contextmanager
+def fresh_pair(out_dir: str | Path, wait: bool) -> Iterator[tuple[Path, Path]]:
+    """out_dir/target and out_dir/ckpt, created empty, while out_dir's lock is held."""
     out = Path(out_dir)
     make_dir(out)
     with directory_lock(out, wait):
@@ -158,7 +167,7 @@ def synthesize(out_dir: str | Path, kind: str = "qwen35", spec: SynthSpec | None
             if d.exists() and any(d.iterdir()):
                 raise OutputError(f"{d}: exists and is not empty")
             make_dir(d)
-        return _write(kind, s, seed, with_mtp, weight_format, target, ckpt)
+        yield target, ckpt
 
 
 def make_dir(d: Path) -> None:
@@ -172,16 +181,21 @@ def _write(kind: str, s: SynthSpec, seed: int, with_mtp: bool, weight_format: st
            ckpt: Path) -> Synthesized:
     tensors = checkpoint_tensors(kind, s, seed, with_mtp)
     write_tensors(ckpt / "model.safetensors", tensors)
+    write_json(ckpt / ex.CONFIG, write_target(kind, s, tensors, with_mtp, weight_format, target))
+    return Synthesized(target, ckpt, s)
+
+
+def write_target(kind: str, s: SynthSpec, tensors: dict[str, np.ndarray], with_mtp: bool, weight_format: str,
+                 target: Path) -> dict:
+    """Every file of out/target from the checkpoint's float32 tensors (their bf16 values); returns its config.json."""
     cfg = configs.config_json(kind, s, VisionSpec(), with_mtp)
-    write_json(ckpt / ex.CONFIG, cfg)
-    models = target_models(kind, s, bf16_round(tensors), weight_format)
-    for name, model in models.items():
+    for name, model in target_models(kind, s, bf16_round(tensors), weight_format).items():
         save(model, target / name)
     write_json(target / ex.CONFIG, cfg)
     write_json(target / ex.GENERATION_CONFIG, configs.generation_config())
     if kind != "llama":
         write_json(target / ex.PREPROCESSOR_CONFIG, configs.preprocessor_config(VisionSpec()))
-    return Synthesized(target, ckpt, s)
+    return cfg
 
 
 def memory_need(s: SynthSpec, with_mtp: bool) -> int:

@@ -13,6 +13,11 @@ transaction:
     openvino_genai.LLMPipeline(TARGET, "CPU", scheduler_config=sc,
                                draft_model=openvino_genai.draft_model(TARGET/dflash_draft, "CPU"))
 
+Sliding-window drafts: dflash 0.1.0 (z-lab's PyPI package, the reference followed) makes a `sliding_attention`
+layer causal unless config.json sets `is_causal: false` (then its window is two-sided inside the block); optimum-intel
+2.2.0 traces every layer non-causal with a one-sided window, which matches neither once a block is longer than the
+window (scripts/make_dflash_reference.py measured it). model.py builds dflash 0.1.0's masks.
+
     layout.py  names: what is claimed and recognised, the files written (no openvino)
     model.py   config as transformers 5.2.0 / dflash 0.1.0 read it, tensor table, the stateful draft graph (BUILDER)
     rope.py    the RoPE variants its configs name (default, linear, yarn)
@@ -20,7 +25,8 @@ transaction:
     patch.py   finish (compress, rt_info, runtime options, provenance) and what is staged, checked where staged
     verify.py  the checks of a directory for genai's DFlash path, without genai
     genai.py   how openvino-genai runs the pair (paged attention, prefix caching off, drafted-token counter)
-    synth.py   a tiny Qwen3 text export and a seeded draft checkpoint for it
+    synth.py   tiny pairs: a Qwen3 text export or the hybrid Qwen3.5 one, and a seeded random draft for it
+    synth_cycle.py  a hand-set Qwen3 pair whose drafts are accepted (`synth --kind dflash-cycle`)
 """
 from __future__ import annotations
 
@@ -40,7 +46,7 @@ class DFlash(Family):
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.DRAFT_DIR}/{names.MODEL_XML}",
                     target_xml=names.MODEL_XML, target_alternatives=(names.LANGUAGE_XML,))
     hub_prefix = ""  # every tensor of the (small) checkpoint: the table's prefix is ""
-    synth_kinds = ("dflash",)
+    synth_kinds = ("dflash", "dflash-cycle", "dflash-qwen35")
 
     def builder(self):
         from irsurgeon.families.dflash.model import BUILDER
@@ -94,10 +100,12 @@ class DFlash(Family):
                 f"'CPU'))")
 
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
-        """A fixed tiny pair: no option but the seed and --wait applies."""
-        from irsurgeon.families.dflash.synth import synthesize_dflash
+        """A fixed tiny pair of each kind (synth.py): no option but the seed and --wait applies."""
+        from irsurgeon.families.dflash import synth, synth_cycle
         refuse_sizing(kind, options)
-        target, ckpt = synthesize_dflash(out_dir, seed, wait)
+        make = {"dflash": synth.synthesize_dflash, "dflash-cycle": synth_cycle.synthesize_cycle,
+                "dflash-qwen35": synth.synthesize_hybrid}[kind]
+        target, ckpt = make(out_dir, seed, wait)
         return {"target": target, "ckpt": ckpt}
 
 

@@ -1,23 +1,29 @@
-"""`irsurgeon synth --kind dflash`: a tiny Qwen3 text export and a DFlash draft checkpoint made for it.
+"""`irsurgeon synth --kind dflash | dflash-cycle | dflash-qwen35`: a DFlash target and a draft checkpoint made for it.
 
-    out/target/   openvino_model.xml/.bin (stateful, optimum-intel's names), config.json (qwen3),
-                  generation_config.json, openvino_tokenizer/detokenizer (irsurgeon.synth.tokenizer)
-    out/ckpt/     config.json (DFlashDraftModel, z-lab's form) + model.safetensors (z-lab's tensor names, f32)
+    out/target/   the target export; out/ckpt/ config.json (DFlashDraftModel, z-lab's form) + model.safetensors
+                  (z-lab's tensor names, f32)
 
-The target follows transformers' Qwen3 (plain attention with per-head q/k RMSNorm, gains `w`, untied lm_head), built
-from irsurgeon.synth.target's pieces; layer i's output is `__module.model.layers.<i>/aten::add/Add_1` as in optimum's
-exports. Both are seeded random models: the draft's proposals are accepted about never, so a pair proves the
-plumbing (token-identical output), not a speed-up. Two seeds give two models of one geometry.
+    dflash         a tiny Qwen3 text export (openvino_model.xml/.bin, stateful, optimum-intel's names, config.json
+                   qwen3, generation_config.json, irsurgeon.synth.tokenizer's tokenizer/detokenizer) and a seeded
+                   random draft
+    dflash-cycle   a hand-set Qwen3 pair whose drafts are accepted (synth_cycle)
+    dflash-qwen35  the qwen35 kind's decomposed VLM target, hybrid (Gated DeltaNet linear-attention layers and a
+                   full-attention one; synth.registry), and a seeded random draft of its geometry
+
+The Qwen3 target follows transformers' Qwen3 (plain attention with per-head q/k RMSNorm, gains `w`, untied lm_head),
+built from irsurgeon.synth.target's pieces; layer i's output is `__module.model.layers.<i>/aten::add/Add_1` as in
+optimum's exports. Random drafts' proposals are accepted about never, so such a pair proves the plumbing
+(token-identical output), not a speed-up. Two seeds give two models of one geometry.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.errors import OutputError
 from irsurgeon.ir import export as ex
 from irsurgeon.ops import apply_rope, attention_mask_bias, expand_kv, kv_cache, linear, rms_norm, rope_cos_sin, sdpa
 from irsurgeon.ops.attention import heads, to_bnsd
@@ -25,17 +31,31 @@ from irsurgeon.ops.core import WeightFormat, const, named
 from irsurgeon.synth import target as tg
 from irsurgeon.synth.checkpoint import SynthSpec
 from irsurgeon.synth.configs import generation_config
-from irsurgeon.synth.registry import make_dir, save, write_json
+from irsurgeon.synth.registry import checkpoint_tensors, default_spec, fresh_pair, save, write_json, write_target
 from irsurgeon.synth.tokenizer import EOS_ID, PAD_ID, detokenizer_model, tokenizer_model, tokenizer_rt_info
-from irsurgeon.transaction import directory_lock
 from irsurgeon.weights.safetensors_io import write_safetensors
 
 I64 = np.int64
 SPEC = SynthSpec(hidden=32, heads=2, kv_heads=1, head_dim=8, intermediate=16, vocab=64, layers=4,
                  partial_rotary_factor=1.0, rope_theta=10000.0, rms_norm_eps=1e-6, vlm=False)
-DRAFT_LAYERS, DRAFT_HEADS, DRAFT_KV_HEADS, DRAFT_HEAD_DIM, DRAFT_INTERMEDIATE = 2, 4, 2, 16, 64
-TARGET_LAYER_IDS = [1, 3]
 BLOCK_SIZE = 4
+
+
+@dataclass(frozen=True)
+class Draft:
+    """The geometry of a draft checkpoint (its hidden size, vocabulary and target layers come from the target)."""
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    target_layer_ids: tuple[int, ...]
+    mask_token_id: int
+    rope_theta: float = 10000.0
+
+
+RANDOM = Draft(layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=64, target_layer_ids=(1, 3),
+               mask_token_id=SPEC.vocab - 1)
 
 
 def target_config(s: SynthSpec = SPEC) -> dict:
@@ -47,16 +67,15 @@ def target_config(s: SynthSpec = SPEC) -> dict:
             "eos_token_id": EOS_ID, "pad_token_id": PAD_ID, "dtype": "float32"}
 
 
-def draft_config(s: SynthSpec = SPEC) -> dict:
+def draft_config(s: SynthSpec = SPEC, d: Draft = RANDOM) -> dict:
     return {"architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
             "model_type": "qwen3", "hidden_size": s.hidden, "vocab_size": s.vocab, "hidden_act": "silu",
             "max_position_embeddings": 4096, "tie_word_embeddings": False, "torch_dtype": "float32",
             "block_size": BLOCK_SIZE, "num_target_layers": s.layers,
-            "dflash_config": {"mask_token_id": s.vocab - 1, "target_layer_ids": TARGET_LAYER_IDS},
-            "num_hidden_layers": DRAFT_LAYERS, "num_attention_heads": DRAFT_HEADS,
-            "num_key_value_heads": DRAFT_KV_HEADS, "head_dim": DRAFT_HEAD_DIM,
-            "intermediate_size": DRAFT_INTERMEDIATE, "rms_norm_eps": s.rms_norm_eps, "rope_theta": s.rope_theta,
-            "attention_bias": False}
+            "dflash_config": {"mask_token_id": d.mask_token_id, "target_layer_ids": list(d.target_layer_ids)},
+            "num_hidden_layers": d.layers, "num_attention_heads": d.heads, "num_key_value_heads": d.kv_heads,
+            "head_dim": d.head_dim, "intermediate_size": d.intermediate, "rms_norm_eps": s.rms_norm_eps,
+            "rope_theta": d.rope_theta, "attention_bias": False}
 
 
 def _mat(rng, rows: int, cols: int, scale: float = 1.0) -> np.ndarray:
@@ -87,14 +106,13 @@ def target_tensors(seed: int, s: SynthSpec = SPEC) -> dict[str, np.ndarray]:
     return t
 
 
-def draft_tensors(seed: int, s: SynthSpec = SPEC) -> dict[str, np.ndarray]:
+def draft_tensors(seed: int, s: SynthSpec = SPEC, d: Draft = RANDOM) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([seed, 11])
     H = s.hidden
-    t = {"fc.weight": _mat(rng, H, len(TARGET_LAYER_IDS) * H), "hidden_norm.weight": _gain(rng, H),
+    t = {"fc.weight": _mat(rng, H, len(d.target_layer_ids) * H), "hidden_norm.weight": _gain(rng, H),
          "norm.weight": _gain(rng, H)}
-    for i in range(DRAFT_LAYERS):
-        t.update(layer_tensors(rng, f"layers.{i}.", H, DRAFT_HEADS, DRAFT_KV_HEADS, DRAFT_HEAD_DIM,
-                               DRAFT_INTERMEDIATE))
+    for i in range(d.layers):
+        t.update(layer_tensors(rng, f"layers.{i}.", H, d.heads, d.kv_heads, d.head_dim, d.intermediate))
     return t
 
 
@@ -146,28 +164,38 @@ def target_model(s: SynthSpec, w: tg.Weights) -> ov.Model:
     return tg.logits_model(linear(x, w.mat("lm_head.weight"), tg.LLAMA.lm_head), sinks, params, "qwen3")
 
 
+def write_qwen3_target(target: Path, s: SynthSpec, tensors: dict[str, np.ndarray]) -> None:
+    """out/target of a Qwen3 text export: the IR (f32 weights, optimum's runtime options), tokenizer, configs."""
+    lm = target_model(s, tg.Weights(tensors, WeightFormat.F32, zero_centred=False))
+    lm.set_rt_info("8.0", ["runtime_options", "ACTIVATIONS_SCALE_FACTOR"])
+    lm.set_rt_info("f16", ["runtime_options", "KV_CACHE_PRECISION"])
+    save(lm, target / ex.TEXT_ONLY_MODEL)
+    tok, detok = tokenizer_model(s.vocab), detokenizer_model(s.vocab)
+    tokenizer_rt_info(tok, detokenizer=False)
+    tokenizer_rt_info(detok, detokenizer=True)
+    save(tok, target / ex.TOKENIZER)
+    save(detok, target / ex.DETOKENIZER)
+    write_json(target / ex.CONFIG, target_config(s))
+    write_json(target / ex.GENERATION_CONFIG, generation_config())
+
+
+def write_checkpoint(ckpt: Path, config: dict, tensors: dict[str, np.ndarray]) -> None:
+    write_safetensors(ckpt / "model.safetensors", tensors)
+    write_json(ckpt / ex.CONFIG, config)
+
+
 def synthesize_dflash(out_dir: Path, seed: int, wait: bool) -> tuple[Path, Path]:
-    out = Path(out_dir)
-    make_dir(out)
-    with directory_lock(out, wait):
-        target, ckpt = out / "target", out / "ckpt"
-        for d in (target, ckpt):
-            if d.is_symlink():
-                raise OutputError(f"{d}: is a link; synth writes only into folders of its own")
-            if d.exists() and any(d.iterdir()):
-                raise OutputError(f"{d}: exists and is not empty")
-            make_dir(d)
-        write_safetensors(ckpt / "model.safetensors", draft_tensors(seed))
-        write_json(ckpt / ex.CONFIG, draft_config())
-        lm = target_model(SPEC, tg.Weights(target_tensors(seed), WeightFormat.F32, zero_centred=False))
-        lm.set_rt_info("8.0", ["runtime_options", "ACTIVATIONS_SCALE_FACTOR"])
-        lm.set_rt_info("f16", ["runtime_options", "KV_CACHE_PRECISION"])
-        save(lm, target / ex.TEXT_ONLY_MODEL)
-        tok, detok = tokenizer_model(SPEC.vocab), detokenizer_model(SPEC.vocab)
-        tokenizer_rt_info(tok, detokenizer=False)
-        tokenizer_rt_info(detok, detokenizer=True)
-        save(tok, target / ex.TOKENIZER)
-        save(detok, target / ex.DETOKENIZER)
-        write_json(target / ex.CONFIG, target_config())
-        write_json(target / ex.GENERATION_CONFIG, generation_config())
+    with fresh_pair(out_dir, wait) as (target, ckpt):
+        write_checkpoint(ckpt, draft_config(), draft_tensors(seed))
+        write_qwen3_target(target, SPEC, target_tensors(seed))
+    return target, ckpt
+
+
+def synthesize_hybrid(out_dir: Path, seed: int, wait: bool) -> tuple[Path, Path]:
+    """The qwen35 kind's default target (no MTP head) and a random draft of its hidden size, layers and vocabulary."""
+    s = default_spec("qwen35")
+    draft = replace(RANDOM, mask_token_id=s.vocab - 1)
+    with fresh_pair(out_dir, wait) as (target, ckpt):
+        write_target("qwen35", s, checkpoint_tensors("qwen35", s, seed, False), False, "f32", target)
+        write_checkpoint(ckpt, draft_config(s, draft), draft_tensors(seed, s, draft))
     return target, ckpt

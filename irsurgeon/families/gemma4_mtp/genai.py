@@ -30,8 +30,9 @@ def equivalence_properties(target: Path) -> dict:
     return props
 
 
-def pipeline(g, target: Path, device: str, props: dict, draft: bool):
-    """A target-only LLMPipeline on the SDPA backend, or the MTP one with TARGET/mtp_assistant as draft."""
+def pipeline(g, target: Path, device: str, props: dict, draft: bool, max_assistant_tokens: int = 0):
+    """A target-only LLMPipeline on the SDPA backend, or the MTP one with TARGET/mtp_assistant as draft
+    (max_assistant_tokens is not read: the SDPA backend has no scheduler to size)."""
     for where in (target, target / ASSISTANT_DIR):
         limits.check_directory_files(where, IRSurgeonError)  # genai opens its files itself: a FIFO would block it
     try:

@@ -12,7 +12,7 @@ decomposed VLM export, whose language model gets the hidden-state annotation.
     patch.py     pair check, finish (compress, KV precision, provenance), what is staged, the one-step check
     verify.py    the contract checks of a directory
     genai.py     how openvino-genai runs it (VLMPipeline, paged attention, scheduler sized from the directory)
-The contract: ../docs MTP_CONTRACT (the repository's docs/families.md).
+The contract the head keeps, and how genai runs it: docs/families.md (Qwen3.5 / Qwen3.6 MTP head).
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ CONTEXT_TOKENS = 4096  # KV budget per sequence: built-in prompts are short; a -
 
 
 def equivalence_properties(target: Path) -> dict:
-    """f32 inference; plus an f16 KV cache and no dynamic quantization when the target is int4 (the contract, 5)."""
+    """f32 inference; plus an f16 KV cache and no dynamic quantization when the target is int4 (the module docstring)."""
     props = {"INFERENCE_PRECISION_HINT": "f32"}
     if detect_target_format(target).weight_format == "int4":
         props.update(KV_CACHE_PRECISION="f16", DYNAMIC_QUANTIZATION_GROUP_SIZE="0")
@@ -62,8 +62,9 @@ def scheduler_config(g, target: Path):
     return sc
 
 
-def pipeline(g, target: Path, device: str, props: dict, draft: bool):
-    """A VLMPipeline on the paged backend, with the directory's MTP head as draft model when `draft`."""
+def pipeline(g, target: Path, device: str, props: dict, draft: bool, max_assistant_tokens: int = 0):
+    """A VLMPipeline on the paged backend, with the directory's MTP head as draft model when `draft`
+    (max_assistant_tokens is not read: the scheduler is sized without it)."""
     limits.check_directory_files(target, IRSurgeonError)  # genai opens its files itself: a FIFO would block it
     try:
         extra = {"draft_model": g.draft_model(str(target), device, **props)} if draft else {}

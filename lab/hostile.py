@@ -1,7 +1,7 @@
 """Hostile input files and a judge for what a command does with them.
 
 A Lab holds, for every registered family (families.registry), pristine copies of its bundled pair
-(helpers.families.FIXTURE_PAIRS) in a folder named by its key: ckpt/, sharded/ (the same tensors in two shards with
+(lab.families.FIXTURE_PAIRS) in a folder named by its key: ckpt/, sharded/ (the same tensors in two shards with
 an index), target/ (with an openvino_config.json), patched/ (target/ patched with ckpt/ through the CLI) and
 prompts.txt. A Case (hostile_forms.py) names a family, an input file of its folder, a way to make it hostile and a
 command; `Lab.run` makes a fresh copy of the family's folder, applies the form, runs the real CLI in a subprocess
@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.families import FIXTURE_PAIRS
-from helpers.hostile_forms import CANARY, INDEX, INPUTS, PROMPTS, SHARDS, Case, family_inputs, written
+from lab.families import FIXTURE_PAIRS
+from lab.hostile_forms import CANARY, INDEX, INPUTS, PROMPTS, SHARDS, Case, family_inputs, written
 from irsurgeon.families import registry
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DEMO_TARGET = ROOT / "fixtures" / "demo" / "target"  # the reader tests' own copies (test_bounds, _checkpoint)
 DEMO_CKPT = ROOT / "fixtures" / "demo" / "ckpt"
 CLI = "import sys; from irsurgeon.entry import run; sys.argv[0] = 'irsurgeon'; run()"  # the console script

@@ -14,7 +14,7 @@ import pytest
 
 from irsurgeon.families import registry
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_PAIRS = {
     "qwen3_5": (ROOT / "fixtures" / "demo" / "target", ROOT / "fixtures" / "demo" / "ckpt"),
     "gemma4": (ROOT / "fixtures" / "gemma4" / "target", ROOT / "fixtures" / "gemma4" / "assistant"),

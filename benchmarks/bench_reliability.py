@@ -1,23 +1,23 @@
 """Reliability figures for `irsurgeon patch` and the readers: kill-point sweep, timed kills, long fuzz run.
 
-    python scripts/bench_reliability.py [--fuzz-examples 300] [--timed-kills 24] [--work DIR]
+    python benchmarks/bench_reliability.py [--fuzz-examples 300] [--timed-kills 24] [--work DIR]
 
 1. Kill-point sweep: patch on a copy of fixtures/demo/target is stopped (SIGKILL, then SIGINT) just before each
-   numbered filesystem write it makes in the target (tests/test_reliability.py: KILLER); after each kill the
+   numbered filesystem write it makes in the target (lab/kills.py: KILLER); after each kill the
    directory is judged (as before / completely patched / interrupted commit that verify reports) and patched again.
 2. Timed kills: the same, but the signal comes from outside after a delay spread over the whole run (imports,
    checkpoint load, build, compression, staging, commit), alternating SIGKILL and SIGINT.
-3. Fuzz: tests/test_fuzz.py's mutators, --fuzz-examples seeds per input kind of every registered family, each
+3. Fuzz: lab/fuzz.py's mutators, --fuzz-examples seeds per input kind of every registered family, each
    through a command reading it.
 4. Hostile inputs (attack_inputs; --attack-inputs-only runs just this): every input file of every registered family
    (its checkpoint's config, safetensors and a sharded copy with its index, its target's configs,
-   openvino_config.json and IR .xml/.bin, the files its patch writes, a prompts file; tests/helpers/hostile_forms.py
+   openvino_config.json and IR .xml/.bin, the files its patch writes, a prompts file; lab/hostile_forms.py
    derives them from the registry) made a FIFO, a /dev/zero link, a sparse 2 GiB file, a directory, a link to a
    secret file, deep JSON, huge integers, absurd IR numbers, wrong-typed values, plus a family's own content forms
    (FAMILY_FORMS: the Gemma 4 assistant's tensors get wrong dtypes, NaN, a token_ordering that is not a permutation,
    extra and missing tensors), through every command reading it; counted per family. Then an absurd but consistent
    128 GiB checkpoint, synth at its largest sizes, and a checkpoint truncated by another process during a build.
-5. Link and journal attacks (scripts/attack_links.py; --only-link-attacks runs just these): leftover staging folders
+5. Link and journal attacks (benchmarks/attack_links.py; --only-link-attacks runs just these): leftover staging folders
    and journals irsurgeon did not write, links out of a checkpoint, folders swapped mid-run, concurrent writers.
 Prints the figures and exits 1 if any rule was broken (the broken rules are listed).
 """
@@ -32,12 +32,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # irsurgeon and the lab package of this checkout
 
-from helpers import hostile, hostile_forms  # noqa: E402
-from test_fuzz import KINDS, TARGETS, Bench, Tally  # noqa: E402
-from test_reliability import CLI, KillLab, Sweep, child_env, patch_args  # noqa: E402
+from lab import hostile, hostile_forms  # noqa: E402
+from lab.fuzz import KINDS, TARGETS, Bench, Tally  # noqa: E402
+from lab.kills import CLI, KillLab, Sweep, child_env, patch_args  # noqa: E402
 
 
 def point_sweep(lab: KillLab) -> Sweep:

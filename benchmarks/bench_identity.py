@@ -1,8 +1,8 @@
 """Cost of the checkpoint-identity check at a real size: a Qwen3.5-2B-like token-embedding table (248320 x 2048, bf16
 in the checkpoint, f16 in the target's text-embeddings IR: ~1 GB each), checked from disk and through a local Hub
-look-alike (tests/helpers/hub_server.py).
+look-alike (lab/hub_server.py).
 
-    python scripts/bench_identity.py [--work /tmp/bench-identity] [--vocab 248320] [--hidden 2048]
+    python benchmarks/bench_identity.py [--work /tmp/bench-identity] [--vocab 248320] [--hidden 2048]
 
 Disk: both files are evicted from the page cache first (posix_fadvise DONTNEED), then a fresh process runs the
 check; bytes read are the process's read_bytes (/proc/self/io: what reached the disk). Hub: bytes the server sent.
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]  # irsurgeon and the lab package of this checkout
 EMBED = "model.language_model.embed_tokens.weight"
 
 
@@ -78,7 +78,7 @@ print(json.dumps({{"ok": r.ok, "seconds": time.perf_counter() - start, "read_byt
 
 
 def child(source: str, target: Path, env: dict | None = None) -> dict:
-    code = CHILD.format(paths=[str(ROOT), str(ROOT / "tests")], source=source, target=str(target))
+    code = CHILD.format(paths=[str(ROOT)], source=source, target=str(target))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **(env or {})})
     if out.returncode:
         raise SystemExit(out.stderr)
@@ -98,7 +98,7 @@ def main() -> None:
     print(f"disk: {disk['ok']} in {disk['seconds'] * 1e3:.0f} ms, {disk['read_bytes'] / 1024:.0f} KiB read from disk "
           f"(shard {shard.stat().st_size / 1e9:.2f} GB, target table "
           f"{(target / 'openvino_text_embeddings_model.bin').stat().st_size / 1e9:.2f} GB)")
-    from helpers.hub_server import HubServer, Revision
+    from lab.hub_server import HubServer, Revision
     files = {p.name: p for p in ckpt.iterdir()}
     with HubServer({"acme/bench": {"main": Revision(files)}}) as hub:
         for path in files.values():

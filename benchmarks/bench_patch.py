@@ -1,9 +1,9 @@
 """Patch benchmark: `irsurgeon patch` of a target whose checkpoint has a realistically sized head beside big shards.
 
-    python scripts/bench_patch.py [--work DIR] [--formats f16,int4] [--big-shard-gib 4] [--keep] [--moe]
+    python benchmarks/bench_patch.py [--work DIR] [--formats f16,int4] [--big-shard-gib 4] [--keep] [--moe]
                                   [--no-latency]
 
-The checkpoint is scripts/bench_build.py's (bf16, hidden 2048, 16/2 heads of 256, intermediate 6144; the `mtp.*`
+The checkpoint is benchmarks/bench_build.py's (bf16, hidden 2048, 16/2 heads of 256, intermediate 6144; the `mtp.*`
 shard, ~147 MB, beside a non-MTP shard of --big-shard-gib GiB, both in the index). The target is `irsurgeon synth`'s
 qwen35 layout with the same attention geometry (one decoder layer, vocabulary 2048, f16), and the checkpoint's
 config.json carries that vocabulary so that patch's checkpoint-belongs-to-target check passes. Per weight format, a

@@ -5,7 +5,7 @@ A form takes the path of a pristine copy and makes it hostile: a FIFO (os.mkfifo
 openvino_config.json values. Each costs nothing on disk.
 
 The inputs are derived for every registered family (families.registry) from its layout and its bundled pair
-(helpers.families.FIXTURE_PAIRS): `INPUTS[(family key, path)]` gives the file's role (ROLES), the commands that
+(lab.families.FIXTURE_PAIRS): `INPUTS[(family key, path)]` gives the file's role (ROLES), the commands that
 read it and its forms: the generic ones of its kind (KIND_FORMS, NAMED_FORMS) plus the family's content forms for
 that role (FAMILY_FORMS, optional). `all_cases()` is every combination; `sample()` the default run's slice. A new
 family is attacked by its registry line and its fixture pair; a form table is all it may add.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-DEMO_CKPT = Path(__file__).resolve().parents[2] / "fixtures" / "demo" / "ckpt"
+DEMO_CKPT = Path(__file__).resolve().parents[1] / "fixtures" / "demo" / "ckpt"
 CANARY = "CANARY-7f3a-secret-bytes"
 SPARSE = (2 << 30) + 4096
 
@@ -372,8 +372,8 @@ def forms_for(family: str, path: str, role: str) -> dict[str, Callable[[Path], N
 
 
 def family_inputs(family) -> list[Input]:
-    """Every input of a family's lab folder, from its layout and its bundled pair (helpers.families.FIXTURE_PAIRS)."""
-    from helpers.families import FIXTURE_PAIRS
+    """Every input of a family's lab folder, from its layout and its bundled pair (lab.families.FIXTURE_PAIRS)."""
+    from lab.families import FIXTURE_PAIRS
     from irsurgeon.ir.export import LANGUAGE_MODELS
 
     target, ckpt = FIXTURE_PAIRS[family.key]
@@ -426,7 +426,7 @@ def written(family, target: Path) -> list[str]:
 
 
 def _inputs() -> dict[tuple[str, str], Input]:
-    from helpers.families import FIXTURE_PAIRS
+    from lab.families import FIXTURE_PAIRS
     from irsurgeon.families import registry
 
     # a family without a bundled pair has no inputs: test_bounds' coverage test names it

@@ -1,6 +1,6 @@
 """Draft-step latency of MTP heads on CPU, timed side by side in one process; prints one JSON object.
 
-    python scripts/bench_head_latency.py NAME=openvino_mtp_model.xml [NAME=...] [--prefill 128] [--steps 50]
+    python benchmarks/bench_head_latency.py NAME=openvino_mtp_model.xml [NAME=...] [--prefill 128] [--steps 50]
         [--rounds 3] [--max-others CORES] [--matmul-floor] [--profile]
 
 Per head and per mode, one run = reset_state, a prefill of --prefill tokens (batch 1), then --steps one-token steps;

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 # The calls of a commit (and of a recovery) that change the disk; `rename_noreplace` is the product's own
-# no-replace rename (renameat2), looked up in irsurgeon.transaction. tests/helpers/procs.py counts the same ones.
+# no-replace rename (renameat2), looked up in irsurgeon.transaction. lab/procs.py counts the same ones.
 MUTATING = ("replace", "rename", "link", "unlink", "mkdir", "rmdir", "chmod", "fchmod", "fsync", "write")
 
 

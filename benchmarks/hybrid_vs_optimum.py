@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Logit parity of `irsurgeon synth` hybrid targets with optimum-intel's export of the same synthesized checkpoint.
 
-    python scripts/hybrid_vs_optimum.py [--venv DIR] [--work DIR] [--kinds qwen35 qwen35-moe]
+    python benchmarks/hybrid_vs_optimum.py [--venv DIR] [--work DIR] [--kinds qwen35 qwen35-moe]
 
 For each kind: synthesize a hybrid target and checkpoint (full-strength branches, vocabulary 1024 to fit the
 reference tokenizer), store the checkpoint's values as float32 beside the reference checkpoint's tokenizer and
 processor files, export it with `optimum-cli export openvino --task image-text-to-text --weight-format fp32` in the
-reference exporter's environment (scripts/bench_vs_optimum.py builds it: torch 2.13.0 CPU, transformers 5.2.0,
+reference exporter's environment (benchmarks/bench_vs_optimum.py builds it: torch 2.13.0 CPU, transformers 5.2.0,
 optimum 2.3.0, optimum-intel 2.2.0; never the project's environment), then run both language models on one prompt
 (a 6-token prefill, then single tokens with the states carried) at f32 and print the largest logit difference and
 whether the two models declare the same states.

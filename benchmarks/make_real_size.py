@@ -1,6 +1,6 @@
 """A checkpoint and a target at a published model's real sizes, with only the MTP head's bytes on disk.
 
-    python scripts/make_real_size.py OUT_DIR --config CONFIG.json [--seed 0]
+    python benchmarks/make_real_size.py OUT_DIR --config CONFIG.json [--seed 0]
 
 OUT_DIR/ckpt: the given config.json (its quantization_config dropped: the head is written bf16), an index listing
 every main-model tensor at its real shape and dtype (bf16) in shards of at most 5 GB whose data is a file hole

@@ -1,6 +1,6 @@
 """How long the checkpoint index takes to read, against its size: 1 k, 100 k and 1 M tensor names over 4 shards.
 
-    python3 scripts/bench_index.py [--rounds 3]
+    python3 benchmarks/bench_index.py [--rounds 3]
 
 Prints per size the median seconds of Checkpoint.open (weight_map + shard paths) and the time per entry, in
 alternating rounds; the per-entry time must stay flat (linear parsing), not grow with the index.

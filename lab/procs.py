@@ -14,9 +14,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from helpers.dirsnap import MUTATING
+from lab.dirsnap import MUTATING
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 # Stages {name: text} in a DirectoryTransaction and SIGKILLs itself just before the AT-th call of os.CALL in the
 # commit: for os.replace 1 is the journal into place, 2..n+1 each file moved in, n+2 the journal renamed

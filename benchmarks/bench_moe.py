@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draft-step latency of the MoE head's graph forms on CPU, against optimum-intel's MoE head.
 
-    python scripts/bench_moe.py [--geometry reference a3b] [--steps 200] [--prefill 128]
+    python benchmarks/bench_moe.py [--geometry reference a3b] [--steps 200] [--prefill 128]
 
 For each geometry and each form of irsurgeon.ops.moe (`tiled`, `gather`), the head is built with f16 weights and
 compiled for CPU at INFERENCE_PRECISION_HINT=f32 / KV_CACHE_PRECISION=f32 (the golden settings). One run = reset,

@@ -1,6 +1,6 @@
 """Time and peak memory of `annotate` on a generated many-layer target (default: 64 layers, hidden 64).
 
-    python scripts/bench_annotate.py [--layers 64] [--hidden 64] [--fmt int4|f16] [--keep DIR]
+    python benchmarks/bench_annotate.py [--layers 64] [--hidden 64] [--fmt int4|f16] [--keep DIR]
 
 Generates a text-only target (`openvino_model.xml/.bin` + config.json) whose layers look like an optimum-intel
 Qwen3 export (q/k/v/o with q_norm/k_norm, softmax attention, SwiGLU MLP, int4 or f16 weight chains), then runs the

@@ -1,6 +1,6 @@
 """irsurgeon vs optimum-intel on the same weights: cost to produce the MTP head, and speed of the head.
 
-    python scripts/bench_vs_optimum.py [--sizes tiny-dense,...] [--formats fp16,int4] [--work DIR] [--drop-caches]
+    python benchmarks/bench_vs_optimum.py [--sizes tiny-dense,...] [--formats fp16,int4] [--work DIR] [--drop-caches]
 
 1. A separate virtual environment holds the reference exporter (torch 2.13.0 CPU, transformers 5.2.0, optimum 2.3.0,
    optimum-intel 2.2.0 --no-deps, requests, pillow, huggingface-hub<1.22, openvino/nncf pinned like the project,
@@ -13,7 +13,7 @@
      irsurgeon  `irsurgeon patch TARGET --checkpoint CKPT`, TARGET = that export without openvino_mtp_model.* and
                 without the language model's hidden_states_decoder_layers rt_info
    wall time, peak RSS (os.wait4), read_bytes (from the device) and rchar (through read()) from /proc/self/io at
-   exit. Then scripts/bench_head_latency.py times both heads side by side (prefill, then median one-token step).
+   exit. Then benchmarks/bench_head_latency.py times both heads side by side (prefill, then median one-token step).
 4. One table with the ratios irsurgeon/optimum; JSON and a PNG of cost against checkpoint size next to each other
    in --out; a linear fit of the cost, applied to real model sizes, as a paper estimate.
 """
@@ -91,7 +91,7 @@ def ensure_checkpoint(python: Path, size: str, root: Path) -> Path:
         template, sizes = SIZES[size]
         args = [f"--{k.replace('_', '-')}={v}" for k, v in sizes.items()]
         t = time.perf_counter()
-        run([python, HERE / "make_hf_checkpoint.py", REFERENCE / "ckpt" / template, ckpt, *args],
+        run([python, HERE.parent / "scripts" / "make_hf_checkpoint.py", REFERENCE / "ckpt" / template, ckpt, *args],
             check=f"make_hf_checkpoint {size}")
         print(f"{size}: checkpoint written in {time.perf_counter() - t:.0f} s")
     return ckpt

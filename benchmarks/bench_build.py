@@ -1,6 +1,6 @@
 """Build benchmark: `irsurgeon build-mtp` on a realistically sized checkpoint, one subprocess per weight format.
 
-    python scripts/bench_build.py [--work DIR] [--formats f16,f32,int8,int4] [--big-shard-gib 4] [--keep] [--moe]
+    python benchmarks/bench_build.py [--work DIR] [--formats f16,f32,int8,int4] [--big-shard-gib 4] [--keep] [--moe]
                                   [--no-latency]
 
 The checkpoint (bf16, seeded): hidden 2048, 16 heads / 2 KV heads, head_dim 256, intermediate 6144. Its 15 `mtp.*`
@@ -151,7 +151,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--moe", action="store_true",
                     help="a MoE head at Qwen3.6-35B-A3B sizes; then also the MoE graph forms' draft-step latency "
-                         "against optimum-intel's MoE head (scripts/bench_moe.py --geometry reference)")
+                         "against optimum-intel's MoE head (benchmarks/bench_moe.py --geometry reference)")
     ap.add_argument("--no-latency", action="store_true", help="--moe: skip the graph forms' latency comparison")
     ap.add_argument("--write-checkpoint", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()

@@ -1,6 +1,6 @@
 """Attack cases for links, leftover staging folders and journals, mid-run swaps and concurrent writers.
 
-Run by scripts/bench_reliability.py (attack_links_and_journals). Each case builds a target (a copy of the demo
+Run by benchmarks/bench_reliability.py (attack_links_and_journals). Each case builds a target (a copy of the demo
 export) and a sibling `outside` folder, runs real `irsurgeon` processes against them, and is judged: refused with
 one `Error:` line and nothing changed, or (a control) accepted; `outside` must never change. A leftover that is
 refused must also be reported by `verify`.
@@ -17,15 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from helpers.dirsnap import snapshot
-from helpers.hub import hub_snapshot
-from helpers.procs import killed_commit, lock_held
-from test_reliability import CLI, DEMO_CKPT, DEMO_TARGET, KILLER, child_env, run_cli, run_killer
+from lab.dirsnap import snapshot
+from lab.hub import hub_snapshot
+from lab.procs import killed_commit, lock_held
+from lab.demo import DEMO_CKPT, DEMO_TARGET
+from lab.kills import CLI, KILLER, child_env, run_cli, run_killer
 
 from irsurgeon import journal
 
 STAGE = ".irsurgeon-staging"
 LM, HEAD = "openvino_language_model.xml", "openvino_mtp_model.xml"
+NO_STAGE = {"dev": 0, "ino": 0}  # a shipped journal names a staging folder other than the one it is found in
 
 
 @dataclass
@@ -156,9 +158,9 @@ LEFTOVERS = {
     "shipped bare-list journal naming the LM .bin": _journal(["openvino_language_model.bin"]),
     "shipped {files, replaced} journal": _journal({"files": ["openvino_language_model.bin", LM], "replaced": []}),
     "checksummed journal naming a file never written": _journal(journal.encode("x", [
-        {"name": "openvino_language_model.bin", "new": {"size": 1, "sha256": "0" * 64}, "old": None}])),
+        {"name": "openvino_language_model.bin", "new": {"size": 1, "sha256": "0" * 64}, "old": None}], NO_STAGE)),
     "checksummed journal whose entry matches nothing": _journal(journal.encode("x", [
-        {"name": LM, "new": {"size": 1, "sha256": "0" * 64}, "old": None}])),
+        {"name": LM, "new": {"size": 1, "sha256": "0" * 64}, "old": None}], NO_STAGE)),
     "killed commit, moved-in file edited since": _edited_after_kill,
     "killed commit, backup replaced by a copy": _backup_copied,
     "staging holds a subfolder": _entry("subfolder"),
@@ -320,7 +322,8 @@ def swaps(bench: Bench) -> None:
         err = "\n".join(ln for ln in err.splitlines() if not ln.startswith("@write "))  # the pausing hook's lines
         home = target if what == "staging folder" else moved
         landed = (home / HEAD).is_file() and proc.returncode == 0
-        untouched = proc.returncode == 1 and len(err.splitlines()) == 1 and snapshot(home) == before
+        ours = {k: v for k, v in snapshot(home).items() if k != STAGE}  # the link put there is not ours to remove
+        untouched = proc.returncode == 1 and len(err.splitlines()) == 1 and ours == before
         bench.tally.accepted += landed
         bench.tally.refused += untouched
         bench.judge(f"{what} swapped for a link to outside mid-run / patch", landed or untouched, outside, around,

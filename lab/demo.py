@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from irsurgeon.cli import main
 from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "fixtures" / "demo"
 DEMO_TARGET = DEMO / "target"
 DEMO_CKPT = DEMO / "ckpt"

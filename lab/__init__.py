@@ -1,0 +1,13 @@
+"""The attack and measurement harness that tests/ and benchmarks/ share (importable as `lab.*` from the repository
+root; tests/conftest.py and the benchmarks put the root on sys.path). Not part of the installed package.
+
+    families      every registered family's bundled pair (fixtures/...) and synthesized pairs of any seed
+    demo          writable copies of the Qwen3.5 demo pair (fixtures/demo), patched or sharded variants
+    dirsnap       snapshots of a directory tree (content, modes, links) and injected filesystem faults
+    procs         child processes holding the directory lock or killed mid-commit
+    kills         the kill lab: `patch` stopped before each numbered filesystem write, and the rules of the aftermath
+    fuzz          seeded mutators of every input kind of every family, and how an outcome is judged
+    hostile_forms every hostile form of every input file of every family (FIFOs, sparse files, deep JSON, ...)
+    hostile       running those forms through every command reading them, in a bounded child process
+    hub, hub_server  a Hugging Face cache snapshot layout, and a Hub look-alike on 127.0.0.1
+"""
