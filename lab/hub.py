@@ -1,5 +1,5 @@
 """A checkpoint laid out as the Hugging Face cache lays it out, and variants of it that only look like it; the CLI
-run against a hub look-alike (tests/helpers/hub_server.py)."""
+run against a hub look-alike (lab/hub_server.py)."""
 from __future__ import annotations
 
 import hashlib

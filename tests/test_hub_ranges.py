@@ -1,5 +1,5 @@
 """A repo id's draft tensors fetched by byte range into irsurgeon's own cache (irsurgeon/weights/hub/partial.py,
-store.py), against the Hub look-alike on 127.0.0.1 (tests/helpers/hub_server.py), which counts what it serves.
+store.py), against the Hub look-alike on 127.0.0.1 (lab/hub_server.py), which counts what it serves.
 
 On three layouts (the head in model.safetensors beside a large tensor; in a shard beside one; in a shard of its own)
 a patch downloads at most 1.1x what it needs (the head, the headers of the files holding it or the embeddings, the
@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers.families import FAMILIES, FIXTURE_PAIRS
-from helpers.hub import cli_env, run_cli
-from helpers.hub_server import Faults, HubServer, Revision, split_checkpoint
+from lab.families import FAMILIES, FIXTURE_PAIRS
+from lab.hub import cli_env, run_cli
+from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
 from irsurgeon.errors import CheckpointError
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
