@@ -235,8 +235,11 @@ class LocalFile(LocalBytes):
 
     def check(self) -> None:
         size = self.size()
-        check_content((self.read([(at, min(COPY_CHUNK, size - at))])[0] for at in range(0, size, COPY_CHUNK)),
-                      size, self.etag, self.label)
+        chunks = (self.read([(at, min(COPY_CHUNK, size - at))])[0] for at in range(0, size, COPY_CHUNK))
+        try:
+            check_content(chunks, size, self.etag, self.label)
+        except CheckpointError as e:  # huggingface_hub would hand the same copy out again
+            raise CheckpointError(f"{e} (remove it from the Hugging Face cache to fetch it again)") from None
 
 
 def check_content(chunks, size: int, etag: str | None, label: str) -> None:

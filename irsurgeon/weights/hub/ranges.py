@@ -75,7 +75,7 @@ class HubBytes:
         """The bytes of each (offset, length), from what is held or stored, else fetched (and then stored). A range
         that starts inside a held one fetches only its tail (the header after the first read's HEADER_GUESS)."""
         self.size()
-        stored = len(self._held)
+        before = len(self._held)
         if ranges and ranges[0][0] == 0 and self._slice(0, 8) is None:
             self._held.append((0, self._get(0, min(self.HEADER_GUESS, max(self._size // 64, 8), self._size))))
         todo = list(dict.fromkeys(r for r in ranges if self._slice(*r) is None))
@@ -85,9 +85,11 @@ class HubBytes:
             at, data = self._held[k]
             self._held[k] = (at, data + self._get(at + len(data), offset + length - at - len(data)))
         fresh = [r for r in todo if r not in tails]
+        if fresh:
+            self._located()  # once, before the pool: each thread would make its own HEAD
         with ThreadPoolExecutor(min(self.PARALLEL, max(len(fresh), 1))) as pool:
             self._held += [(o, data) for (o, _), data in zip(fresh, pool.map(lambda r: self._get(*r), fresh))]
-        if todo or len(self._held) > stored:
+        if todo or len(self._held) > before:
             with store.Folder(cache_root(self.hub), self.repo_id, self.commit) as folder:
                 store.write_ranges(folder, self.filename, self._size, self._held)
         return [self._slice(o, n) for o, n in ranges]
@@ -106,6 +108,8 @@ class HubBytes:
             if length:
                 rest.append((offset, length))
         pieces = [(o + at, min(self.PIECE, n - at)) for o, n in rest for at in range(0, n, self.PIECE)]
+        if pieces:
+            self._located()
         with ThreadPoolExecutor(min(self.PARALLEL, max(len(pieces), 1))) as pool:
             list(pool.map(lambda p: self._get(*p, sink=sink), pieces))
 
@@ -118,6 +122,11 @@ class HubBytes:
             if at <= offset and offset + length <= at + len(data):
                 return data[offset - at:offset - at + length]
         return None
+
+    def _located(self) -> None:
+        """The HEAD made (size, ETag, where the bytes are), when what is held came from irsurgeon's cache."""
+        if self.location is None:
+            self._locate()
 
     def _load(self) -> None:
         """What irsurgeon's cache holds of this file (its size, ranges read before)."""
@@ -136,7 +145,7 @@ class HubBytes:
 
         from irsurgeon.weights.hub.transport import scope
 
-        self._offline("its size")
+        self._offline("the file's size and location")
         try:
             with scope(self.hub.clock):
                 meta = get_hf_file_metadata(self.url, token=self.hub.token, timeout=probe_timeout())
@@ -160,8 +169,7 @@ class HubBytes:
         from irsurgeon.weights.hub.transport import scope
 
         self._offline(f"bytes {offset}-{offset + length - 1}")
-        if self.location is None:
-            self._locate()
+        self._located()
         headers = {**self.headers, "Range": f"bytes={offset}-{offset + length - 1}", "Accept-Encoding": "identity"}
         try:
             with scope(self.hub.clock, length, "the range asked"):
