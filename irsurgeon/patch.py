@@ -11,8 +11,8 @@ The same flow for every registered family (families.base.Family); the family sup
                refusing a checkpoint of another model unless --allow-foreign-checkpoint (said, and recorded)
     plan       the weight format (auto mirrors the target: irsurgeon.precision); --dry-run prints the steps
     build      the family's weights fetched (a repo id's `hub_prefix*` tensors, by byte range), loaded under
-               strict accounting and built
-               (irsurgeon.build), then family.finish (compress, runtime options, provenance)
+               strict accounting and built (irsurgeon.build), then family.finish (compress, runtime options,
+               provenance)
     stage      family.stage writes every new file into ONE transaction of the target (subfolders included) and
                checks each where it is staged; the house commits them all at once, or none
     confirm    the family's verify of the committed directory: a rejection is an error, never "wrote ..." and exit 0

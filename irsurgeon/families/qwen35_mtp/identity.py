@@ -281,8 +281,10 @@ def compare(got, want: np.ndarray, bound: np.ndarray, storage: str, src) -> Iden
     worst = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
     largest = np.unravel_index(int(np.argmax(diff)), diff.shape)
     ok = bool(ratio[worst] <= 1.0)
-    read = "" if not isinstance(src, HubBytes) else f"; {src.bytes} bytes in {src.requests} range requests" \
-        if src.requests else "; read from irsurgeon's cache of an earlier run's range requests"
+    read = ""
+    if isinstance(src, HubBytes):
+        read = (f"; {src.bytes} bytes in {src.requests} range requests" if src.requests else
+                "; read from irsurgeon's cache of an earlier run's range requests")
     what = f"{len(got.ids)} rows of {got.name}"
     if ok:
         detail = (f"{what} match the target's {storage} table (max difference {diff[largest]:.3g}, "

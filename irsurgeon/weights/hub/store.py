@@ -113,7 +113,10 @@ class Folder:
         for name in os.listdir(self.fd):
             m = _TEMP.fullmatch(name)
             if m and not _alive(int(m.group(2))):
-                _unlink(self.fd, name)
+                try:
+                    _unlink(self.fd, name)
+                except OSError:  # one that cannot be removed is still never read: only final names are
+                    continue
 
 
 def write_all(fd: int, data: bytes, offset: int) -> None:

@@ -8,9 +8,9 @@ Inside a scope, each answer passes Scope.check before huggingface_hub sees it (a
     huggingface_hub makes cache paths of both, so a hostile value is refused before any path is built;
   * a body is read at most to the size announced for it: what its HEAD announced (X-Linked-Size, else Content-Length,
     as huggingface_hub 2.4.0 file_download.py get_hf_file_metadata reads it), the length of the range asked (nothing
-    of a range answered with the whole file: 200), or the scope's limit (the largest config.json or index limits.py allows). An announced size above the limit is refused
-    before the download; a longer body, where it passes the size (huggingface_hub's http_get would write it all to
-    disk and compare sizes only at the end);
+    of a range answered with the whole file: 200), or the scope's limit (the largest config.json or index limits.py
+    allows). An announced size above the limit is refused before the download; a longer body, where it passes the
+    size (huggingface_hub's http_get would write it all to disk and compare sizes only at the end);
   * a Retry-After beyond the time left is the deadline reached now (huggingface_hub's utils/_http.py
     _http_backoff_base would sleep it out with time.sleep: a day, if the server asks for one).
 And the clock (guard.Clock) bounds the time: every connect, read and write on a socket waits at most the time left (a
