@@ -22,7 +22,7 @@ from irsurgeon.families.base import Family, Staging
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.weights.checkpoint import config_of
 from irsurgeon.precision import Choice, build_format
-from irsurgeon.weights.hub import HubOptions, fetch_weights, fetch_whole_weights, is_repo_id, resolve_source
+from irsurgeon.weights.hub import fetch_weights, resolve_source
 
 Echo = Callable[[str], None]
 
@@ -60,7 +60,7 @@ def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
                     weight_format: str | WeightFormat = WeightFormat.F16, allow_nonfinite: bool = False,
                     warn=print, hub=None, moe_form: str | None = None, family=None):
     """Build the draft of a checkpoint directory, a .safetensors file with its config.json, or a Hugging Face
-    repo id (only config.json, the index and the shards of the family's tensors are fetched; `hub`:
+    repo id (only config.json, the index and the family's tensors, by byte range, are fetched; `hub`:
     weights.hub.HubOptions). moe_form: the routed experts' graph form (irsurgeon.ops.moe.FORMS; default the one
     the CPU plugin fuses). family: the only family accepted (default: any registered one, by the config's
     model_type)."""
@@ -68,9 +68,7 @@ def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
     only = _family_arg(family)
     root = resolve_source(checkpoint, warn, hub)  # a repo id: config.json and the index first
     found = family_of(root, config, only)
-    if is_repo_id(checkpoint) and not Path(checkpoint).exists():
-        root = (fetch_weights(checkpoint, root, hub, found.hub_prefix, warn) if found.hub_prefix is not None else
-                fetch_whole_weights(str(checkpoint), root, hub or HubOptions(), warn))
+    root = fetch_weights(checkpoint, root, hub, found.hub_prefix, warn)  # a repo id's tensors, by byte range
     cfg, weights, ckpt = load_with(found.builder(), root, config, allow_nonfinite, warn)
     try:
         model = build_model(cfg, weights, fmt, warn, moe_form, family=found.builder())

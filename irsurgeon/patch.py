@@ -13,8 +13,9 @@ The same flow for every registered family (families.base.Family); the family sup
     source     config.json (and the index) only; family.pair checks geometry and identity before any weight is read,
                refusing a checkpoint of another model unless --allow-foreign-checkpoint (said, and recorded)
     plan       the weight format (auto mirrors the target: irsurgeon.precision); --dry-run prints the steps
-    build      the family's weights fetched (hub prefix or whole), loaded under strict accounting and built
-               (irsurgeon.build), then family.finish (compress, runtime options, provenance)
+    build      the family's weights fetched (a repo id's `hub_prefix*` tensors, by byte range), loaded under
+               strict accounting and built (irsurgeon.build), then family.finish (compress, runtime options,
+               provenance)
     stage      family.stage writes every new file into ONE transaction of the target (subfolders included) and
                checks each where it is staged; the house commits them all at once, or none
     confirm    the family's verify of the committed directory: a rejection is an error, never "wrote ..." and exit 0;
@@ -42,7 +43,7 @@ from irsurgeon.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult,
                                    shown, write_staged)
 from irsurgeon.verify import config_checks, verify_directory
 from irsurgeon.weights.checkpoint import config_of
-from irsurgeon.weights.hub import HubOptions, fetch_weights, fetch_whole_weights, is_repo_id, resolve_source
+from irsurgeon.weights.hub import fetch_weights, resolve_source
 
 Echo = Callable[[str], None]
 
@@ -217,12 +218,9 @@ def plan(family: Family, target, source, options: Options, echo: Echo):
 
 
 def fetch(family: Family, source, root: Path, options: Options, echo: Echo) -> Path:
-    """The weights the family builds from: a repo id's `prefix*` shards, or (no prefix) all of it."""
-    if family.hub_prefix is not None:
-        return fetch_weights(source, root, options.hub, family.hub_prefix, echo)
-    if is_repo_id(source) and not Path(source).exists():
-        return fetch_whole_weights(str(source), root, options.hub or HubOptions(), echo)
-    return root
+    """The weights the family builds from: for a repo id, its `hub_prefix*` tensors by byte range (irsurgeon's
+    cache folder of that commit); a local checkpoint as it is."""
+    return fetch_weights(source, root, options.hub, family.hub_prefix, echo)
 
 
 def build(family: Family, root: Path, choice, options: Options, echo: Echo):

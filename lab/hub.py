@@ -1,8 +1,13 @@
-"""A checkpoint laid out as the Hugging Face cache lays it out, and variants of it that only look like it."""
+"""A checkpoint laid out as the Hugging Face cache lays it out, and variants of it that only look like it; the CLI
+run against a hub look-alike (lab/hub_server.py)."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,3 +41,21 @@ def hub_snapshot(tmp_path: Path, blobs_elsewhere: Path | None = None, shared_sto
             shutil.copy(f, blobs / digest)
         (snap / f.name).symlink_to(Path("..", "..", "blobs", digest))
     return snap
+
+
+def cli_env(endpoint: str, home: Path, extra_env: dict | None = None) -> dict[str, str]:
+    """The environment of a CLI run against the hub at `endpoint` (HF_ENDPOINT and HF_HOME are read when
+    huggingface_hub is imported), with HF_HOME `home` and nothing of the caller's hub settings."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_HUB_ETAG_TIMEOUT",
+                                                            "IRSURGEON_HUB_TIMEOUT")}
+    env.update({"HF_ENDPOINT": endpoint, "HF_HOME": str(home), "PYTHONPATH": str(ROOT),
+                "HF_HUB_DISABLE_TELEMETRY": "1", **(extra_env or {})})
+    return env
+
+
+def run_cli(*args, endpoint: str, home: Path, extra_env: dict | None = None, timeout: float = 120):
+    """`irsurgeon ARGS` in a subprocess (cli_env); returns (the completed process, seconds)."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "irsurgeon.cli", *map(str, args)],
+                          env=cli_env(endpoint, home, extra_env), capture_output=True, text=True, timeout=timeout)
+    return proc, time.perf_counter() - start

@@ -54,7 +54,12 @@ class Faults:
     announce: dict[str, int] = field(default_factory=dict)  # file name -> the size its HEAD announces
     range_bytes: int | None = None  # every range request answered with this many bytes (Content-Length says so)
     range_status: int = 206  # ... with this status (200: as if the Range header were ignored)
-    endless_file: str | None = None  # file name: its GET is chunked, without Content-Length, and never ends
+    range_file: str | None = None  # file name: range_bytes and range_shift apply to its ranges only
+    range_shift: int = 0  # a range answered with the bytes this far after those asked (Content-Range says so)
+    ignore_range: str | None = None  # file name: a Range request for it answered 200 with the whole file, no
+    # Accept-Ranges (a server that does not serve ranges)
+    endless_file: str | None = None  # file name: its GET (ranged or not) is chunked, without Content-Length, and
+    # never ends
     drip: tuple[str, str] | None = None  # (HEAD | GET | RANGE, file name): that answer, head and body, byte by byte
     drip_every: float = 0.25  # seconds between two dripped bytes
     retry_after: tuple[str, str] | None = None  # (HEAD | GET | RANGE, file name): answered 429, Retry-After: 100000
@@ -191,18 +196,23 @@ class Handler(BaseHTTPRequestHandler):
         rng = self.headers.get("Range")
         faults = self.hub.faults
         status, start, end = 200, 0, size - 1
-        m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "")
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "") if faults.ignore_range != path.name else None
+        targeted = faults.range_file in (None, path.name)
         if m:
             start, end, status = int(m.group(1)), min(int(m.group(2) or size - 1), size - 1), 206
+            if targeted and faults.range_shift:
+                start, end = start + faults.range_shift, min(end + faults.range_shift, size - 1)
             meta["Content-Range"] = f"bytes {start}-{end}/{size}"
-        if m and body and faults.range_bytes is not None:
+        if m and body and faults.range_bytes is not None and targeted:
             return self.send_long(faults.range_status, meta, path, start, faults.range_bytes)
-        if body and faults.endless_file == path.name and not m:
+        if body and faults.endless_file == path.name:
             return self.send_endless(status, meta)
         with open(path, "rb") as f:  # only the bytes asked for
             f.seek(start)
             part = f.read(end - start + 1) if body else b""
-        meta.update({"Content-Length": str(end - start + 1), "Accept-Ranges": "bytes"})
+        meta["Content-Length"] = str(end - start + 1)
+        if faults.ignore_range != path.name:
+            meta["Accept-Ranges"] = "bytes"
         if not body:
             if announced is not None and not m:
                 meta["Content-Length"] = str(announced)
@@ -215,12 +225,15 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        if self.hub.faults.slow_file and path.name == self.hub.faults.slow_file:
-            self.reply(status, meta, part[: len(part) // 2])
-            time.sleep(self.hub.faults.pause)
-            self.wfile.write(part[len(part) // 2:])
-        else:
-            self.reply(status, meta, part)
+        try:
+            if self.hub.faults.slow_file and path.name == self.hub.faults.slow_file:
+                self.reply(status, meta, part[: len(part) // 2])
+                time.sleep(self.hub.faults.pause)
+                self.wfile.write(part[len(part) // 2:])
+            else:
+                self.reply(status, meta, part)
+        except OSError:  # the client hung up (as on a range answered whole: it reads none of it)
+            self.close_connection = True
         self.hub.record("GET", self.path, rng, len(part))
 
     def send_long(self, status: int, meta: dict, path: Path, start: int, length: int):
@@ -320,23 +333,31 @@ class Blackhole:
         self.sock.close()
 
 
-def split_checkpoint(src: Path, dest: Path) -> dict[str, Path]:
+def split_checkpoint(src: Path, dest: Path, shards: int = 3, extra: dict | None = None) -> dict[str, Path]:
     """A single-file checkpoint re-laid as an index + 3 shards: the token embeddings alone in the first, the rest of
-    the main model in the second, `mtp.*` in the third. Returns the repo's files by name."""
+    the main model in the second, `mtp.*` in the third; shards=2 keeps `mtp.*` in the second, beside the rest;
+    shards=1 writes one model.safetensors (no index). extra: {name: (array, dtype)} added to the rest (a large
+    tensor beside the head). Returns the repo's files by name."""
     import json
 
     from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 
     dest.mkdir(parents=True)
     st = SafetensorsFile(src / "model.safetensors")
-    names = sorted(st.tensors)
-    groups = {"model-00001-of-00003.safetensors": [n for n in names if "embed_tokens" in n],
-              "model-00003-of-00003.safetensors": [n for n in names if n.startswith("mtp.")]}
-    groups["model-00002-of-00003.safetensors"] = [n for n in names if not any(n in g for g in groups.values())]
-    for shard, members in groups.items():
-        write_safetensors(dest / shard, {n: st.raw(n) for n in members}, {n: st.tensors[n].dtype for n in members})
+    tensors = {n: (st.raw(n), st.tensors[n].dtype) for n in st.tensors}
     st.close()
-    index = {"metadata": {}, "weight_map": {n: shard for shard, members in groups.items() for n in members}}
-    (dest / "model.safetensors.index.json").write_text(json.dumps(index))
+    tensors.update(extra or {})
+    names = sorted(tensors)
+    embed = [n for n in names if "embed_tokens" in n]
+    mtp = [n for n in names if n.startswith("mtp.")]
+    rest = [n for n in names if n not in embed and n not in mtp]
+    parts = {1: [embed + rest + mtp], 2: [embed, rest + mtp], 3: [embed, rest, mtp]}[shards]
+    groups = {"model.safetensors": parts[0]} if shards == 1 else {
+        f"model-{i:05d}-of-{shards:05d}.safetensors": members for i, members in enumerate(parts, 1)}
+    for shard, members in groups.items():
+        write_safetensors(dest / shard, {n: tensors[n][0] for n in members}, {n: tensors[n][1] for n in members})
+    if shards > 1:
+        index = {"metadata": {}, "weight_map": {n: shard for shard, members in groups.items() for n in members}}
+        (dest / "model.safetensors.index.json").write_text(json.dumps(index))
     (dest / "config.json").write_bytes((src / "config.json").read_bytes())
     return {p.name: p for p in dest.iterdir()}

@@ -1,7 +1,7 @@
-"""A Gemma 4 assistant as a repo id, against the Hub look-alike on 127.0.0.1 (lab/hub_server.py): fetched
-whole (config.json first, then model.safetensors, or the index and every shard), patched into a copy of the fixture
-target; a missing file is one line and leaves the target as it was. huggingface_hub runs unmodified in a subprocess
-(HF_ENDPOINT and HF_HOME are read when it is imported)."""
+"""A Gemma 4 assistant as a repo id, against the Hub look-alike on 127.0.0.1 (lab/hub_server.py): every tensor
+fetched by byte range (config.json first, then model.safetensors, or the index and every shard), patched into a copy
+of the fixture target; a missing file is one line and leaves the target as it was. huggingface_hub runs unmodified
+in a subprocess (HF_ENDPOINT and HF_HOME are read when it is imported)."""
 from __future__ import annotations
 
 import json
@@ -38,9 +38,11 @@ def test_patch_from_a_repo_id_fetches_the_whole_assistant(tmp_path):
         proc = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert hub.served("config.json")[1] == (source / "config.json").stat().st_size
-    assert hub.served("model.safetensors")[1] == (source / "model.safetensors").stat().st_size
+    assert hub.served("model.safetensors")[1] == (source / "model.safetensors").stat().st_size  # each byte once
     print(f"gemma4 repo-id patch: {len(hub.log)} requests: {[(e[0], e[1].rsplit('/', 1)[-1]) for e in hub.log]}")
-    assert len([e for e in hub.log if e[0] == "GET"]) == 2  # config.json and model.safetensors, each once
+    gets = [e for e in hub.log if e[0] == "GET"]
+    assert len(gets) == 3 and all(e[2] for e in gets[1:])  # config.json; by range, the header's first read, the rest
+    assert "the whole file, checked against its ETag" in proc.stdout
     assert all(c.ok for c in verify_directory(target)), [c for c in verify_directory(target) if not c.ok]
     assert (target / "mtp_assistant" / "config.json").read_bytes() == (source / "config.json").read_bytes()
 
@@ -88,7 +90,7 @@ def test_revision_and_cache_dir_are_honoured(tmp_path):
         proc = run_cli("patch", target, "--checkpoint", REPO, "--revision", "v2", "--cache-dir", cache,
                        endpoint=hub.url, home=tmp_path / "hf")
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    assert len(list(cache.glob("models--acme--gemma4-assistant/snapshots/*/model.safetensors"))) == 1
+    assert len(list(cache.glob("irsurgeon/models--acme--gemma4-assistant/snapshots/*/model.safetensors"))) == 1
     assert not (tmp_path / "hf" / "hub").exists() or not any((tmp_path / "hf" / "hub").glob("models--*"))
 
 

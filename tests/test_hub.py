@@ -4,23 +4,19 @@ which revision, and how each failure reads. huggingface_hub itself runs unmodifi
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import openvino as ov
 import pytest
 
 from lab.dirsnap import snapshot
+from lab.hub import run_cli
 from lab.hub_server import Blackhole, Faults, HubServer, Revision, free_port, split_checkpoint
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
 from irsurgeon.verify import verify_directory
 
-ROOT = Path(__file__).resolve().parents[1]
 REPO = "acme/qwen35-tiny"
 EMBED_SHARD, REST_SHARD, MTP_SHARD = (f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3))
 SPEC = default_spec("qwen35").with_(vocab=4096)  # a 512 KiB embedding table: 16 rows of it are 2 KiB
@@ -37,17 +33,6 @@ def models(tmp_path_factory):
     return out
 
 
-def run_cli(*args, endpoint: str, home: Path, extra_env: dict | None = None, timeout: float = 120):
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN", "HF_HUB_ETAG_TIMEOUT",
-                                                            "IRSURGEON_HUB_TIMEOUT")}
-    env.update({"HF_ENDPOINT": endpoint, "HF_HOME": str(home), "PYTHONPATH": str(ROOT),
-                "HF_HUB_DISABLE_TELEMETRY": "1", **(extra_env or {})})
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "irsurgeon.cli", *map(str, args)], env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    return proc, time.perf_counter() - start
-
-
 def copy_target(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest)
     return dest
@@ -57,7 +42,7 @@ def error_lines(proc) -> list[str]:
     return [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
 
 
-def test_patch_from_a_repo_id_fetches_config_index_and_the_mtp_shard_only(models, tmp_path):
+def test_patch_from_a_repo_id_fetches_config_index_and_the_head_by_byte_range(models, tmp_path):
     target_src, files = models[1]
     target = copy_target(target_src, tmp_path / "t")
     with HubServer({REPO: {"main": Revision(files)}}) as hub:
@@ -65,10 +50,11 @@ def test_patch_from_a_repo_id_fetches_config_index_and_the_mtp_shard_only(models
                           extra_env={"TQDM_POSITION": "-1"})  # bars even without a TTY (huggingface_hub utils/tqdm.py)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     whole = [e for e in hub.log if e[0] == "GET" and e[2] is None]
-    assert len(whole) == 3  # config.json, the index, the mtp shard (from the CDN origin), each once
+    assert [e[1].rsplit("/", 1)[-1] for e in whole] == ["config.json", "model.safetensors.index.json"]
+    mtp = [e for e in hub.log if e[0] == "GET" and e[1].startswith("/cdn/") and hub.blobs[e[1][5:]].name == MTP_SHARD]
+    assert mtp and all(e[2].startswith("bytes=") for e in mtp)  # by range, every byte once: the shard is the head
     assert hub.served(MTP_SHARD)[1] == files[MTP_SHARD].stat().st_size
-    fetched = {name for name in files if hub.served(name)[1] and name != EMBED_SHARD}
-    assert fetched == {"config.json", "model.safetensors.index.json", MTP_SHARD}
+    assert "the whole file, checked against its ETag" in proc.stdout
     assert REST_SHARD not in str(hub.log)
     requests, sent = hub.served(EMBED_SHARD)
     size = files[EMBED_SHARD].stat().st_size
@@ -77,7 +63,7 @@ def test_patch_from_a_repo_id_fetches_config_index_and_the_mtp_shard_only(models
     # a first read of 1/64 of the shard (length + header), then 16 rows of 64 bf16 values: 10 KiB of 512 KiB
     assert 0 < sent <= size // 64 + 16 * 64 * 2, (sent, size)
     assert "checkpoint identity: 16 rows" in proc.stdout and "range requests" in proc.stdout
-    assert "100%|" in proc.stderr  # huggingface_hub's own progress bars for the downloads
+    assert "100%|" in proc.stderr  # huggingface_hub's own progress bars for config.json and the index
     assert all(c.ok for c in verify_directory(target))
     per_file = {name: hub.served(name) for name in sorted(files)}
     print(f"repo-id patch: {len(hub.log)} requests, {sum(e[3] for e in hub.log)} bytes served; per file "
@@ -124,7 +110,9 @@ def test_offline_after_an_online_patch_uses_the_cache(models, tmp_path):
     again, _ = run_cli("patch", copy_target(target_src, tmp_path / "b"), "--checkpoint", REPO, endpoint=hub.url,
                        home=tmp_path / "hf", extra_env={"HF_HUB_OFFLINE": "1"})
     assert again.returncode == 0, again.stderr
-    assert "not checked" in again.stdout  # the embedding shard was never cached: no range requests offline
+    # the head and the identity rows come from irsurgeon's cache, which the first run filled (that server is gone)
+    assert "match the target's" in again.stdout and "read from irsurgeon's cache" in again.stdout, again.stdout
+    assert all(c.ok for c in verify_directory(tmp_path / "b"))
 
 
 def test_unreachable_hub_falls_back_to_a_filled_cache(models, tmp_path):
@@ -137,7 +125,7 @@ def test_unreachable_hub_falls_back_to_a_filled_cache(models, tmp_path):
     again, took = run_cli("patch", copy_target(target_src, tmp_path / "b"), "--checkpoint", REPO,
                           endpoint=hub.url, home=tmp_path / "hf")  # that server is gone: connection refused
     assert again.returncode == 0, again.stderr
-    assert "using the local Hugging Face cache" in again.stdout and "identity not checked" in again.stdout
+    assert "using the local Hugging Face cache" in again.stdout and "read from irsurgeon's cache" in again.stdout
     assert all(c.ok for c in verify_directory(tmp_path / "b")) and took < 15
 
 

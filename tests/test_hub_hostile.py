@@ -214,22 +214,29 @@ def test_a_range_answered_with_gigabytes_is_one_line_in_bounded_memory(model, tm
           f"sent before the client hung up, {run.seconds:.1f} s")
 
 
-def test_a_download_longer_than_announced_stops_at_the_announced_size(model, tmp_path):
-    """The mtp shard's GET never ends (chunked, no Content-Length): the download stops once it passes the size the
-    HEAD announced, instead of filling the disk."""
+ENDLESS = {  # case -> (faults, what the error line names besides the shard: the bound it stopped at)
+    "a range of the mtp shard": (Faults(endless_file=MTP_SHARD), lambda size: "more than"),
+    "the whole mtp shard (its server ignores ranges)": (Faults(endless_file=MTP_SHARD, ignore_range=MTP_SHARD), str),
+}
+
+
+@pytest.mark.parametrize("case", list(ENDLESS))
+def test_a_download_longer_than_announced_stops_at_the_announced_size(model, tmp_path, case):
+    """The mtp shard's GET never ends (chunked, no Content-Length): the download stops once it passes the length of
+    the range asked, or (a whole-file download) the size the HEAD announced, instead of filling the disk."""
     target_src, files = model
-    target = copy_target(target_src, tmp_path / "t")
+    faults, bound = ENDLESS[case]
     box = Box(tmp_path)
-    with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(endless_file=MTP_SHARD)) as hub:
+    with HubServer({REPO: {"main": Revision(files)}}, faults=faults) as hub:
         run = box.run("build-mtp", REPO, "-o", tmp_path / "out", "--cache-dir", box.cache, endpoint=hub.url,
                       timeout=60)
         time.sleep(0.2)  # the server's handler notices the hang-up and logs what it sent
         sent = sum(e[3] for e in hub.log if e[1].startswith("/cdn/"))
-    line = assert_one_error(run, MTP_SHARD, str(files[MTP_SHARD].stat().st_size))
+    line = assert_one_error(run, MTP_SHARD, bound(files[MTP_SHARD].stat().st_size))
     largest = max((p.stat().st_size for p in box.cache.rglob("*") if p.is_file() and not p.is_symlink()), default=0)
     assert largest < files[MTP_SHARD].stat().st_size and not (tmp_path / "out").exists()
     assert sent < 256 << 20, sent  # the client hung up early (what is in flight in socket buffers aside)
-    print(f"endless download: {line}; {sent >> 20} MiB sent in {run.seconds:.1f} s")
+    print(f"endless download ({case}): {line}; {sent >> 20} MiB sent in {run.seconds:.1f} s")
 
 
 def test_a_config_announced_larger_than_any_config_is_not_downloaded(model, tmp_path):
@@ -247,9 +254,10 @@ DRIPS = {  # case -> the answer that drips (or asks for a retry in a day)
     "the probe (HEAD config.json)": Faults(drip=("HEAD", "config.json")),
     "config.json (budget from IRSURGEON_HUB_TIMEOUT)": Faults(drip=("GET", "config.json")),
     "the index": Faults(drip=("GET", INDEX)),
-    "the mtp shard": Faults(drip=("GET", MTP_SHARD)),
-    "a range read": Faults(drip=("RANGE", EMBED_SHARD)),
-    "Retry-After: 100000 on the mtp shard": Faults(retry_after=("GET", MTP_SHARD)),
+    "the mtp shard's tensors by range": Faults(drip=("RANGE", MTP_SHARD)),
+    "the whole mtp shard (its server ignores ranges)": Faults(drip=("GET", MTP_SHARD), ignore_range=MTP_SHARD),
+    "an identity row's range": Faults(drip=("RANGE", EMBED_SHARD)),
+    "Retry-After: 100000 on the mtp shard": Faults(retry_after=("RANGE", MTP_SHARD)),
 }
 BUDGET = 1.0  # what a whole patch fetch takes here: 0.3 s of requests
 
@@ -283,9 +291,10 @@ def test_a_fetch_writes_nothing_under_home_but_the_cache(model, tmp_path):
     box = Box(tmp_path)
     cache = box.home / "cache"
     code = ("import sys\n"
-            "from irsurgeon.weights.hub import HubBytes, HubOptions, resolve_source, snapshot_commit\n"
+            "from irsurgeon.weights.hub import HubBytes, HubOptions, fetch_weights, resolve_source, snapshot_commit\n"
             "hub = HubOptions(cache_dir=sys.argv[1])\n"
-            "root = resolve_source(sys.argv[2], hub=hub, prefix='mtp.')\n"
+            "root = resolve_source(sys.argv[2], hub=hub)\n"
+            "fetch_weights(sys.argv[2], root, hub, 'mtp.')\n"
             "print(len(HubBytes(sys.argv[2], sys.argv[3], snapshot_commit(root), hub).read([(0, 64)])[0]))\n")
     with HubServer({REPO: {"main": Revision(files)}}) as hub:
         run = box.run_python(code, cache, REPO, EMBED_SHARD, endpoint=hub.url,

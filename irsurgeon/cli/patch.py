@@ -13,7 +13,8 @@ from irsurgeon.cli.options import echo_for, json_flag, kv_cache_option, print_js
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--checkpoint", "source", required=True,
               help="The draft's checkpoint: a directory, a .safetensors file, or a Hugging Face repo id (only the "
-                   "shards holding the draft's tensors are fetched); its config.json's model_type picks the family.")
+                   "draft's tensors are fetched, by byte range, into irsurgeon's folder of the cache); its "
+                   "config.json's model_type picks the family.")
 @weight_format_option("auto", text="Storage of the head's weights; auto mirrors the target's language model. "
                                     "A ready head in another format than one given here is rebuilt.")
 @kv_cache_option

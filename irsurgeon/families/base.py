@@ -9,7 +9,9 @@ openvino.
     key, describe         the name `show` prints ("qwen3_5", "gemma4"), and one line for messages
     layout                the files it writes into a target (names relative to it; one subfolder level allowed),
                           the draft IR and the target IR whose KV grows, for show / footprint / genai
-    hub_prefix            what a repo id's weights are fetched for: the shards of `prefix*` tensors, or None (whole)
+    hub_prefix            the tensors a repo id's weights are fetched for (by byte range, from whatever shard
+                          holds them): those named `prefix*`, "" for every tensor; it must cover the prefix of the
+                          builder's table, whose tensors the strict loader reads
     builder()             the build's view of its checkpoints (families.builder.Builder)
     recognise(dir)        how surely a directory is this family's: DRAFT (its draft is there), TARGET (a target of
                           its kind, not patched), NONE
@@ -124,7 +126,7 @@ class Family(ABC):
     key: str
     describe: str
     layout: Layout
-    hub_prefix: str | None = None
+    hub_prefix: str = ""
     standalone: bool = False  # `build-mtp` writes its draft alone into an output directory
     synth_kinds: tuple[str, ...] = ()
 

@@ -72,11 +72,16 @@ class LocalBytes:
             self._fd = -1
 
 
-def merge_ranges(ranges: list[tuple[int, int]], gap: int = MERGE_GAP) -> list[tuple[int, int]]:
-    """Sorted (offset, length) ranges with neighbours closer than `gap` bytes joined."""
+def merge_ranges(ranges: list[tuple[int, int]], gap: int = MERGE_GAP,
+                 waste: int | None = None) -> list[tuple[int, int]]:
+    """Sorted (offset, length) ranges with neighbours closer than `gap` bytes joined; `waste`: at most that many
+    bytes between them joined in all (the rest stay apart)."""
     merged: list[list[int]] = []
+    left = float("inf") if waste is None else waste
     for offset, length in sorted(ranges):
-        if merged and offset - (merged[-1][0] + merged[-1][1]) <= gap:
+        between = offset - (merged[-1][0] + merged[-1][1]) if merged else gap + 1
+        if between <= gap and max(between, 0) <= left:
+            left -= max(between, 0)
             merged[-1][1] = max(merged[-1][1], offset + length - merged[-1][0])
         else:
             merged.append([offset, length])

@@ -242,6 +242,13 @@ NUMPY_TO_ST = {np.dtype("<f8"): "F64", np.dtype("<f4"): "F32", np.dtype("<f2"): 
                np.dtype("<i4"): "I32", np.dtype("i1"): "I8", np.dtype("u1"): "U8", np.dtype("?"): "BOOL"}
 
 
+def encode_header(header: dict) -> bytes:
+    """The 8-byte length and the JSON header, padded with spaces to a multiple of 8 (as safetensors writes it)."""
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw
+
+
 def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray], dtypes: dict[str, str] | None = None,
                       metadata: dict[str, str] | None = None) -> None:
     """Write tensors; `dtypes[name]` names a storage dtype ("BF16", "F8_E4M3") when the array holds raw bits."""
@@ -255,11 +262,8 @@ def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray], dtypes: 
         chunks.append(data)
         offset += len(data)
     header["__metadata__"] = metadata or {"format": "pt"}
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
+        f.write(encode_header(header))
         for c in chunks:
             f.write(c)
 

@@ -5,8 +5,9 @@ from z-lab's DFlashDraftModel safetensors into TARGET/dflash_draft/, with the ta
 
 TARGET is a Qwen3 text export (optimum-intel `--task text-generation-with-past`) or a decomposed Qwen3.5 VLM export
 (patched for it, run with VLMPipeline); DRAFT_DIR a z-lab-format checkpoint (config.json + safetensors) or a repo id
-of one (fetched whole). Afterwards TARGET/dflash_draft/ holds the draft IR and its config.json, and the target IR's
-.xml carries `hidden_states_decoder_layers` (its .bin untouched), all moved in by one transaction:
+of one (every tensor fetched by byte range). Afterwards TARGET/dflash_draft/ holds the draft IR and its config.json,
+and the target IR's .xml carries `hidden_states_decoder_layers` (its .bin untouched), all moved in by one
+transaction:
 
     sc = openvino_genai.SchedulerConfig(); sc.enable_prefix_caching = False
     openvino_genai.LLMPipeline(TARGET, "CPU", scheduler_config=sc,
@@ -44,7 +45,7 @@ class DFlash(Family):
     describe = "DFlash block-diffusion draft (z-lab DFlashDraftModel checkpoint)"
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.DRAFT_DIR}/{names.MODEL_XML}",
                     target_xml=names.MODEL_XML, target_alternatives=(names.LANGUAGE_XML,))
-    hub_prefix = None  # small: fetched whole
+    hub_prefix = ""  # every tensor of the (small) checkpoint: the table's prefix is ""
     synth_kinds = ("dflash", "dflash-cycle", "dflash-qwen35")
 
     def builder(self):

@@ -4,7 +4,8 @@
 
 TARGET is a text-only stateful export of a `gemma4_text` / `gemma4` model (optimum-intel
 `--task text-generation-with-past`); ASSISTANT_DIR a local `gemma4_assistant` checkpoint (config.json +
-safetensors) or a Hugging Face repo id of one (fetched whole, with --revision/--token/--cache-dir).
+safetensors) or a Hugging Face repo id of one (every tensor fetched by byte range, with --revision/--token/
+--cache-dir).
 Afterwards TARGET/openvino_model.xml has the five `mtp_*` outputs (its .bin untouched) and TARGET/mtp_assistant/
 holds the assistant IR, config.json and generation_config.json, all moved in by one transaction:
 
@@ -37,7 +38,7 @@ class Gemma4MTP(Family):
     describe = "Gemma 4 MTP assistant (gemma4_assistant checkpoint)"
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.ASSISTANT_DIR}/{names.MODEL_XML}",
                     target_xml=names.MODEL_XML)
-    hub_prefix = None  # small: fetched whole
+    hub_prefix = ""  # every tensor of the (small) checkpoint: the table's prefix is ""
     synth_kinds = ("gemma4",)
 
     def builder(self):

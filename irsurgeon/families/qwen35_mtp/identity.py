@@ -29,7 +29,7 @@ from irsurgeon.errors import CheckpointError, IRError, cause
 from irsurgeon.ir import files
 from irsurgeon.ir.export import ExportDir
 from irsurgeon.weights.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint
-from irsurgeon.weights.hub import HubBytes, HubOptions, HubUnreachable, is_offline, is_repo_id, snapshot_commit
+from irsurgeon.weights.hub import HubBytes, HubOffline, HubOptions, HubUnreachable, is_repo_id, snapshot_commit
 from irsurgeon.weights.rows import LocalBytes, read_rows
 from irsurgeon.weights.safetensors_io import bf16_to_f32
 
@@ -229,9 +229,7 @@ def embedding_shard(root: Path, source: str | Path, hub: HubOptions | None):
     if present(root / shard):  # anything there is read, or refused by name (LocalBytes: a regular file only)
         return LocalBytes(root / shard)
     commit = snapshot_commit(root)
-    if commit and is_repo_id(source):
-        if is_offline():
-            return "not checked: the token embeddings' shard is not in the local cache and HF_HUB_OFFLINE is set"
+    if commit and is_repo_id(source):  # its rows by range; a run before this one's are in irsurgeon's cache
         return HubBytes(str(source), shard, commit, hub or HubOptions())
     return f"not checked: {root / shard}, which holds the token embeddings, is not there"
 
@@ -245,6 +243,8 @@ def checkpoint_rows(root: Path, source: str | Path, hub: HubOptions | None):
         rows = read_rows(src, EMBED_NAMES, sample_ids)
         return (rows, src) if rows is not None else (None, f"not checked: {src.label} holds no "
                                                            f"{' / '.join(EMBED_NAMES)} to compare")
+    except HubOffline:
+        return None, "not checked: the token embeddings' rows are not in the local cache and HF_HUB_OFFLINE is set"
     except HubUnreachable:  # the cache served the rest; the rows could only come from the hub
         return None, "not checked: the hub is unreachable and the cache does not hold the token embeddings"
     finally:
@@ -282,7 +282,10 @@ def compare(got, want: np.ndarray, bound: np.ndarray, storage: str, src) -> Iden
     worst = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
     largest = np.unravel_index(int(np.argmax(diff)), diff.shape)
     ok = bool(ratio[worst] <= 1.0)
-    read = f"; {src.bytes} bytes in {src.requests} range requests" if isinstance(src, HubBytes) else ""
+    read = ""
+    if isinstance(src, HubBytes):
+        read = (f"; {src.bytes} bytes in {src.requests} range requests" if src.requests else
+                "; read from irsurgeon's cache of an earlier run's range requests")
     what = f"{len(got.ids)} rows of {got.name}"
     if ok:
         detail = (f"{what} match the target's {storage} table (max difference {diff[largest]:.3g}, "

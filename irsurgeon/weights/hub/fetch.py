@@ -1,10 +1,11 @@
-"""Fetch only what the MTP head needs from a Hugging Face repo: config.json, the index, and the shards with `mtp.*`.
+"""What irsurgeon fetches of a Hugging Face repo through huggingface_hub's cache: config.json and the index (the
+weights come by byte range: partial.py), and, when a server will not serve ranges, a whole shard.
 
-Everything goes through huggingface_hub's cache (its own progress bars, token discovery, `HF_ENDPOINT`,
-`HF_HUB_OFFLINE=1`). A repo without an index holds a single `model.safetensors`; that one file is then the only way
-to the head. Before any download, one HEAD request with a short timeout asks whether the hub answers at all: an
-unreachable hub is one line within seconds, not huggingface_hub's minute of retries (huggingface_hub 2.4.0,
-file_download.py: a failed HEAD without a cached copy is retried with `_ETAG_RETRY_TIMEOUT = 60` and backoff).
+Through huggingface_hub's cache go its token discovery, `HF_ENDPOINT` and `HF_HUB_OFFLINE=1`. A repo without an index
+holds a single `model.safetensors`. Before any download, one HEAD request with a short timeout asks whether the hub
+answers at all: an unreachable hub is one line within seconds, not huggingface_hub's minute of retries
+(huggingface_hub 2.4.0, file_download.py: a failed HEAD without a cached copy is retried with
+`_ETAG_RETRY_TIMEOUT = 60` and backoff).
 A hub that accepts connections but never answers costs the probe's 5 s (plus, when the user turned telemetry on, up
 to 3 s that huggingface_hub spends once a day fetching `{ENDPOINT}/api/agent-harnesses`: utils/_detect_agent.py,
 `_REGISTRY_FETCH_TIMEOUT = 3`; transport.py turns it off otherwise).
@@ -19,7 +20,6 @@ it costs ~145 ms (measured, huggingface_hub 2.4.0) that a local checkpoint, and 
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -28,7 +28,7 @@ from typing import Callable
 
 from irsurgeon import limits
 from irsurgeon.errors import CheckpointError, cause, with_hint
-from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE, SINGLE_FILE, weight_map
+from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE
 from irsurgeon.weights.hub.guard import TIMEOUT_ENV, Clock, HubGuardError, HubTimeout, check_timeout, default_timeout
 from irsurgeon.weights.hub.names import commit_problem, etag_problem, revision_problem, shown
 
@@ -72,34 +72,21 @@ def is_repo_id(source: str | Path) -> bool:
     return not Path(source).exists() and looks_like_repo_id(str(source))
 
 
-def resolve_source(source: str | Path, echo: Echo = print, hub: HubOptions | None = None,
-                   prefix: str | None = None) -> Path:
-    """A local checkpoint path as is; a repo id fetched (partially: see the module docstring) into the cache.
-
-    prefix: fetch the shards holding the tensors named `prefix*` (the head's, e.g. "mtp."); None fetches config.json
-    and the index only (what the identity check needs besides a few rows).
-    """
+def resolve_source(source: str | Path, echo: Echo = print, hub: HubOptions | None = None) -> Path:
+    """A local checkpoint path as is; for a repo id, config.json and the index (what the family and the identity
+    check need before any weight) fetched into the cache: its snapshot directory. The weights come after, by
+    partial.fetch_weights."""
     path = Path(source)
     if path.exists():
         return path
     if not looks_like_repo_id(str(source)):
         raise CheckpointError(f"{source}: no such checkpoint file or directory (nor a Hugging Face repo id)")
     try:
-        return fetch_checkpoint(str(source), hub or HubOptions(), echo, prefix)
+        return fetch_checkpoint(str(source), hub or HubOptions(), echo)
     except CheckpointError as e:  # a mistyped local path reads as a repo id too: say the local answer first
         if path.parent == Path(".") or not path.parent.is_dir():
             raise
         raise type(e)(f"{source}: no such local checkpoint in {path.parent}; as a Hugging Face repo id: {e}") from None
-
-
-def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, prefix: str, echo: Echo = print) -> Path:
-    """After resolve_source(prefix=None): the `prefix*` shards of that same commit (a local path is returned as is),
-    so a branch that moves between the two steps cannot mix files of two commits."""
-    commit = snapshot_commit(root)
-    if not (commit and is_repo_id(source)):
-        return root
-    pinned = dataclasses.replace(hub or HubOptions(), revision=commit)
-    return fetch_checkpoint(str(source), pinned, echo, prefix, quiet_probe=True)
 
 
 def probe_timeout() -> float:
@@ -229,26 +216,17 @@ def hub_error(repo_id: str, filename: str, hub: HubOptions, e: Exception) -> Che
     return CheckpointError(f"{where}: cannot fetch {filename}: {cause(e)}")
 
 
-def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print, prefix: str | None = None,
-                     quiet_probe: bool = False) -> Path:
-    """The cache snapshot directory holding config.json, the index and (prefix given) the shards of `prefix*`.
+def fetch_checkpoint(repo_id: str, hub: HubOptions, echo: Echo = print) -> Path:
+    """The cache snapshot directory holding config.json and (when the repo has one) the index.
 
     With a commit hash as revision, files already in the cache are taken without a request (huggingface_hub 2.4.0
     file_download.py: "if user provides a commit_hash and they already have the file on disk, shortcut everything").
     """
-    online = probe(repo_id, hub, (lambda _: None) if quiet_probe else echo)  # quiet: said by the first probe
+    online = probe(repo_id, hub, echo)
     fetch = fetcher(repo_id, hub, online)
     config = fetch(CONFIG_FILE)
-    index = fetch(INDEX_FILE, optional=True) if online else cached_file(repo_id, INDEX_FILE, hub)
-    if prefix is None:
-        return config.parent
-    if index is None:
-        echo(f"{repo_id}: no {INDEX_FILE}; fetching the single {SINGLE_FILE}")
-        fetch(SINGLE_FILE)
-        return config.parent
-    for shard in head_shards(index, prefix):
-        echo(f"{repo_id}: fetching {shard} (holds {prefix}* tensors)")
-        fetch(shard)
+    if online:
+        fetch(INDEX_FILE, optional=True)
     return config.parent
 
 
@@ -309,53 +287,12 @@ def _within(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder and path != folder
 
 
-def fetch_whole(repo_id: str, hub: HubOptions, check: Callable[[Path], None], echo: Echo = print,
-                weights: bool = True) -> Path:
-    """A small checkpoint fetched whole (a Gemma 4 assistant): config.json, which check(path) judges before any
-    weight is fetched, then (weights=True; else later by fetch_whole_weights) its weights. Returns the snapshot."""
-    online = probe(repo_id, hub, echo)
-    config = fetcher(repo_id, hub, online)(CONFIG_FILE)
-    check(config)
-    if weights:
-        _fetch_weights_of(repo_id, config.parent, hub, online, echo)
-    return config.parent
-
-
-def fetch_whole_weights(repo_id: str, root: Path, hub: HubOptions, echo: Echo = print) -> Path:
-    """After fetch_whole(weights=False): the weights of root's commit (quiet probe: the first one spoke)."""
-    _fetch_weights_of(repo_id, root, hub, probe(repo_id, hub, lambda _: None), echo)
-    return root
-
-
-def _fetch_weights_of(repo_id: str, root: Path, hub: HubOptions, online: bool, echo: Echo) -> None:
-    """model.safetensors, or the index and every shard it lists, all of root's commit (a branch that moves meanwhile
-    cannot mix two commits' files)."""
-    commit = snapshot_commit(root)
-    pinned = dataclasses.replace(hub, revision=commit) if commit else hub
-    fetch = fetcher(repo_id, pinned, online)
-    index = fetch(INDEX_FILE, optional=True) if online else cached_file(repo_id, INDEX_FILE, pinned)
-    for name in [SINGLE_FILE] if index is None else all_shards(index):
-        echo(f"{repo_id}: fetching {name}")
-        fetch(name)
-
-
-def all_shards(index: Path) -> list[str]:
-    return sorted(set(weight_map(index).values()))
-
-
 def cached_file(repo_id: str, filename: str, hub: HubOptions) -> Path | None:
     """The cached copy of a file, or None (cache-only mode: a missing index means a single-file checkpoint)."""
     from huggingface_hub import try_to_load_from_cache
 
     found = try_to_load_from_cache(repo_id, filename, cache_dir=hub.cache_dir, revision=hub.revision)
     return inside_cache(Path(found), repo_id, hub) if isinstance(found, str) else None
-
-
-def head_shards(index: Path, prefix: str) -> list[str]:
-    shards = sorted({s for n, s in weight_map(index).items() if n.startswith(prefix)})
-    if not shards:
-        raise CheckpointError(f"{index}: no '{prefix}*' tensors listed: this checkpoint carries no MTP head")
-    return shards
 
 
 def snapshot_commit(path: Path) -> str | None:

@@ -7,10 +7,10 @@ Inside a scope, each answer passes Scope.check before huggingface_hub sees it (a
   * X-Repo-Commit must be a commit hash, and a HEAD's X-Linked-Etag (else its ETag) a content hash (names.py):
     huggingface_hub makes cache paths of both, so a hostile value is refused before any path is built;
   * a body is read at most to the size announced for it: what its HEAD announced (X-Linked-Size, else Content-Length,
-    as huggingface_hub 2.4.0 file_download.py get_hf_file_metadata reads it), the length of the range asked, or the
-    scope's limit (the largest config.json or index limits.py allows). An announced size above the limit is refused
-    before the download; a longer body, where it passes the size (huggingface_hub's http_get would write it all to
-    disk and compare sizes only at the end);
+    as huggingface_hub 2.4.0 file_download.py get_hf_file_metadata reads it), the length of the range asked (nothing
+    of a range answered with the whole file: 200), or the scope's limit (the largest config.json or index limits.py
+    allows). An announced size above the limit is refused before the download; a longer body, where it passes the
+    size (huggingface_hub's http_get would write it all to disk and compare sizes only at the end);
   * a Retry-After beyond the time left is the deadline reached now (huggingface_hub's utils/_http.py
     _http_backoff_base would sleep it out with time.sleep: a day, if the server asks for one).
 And the clock (guard.Clock) bounds the time: every connect, read and write on a socket waits at most the time left (a
@@ -97,6 +97,8 @@ class Scope:
         if cap is None:
             cap = self.limit if self.limit is not None else UNANNOUNCED_BODY_BYTES
         asked = range_length(response.request.headers.get("Range"), cap)
+        if response.status_code == 200 and asked is not None:
+            return 0  # a range answered with the whole file: none of it is read (ranges.HubBytes falls back)
         if response.status_code == 206 and asked is not None:
             cap = min(cap, asked)
         length = _int(response.headers.get("Content-Length"))

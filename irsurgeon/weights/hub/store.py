@@ -1,0 +1,190 @@
+"""irsurgeon's own cache of what it fetched from a hub by byte range, inside huggingface_hub's cache directory (its
+default or --cache-dir), keyed by repo id, commit and file name:
+
+    <cache>/irsurgeon/models--<owner>--<name>/snapshots/<commit>/
+        config.json, model.safetensors.index.json   copies of the snapshot's: the folder is a checkpoint directory
+        <shard>.safetensors                          the shard's needed tensors alone (partial.py)
+        <shard>.safetensors.ranges                   byte ranges read of the shard (ranges.HubBytes: its header,
+                                                     the identity check's rows), and the shard's size
+
+Laid out as huggingface_hub lays out a snapshot (so fetch.snapshot_commit reads the commit from the path) but under
+a root of its own, so huggingface_hub never takes a partial shard for the file.
+
+Every write is a temp file (O_EXCL, never through a link) fsynced and renamed into place inside a folder held by
+descriptor, and every folder on the way is opened without following a link: a run killed mid-write leaves only a
+temp file, which no reader opens and the next run removes once its writer is gone. A name in the folder that is not a
+regular file (a link, a FIFO) is never read: the writer replaces it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import struct
+from pathlib import Path
+from typing import Callable
+
+from irsurgeon import fsat, limits
+from irsurgeon.errors import CheckpointError
+from irsurgeon.weights.hub.fetch import looks_like_repo_id
+from irsurgeon.weights.hub.names import COMMIT, shown
+
+ROOT = "irsurgeon"
+RANGES_SUFFIX = ".ranges"
+RANGES_BYTES = 64 << 20  # a .ranges file holds headers and rows: kilobytes to a few MiB; a larger one is rewritten
+_TEMP = re.compile(r"\.(.+)\.(\d+)\.[0-9a-f]{8}\.tmp")
+
+
+class Folder:
+    """One commit's folder of the cache, held open by descriptor (see the module docstring)."""
+
+    def __init__(self, cache: Path, repo_id: str, commit: str):
+        if not (looks_like_repo_id(repo_id) and COMMIT.fullmatch(commit)):  # both become path components
+            raise CheckpointError(f"{shown(repo_id)}@{shown(commit)}: not a repo id and a commit hash; not making a "
+                                  f"cache path of them")
+        self.path = cache.joinpath(ROOT, "models--" + repo_id.replace("/", "--"), "snapshots", commit)
+        try:
+            os.makedirs(cache, exist_ok=True)  # the cache itself may be a link: the user's choice
+            fd = os.open(cache, fsat.DIR_FLAGS & ~os.O_NOFOLLOW)
+            for name in self.path.relative_to(cache).parts:
+                fd = _enter(fd, name)
+        except OSError as e:
+            raise CheckpointError(f"{self.path}: cannot make irsurgeon's cache folder: "
+                                  f"{e.strerror or type(e).__name__} (a link or a file on the way?)") from None
+        self.fd = fd
+        self.sweep()
+
+    def __enter__(self) -> "Folder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def regular(self, name: str) -> os.stat_result | None:
+        """The entry's stat when it is a regular file (not a link), else None."""
+        st = fsat.lstat_at(self.fd, name)
+        return st if st is not None and limits.not_regular(st.st_mode) is None else None
+
+    def read(self, name: str, limit: int) -> bytes | None:
+        """A regular file's bytes, when it is one of at most `limit` bytes; else None (it will be rewritten)."""
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=self.fd)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if limits.not_regular(st.st_mode) or st.st_size > limit:
+                return None
+            return os.pread(fd, st.st_size, 0)
+        finally:
+            os.close(fd)
+
+    def write(self, name: str, fill: Callable[[int], None]) -> None:
+        """name, written by fill(fd) into a temp file, fsynced and renamed over whatever name was (a link too)."""
+        temp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=self.fd)
+        except OSError as e:
+            raise CheckpointError(f"{self.path}: cannot write {name}: {e.strerror or type(e).__name__}") from None
+        try:
+            try:
+                fill(fd)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            os.fsync(self.fd)
+        except OSError as e:
+            _unlink(self.fd, temp)
+            raise CheckpointError(f"{self.path}: cannot write {name}: {e.strerror or type(e).__name__}") from None
+        except BaseException:
+            _unlink(self.fd, temp)
+            raise
+
+    def sweep(self) -> None:
+        """Remove the temp files of runs that are gone (a writer that is alive keeps its own)."""
+        for name in os.listdir(self.fd):
+            m = _TEMP.fullmatch(name)
+            if m and not _alive(int(m.group(2))):
+                try:
+                    _unlink(self.fd, name)
+                except OSError:  # one that cannot be removed is still never read: only final names are
+                    continue
+
+
+def write_all(fd: int, data: bytes, offset: int) -> None:
+    """pwrite until every byte is written (a pwrite may write less)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+def read_ranges(folder: Folder, filename: str) -> tuple[int, list[tuple[int, bytes]]] | None:
+    """(file size, [(offset, bytes)]) stored for `filename`, or None when nothing usable is stored. The form, like a
+    safetensors file: 8-byte little-endian N, N bytes of JSON {"size": S, "spans": [[offset, length], ...]}, the
+    spans' bytes in that order."""
+    raw = folder.read(filename + RANGES_SUFFIX, RANGES_BYTES)
+    if raw is None or len(raw) < 8:
+        return None
+    (n,) = struct.unpack("<Q", raw[:8])
+    try:
+        head = limits.parse_json(raw[8:8 + n], filename, CheckpointError) if 8 + n <= len(raw) else None
+    except CheckpointError:
+        return None
+    spans = head.get("spans") if isinstance(head, dict) else None
+    size = head.get("size") if isinstance(head, dict) else None
+    if not (isinstance(size, int) and isinstance(spans, list)) or not all(
+            isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) and v >= 0 for v in s) for s in spans):
+        return None
+    if sum(length for _, length in spans) != len(raw) - 8 - n or any(o + k > size for o, k in spans):
+        return None  # cut short, or not of this file: fetched again
+    out, at = [], 8 + n
+    for offset, length in spans:
+        out.append((offset, raw[at:at + length]))
+        at += length
+    return size, out
+
+
+def write_ranges(folder: Folder, filename: str, size: int, spans: list[tuple[int, bytes]]) -> None:
+    head = json.dumps({"size": size, "spans": [[o, len(b)] for o, b in spans]}).encode()
+    body = b"".join(b for _, b in spans)
+    if 8 + len(head) + len(body) > RANGES_BYTES:
+        return  # not kept: the next run reads them again
+    folder.write(filename + RANGES_SUFFIX, lambda fd: write_all(fd, struct.pack("<Q", len(head)) + head + body, 0))
+
+
+def _enter(parent: int, name: str) -> int:
+    """The folder `name` under parent (made when missing), opened without following a link; parent is closed."""
+    try:
+        try:
+            os.mkdir(name, 0o755, dir_fd=parent)
+        except FileExistsError:
+            pass
+        return os.open(name, fsat.DIR_FLAGS, dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
+
+
+def _unlink(dir_fd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
