@@ -33,7 +33,7 @@ from irsurgeon import rtinfo
 from irsurgeon.build import build_model, load_with
 from irsurgeon.config import read_json
 from irsurgeon.compress import WEIGHT_FORMATS
-from irsurgeon.errors import CompressionError, ConfigError, Interrupted, IRSurgeonError
+from irsurgeon.errors import CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError
 from irsurgeon.families import registry
 from irsurgeon.families.base import Family, Staging
 from irsurgeon.ir import files, xmlsafe
@@ -42,7 +42,7 @@ from irsurgeon.show import weight_precision, weights
 from irsurgeon.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted,  # noqa: F401
                                    shown, write_staged)
 from irsurgeon.verify import config_checks, verify_directory
-from irsurgeon.weights.checkpoint import config_of
+from irsurgeon.weights.checkpoint import INDEX_FILE, SINGLE_FILE, config_of
 from irsurgeon.weights.hub import fetch_weights, resolve_source
 
 Echo = Callable[[str], None]
@@ -72,10 +72,25 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
                                f"{', '.join(WEIGHT_FORMATS)}")
     if not options.dry_run and os.path.lexists(target_dir / STAGE_DIR):  # a half-done commit mixes versions:
         clear_interrupted(target_dir, options.wait, echo, registry.writable())  # undo it before judging the target
+    refuse_local_source(Path(source), target_dir)
     mine = registry.for_directory(target_dir)  # reads the target's config.json (a model_type that is no name: refused)
     local = Path(source).is_dir()
     family = (registry.for_checkpoint(Path(source)) if local else None) or mine
     return patch_as(family, target_dir, source, options, echo)
+
+
+def refuse_local_source(source: Path, target_dir: Path) -> None:
+    """A local --checkpoint that can hold no weights, refused before any check or note: a file that is not
+    .safetensors (such as its config.json), or a folder without model.safetensors or an index (such as the target)."""
+    if source.is_file() and source.suffix != ".safetensors":
+        raise CheckpointError(f"{source}: not a .safetensors file; --checkpoint takes the checkpoint's folder or one "
+                              f"of its .safetensors files")
+    if source.is_dir() and not any(os.path.lexists(source / n) for n in (SINGLE_FILE, INDEX_FILE)):
+        itself = target_dir.is_dir() and os.path.samefile(source, target_dir)
+        raise CheckpointError(f"{source}: " + ("is the target directory itself; --checkpoint takes the safetensors "
+                                               "checkpoint the target was exported from" if itself else
+                                               f"neither {SINGLE_FILE} nor {INDEX_FILE} found (only safetensors are "
+                                               f"read)"))
 
 
 def patch_as(family: Family, target_dir: Path, source, options: Options, echo: Echo) -> PatchResult:

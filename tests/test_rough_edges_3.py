@@ -340,3 +340,33 @@ def test_the_speed_table_states_the_kv_precision_once():
     speed["kv_precision_source"] = {"target": "device default", "draft": "device default"}
     assert speed_table(speed)[0] == ("speed on CPU at the device's default INFERENCE_PRECISION_HINT=f32; KV cache "
                                      "target=u8 draft=u8, the device default")
+
+
+# --- a --checkpoint or --json that cannot be what was meant, refused before any check or note ----------------------
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.key)
+def test_the_target_given_as_its_own_checkpoint_is_one_line_before_any_note(family, tmp_path):
+    target = Path(shutil.copytree(FIXTURE_PAIRS[family.key][0], tmp_path / "t"))
+    line = refused(["patch", target, "--checkpoint", target], target)
+    assert "is the target directory itself" in line
+
+
+def test_a_checkpoints_config_json_given_as_the_checkpoint_is_named_as_not_safetensors(tmp_path):
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    line = refused(["patch", target, "--checkpoint", DEMO_CKPT / "config.json"], target)
+    assert "config.json: not a .safetensors file" in line and "header" not in line
+
+
+def test_a_folder_without_weights_is_one_line_before_any_note(tmp_path):
+    target, ckpt = writable_copy(DEMO_TARGET, tmp_path / "t"), tmp_path / "c"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    assert "neither model.safetensors nor" in refused(["patch", target, "--checkpoint", ckpt], target)
+
+
+@pytest.mark.parametrize("where", ["missing folder", "a folder"])
+def test_verify_json_to_a_place_it_cannot_write_is_refused_before_the_checks(patched_demo, tmp_path, where):
+    dest = tmp_path / "nowhere" / "x.json" if where == "missing folder" else tmp_path
+    result = invoke("verify", patched_demo, "--json", dest)
+    line = one_error(result)
+    assert str(dest) in line and "ok " not in result.output  # no check ran before the refusal

@@ -92,12 +92,14 @@ class SweepParam(click.ParamType):
 def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, nats: tuple[int, ...],
             max_new_tokens: int, device: str, rounds: int, min_acceptance: float, json_out: Path | None,
             checkpoint: str | None, revision: str | None, token: str | None, cache_dir: Path | None) -> None:
-    """Check TARGET (an exported model directory) is ready for MTP speculative decoding."""
+    """Check TARGET (an exported model directory) is ready for speculative decoding with its draft."""
     from irsurgeon.verify import verify_directory  # on use: it imports openvino (~0.2 s of every command's start)
 
     if sweep and ctx.get_parameter_source("nats") != click.core.ParameterSource.DEFAULT:
         raise click.UsageError("give either --sweep or --num-assistant-tokens, not both")
     to_stdout = json_out == Path("-")
+    if json_out and not to_stdout:
+        writable_document(json_out)
     echo = functools.partial(safe_echo, err=to_stdout)  # stdout carries only the JSON document then
     checks = verify_directory(target, checkpoint, make_hub(revision, token, cache_dir), echo=echo)
     for c in checks:
@@ -113,8 +115,16 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
     elif json_out:
         json_out.write_text(json.dumps(results, indent=1))
     if failed:
-        raise IRSurgeonError(f"{target}: not ready for MTP speculative decoding: failed {', '.join(failed)}")
-    echo(f"{target}: ready for MTP speculative decoding")
+        raise IRSurgeonError(f"{target}: not ready for speculative decoding: failed {', '.join(failed)}")
+    echo(f"{target}: ready for speculative decoding")
+
+
+def writable_document(path: Path) -> None:
+    """--json FILE refused before any check when FILE cannot be written there (its folder missing, or a folder)."""
+    if path.is_dir():
+        raise IRSurgeonError(f"{path}: --json names a folder; give a file name for the JSON document")
+    if not path.parent.is_dir():
+        raise IRSurgeonError(f"{path}: --json cannot write the JSON document there: no folder {path.parent}")
 
 
 def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int, device: str, rounds: int,
