@@ -41,6 +41,7 @@ from irsurgeon.families import registry
 from irsurgeon.families.base import num_draft_tokens
 from irsurgeon.footprint import kv_cache
 from irsurgeon.ir.describe import show_ir
+from irsurgeon.signals import check_interrupted, interrupted
 from irsurgeon.verify import generation_configs
 
 PROMPTS = (
@@ -124,7 +125,7 @@ def _generate(g, pipe, prompt: str | list[str], config) -> tuple[list[int], obje
     class Collector(g.StreamerBase):
         def write(self, token):
             ids.extend([token] if isinstance(token, int) else [int(t) for t in token])
-            return g.StreamingStatus.RUNNING
+            return g.StreamingStatus.CANCEL if interrupted() else g.StreamingStatus.RUNNING
 
         def end(self):
             return None
@@ -135,9 +136,12 @@ def _generate(g, pipe, prompt: str | list[str], config) -> tuple[list[int], obje
 def generate(pipe, prompt, config, **kwargs):
     """pipe.generate, a failure inside openvino-genai (a RuntimeError from its C++) one error line naming it."""
     try:
-        return pipe.generate(prompt, generation_config=config, **kwargs)
+        result = pipe.generate(prompt, generation_config=config, **kwargs)
     except RuntimeError as e:
+        check_interrupted()  # a cancelled generation may end in genai's own error
         raise IRSurgeonError(f"openvino-genai failed while generating: {cause(e)}") from None
+    check_interrupted()
+    return result
 
 
 def prompt_list(prompts: int | Sequence[str]) -> list[str]:
@@ -154,7 +158,9 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
     report = Report(properties=props)
     echo(f"equivalence: loading the plain and the MTP pipeline on {device}")  # minutes for a large model
     plain = fam.pipeline(g, target, device, props, False)
+    check_interrupted()
     mtp = fam.pipeline(g, target, device, props, True, max_assistant_tokens=max(nats))
+    check_interrupted()
     keep_going = not fam.honours_eos
     for i, prompt in enumerate(prompt_list(prompts)):
         ref, _ = _generate(g, plain, fam.prompt(prompt), _config(g, max_new_tokens, None, keep_going))
@@ -359,6 +365,7 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     gc.collect()
     echo(f"speed [1/{len(sweep) + 1}] plain greedy")
     plain = fam.pipeline(g, target, device, {}, False)
+    check_interrupted()
     reset_peak_memory()
     report.measurements.append(_measure(plain, texts, _config(g, max_new_tokens, None), rounds,
                                         Measurement("plain", None, kv_target, 0, drafted=fam.drafted), echo))
@@ -366,6 +373,7 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     gc.collect()
     echo("speed: loading the MTP pipeline")
     mtp = fam.pipeline(g, target, device, {}, True, max_assistant_tokens=max(sweep))
+    check_interrupted()
     for j, nat in enumerate(sweep):
         echo(f"speed [{j + 2}/{len(sweep) + 1}] MTP num_assistant_tokens {nat}")
         reset_peak_memory()

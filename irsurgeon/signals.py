@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import signal
 import sys
+import threading
 
 SA_ONSTACK = 0x08000000  # linux/include/uapi/asm-generic/signal-defs.h
 
@@ -53,3 +55,85 @@ def flags(signum: int = signal.SIGINT) -> int | None:
     if _LIBC is None or _LIBC.sigaction(int(signum), None, ctypes.byref(action)) != 0:
         return None
     return action.flags
+
+
+class NativeCalls:
+    """Ctrl-C while a long C++ call (openvino-genai's pipeline load or generate) holds the main thread.
+
+    Python runs its SIGINT handler only between bytecodes of the main thread, so a Ctrl-C during a C++ call would
+    be silent until the call returns (minutes for a large model's load). Inside this block the C-level handler's
+    wakeup byte (signal.set_wakeup_fd, written at once from whichever thread the kernel picked) is read by a watcher
+    thread: the first Ctrl-C says, unless the block is left within NOTICE_AFTER seconds, that the command stops when
+    the running call returns (a generation stops at its next token: `interrupted()` makes the streamer cancel); the
+    second exits at once with 130. Leaving the block, or `check()`, raises KeyboardInterrupt once interrupted.
+    Outside the main thread: a no-op."""
+
+    FIRST = "interrupted: stopping when the running openvino-genai call returns (Ctrl-C again stops at once)"
+
+    def __init__(self, err=sys.stderr):
+        self.err, self.count, self._active = err, 0, False
+
+    def __enter__(self) -> "NativeCalls":
+        global _CURRENT
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._old_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        self._old_handler = signal.signal(signal.SIGINT, lambda signum, frame: None)  # the watcher counts it
+        on_own_stack()
+        self._left = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="irsurgeon-sigint", daemon=True)
+        self._thread.start()
+        self._active, _CURRENT = True, self
+        return self
+
+    def _watch(self) -> None:
+        while True:
+            got = os.read(self._read, 64)
+            if not got or STOP in got:
+                return
+            if signal.SIGINT in got:
+                self.count += 1
+                if self.count == 1:
+                    if not self._left.wait(NOTICE_AFTER):  # a call that returns at once needs no notice
+                        print(self.FIRST, file=self.err, flush=True)
+                else:
+                    os.write(2, b"Error: interrupted\n")
+                    os._exit(130)
+
+    def check(self) -> None:
+        if self.count:
+            raise KeyboardInterrupt
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        global _CURRENT
+        if not self._active:
+            return
+        _CURRENT, self._active = None, False
+        self._left.set()
+        signal.set_wakeup_fd(self._old_fd)
+        signal.signal(signal.SIGINT, self._old_handler)
+        on_own_stack()
+        os.write(self._write, bytes([STOP]))
+        self._thread.join()
+        os.close(self._read)
+        os.close(self._write)
+        if exc_type is None:
+            self.check()
+
+
+STOP = 0  # the byte that ends the watcher (no signal has number 0)
+NOTICE_AFTER = 1.0  # seconds
+_CURRENT: NativeCalls | None = None
+
+
+def interrupted() -> bool:
+    """Ctrl-C seen inside the running NativeCalls block (for a streamer to cancel the generation)."""
+    return _CURRENT is not None and _CURRENT.count > 0
+
+
+def check_interrupted() -> None:
+    """KeyboardInterrupt when Ctrl-C was seen inside the running NativeCalls block."""
+    if _CURRENT is not None:
+        _CURRENT.check()

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 STALE_STACK = r'''
@@ -71,3 +73,79 @@ def test_the_cli_and_the_commit_keep_sigint_off_the_alternate_stack():
         assert not signals.flags() & signals.SA_ONSTACK
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# --- Ctrl-C while a C++ call holds the main thread (signals.NativeCalls) --------------------------------------------
+
+NATIVE = r'''
+import signal, sys, threading, time
+from irsurgeon.signals import NativeCalls, interrupted
+seconds, kills = float(sys.argv[1]), int(sys.argv[2])
+for _ in range(kills):  # Ctrl-C from another thread while the main thread waits, as in a C++ call
+    threading.Timer(0.3 * (_ + 1), signal.raise_signal, (signal.SIGINT,)).start()
+start = time.monotonic()
+try:
+    with NativeCalls():
+        while time.monotonic() - start < seconds and not interrupted():  # the streamer's view: cancel at once
+            time.sleep(0.05)
+        time.sleep(seconds if kills > 1 else 0)  # a call that does not look at interrupted()
+    print("finished")
+except KeyboardInterrupt:
+    print(f"KeyboardInterrupt after {time.monotonic() - start:.1f} s")
+'''
+
+
+def native(seconds: float, kills: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", NATIVE, str(seconds), str(kills)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_a_ctrl_c_during_a_native_call_stops_it_at_its_next_check_without_a_notice():
+    proc = native(20, 1)
+    assert proc.returncode == 0 and proc.stdout.startswith("KeyboardInterrupt after"), (proc.stdout, proc.stderr)
+    assert float(proc.stdout.split()[2]) < 10 and proc.stderr == ""  # left at once: no notice needed
+
+
+def test_a_second_ctrl_c_during_a_long_native_call_exits_at_once_with_130_after_the_notice():
+    proc = native(30, 2)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 130 and proc.stdout == "", (proc.returncode, proc.stdout, proc.stderr)
+    assert lines == ["Error: interrupted"] or lines == [signals_notice(), "Error: interrupted"], lines
+
+
+def signals_notice() -> str:
+    from irsurgeon.signals import NativeCalls
+    return NativeCalls.FIRST
+
+
+def test_the_block_restores_the_sigint_handler_and_wakeup_fd():
+    from irsurgeon.signals import NativeCalls
+    before = signal.getsignal(signal.SIGINT)
+    with NativeCalls():
+        assert signal.getsignal(signal.SIGINT) is not before
+    assert signal.getsignal(signal.SIGINT) is before
+    assert signal.set_wakeup_fd(-1) == -1  # none left behind
+
+
+@pytest.mark.slow
+@pytest.mark.genai
+def test_ctrl_c_during_genai_generation_ends_the_command_at_once_with_130(tmp_path):
+    import time
+
+    from lab.demo import patch_demo
+
+    target = patch_demo(tmp_path / "demo")
+    proc = subprocess.Popen([sys.executable, "-m", "irsurgeon", "verify", str(target), "--genai", "--prompts", "3",
+                             "--max-new-tokens", "1500"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    seen = []
+    for line in proc.stdout:  # the pipelines load, then the first generation of 1500 tokens runs
+        seen.append(line)
+        if line.startswith("equivalence: loading"):
+            break
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    runs = [ln for ln in seen + out.splitlines() if ln.startswith("prompt ")]
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "Error: interrupted", (proc.returncode, err)
+    assert "Traceback" not in err and len(runs) < 12, runs  # stopped in the equivalence run, not after it

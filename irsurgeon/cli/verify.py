@@ -17,6 +17,7 @@ from irsurgeon.cli.hub_options import hub_options, make_hub
 from irsurgeon.cli.options import safe_echo
 from irsurgeon import limits
 from irsurgeon.errors import IRSurgeonError
+from irsurgeon.signals import NativeCalls
 
 
 # Below this share of accepted drafts the draft cannot pay for itself at any K (each rejected draft costs a draft step)
@@ -107,8 +108,9 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
     results = {"target": str(target), "ready": False, "checks": [c.__dict__ for c in checks]}
     failed = [c.name for c in checks if not c.ok]
     if not failed and with_genai:
-        failed += run_genai(target, prompts, sweep or nats, max_new_tokens, device, rounds, results, echo,
-                            min_acceptance)
+        with NativeCalls():  # Ctrl-C inside genai's C++: said at once, acted on when the call returns
+            failed += run_genai(target, prompts, sweep or nats, max_new_tokens, device, rounds, results, echo,
+                                min_acceptance)
     results["ready"] = not failed
     if to_stdout:
         click.echo(json.dumps(results, indent=1))
