@@ -1,0 +1,135 @@
+"""Attacks on the ranged hub fetch, synth's output folders, the transaction's staging check, the generation-config
+check and show's tokenizer role, each a rule of docs/reliability.md and docs/cli.md that a hostile server, cache,
+directory or file broke until fixed.
+
+The hub cases run the real CLI against the look-alike hub on 127.0.0.1 (lab/hub_server.py); the others call the
+product's functions, with a child process where a kill is the attack.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lab.hub import run_cli
+from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
+from irsurgeon.errors import CheckpointError, ConfigError, OutputError
+from irsurgeon.synth import synthesize
+from irsurgeon.synth.registry import default_spec
+from irsurgeon.weights.hub import store
+from irsurgeon.weights.safetensors_io import SafetensorsFile
+
+REPO = "acme/qwen35-tiny"
+SHARD = "model-00002-of-00002.safetensors"  # the head beside a large tensor: never read whole, never hashed
+FILLER = {"model.visual.blocks.filler.weight": (np.zeros(1 << 21, np.uint16), "BF16")}
+OTHER_COMMIT = "1234567890abcdef1234567890abcdef12345678"
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """A two-shard repo (the embeddings; the rest with the head), and the same shard with a header 64 bytes longer:
+    every tensor the same, every offset in the file 64 bytes further (another version of the file)."""
+    base = tmp_path_factory.mktemp("round3")
+    s = synthesize(base / "s", "qwen35", default_spec("qwen35").with_(vocab=4096), seed=1)
+    files = split_checkpoint(s.ckpt, base / "repo", 2, FILLER)
+    data = bytearray(files[SHARD].read_bytes())
+    (n,) = struct.unpack("<Q", data[:8])
+    longer = data[8:8 + n] + b" " * 64
+    (base / "v2").mkdir()
+    (base / "v2" / SHARD).write_bytes(struct.pack("<Q", n + 64) + longer + data[8 + n:])
+    return files, base / "v2" / SHARD
+
+
+def one_error(proc) -> str:
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert proc.returncode == 1 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return errors[0]
+
+
+def cached(cache) -> list[str]:
+    return sorted(p.name for p in cache.glob("irsurgeon/models--acme--qwen35-tiny/snapshots/*/*"))
+
+
+# --- the hub: bytes of two versions or two commits are never mixed ---------------------------------------------------
+
+def test_a_shard_replaced_on_the_server_between_two_range_requests_is_one_line(repo, tmp_path):
+    """The header comes from one version, the tensors from the other (their ETag changes): a head built from them
+    would be the bytes 64 further on, shaped right and wrong."""
+    files, v2 = repo
+    with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(swap_file=(SHARD, v2))) as hub:
+        proc, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "out", "--cache-dir", tmp_path / "cache",
+                          endpoint=hub.url, home=tmp_path / "hf")
+    error = one_error(proc)
+    assert SHARD in error and "changed on the server during the download" in error, error
+    assert not (tmp_path / "out").exists() and SHARD not in cached(tmp_path / "cache")
+
+
+def test_a_shard_answered_for_another_commit_is_refused(repo, tmp_path):
+    """config.json and the index came from one commit; the shard's HEAD says another (the branch moved between two
+    requests): its bytes would be filed under the first commit."""
+    files, _ = repo
+    with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(file_commit={SHARD: OTHER_COMMIT})) as hub:
+        proc, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "out", "--cache-dir", tmp_path / "cache",
+                          endpoint=hub.url, home=tmp_path / "hf")
+    error = one_error(proc)
+    assert SHARD in error and OTHER_COMMIT in error and "not mixing two commits' files" in error, error
+    assert not (tmp_path / "out").exists() and SHARD not in cached(tmp_path / "cache")
+
+
+@pytest.mark.parametrize("location", ["file:///etc/passwd", "ftp://127.0.0.1/x"])
+def test_a_redirect_to_a_location_that_is_not_http_is_refused_by_name(repo, tmp_path, location):
+    """It used to read 'connection lost ... set HF_HUB_OFFLINE=1', which is neither what happened nor a remedy."""
+    files, _ = repo
+    with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(location={SHARD: location})) as hub:
+        proc, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "out", "--cache-dir", tmp_path / "cache",
+                          endpoint=hub.url, home=tmp_path / "hf")
+    error = one_error(proc)
+    assert SHARD in error and location in error and "not an http(s) URL" in error, error
+
+
+@pytest.mark.slow  # two CLI runs
+def test_what_the_cache_stored_under_another_etag_is_fetched_again(repo, tmp_path):
+    """The shard's bytes change at the same commit between two runs (a killed first run left its header stored):
+    the second run's HEAD names another ETag, so the stored header is not used with the new tensors."""
+    files, v2 = repo
+    commit = Revision(files).commit
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        first, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "a", "--cache-dir", tmp_path / "cache",
+                           endpoint=hub.url, home=tmp_path / "hf")
+    assert first.returncode == 0, first.stderr
+    (folder,) = (tmp_path / "cache").glob("irsurgeon/*/snapshots/*")
+    (folder / SHARD).unlink()  # as if killed after the header was stored
+    with HubServer({REPO: {"main": Revision({**files, SHARD: v2}, commit=commit)}}) as hub:
+        again, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "b", "--cache-dir", tmp_path / "cache",
+                           endpoint=hub.url, home=tmp_path / "hf")
+        header_reads = [e for e in hub.log if e[2] and e[2].startswith("bytes=0-")]
+    assert again.returncode == 0, again.stderr
+    assert header_reads, "\n".join(map(str, hub.log))  # read again, not taken from the cache
+    # both versions hold the same tensors: the same head, unless one's header was read with the other's bytes
+    head = "openvino_mtp_model.bin"
+    assert (tmp_path / "b" / head).read_bytes() == (tmp_path / "a" / head).read_bytes()
+
+
+def test_a_stored_header_the_reader_refuses_is_not_used(tmp_path):
+    """A .ranges file whose header bytes the local reader refuses (an absurd length, a tensor past the file) is not
+    usable: fetched again, where it used to refuse the shard on every later run, offline or not."""
+    def header(entries: dict) -> bytes:
+        raw = json.dumps(entries).encode()
+        return struct.pack("<Q", len(raw)) + raw
+
+    good = header({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})
+    past = header({"t": {"dtype": "F32", "shape": [2], "data_offsets": [992, 1000]}})
+    with store.Folder(tmp_path / "cache", "acme/tiny", "c" * 40) as folder:
+        for name, first, usable in (("good", good, True), ("2^63", struct.pack("<Q", 1 << 63) + b"{}", False),
+                                    ("past the file", past, False), ("cut short", good[:20], True)):
+            store.write_ranges(folder, "x.safetensors", len(good) + 8, [(0, first)], "e" * 64)
+            found = store.read_ranges(folder, "x.safetensors")
+            assert (found is not None) == usable, name
+            if usable:
+                assert found == (len(good) + 8, [(0, first)], "e" * 64)
