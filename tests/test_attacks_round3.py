@@ -116,6 +116,24 @@ def test_what_the_cache_stored_under_another_etag_is_fetched_again(repo, tmp_pat
     assert (tmp_path / "b" / head).read_bytes() == (tmp_path / "a" / head).read_bytes()
 
 
+@pytest.mark.parametrize("link", ["models--acme--qwen35-tiny", "models--acme--qwen35-tiny/snapshots",
+                                  "models--acme--qwen35-tiny/blobs", ".locks"])
+def test_a_link_among_huggingface_hubs_folders_is_refused_before_it_writes_through_it(repo, tmp_path, link):
+    """huggingface_hub follows a link in its repo folder and writes config.json there, outside the cache; the
+    checkpoint reader then refused what it had written. Now nothing is written and the link is named."""
+    files, _ = repo
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    outside.mkdir()
+    (cache / link).parent.mkdir(parents=True, exist_ok=True)
+    (cache / link).symlink_to(outside)
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        proc, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "out", "--cache-dir", cache, endpoint=hub.url,
+                          home=tmp_path / "hf")
+    error = one_error(proc)
+    assert f"{cache / link}: a link in the Hugging Face cache" in error, error
+    assert list(outside.iterdir()) == []
+
+
 def test_a_stored_header_the_reader_refuses_is_not_used(tmp_path):
     """A .ranges file whose header bytes the local reader refuses (an absurd length, a tensor past the file) is not
     usable: fetched again, where it used to refuse the shard on every later run, offline or not."""
