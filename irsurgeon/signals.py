@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import signal
 import sys
+from contextlib import contextmanager
 
 SA_ONSTACK = 0x08000000  # linux/include/uapi/asm-generic/signal-defs.h
 
@@ -53,3 +54,22 @@ def flags(signum: int = signal.SIGINT) -> int | None:
     if _LIBC is None or _LIBC.sigaction(int(signum), None, ctypes.byref(action)) != 0:
         return None
     return action.flags
+
+
+@contextmanager
+def deferred_sigint():
+    """Hold SIGINT while a commit or a move runs; re-deliver it as KeyboardInterrupt afterwards."""
+    received = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: received.append(True))
+    except ValueError:  # not the main thread: signals cannot be handled here anyway
+        yield
+        return
+    on_own_stack()
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        on_own_stack()
+    if received:
+        raise KeyboardInterrupt

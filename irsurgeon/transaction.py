@@ -35,7 +35,6 @@ import errno
 import fcntl
 import os
 import shutil
-import signal
 import stat
 import sys
 import uuid
@@ -45,7 +44,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from irsurgeon import recovery
-from irsurgeon.signals import on_own_stack
+from irsurgeon.signals import deferred_sigint as _deferred_sigint
 from irsurgeon.errors import OutputError, cause
 from irsurgeon.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
 from irsurgeon.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, STAGE_DIR, WRITABLE, ForeignLeftovers,  # noqa: F401
@@ -370,25 +369,6 @@ class DirectoryTransaction:
 
 def _regular(st: os.stat_result | None) -> bool:
     return st is not None and stat.S_ISREG(st.st_mode)
-
-
-@contextmanager
-def _deferred_sigint():
-    """Hold SIGINT while a commit runs; re-deliver it as KeyboardInterrupt afterwards."""
-    received = []
-    try:
-        previous = signal.signal(signal.SIGINT, lambda *_: received.append(True))
-    except ValueError:  # not the main thread: signals cannot be handled here anyway
-        yield
-        return
-    on_own_stack()
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        on_own_stack()
-    if received:
-        raise KeyboardInterrupt
 
 
 @dataclass

@@ -13,6 +13,7 @@ import os
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -151,3 +152,82 @@ def test_a_stored_header_the_reader_refuses_is_not_used(tmp_path):
             assert (found is not None) == usable, name
             if usable:
                 assert found == (len(good) + 8, [(0, first)], "e" * 64)
+
+
+# --- synth: OUT_DIR holds the earlier pair or the new one, never one of each -----------------------------------------
+
+MOVE_THEN_SIGNAL = r'''
+import os, signal, sys
+from irsurgeon.synth import output
+out, at, sig, text = sys.argv[1], int(sys.argv[2]), getattr(signal, sys.argv[3]), sys.argv[4]
+real, calls = os.rename, []
+def rename(*args, **kwargs):
+    calls.append(args)
+    if len(calls) == at:
+        os.kill(os.getpid(), sig)
+    return real(*args, **kwargs)
+os.rename = rename
+with output.output_pair(out, False, True) as (target, ckpt):
+    (target / "f").write_text(text)
+    (ckpt / "f").write_text(text)
+'''
+
+
+def pair_state(out) -> tuple[str | None, str | None]:
+    return tuple((out / name / "f").read_text() if (out / name / "f").exists() else None for name in ("target", "ckpt"))
+
+
+def move_then_signal(out, at: int, sig: str) -> int:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", MOVE_THEN_SIGNAL, str(out), str(at), sig, "new"], env=env,
+                          capture_output=True, timeout=60).returncode
+
+
+@pytest.mark.parametrize("earlier,at", [(True, 1), (True, 2), (True, 3), (True, 4), (False, 1), (False, 2)])
+def test_synth_killed_between_its_renames_is_rolled_back_by_the_next_run(tmp_path, earlier, at):
+    """SIGKILL before the at-th rename of the move (--force over an earlier output: four; into an empty OUT_DIR:
+    two). The next run (here its first step, recover) puts back what OUT_DIR held: the old target came back
+    missing, or a new target beside the old ckpt, before the move was undone."""
+    from irsurgeon.synth.output import recover
+
+    out = tmp_path / "out"
+    if earlier:
+        for name in ("target", "ckpt"):
+            (out / name).mkdir(parents=True)
+            (out / name / "f").write_text("old")
+    before = pair_state(out)
+    assert move_then_signal(out, at, "SIGKILL") == -9
+    recover(out, False)
+    assert pair_state(out) == before and sorted(p.name for p in out.iterdir()) == (["ckpt", "target"] if earlier
+                                                                                     else [])
+
+
+def test_synth_interrupted_during_its_renames_finishes_the_move_first(tmp_path):
+    """Ctrl-C between two renames is held until the move is done: the new pair, then the interruption."""
+    out = tmp_path / "out"
+    for name in ("target", "ckpt"):
+        (out / name).mkdir(parents=True)
+        (out / name / "f").write_text("old")
+    assert move_then_signal(out, 2, "SIGINT") != 0
+    assert pair_state(out) == ("new", "new") and sorted(p.name for p in out.iterdir()) == ["ckpt", "target"]
+
+
+@pytest.mark.parametrize("kind", ["a link", "a file", "a folder of the user's"])
+def test_an_entry_named_like_synths_staging_that_synth_did_not_make_is_refused_never_removed(tmp_path, kind):
+    """It used to be removed as a killed run's staging (a folder of the user's with it, even without --force), or
+    to end the run with 'Error: Cannot call rmtree on a symbolic link'."""
+    from irsurgeon.synth.output import output_pair
+
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    (outside / "keep").write_text("keep")
+    entry = out / ".synth-abcd1234"
+    {"a link": lambda: entry.symlink_to(outside), "a file": lambda: entry.write_text("x"),
+     "a folder of the user's": lambda: (entry.mkdir(), (entry / "notes.txt").write_text("mine"))}[kind]()
+    with pytest.raises(OutputError, match=r"\.synth-abcd1234: not a staging folder synth made"):
+        with output_pair(out, False, True):
+            pass
+    assert (outside / "keep").read_text() == "keep" and (entry.is_symlink() or entry.exists())
+    assert sorted(p.name for p in out.iterdir()) == [".synth-abcd1234"]
