@@ -261,3 +261,41 @@ def test_a_staging_folder_moved_while_the_files_are_hashed_is_refused_before_any
     assert (target / "openvino_language_model.xml").read_text() == "old"
     assert not (target / "openvino_mtp_model.xml").exists() and not list(target.rglob(JOURNAL))
     assert list((target / "moved-away").iterdir()) == []
+
+
+# --- generation_config.json: what openvino-genai refuses, verify refuses, by key -----------------------------------
+
+GENERATION_VALUES = {  # text in generation_config.json -> the key refused (None: openvino-genai reads it)
+    '{"temperature": "hot"}': "temperature", '{"do_sample": "false"}': "do_sample", '{"max_length": "x"}':
+    "max_length", '{"top_k": true}': "top_k", '{"echo": 1}': "echo", '{"top_p": {}}': "top_p",
+    '{"num_assistant_tokens": 1.5}': "num_assistant_tokens", '{"stop_strings": [1]}': "stop_strings",
+    '{"temperature": 1e400}': "a number", '{"top_p": NaN}': "a number", '{"x": [-Infinity]}': "a number",
+    '{"temperature": true}': None, '{"max_new_tokens": 1.5}': None, '{"num_beams": [3]}': None,
+    '{"stop_strings": ["</s>"]}': None, '{"repetition_penalty": null}': None, '{"early_stopping": "never"}': None,
+}
+
+
+@pytest.mark.parametrize("text", list(GENERATION_VALUES))
+def test_a_generation_config_openvino_genai_refuses_is_refused_naming_the_key(tmp_path, text):
+    """verify said 'readable JSON, token ids in range' of these, and verify --genai then stopped on openvino-genai's
+    '[json.exception.type_error.302] type must be number, but is string', naming neither file nor key. Each
+    verdict is also openvino-genai's own (its GenerationConfig reads the file as the pipelines do)."""
+    import openvino_genai
+
+    from irsurgeon.config import check_generation_config
+
+    path = tmp_path / "generation_config.json"
+    path.write_text(text)
+    key = GENERATION_VALUES[text]
+    try:
+        openvino_genai.GenerationConfig(str(path))
+        genai_refuses = False
+    except RuntimeError:
+        genai_refuses = True
+    assert genai_refuses == (key is not None)
+    if key is None:
+        check_generation_config(path)
+        return
+    with pytest.raises(ConfigError) as e:
+        check_generation_config(path)
+    assert str(path) in str(e.value) and key in str(e.value) and "\n" not in str(e.value), e.value
