@@ -299,3 +299,22 @@ def test_a_generation_config_openvino_genai_refuses_is_refused_naming_the_key(tm
     with pytest.raises(ConfigError) as e:
         check_generation_config(path)
     assert str(path) in str(e.value) and key in str(e.value) and "\n" not in str(e.value), e.value
+
+
+# --- show: a string port does not make a model's weights disappear ---------------------------------------------------
+
+def test_an_ir_with_a_string_input_and_matmul_weights_is_not_shown_as_a_tokenizer(tmp_path):
+    """show said 'weights: none (a tokenizer: string ops over vocabulary tables)' of a 4 MiB f32 MatMul weight,
+    because the IR also took a string input."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from irsurgeon.ir.describe import show_ir
+
+    text = ops.parameter([-1], ov.Type.string, name="text")
+    x = ops.parameter([1, 256], np.float32, name="x")
+    w = ops.constant(np.ones((256, 4096), np.float32))
+    model = ov.Model([ops.matmul(x, w, False, False).output(0)], [text, x], "lm_with_a_string_input")
+    ov.save_model(model, tmp_path / "m.xml", compress_to_fp16=False)
+    info = show_ir(tmp_path / "m.xml")
+    assert info["role"] is None and info["weights"]["count"] == 1, info["weights"]
