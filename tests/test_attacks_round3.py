@@ -177,10 +177,13 @@ def pair_state(out) -> tuple[str | None, str | None]:
     return tuple((out / name / "f").read_text() if (out / name / "f").exists() else None for name in ("target", "ckpt"))
 
 
-def move_then_signal(out, at: int, sig: str) -> int:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                         os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-c", MOVE_THEN_SIGNAL, str(out), str(at), sig, "new"], env=env,
+
+
+def move_then_signal(out, at: int, sig: str) -> int:
+    return subprocess.run([sys.executable, "-c", MOVE_THEN_SIGNAL, str(out), str(at), sig, "new"], env=child_env(),
                           capture_output=True, timeout=60).returncode
 
 
@@ -201,6 +204,48 @@ def test_synth_killed_between_its_renames_is_rolled_back_by_the_next_run(tmp_pat
     recover(out, False)
     assert pair_state(out) == before and sorted(p.name for p in out.iterdir()) == (["ckpt", "target"] if earlier
                                                                                      else [])
+
+
+RECOVER_THEN_KILL = r'''
+import os, signal, sys
+from irsurgeon.synth import output
+at, calls = int(sys.argv[2]), []
+def wrap(real):
+    def call(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    return call
+for name in ("rename", "unlink", "rmdir"):
+    setattr(os, name, wrap(getattr(os, name)))
+output.recover(sys.argv[1], False)
+'''
+
+
+@pytest.mark.slow  # ~90 child processes
+@pytest.mark.parametrize("earlier,at", [(True, 1), (True, 2), (True, 3), (True, 4), (False, 1), (False, 2)])
+def test_a_killed_rollback_of_a_killed_synth_is_finished_by_the_run_after(tmp_path, earlier, at):
+    """The move killed before its at-th rename, then the next run's rollback killed at each of its renames and
+    removals in turn: the run after that still ends with what OUT_DIR held first (a rollback done, then killed
+    while the staging folder went, once took the earlier ckpt for a new one that had moved in)."""
+    from irsurgeon.synth.output import recover
+
+    for call in range(1, 100):
+        out = tmp_path / str(call)
+        if earlier:
+            for name in ("target", "ckpt"):
+                (out / name).mkdir(parents=True)
+                (out / name / "f").write_text("old")
+        before = pair_state(out)
+        assert move_then_signal(out, at, "SIGKILL") == -9
+        proc = subprocess.run([sys.executable, "-c", RECOVER_THEN_KILL, str(out), str(call)], env=child_env(),
+                              capture_output=True, timeout=60)
+        if proc.returncode == 0:  # the rollback made fewer calls: every one was a kill point
+            break
+        recover(out, False)
+        assert pair_state(out) == before and not list(out.glob(".synth-*")), call
+    assert call > 3 and pair_state(out) == before
 
 
 def test_synth_interrupted_during_its_renames_finishes_the_move_first(tmp_path):

@@ -133,6 +133,8 @@ def undo(staging: Path, out: Path) -> None:
             if (staging / (OLD + name)).exists():
                 os.rename(staging / (OLD + name), out / name)
         _sync(out)
+        os.unlink(staging / MOVING)  # rolled back: a run killed while the rest goes must not roll back again
+        _sync(staging)
     shutil.rmtree(staging)
 
 
