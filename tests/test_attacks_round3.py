@@ -8,7 +8,6 @@ product's functions, with a child process where a kill is the attack.
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 import subprocess
@@ -20,11 +19,10 @@ import pytest
 
 from lab.hub import run_cli
 from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
-from irsurgeon.errors import CheckpointError, ConfigError, OutputError
+from irsurgeon.errors import ConfigError, OutputError
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
 from irsurgeon.weights.hub import store
-from irsurgeon.weights.safetensors_io import SafetensorsFile
 
 REPO = "acme/qwen35-tiny"
 SHARD = "model-00002-of-00002.safetensors"  # the head beside a large tensor: never read whole, never hashed

@@ -12,8 +12,9 @@ to 3 s that huggingface_hub spends once a day fetching `{ENDPOINT}/api/agent-har
 
 What a hostile hub or command line could do through huggingface_hub is bounded before it happens: the revision must
 be a git ref name or a commit (HubOptions refuses any other), each answer is checked and bounded inside a scope
-(transport.py: hashes that are paths refused, bodies cut at their announced size, the --hub-timeout clock), and
-every path huggingface_hub returns must lie in the cache (inside_cache).
+(transport.py: hashes that are paths refused, bodies cut at their announced size, the --hub-timeout clock),
+every path huggingface_hub returns must lie in the cache (inside_cache), and none of the folders it writes the
+repo's files in may be a link before it writes (refuse_linked_folders).
 
 huggingface_hub (and its httpx2) is imported inside the functions that talk to the hub, never at module level:
 it costs ~145 ms (measured, huggingface_hub 2.4.0) that a local checkpoint, and the CLI's start-up, never need.
