@@ -206,9 +206,7 @@ class Handler(BaseHTTPRequestHandler):
     def send_file(self, path: Path, body: bool, meta: dict, announced: int | None = None):
         rng = self.headers.get("Range")
         faults = self.hub.faults
-        if rng and faults.swap_file and path.name == faults.swap_file[0] and self.hub.count_swap() > faults.swap_after:
-            path = faults.swap_file[1]
-            meta = {**meta, "ETag": f'"{self.hub.sha256(path)}"'}
+        path, meta = self.swapped(path, meta) if rng else (path, meta)
         size = path.stat().st_size
         status, start, end = 200, 0, size - 1
         m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "") if faults.ignore_range != path.name else None
@@ -250,6 +248,13 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:  # the client hung up (as on a range answered whole: it reads none of it)
             self.close_connection = True
         self.hub.record("GET", self.path, rng, len(part))
+
+    def swapped(self, path: Path, meta: dict) -> tuple[Path, dict]:
+        """A range answer's file and headers: Faults.swap_file's other file, with its ETag, once swap_after have gone."""
+        swap = self.hub.faults.swap_file
+        if swap and path.name == swap[0] and self.hub.count_swap() > self.hub.faults.swap_after:
+            return swap[1], {**meta, "ETag": f'"{self.hub.sha256(swap[1])}"'}
+        return path, meta
 
     def send_long(self, status: int, meta: dict, path: Path, start: int, length: int):
         """`length` bytes from `start` (the file's, then zeros), as Content-Length announces, made as they are sent."""
