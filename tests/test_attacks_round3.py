@@ -51,6 +51,14 @@ def one_error(proc) -> str:
     return errors[0]
 
 
+def build_from_hub(files: dict, tmp_path, faults: Faults | None = None, cache=None):
+    """`build-mtp REPO -o tmp_path/out` against the look-alike hub serving files (with faults)."""
+    with HubServer({REPO: {"main": Revision(files)}}, faults=faults or Faults()) as hub:
+        proc, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "out", "--cache-dir", cache or tmp_path / "cache",
+                          endpoint=hub.url, home=tmp_path / "hf")
+    return proc
+
+
 def cached(cache) -> list[str]:
     return sorted(p.name for p in cache.glob("irsurgeon/models--acme--qwen35-tiny/snapshots/*/*"))
 
@@ -61,10 +69,7 @@ def test_a_shard_replaced_on_the_server_between_two_range_requests_is_one_line(r
     """The header comes from one version, the tensors from the other (their ETag changes): a head built from them
     would be the bytes 64 further on, shaped right and wrong."""
     files, v2 = repo
-    with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(swap_file=(SHARD, v2))) as hub:
-        proc, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "out", "--cache-dir", tmp_path / "cache",
-                          endpoint=hub.url, home=tmp_path / "hf")
-    error = one_error(proc)
+    error = one_error(build_from_hub(files, tmp_path, Faults(swap_file=(SHARD, v2))))
     assert SHARD in error and "changed on the server during the download" in error, error
     assert not (tmp_path / "out").exists() and SHARD not in cached(tmp_path / "cache")
 
@@ -73,10 +78,7 @@ def test_a_shard_answered_for_another_commit_is_refused(repo, tmp_path):
     """config.json and the index came from one commit; the shard's HEAD says another (the branch moved between two
     requests): its bytes would be filed under the first commit."""
     files, _ = repo
-    with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(file_commit={SHARD: OTHER_COMMIT})) as hub:
-        proc, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "out", "--cache-dir", tmp_path / "cache",
-                          endpoint=hub.url, home=tmp_path / "hf")
-    error = one_error(proc)
+    error = one_error(build_from_hub(files, tmp_path, Faults(file_commit={SHARD: OTHER_COMMIT})))
     assert SHARD in error and OTHER_COMMIT in error and "not mixing two commits' files" in error, error
     assert not (tmp_path / "out").exists() and SHARD not in cached(tmp_path / "cache")
 
@@ -85,10 +87,7 @@ def test_a_shard_answered_for_another_commit_is_refused(repo, tmp_path):
 def test_a_redirect_to_a_location_that_is_not_http_is_refused_by_name(repo, tmp_path, location):
     """It used to read 'connection lost ... set HF_HUB_OFFLINE=1', which is neither what happened nor a remedy."""
     files, _ = repo
-    with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(location={SHARD: location})) as hub:
-        proc, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "out", "--cache-dir", tmp_path / "cache",
-                          endpoint=hub.url, home=tmp_path / "hf")
-    error = one_error(proc)
+    error = one_error(build_from_hub(files, tmp_path, Faults(location={SHARD: location})))
     assert SHARD in error and location in error and "not an http(s) URL" in error, error
 
 
@@ -125,10 +124,7 @@ def test_a_link_among_huggingface_hubs_folders_is_refused_before_it_writes_throu
     outside.mkdir()
     (cache / link).parent.mkdir(parents=True, exist_ok=True)
     (cache / link).symlink_to(outside)
-    with HubServer({REPO: {"main": Revision(files)}}) as hub:
-        proc, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "out", "--cache-dir", cache, endpoint=hub.url,
-                          home=tmp_path / "hf")
-    error = one_error(proc)
+    error = one_error(build_from_hub(files, tmp_path, cache=cache))
     assert f"{cache / link}: a link in the Hugging Face cache" in error, error
     assert list(outside.iterdir()) == []
 
@@ -175,6 +171,13 @@ def pair_state(out) -> tuple[str | None, str | None]:
     return tuple((out / name / "f").read_text() if (out / name / "f").exists() else None for name in ("target", "ckpt"))
 
 
+def old_pair(out, earlier: bool = True) -> None:
+    """OUT_DIR holding an earlier synth output (or, not earlier, nothing yet)."""
+    for name in ("target", "ckpt") if earlier else ():
+        (out / name).mkdir(parents=True)
+        (out / name / "f").write_text("old")
+
+
 def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                         os.environ.get("PYTHONPATH", "")])}
@@ -193,10 +196,7 @@ def test_synth_killed_between_its_renames_is_rolled_back_by_the_next_run(tmp_pat
     from irsurgeon.synth.output import recover
 
     out = tmp_path / "out"
-    if earlier:
-        for name in ("target", "ckpt"):
-            (out / name).mkdir(parents=True)
-            (out / name / "f").write_text("old")
+    old_pair(out, earlier)
     before = pair_state(out)
     assert move_then_signal(out, at, "SIGKILL") == -9
     recover(out, False)
@@ -231,10 +231,7 @@ def test_a_killed_rollback_of_a_killed_synth_is_finished_by_the_run_after(tmp_pa
 
     for call in range(1, 100):
         out = tmp_path / str(call)
-        if earlier:
-            for name in ("target", "ckpt"):
-                (out / name).mkdir(parents=True)
-                (out / name / "f").write_text("old")
+        old_pair(out, earlier)
         before = pair_state(out)
         assert move_then_signal(out, at, "SIGKILL") == -9
         proc = subprocess.run([sys.executable, "-c", RECOVER_THEN_KILL, str(out), str(call)], env=child_env(),
@@ -249,9 +246,7 @@ def test_a_killed_rollback_of_a_killed_synth_is_finished_by_the_run_after(tmp_pa
 def test_synth_interrupted_during_its_renames_finishes_the_move_first(tmp_path):
     """Ctrl-C between two renames is held until the move is done: the new pair, then the interruption."""
     out = tmp_path / "out"
-    for name in ("target", "ckpt"):
-        (out / name).mkdir(parents=True)
-        (out / name / "f").write_text("old")
+    old_pair(out)
     assert move_then_signal(out, 2, "SIGINT") != 0
     assert pair_state(out) == ("new", "new") and sorted(p.name for p in out.iterdir()) == ["ckpt", "target"]
 
