@@ -126,20 +126,69 @@ def read_optional_json(path: str | Path) -> dict | None:
 
 TOKEN_KEYS = ("eos_token_id", "bos_token_id", "pad_token_id", "stop_token_ids")
 
+# How openvino-genai reads generation_config.json (src/cpp/src/generation_config.cpp, GenerationConfig(json_path):
+# read_json_param of src/cpp/src/json_utils.hpp converts a number, boolean, string or object with nlohmann's
+# get<T>(), which throws for another JSON type, skips an array or null, and reads a set from an array only, item by
+# item). Measured on 2026.4.1 with openvino_genai.GenerationConfig(path): these integer fields refuse a string, a
+# boolean or an object; the float fields a string or an object (true reads as 1); the boolean fields anything but
+# true or false; num_assistant_tokens anything but an integer; stop_strings an array holding a non-string; and
+# nlohmann refuses the whole file for a number beyond a double (1e400, which Python reads as inf) or NaN/Infinity.
+GENAI_INTEGERS = ("max_new_tokens", "max_length", "min_new_tokens", "num_beam_groups", "num_beams",
+                  "num_return_sequences", "no_repeat_ngram_size", "top_k", "eos_token_id", "logprobs",
+                  "max_ngram_size")
+GENAI_FLOATS = ("diversity_penalty", "length_penalty", "temperature", "top_p", "repetition_penalty",
+                "presence_penalty", "frequency_penalty", "assistant_confidence_threshold")
+GENAI_BOOLS = ("ignore_eos", "include_stop_str_in_output", "do_sample", "echo")
+
 
 def check_generation_config(path: Path) -> None:
     """openvino-genai reads generation_config.json itself, and its errors quote the file (bytes of a linked-to
-    file, non-UTF-8 text) or come at generate time ("'stop_token_ids' must be non-negative"): read it first through
-    the bounded reader and check the token ids it holds, one line naming the file and key otherwise. Nothing there:
-    nothing to check."""
+    file, non-UTF-8 text), name no key ("type must be number, but is string") or come at generate time
+    ("'stop_token_ids' must be non-negative"): read it first through the bounded reader, check each value as
+    openvino-genai converts it and the token ids it holds, one line naming the file and key otherwise. Nothing
+    there: nothing to check."""
     data = read_optional_json(path)
     if data is None:
         return
+    if not finite(data):
+        raise ConfigError(f"{path}: holds a number openvino-genai cannot read (NaN, Infinity, or beyond a double)")
+    for key, value in data.items():
+        if (why := genai_type_problem(key, value)) is not None:
+            raise ConfigError(f"{path}: {key} must be {why} (openvino-genai refuses the file), found {brief(value)}")
     for key in TOKEN_KEYS:
         value = data.get(key)
         ids = value if isinstance(value, list) else [] if value is None else [value]
         if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < 1 << 31 for i in ids):
             raise ConfigError(f"{path}: {key} must be a non-negative token id or a list of them")
+
+
+def genai_type_problem(key: str, value: Any) -> str | None:
+    """What openvino-genai expects of key when it would refuse value (see GENAI_INTEGERS), else None."""
+    if key == "num_assistant_tokens":
+        ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 64)
+        return None if ok else "an integer"
+    if key == "stop_strings":
+        return "a list of strings" if isinstance(value, list) and not all(isinstance(v, str) for v in value) else None
+    if value is None or isinstance(value, list):  # skipped by read_json_param
+        return None
+    if key in GENAI_INTEGERS and isinstance(value, (bool, str, dict)):
+        return "a number"
+    if key in GENAI_FLOATS and isinstance(value, (str, dict)):
+        return "a number"
+    if key in GENAI_BOOLS and not isinstance(value, bool):
+        return "true or false"
+    return None
+
+
+def finite(value: Any) -> bool:
+    """No NaN or infinite number anywhere in a JSON value."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(finite(v) for v in value)
+    return True
 
 
 def text_section(cfg: dict) -> dict:

@@ -1,4 +1,5 @@
-"""Ctrl-C delivered on the interrupted thread's own stack, never on a stale alternate signal stack.
+"""How irsurgeon takes Ctrl-C: on the interrupted thread's own stack (on_own_stack), held through a commit or a
+move (deferred_sigint), and read at once while openvino-genai's C++ holds the main thread (NativeCalls).
 
 CPython installs its signal handlers with SA_ONSTACK (Modules/signalmodule.c, 3.11), so the kernel runs them on the
 thread's alternate signal stack when one is set. openvino-genai 2026.4.1 leaves the main thread with an alternate stack
@@ -15,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+from contextlib import contextmanager
 
 SA_ONSTACK = 0x08000000  # linux/include/uapi/asm-generic/signal-defs.h
 
@@ -137,3 +139,22 @@ def check_interrupted() -> None:
     """KeyboardInterrupt when Ctrl-C was seen inside the running NativeCalls block."""
     if _CURRENT is not None:
         _CURRENT.check()
+
+
+@contextmanager
+def deferred_sigint():
+    """Hold SIGINT while a commit or a move runs; re-deliver it as KeyboardInterrupt afterwards."""
+    received = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: received.append(True))
+    except ValueError:  # not the main thread: signals cannot be handled here anyway
+        yield
+        return
+    on_own_stack()
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        on_own_stack()
+    if received:
+        raise KeyboardInterrupt

@@ -35,7 +35,6 @@ import errno
 import fcntl
 import os
 import shutil
-import signal
 import stat
 import sys
 import uuid
@@ -45,7 +44,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from irsurgeon import recovery
-from irsurgeon.signals import on_own_stack
+from irsurgeon.signals import deferred_sigint as _deferred_sigint
 from irsurgeon.errors import OutputError, cause
 from irsurgeon.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
 from irsurgeon.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, STAGE_DIR, WRITABLE, ForeignLeftovers,  # noqa: F401
@@ -256,10 +255,7 @@ class DirectoryTransaction:
     def _check_dirs(self) -> None:
         """The staging folder is still under its name (the next run finds the journal there, nowhere else), and
         each subdirectory is still the folder stage() opened; one that appeared since is opened now."""
-        named = lstat_at(self._fd, STAGE_DIR)
-        if named is None or not os.path.samestat(named, os.fstat(self._stage_fd)):
-            raise OutputError(f"{self.target / STAGE_DIR}: replaced or moved since files were staged in it; nothing "
-                              f"was written")
+        self._check_stage()
         for folder, fd in list(self._dirs.items()):
             named = lstat_at(self._fd, folder)
             if fd is None and named is not None:
@@ -268,10 +264,21 @@ class DirectoryTransaction:
                 raise OutputError(f"{self.target / folder}: replaced or removed since files were staged for it; "
                                   f"nothing was written")
 
+    def _check_stage(self) -> None:
+        named = lstat_at(self._fd, STAGE_DIR)
+        if named is None or not os.path.samestat(named, os.fstat(self._stage_fd)):
+            raise OutputError(f"{self.target / STAGE_DIR}: replaced or moved since files were staged in it; nothing "
+                              f"was written")
+
     def _commit(self) -> None:
         for folder in [d for d, fd in self._dirs.items() if fd is None]:
             self._make_dir(folder)
         self._write_journal([self._prepare(name) for name in self.names])
+        try:  # again: hashing the files took long enough for the folder to be moved meanwhile
+            self._check_stage()
+        except OutputError:
+            os.unlink(JOURNAL, dir_fd=self._stage_fd)  # a journal the next run cannot find proves nothing
+            raise
         for folder in self._made:
             self._doing = f"moving {folder}/ in"
             rename_noreplace(staged_dir(folder), folder, self._stage_fd, self._fd)
@@ -370,25 +377,6 @@ class DirectoryTransaction:
 
 def _regular(st: os.stat_result | None) -> bool:
     return st is not None and stat.S_ISREG(st.st_mode)
-
-
-@contextmanager
-def _deferred_sigint():
-    """Hold SIGINT while a commit runs; re-deliver it as KeyboardInterrupt afterwards."""
-    received = []
-    try:
-        previous = signal.signal(signal.SIGINT, lambda *_: received.append(True))
-    except ValueError:  # not the main thread: signals cannot be handled here anyway
-        yield
-        return
-    on_own_stack()
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        on_own_stack()
-    if received:
-        raise KeyboardInterrupt
 
 
 @dataclass

@@ -15,7 +15,9 @@ Both servers run in daemon threads and stop on `__exit__` or, at the latest, aft
 
 Faults make it a hostile hub: ETags and commit hashes that are paths, any revision name accepted, sizes announced
 wrongly, answers longer than asked (a range answered with gigabytes, a download without end), answers that drip one
-byte at a time, and a Retry-After far in the future. Long answers are generated as they are sent, never held whole.
+byte at a time, a Retry-After far in the future, one file's answers for another commit, a redirect anywhere, and a
+file replaced between two range requests. The CDN's answers carry an ETag (the sha256 of the file sent), as a CDN
+sends its object's. Long answers are generated as they are sent, never held whole.
 """
 from __future__ import annotations
 
@@ -63,6 +65,10 @@ class Faults:
     drip: tuple[str, str] | None = None  # (HEAD | GET | RANGE, file name): that answer, head and body, byte by byte
     drip_every: float = 0.25  # seconds between two dripped bytes
     retry_after: tuple[str, str] | None = None  # (HEAD | GET | RANGE, file name): answered 429, Retry-After: 100000
+    file_commit: dict[str, str] = field(default_factory=dict)  # file name -> X-Repo-Commit of its answers alone
+    location: dict[str, str] = field(default_factory=dict)  # file name -> where its HEAD redirects (sent as is)
+    swap_file: tuple[str, Path] | None = None  # (file name, other file): its range answers after the first
+    swap_after: int = 1  # ... `swap_after` come from the other file, with that file's ETag (replaced on the server)
 
 
 @dataclass
@@ -107,6 +113,12 @@ class HubServer:
                 self._sums[path] = hashlib.sha256(path.read_bytes()).hexdigest()
             return self._sums[path]
 
+    def count_swap(self) -> int:
+        """How many range answers of Faults.swap_file's file there have been, this one included."""
+        with self._lock:
+            self._swaps = getattr(self, "_swaps", 0) + 1
+            return self._swaps
+
     def record(self, method: str, path: str, rng: str | None, sent: int) -> None:
         with self._lock:
             self.log.append((method, path, rng, sent))
@@ -147,7 +159,7 @@ class Handler(BaseHTTPRequestHandler):
             self.file = self.hub.blobs[cdn.group(1)].name
             if self.retries():
                 return None
-            return self.send_file(self.hub.blobs[cdn.group(1)], body, {})
+            return self.send_file(self.hub.blobs[cdn.group(1)], body, {"ETag": f'"{cdn.group(1)}"'})
         m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", self.path)
         if not m:
             return self.error(404, "EntryNotFound")
@@ -163,7 +175,7 @@ class Handler(BaseHTTPRequestHandler):
         if found is None:
             return self.error(404, "RevisionNotFound")
         path = found.files.get(filename)
-        commit = faults.commit or found.commit
+        commit = faults.file_commit.get(filename) or faults.commit or found.commit
         if path is None:
             return self.error(404, "EntryNotFound", faults.missing_commit or commit)
         if self.retries():
@@ -174,7 +186,7 @@ class Handler(BaseHTTPRequestHandler):
         if filename.endswith(".safetensors"):  # LFS-like: metadata here, bytes from the CDN origin
             self.hub.blobs[sha] = path
             meta.update({"X-Linked-Etag": faults.etag.get(filename, f'"{sha}"'), "X-Linked-Size": str(size),
-                         "Location": f"{self.hub.cdn}/cdn/{sha}", "Content-Length": "0"})
+                         "Location": faults.location.get(filename, f"{self.hub.cdn}/cdn/{sha}"), "Content-Length": "0"})
             self.hub.record(self.command, self.path, self.headers.get("Range"), 0)
             return self.reply(302, meta)
         meta["ETag"] = faults.etag.get(filename, f'"{sha}"')
@@ -192,9 +204,10 @@ class Handler(BaseHTTPRequestHandler):
         return True
 
     def send_file(self, path: Path, body: bool, meta: dict, announced: int | None = None):
-        size = path.stat().st_size
         rng = self.headers.get("Range")
         faults = self.hub.faults
+        path, meta = self.swapped(path, meta) if rng else (path, meta)
+        size = path.stat().st_size
         status, start, end = 200, 0, size - 1
         m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng or "") if faults.ignore_range != path.name else None
         targeted = faults.range_file in (None, path.name)
@@ -235,6 +248,13 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:  # the client hung up (as on a range answered whole: it reads none of it)
             self.close_connection = True
         self.hub.record("GET", self.path, rng, len(part))
+
+    def swapped(self, path: Path, meta: dict) -> tuple[Path, dict]:
+        """A range answer's file and headers: Faults.swap_file's other file, with its ETag, once swap_after have gone."""
+        swap = self.hub.faults.swap_file
+        if swap and path.name == swap[0] and self.hub.count_swap() > self.hub.faults.swap_after:
+            return swap[1], {**meta, "ETag": f'"{self.hub.sha256(swap[1])}"'}
+        return path, meta
 
     def send_long(self, status: int, meta: dict, path: Path, start: int, length: int):
         """`length` bytes from `start` (the file's, then zeros), as Content-Length announces, made as they are sent."""

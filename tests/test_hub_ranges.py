@@ -287,7 +287,7 @@ def test_a_cache_write_replaces_a_link_and_a_stored_ranges_file_cut_short_is_not
         assert folder.read("x.safetensors", 100) is None and folder.regular("x.safetensors") is None
         folder.write("x.safetensors", lambda fd: store.write_all(fd, b"new", 0))
         store.write_ranges(folder, "y.safetensors", 1000, [(0, b"abcd"), (500, b"ef")])
-        assert store.read_ranges(folder, "y.safetensors") == (1000, [(0, b"abcd"), (500, b"ef")])
+        assert store.read_ranges(folder, "y.safetensors") == (1000, [(0, b"abcd"), (500, b"ef")], None)
         ranges = folder.path / "y.safetensors.ranges"
         ranges.write_bytes(ranges.read_bytes()[:-1])
         assert store.read_ranges(folder, "y.safetensors") is None

@@ -60,9 +60,10 @@ def refuse_foreign(out_dir: Path) -> None:
 def command(out_dir: Path, kind: str, layer_types: str | None, seed: int, with_mtp: bool | None, weight_format: str,
             force: bool, wait: bool, as_json: bool, **sizes) -> None:
     """Write a seeded synthetic model: OUT_DIR/target (OpenVINO IRs) and OUT_DIR/ckpt (Hugging Face checkpoint)."""
-    from irsurgeon.synth.output import check_output
+    from irsurgeon.synth.output import check_output, recover
 
     start = time.perf_counter()
+    recover(out_dir, wait)  # a killed run's move rolled back first: the checks then judge what OUT_DIR holds
     if not force:
         refuse_foreign(out_dir)
     check_output(out_dir, force)  # before any work: an earlier output, a link or a file where a folder goes

@@ -5,7 +5,7 @@ shape}] (shape: a list of ints, null for a dynamic dimension, or null for a dyna
 strings), hidden_states (the `hidden_states_decoder_layers` table: layer, producer, output_index, op, dtype, shape,
 problem; None when absent), runtime_options, op_histogram {"Type-opsetN": n},
 constants {type: {count, bytes}} over every Constant, role ("tokenizer" / "detokenizer" for an IR with a string
-input / output, else null), weights (storage.weight_summary: compressed, bits, modes, group_sizes, by_type; none
+input / output and no MatMul or Convolution, else null), weights (storage.weight_summary: compressed, bits, modes, group_sizes, by_type; none
 for a tokenizer or detokenizer, whose Gathers read vocabulary tables and byte maps, not weights). Nothing is
 written; every `.xml` is byte-checked before OpenVINO reads it.
 """
@@ -24,6 +24,7 @@ from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS, RUNTIME_OPTIONS
 IR_KEYS = ("kind", "path", "inputs", "outputs", "states", "rt_info", "hidden_states", "runtime_options",
            "op_histogram", "constants", "role", "weights")
 TEXT_ROLES = ("tokenizer", "detokenizer")
+WEIGHT_OPS = ("MatMul", "Convolution")
 
 
 def show_ir(xml: Path) -> dict:
@@ -49,9 +50,12 @@ def show_ir(xml: Path) -> dict:
 
 def text_role(model) -> str | None:
     """"tokenizer" for an IR taking strings, "detokenizer" for one returning them (openvino-tokenizers' IRs and
-    synth's core-op pair alike), else None."""
+    synth's core-op pair alike), else None. An IR with a MatMul or a Convolution has weights whatever its ports
+    (no tokenizer IR has one): it gets no role, so its weights are shown."""
     def strings(ports) -> bool:
         return any(p.get_element_type() == Type.string for p in ports)
+    if any(op.get_type_name() in WEIGHT_OPS for op in model.get_ops()):
+        return None
     return TEXT_ROLES[0] if strings(model.inputs) else TEXT_ROLES[1] if strings(model.outputs) else None
 
 

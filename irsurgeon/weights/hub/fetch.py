@@ -12,8 +12,9 @@ to 3 s that huggingface_hub spends once a day fetching `{ENDPOINT}/api/agent-har
 
 What a hostile hub or command line could do through huggingface_hub is bounded before it happens: the revision must
 be a git ref name or a commit (HubOptions refuses any other), each answer is checked and bounded inside a scope
-(transport.py: hashes that are paths refused, bodies cut at their announced size, the --hub-timeout clock), and
-every path huggingface_hub returns must lie in the cache (inside_cache).
+(transport.py: hashes that are paths refused, bodies cut at their announced size, the --hub-timeout clock),
+every path huggingface_hub returns must lie in the cache (inside_cache), and none of the folders it writes the
+repo's files in may be a link before it writes (refuse_linked_folders).
 
 huggingface_hub (and its httpx2) is imported inside the functions that talk to the hub, never at module level:
 it costs ~145 ms (measured, huggingface_hub 2.4.0) that a local checkpoint, and the CLI's start-up, never need.
@@ -249,6 +250,8 @@ def fetcher(repo_id: str, hub: HubOptions, online: bool) -> Callable[..., Path |
     from irsurgeon.weights.hub.transport import scope
 
     def fetch(filename: str, optional: bool = False) -> Path | None:
+        if online:
+            refuse_linked_folders(repo_id, hub)
         try:
             with scope(hub.clock, *size_limit(filename)):
                 found = hf_hub_download(repo_id, filename, revision=hub.revision, token=hub.token,
@@ -263,6 +266,26 @@ def fetcher(repo_id: str, hub: HubOptions, online: bool) -> Callable[..., Path |
             raise hub_error(repo_id, filename, hub, e) from None
         return inside_cache(Path(found), repo_id, hub)
     return fetch
+
+
+def refuse_linked_folders(repo_id: str, hub: HubOptions) -> None:
+    """Before huggingface_hub writes into the cache: none of the folders it writes the repo's files in is a link.
+    It follows them (huggingface_hub 2.4.0 file_download.py: os.makedirs of blobs/, snapshots/<commit>/, refs/ and
+    .locks/<repo folder>/, files created inside), so a link there would have it write outside the cache, and the
+    checkpoint reader then refuses what it wrote. The cache itself may be a link: the user's choice."""
+    from huggingface_hub import constants
+
+    cache = cache_root(hub)
+    repo = constants.REPO_ID_SEPARATOR.join(["models", *repo_id.split("/")])
+    folders = [repo, *(f"{repo}/{sub}" for sub in ("blobs", "snapshots", "refs")), ".locks", f".locks/{repo}"]
+    snapshots = cache / repo / "snapshots"
+    if snapshots.is_dir() and not snapshots.is_symlink():
+        folders += [f"{repo}/snapshots/{entry.name}" for entry in os.scandir(snapshots)]
+    for folder in folders:
+        if (cache / folder).is_symlink():
+            raise CheckpointError(f"{cache / folder}: a link in the Hugging Face cache; huggingface_hub would write "
+                                  f"{repo_id}'s files through it, outside the cache {cache} (make it a folder, or "
+                                  f"pass --cache-dir)")
 
 
 def inside_cache(path: Path, repo_id: str, hub: HubOptions) -> Path:

@@ -10,10 +10,11 @@ model.safetensors) is taken from the first of:
            and a prefix the one asked starts with, holds every `prefix*` tensor the index places there, and whose
            size is its header and those tensors exactly (a file cut short is fetched again): no request at all;
   local    the Hugging Face cache's whole copy (an earlier download), its content checked against its ETag first;
-  ranges   (online) the shard's header by range (HubBytes: 8-byte length + JSON, bounded as the local reader bounds
-           it), then only the needed tensors' bytes, in spans coalesced while the bytes between stay under
-           MERGE_WASTE of the needed ones, streamed to the file; a draft that needs every byte of the file (a small
-           one, fetched for all its tensors) has the whole content checked against the ETag;
+  ranges   (online) the shard's HEAD first (a header stored from another version of the file is dropped), its
+           header by range (HubBytes: 8-byte length + JSON, bounded as the local reader bounds it), then only the
+           needed tensors' bytes, in spans coalesced while the bytes between stay under MERGE_WASTE of the needed
+           ones, streamed to the file; a draft that needs every byte of the file (a small one, fetched for all its
+           tensors) has the whole content checked against the ETag;
   whole    a server that ignores Range (200) gets the whole-file download through huggingface_hub, said in a note on
            stderr, and its content checked against the ETag.
 
@@ -141,6 +142,8 @@ def relayout(folder: store.Folder, shard: str, src, prefix: str, echo: Echo) -> 
         raw[offset, n] = src.read([(offset, n)])[0]
         return raw[offset, n]
 
+    if isinstance(src, HubBytes):
+        src.located()  # its tensors come by range: a header stored from another version must not place them
     size = src.size()
     tensors, _, start = parse_header(read, size, src.label)
     chosen = sorted((i for i in tensors.values() if i.name.startswith(prefix)), key=lambda i: i.begin)

@@ -2,6 +2,7 @@
 the tensors a draft needs (partial.py); the small reads are kept in irsurgeon's cache (store.py)."""
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -43,7 +44,13 @@ class HubBytes:
     Each answer must be exactly the bytes asked: 206, Content-Length and Content-Range naming that span of this file,
     read at most to its length (by one network read, 64 KiB). A server that answers with the whole file (200: it
     ignores Range) is RangesRefused, its body unread; a longer, shorter or other answer is one line naming the file.
-    Every request runs in a scope of the HubOptions' clock (transport.py), so --hub-timeout ends them."""
+    Every request runs in a scope of the HubOptions' clock (transport.py), so --hub-timeout ends them.
+
+    Bytes of two versions of the file are never mixed: the HEAD must answer for the commit asked (X-Repo-Commit), the
+    range answers of one run must carry one ETag (a CDN sends its object's; a file replaced between two requests
+    changes it), and what the cache stored under another ETag, or another size, than the HEAD's is fetched again.
+    A server that sends no ETag and changes the file between requests cannot be told apart from an unchanged one,
+    except where every byte of the file is read and hashed (partial.py)."""
 
     HEADER_GUESS = 4 << 10  # most of a small shard's header; a larger one is fetched after it, exactly
     PARALLEL = 8
@@ -61,6 +68,9 @@ class HubBytes:
         self.etag: str | None = None
         self._size: int | None = None
         self._held: list[tuple[int, bytes]] | None = None  # (offset, bytes) read so far, and stored ones
+        self._stored_etag: str | None = None  # the ETag the stored spans were read under
+        self._validator: str | None = None  # the ETag of this run's first range answer
+        self._lock = threading.Lock()
         self.requests = 0
         self.bytes = 0
 
@@ -75,6 +85,8 @@ class HubBytes:
         """The bytes of each (offset, length), from what is held or stored, else fetched (and then stored). A range
         that starts inside a held one fetches only its tail (the header after the first read's HEADER_GUESS)."""
         self.size()
+        if any(self._slice(*r) is None for r in ranges):
+            self.located()  # first: the HEAD may find the stored spans of another version, and drop them
         before = len(self._held)
         if ranges and ranges[0][0] == 0 and self._slice(0, 8) is None:
             self._held.append((0, self._get(0, min(self.HEADER_GUESS, max(self._size // 64, 8), self._size))))
@@ -85,19 +97,19 @@ class HubBytes:
             at, data = self._held[k]
             self._held[k] = (at, data + self._get(at + len(data), offset + length - at - len(data)))
         fresh = [r for r in todo if r not in tails]
-        if fresh:
-            self._located()  # once, before the pool: each thread would make its own HEAD
         with ThreadPoolExecutor(min(self.PARALLEL, max(len(fresh), 1))) as pool:
             self._held += [(o, data) for (o, _), data in zip(fresh, pool.map(lambda r: self._get(*r), fresh))]
         if todo or len(self._held) > before:
             with store.Folder(cache_root(self.hub), self.repo_id, self.commit) as folder:
-                store.write_ranges(folder, self.filename, self._size, self._held)
+                store.write_ranges(folder, self.filename, self._size, self._held, self.etag)
         return [self._slice(o, n) for o, n in ranges]
 
     def copy(self, spans: list[tuple[int, int]], sink: Sink) -> None:
         """Each (offset, length) span's bytes to sink as they arrive, PIECE bytes a request, PARALLEL at a time; a
         span's start already held (the first read's bytes past the header) is not fetched again."""
         self.size()
+        if spans:
+            self.located()  # before what is held is used: the HEAD may drop stored spans of another version
         rest = []
         for offset, length in spans:
             while length and (k := self._holding(offset)) is not None:
@@ -108,8 +120,6 @@ class HubBytes:
             if length:
                 rest.append((offset, length))
         pieces = [(o + at, min(self.PIECE, n - at)) for o, n in rest for at in range(0, n, self.PIECE)]
-        if pieces:
-            self._located()
         with ThreadPoolExecutor(min(self.PARALLEL, max(len(pieces), 1))) as pool:
             list(pool.map(lambda p: self._get(*p, sink=sink), pieces))
 
@@ -123,8 +133,11 @@ class HubBytes:
                 return data[offset - at:offset - at + length]
         return None
 
-    def _located(self) -> None:
-        """The HEAD made (size, ETag, where the bytes are), when what is held came from irsurgeon's cache."""
+    def located(self) -> None:
+        """The HEAD made (size, ETag, where the bytes are), when it was not yet: what the cache stored of another
+        version of the file is dropped then. Before using stored bytes with fetched ones (partial.relayout)."""
+        if self._held is None:
+            self._load()
         if self.location is None:
             self._locate()
 
@@ -132,7 +145,7 @@ class HubBytes:
         """What irsurgeon's cache holds of this file (its size, ranges read before)."""
         with store.Folder(cache_root(self.hub), self.repo_id, self.commit) as folder:
             found = store.read_ranges(folder, self.filename)
-        self._size, self._held = found if found is not None else (None, [])
+        self._size, self._held, self._stored_etag = found if found is not None else (None, [], None)
 
     def _offline(self, what: str) -> None:
         if is_offline():
@@ -155,8 +168,16 @@ class HubBytes:
             raise hub_error(self.repo_id, self.filename, self.hub, e) from None
         check_metadata(self.repo_id, self.filename, self.hub, meta.commit_hash, meta.etag)
         self.requests += 1
+        if meta.commit_hash is not None and meta.commit_hash != self.commit:
+            raise CheckpointError(f"{self.label}: the hub answers for commit {shown(meta.commit_hash)}, not "
+                                  f"{self.commit} asked for; not mixing two commits' files")
         if meta.size is None:
             raise CheckpointError(f"{self.label}: the hub did not tell the file's size")
+        if urlsplit(meta.location).scheme not in ("http", "https"):
+            raise CheckpointError(f"{self.label}: the hub sends its bytes' location as {shown(meta.location)}, not "
+                                  f"an http(s) URL; not following it")
+        if self._held and (self._size, self._stored_etag) != (meta.size, meta.etag):
+            self._held.clear()  # stored from another version of the file (or before ETags were kept): read again
         self._size, self.location, self.etag = meta.size, meta.location, meta.etag
         if urlsplit(self.location)[:2] != urlsplit(self.url)[:2]:
             self.headers = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
@@ -169,7 +190,7 @@ class HubBytes:
         from irsurgeon.weights.hub.transport import scope
 
         self._offline(f"bytes {offset}-{offset + length - 1}")
-        self._located()
+        self.located()
         headers = {**self.headers, "Range": f"bytes={offset}-{offset + length - 1}", "Accept-Encoding": "identity"}
         try:
             with scope(self.hub.clock, length, "the range asked"):
@@ -190,6 +211,16 @@ class HubBytes:
         self.bytes += length
         return data
 
+    def _same_version(self, etag: str | None) -> None:
+        """A range answer's ETag (None: not sent) is the one of this run's first answer: the file is unchanged."""
+        if etag is None:
+            return
+        with self._lock:  # answers arrive on several threads
+            first = self._validator = self._validator or etag
+        if etag != first:
+            raise CheckpointError(f"{self.label}: changed on the server during the download (its range answers' "
+                                  f"ETag was {shown(first)}, now {shown(etag)}); not mixing two versions of it")
+
     def _body(self, r, offset: int, length: int, sink: Sink | None) -> bytes:
         """The answer's bytes, read only while they are what was asked: a 206 of exactly [offset, offset+length)."""
         asked = f"asked for {length} bytes at {offset}"
@@ -200,6 +231,7 @@ class HubBytes:
         if announced and announced != str(length):
             raise CheckpointError(f"{self.label}: {asked}, the server announces {announced[:40]} "
                                   f"(Content-Length); not reading them")
+        self._same_version(r.headers.get("ETag"))
         span = (r.headers.get("Content-Range") or "").strip()
         if span != f"bytes {offset}-{offset + length - 1}/{self._size}" and span != f"bytes {offset}-" \
                                                                                    f"{offset + length - 1}/*":

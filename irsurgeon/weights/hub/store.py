@@ -5,7 +5,7 @@ default or --cache-dir), keyed by repo id, commit and file name:
         config.json, model.safetensors.index.json   copies of the snapshot's: the folder is a checkpoint directory
         <shard>.safetensors                          the shard's needed tensors alone (partial.py)
         <shard>.safetensors.ranges                   byte ranges read of the shard (ranges.HubBytes: its header,
-                                                     the identity check's rows), and the shard's size
+                                                     the identity check's rows), the shard's size and ETag
 
 Laid out as huggingface_hub lays out a snapshot (so fetch.snapshot_commit reads the commit from the path) but under
 a root of its own, so huggingface_hub never takes a partial shard for the file.
@@ -23,12 +23,13 @@ import re
 import secrets
 import struct
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from irsurgeon import fsat, limits
 from irsurgeon.errors import CheckpointError
 from irsurgeon.weights.hub.fetch import looks_like_repo_id
 from irsurgeon.weights.hub.names import COMMIT, shown
+from irsurgeon.weights.safetensors_io import MAX_HEADER_BYTES, parse_header
 
 ROOT = "irsurgeon"
 RANGES_SUFFIX = ".ranges"
@@ -127,10 +128,19 @@ def write_all(fd: int, data: bytes, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def read_ranges(folder: Folder, filename: str) -> tuple[int, list[tuple[int, bytes]]] | None:
-    """(file size, [(offset, bytes)]) stored for `filename`, or None when nothing usable is stored. The form, like a
-    safetensors file: 8-byte little-endian N, N bytes of JSON {"size": S, "spans": [[offset, length], ...]}, the
-    spans' bytes in that order."""
+class Stored(NamedTuple):
+    """What irsurgeon's cache holds of a file read by range: its size, (offset, bytes) spans, and the ETag the hub
+    gave the file when they were read (None: not recorded)."""
+    size: int
+    spans: list[tuple[int, bytes]]
+    etag: str | None
+
+
+def read_ranges(folder: Folder, filename: str) -> Stored | None:
+    """What is stored for `filename`, or None when nothing usable is stored. The form, like a safetensors file:
+    8-byte little-endian N, N bytes of JSON {"size": S, "etag": E, "spans": [[offset, length], ...]}, the spans'
+    bytes in that order. Spans holding the file's whole safetensors header must parse as one (the local reader's
+    checks): a header cut short, an absurd length or a header of tensors outside the file is not usable."""
     raw = folder.read(filename + RANGES_SUFFIX, RANGES_BYTES)
     if raw is None or len(raw) < 8:
         return None
@@ -141,7 +151,8 @@ def read_ranges(folder: Folder, filename: str) -> tuple[int, list[tuple[int, byt
         return None
     spans = head.get("spans") if isinstance(head, dict) else None
     size = head.get("size") if isinstance(head, dict) else None
-    if not (isinstance(size, int) and isinstance(spans, list)) or not all(
+    etag = head.get("etag") if isinstance(head, dict) else None
+    if not (isinstance(size, int) and isinstance(spans, list) and isinstance(etag, (str, type(None)))) or not all(
             isinstance(s, list) and len(s) == 2 and all(isinstance(v, int) and v >= 0 for v in s) for s in spans):
         return None
     if sum(length for _, length in spans) != len(raw) - 8 - n or any(o + k > size for o, k in spans):
@@ -150,11 +161,35 @@ def read_ranges(folder: Folder, filename: str) -> tuple[int, list[tuple[int, byt
     for offset, length in spans:
         out.append((offset, raw[at:at + length]))
         at += length
-    return size, out
+    return Stored(size, out, etag) if header_usable(size, out, filename) else None
 
 
-def write_ranges(folder: Folder, filename: str, size: int, spans: list[tuple[int, bytes]]) -> None:
-    head = json.dumps({"size": size, "spans": [[o, len(b)] for o, b in spans]}).encode()
+def header_usable(size: int, spans: list[tuple[int, bytes]], filename: str) -> bool:
+    """False when the stored bytes at offset 0 hold a safetensors length and header that the local reader refuses
+    (parse_header): a copy spoiled in the cache would otherwise refuse the file on every run, offline or not."""
+    first = next((data for offset, data in spans if offset == 0), b"")
+    if not filename.endswith(".safetensors") or len(first) < 8:
+        return True
+    (n,) = struct.unpack("<Q", first[:8])
+    if n > MAX_HEADER_BYTES or 8 + n > size:
+        return False
+    if len(first) < 8 + n:
+        return True  # the header's rest is fetched when it is needed, and checked then
+
+    def read(offset: int, length: int) -> bytes:
+        if offset + length > len(first):
+            raise CheckpointError(f"{filename}: stored header cut short")
+        return first[offset:offset + length]
+    try:
+        parse_header(read, size, filename)
+    except CheckpointError:
+        return False
+    return True
+
+
+def write_ranges(folder: Folder, filename: str, size: int, spans: list[tuple[int, bytes]],
+                 etag: str | None = None) -> None:
+    head = json.dumps({"size": size, "etag": etag, "spans": [[o, len(b)] for o, b in spans]}).encode()
     body = b"".join(b for _, b in spans)
     if 8 + len(head) + len(body) > RANGES_BYTES:
         return  # not kept: the next run reads them again
