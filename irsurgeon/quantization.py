@@ -110,7 +110,8 @@ def _from_config_entry(entry: dict, path: Path) -> TargetFormat:
         params = CompressionParams(mode=mode, group_size=-1, ratio=1.0, backup=DEFAULTS.backup)
     else:
         params = CompressionParams(
-            mode=mode, group_size=group or DEFAULTS.group_size, ratio=float(ratio or 1.0),
+            mode=mode, group_size=DEFAULTS.group_size if group is None else group,
+            ratio=1.0 if ratio is None else float(ratio),  # 0 is no default: check_params refuses it
             # optimum-intel leaves backup_precision null and nncf then applies int8_asym: mirror what was applied
             backup=backup or "int8_asym", all_layers=all_layers)
         try:

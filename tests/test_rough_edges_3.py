@@ -99,6 +99,10 @@ OPENVINO_CONFIGS = {
     "deep": (b'{"a":' * 70 + b"1" + b"}" * 70, "nested deeper than 64 levels"),
     "bits-string": (json.dumps({"quantization_config": {"quantization_configs": {"lm_model": {"bits": "4"}}}})
                     .encode(), "quantization_configs.lm_model: bits must be 4 or 8, found a string"),
+    "group-size-0": (json.dumps({"quantization_config": {"quantization_configs": {"lm_model": {
+        "bits": 4, "group_size": 0}}}}).encode(), "group size 0 is impossible"),
+    "ratio-0": (json.dumps({"quantization_config": {"quantization_configs": {"lm_model": {
+        "bits": 4, "ratio": 0}}}}).encode(), "ratio 0.0 is out of range"),
 }
 
 
