@@ -19,7 +19,7 @@ import numpy as np
 from irsurgeon.errors import CheckpointError
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, check_scale, dequantize_blocks, split_scales
-from irsurgeon.weights.half import SLICE, Tally, round_slice
+from irsurgeon.weights.half import SLICE, Tally, bf16_slice, round_slice
 from irsurgeon.weights.quant import SUPPORTED, fp8_scheme
 from irsurgeon.weights.safetensors_io import bf16_to_f32
 from irsurgeon.weights.table import Part, Source, Stack, Table, Tensor, Transform, Whole, choose_layout
@@ -178,7 +178,10 @@ def round_rows(ckpt: Checkpoint, name: str, dst: np.ndarray, tally: Tally, fn: T
     raw, dtype = ckpt.raw(name)
     src = select(raw)
     for rows in row_blocks(src.shape):
-        round_slice(apply(fn, decode_slice(src[rows], dtype)), dst[rows], tally)
+        if fn is None and dtype == "BF16":  # the bits re-biased, no float32 (weights.half.bf16_slice)
+            bf16_slice(src[rows], dst[rows], tally)
+        else:
+            round_slice(apply(fn, decode_slice(src[rows], dtype)), dst[rows], tally)
 
 
 def row_blocks(shape: tuple[int, ...]) -> Iterator[slice]:
