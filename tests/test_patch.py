@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from helpers.tiers import default_tier
-from helpers.demo import DEMO_CKPT, patch_demo
+from helpers.demo import DEMO_CKPT, DEMO_TARGET, patch_demo, writable_copy
 from helpers.dirsnap import full_disk_on_nth_replace, snapshot
 
 from irsurgeon.families.qwen35_mtp import contract
@@ -121,6 +121,32 @@ def test_dry_run_writes_nothing(export, ckpt, tmp_path):
     code, out = run("patch", target, "--checkpoint", ckpt("qwen35-dense"), "--dry-run")
     assert code == 0 and "would build the MTP head" in out
     assert snapshot(target) == before
+
+
+def test_verify_after_commit_reuses_the_language_model_read_back_in_staging(tmp_path, monkeypatch):
+    """The committed language model is the staged copy OpenVINO read back (same inode, moved in): verify after the
+    commit gets that model instead of parsing it a fourth time. A file changed after the read-back is parsed again,
+    and its verify failure fails the patch."""
+    from irsurgeon import patch as flow
+    from irsurgeon.ir import files
+
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    parsed = []
+    real = files._read
+    monkeypatch.setattr(files, "_read", lambda ov_, x, b: parsed.append(Path(x).name) or real(ov_, x, b))
+    code, out = run("patch", target, "--checkpoint", DEMO_CKPT, "--weight-format", "f16")  # auto reads it once more
+    assert code == 0, out
+    assert len([n for n in parsed if n.endswith(LM)]) == 3  # inspect, the annotation's plan and its read-back
+    other = writable_copy(DEMO_TARGET, tmp_path / "u")
+    confirm = flow.confirm
+
+    def tamper_then_confirm(path):  # a graph change only a parse of the committed file can see
+        xml = path / LM
+        xml.write_bytes(xml.read_bytes().replace(b'"inputs_embeds"', b'"inputs_embeds_"'))
+        confirm(path)
+    monkeypatch.setattr(flow, "confirm", tamper_then_confirm)
+    code, out = run("patch", other, "--checkpoint", DEMO_CKPT, "--weight-format", "f16")
+    assert code == 1 and "verify rejects the directory: target layout" in out and "inputs_embeds" in out, out
 
 
 EMBED = "model.language_model.embed_tokens.weight"
