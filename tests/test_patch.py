@@ -123,10 +123,10 @@ def test_dry_run_writes_nothing(export, ckpt, tmp_path):
     assert snapshot(target) == before
 
 
-def test_verify_after_commit_reuses_the_language_model_read_back_in_staging(tmp_path, monkeypatch):
-    """The committed language model is the staged copy OpenVINO read back (same inode, moved in): verify after the
-    commit gets that model instead of parsing it a fourth time. A file changed after the read-back is parsed again,
-    and its verify failure fails the patch."""
+def test_the_language_model_is_parsed_once_before_and_once_after_its_edit(tmp_path, monkeypatch):
+    """The annotation is planned from inspection's parse of the language model, and the committed language model is
+    the staged copy OpenVINO read back (same inode, moved in), which verify after the commit gets instead of
+    parsing it again. A file changed after the read-back is parsed again, and its verify failure fails the patch."""
     from irsurgeon import patch as flow
     from irsurgeon.ir import files
 
@@ -136,7 +136,7 @@ def test_verify_after_commit_reuses_the_language_model_read_back_in_staging(tmp_
     monkeypatch.setattr(files, "_read", lambda ov_, x, b: parsed.append(Path(x).name) or real(ov_, x, b))
     code, out = run("patch", target, "--checkpoint", DEMO_CKPT, "--weight-format", "f16")  # auto reads it once more
     assert code == 0, out
-    assert len([n for n in parsed if n.endswith(LM)]) == 3  # inspect, the annotation's plan and its read-back
+    assert len([n for n in parsed if n.endswith(LM)]) == 2  # inspect (and the plan), the edit's read-back
     other = writable_copy(DEMO_TARGET, tmp_path / "u")
     confirm = flow.confirm
 
@@ -147,6 +147,28 @@ def test_verify_after_commit_reuses_the_language_model_read_back_in_staging(tmp_
     monkeypatch.setattr(flow, "confirm", tamper_then_confirm)
     code, out = run("patch", other, "--checkpoint", DEMO_CKPT, "--weight-format", "f16")
     assert code == 1 and "verify rejects the directory: target layout" in out and "inputs_embeds" in out, out
+
+
+def test_a_language_model_changed_after_inspection_is_planned_again(tmp_path, monkeypatch):
+    """The annotation planned at inspection edits the bytes read then; a language model changed before staging (here:
+    during the build) is read and planned again, so the staged edit carries that change too."""
+    from irsurgeon import patch as flow
+    from irsurgeon.ir import xmlsafe
+    from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    build = flow.build
+
+    def change_then_build(*args, **kwargs):
+        xml = target / LM
+        xml.write_bytes(xmlsafe.set_value(xml.read_bytes(), ("changed_meanwhile",), "yes"))
+        return build(*args, **kwargs)
+    monkeypatch.setattr(flow, "build", change_then_build)
+    code, out = run("patch", target, "--checkpoint", DEMO_CKPT, "--weight-format", "f16")
+    assert code == 0, out
+    data = (target / LM).read_bytes()
+    assert xmlsafe.get_value(data, ("changed_meanwhile",)) == "yes"
+    assert xmlsafe.get_value(data, (HIDDEN_STATES_LAYERS,)) is not None
 
 
 EMBED = "model.language_model.embed_tokens.weight"

@@ -46,7 +46,7 @@ class Qwen35MTP(Family):
 
     def inspect(self, directory: Path):
         from irsurgeon.families.qwen35_mtp.target import inspect_target
-        return inspect_target(directory)
+        return inspect_target(directory, plan=True)
 
     def pair(self, target, cfg, root: Path, source: str, options, echo) -> Pairing:
         from irsurgeon.families.qwen35_mtp.identity import require_identity

@@ -17,7 +17,7 @@ import openvino as ov
 
 import irsurgeon
 from irsurgeon import rtinfo
-from irsurgeon.annotate import Status, plan_annotation, write_annotation
+from irsurgeon.annotate import Status, write_annotation
 from irsurgeon.build import stage_ir
 from irsurgeon.compress import compress_model, set_kv_cache_precision, updated_openvino_config
 from irsurgeon.errors import IRError, IRSurgeonError
@@ -120,7 +120,7 @@ def stage_head(tx: DirectoryTransaction, target: Target, model: ov.Model, cfg: M
 
 def stage_annotation(tx: DirectoryTransaction, target: Target, force: bool, echo) -> None:
     """Stage the language model's .xml with the hidden-state annotation, through annotate's one write path."""
-    planned = plan_annotation(target.lm_xml, force, target.cfg.num_hidden_layers, target.hidden_size)
+    planned = target.annotation_plan(force)
     if planned.status is Status.UNCHANGED:
         echo(f"{LANGUAGE_MODEL}: hidden-state annotation already present and identical")
         return
