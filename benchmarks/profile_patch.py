@@ -76,7 +76,8 @@ def patch_run(ckpt: Path, target: Path, work: Path, fmt: str, root: Path | None 
         raise SystemExit(f"patch --weight-format {fmt} failed:\n{r['out']}")
     t = json.loads(trace.read_text())
     head = sum((out / f"openvino_mtp_model.{x}").stat().st_size for x in ("bin", "xml"))
-    return {"wall": r["wall"], "rss": r["rss"], "load": load, "phases": t["phases"], "cpu": t["cpu"], "calls": t["calls"],
+    return {"wall": r["wall"], "rss": r["rss"], "load": load, "phases": t["phases"], "cpu": t["cpu"],
+            "background": t.get("background", {}), "calls": t["calls"],
             "read_bytes": t["io"]["read_bytes"], "head_bytes": head}
 
 
@@ -86,16 +87,16 @@ def floor_run(ckpt: Path, work: Path, write_bytes: int) -> dict:
     cold(ckpt)
     buf = memoryview(bytearray(CHUNK))
     load = os.getloadavg()[0]
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     fd, got = os.open(shard, os.O_RDONLY), 0
     try:
         while n := os.preadv(fd, [buf], got):
             got += n
     finally:
         os.close(fd)
-    read_s = time.perf_counter() - t
+    read_s, read_cpu = time.perf_counter() - t, time.process_time() - cpu
     sink = work / "floor.bin"
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     fd, left = os.open(sink, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), write_bytes
     try:
         while left:
@@ -103,10 +104,10 @@ def floor_run(ckpt: Path, work: Path, write_bytes: int) -> dict:
         os.fsync(fd)
     finally:
         os.close(fd)
-    write_s = time.perf_counter() - t
+    write_s, write_cpu = time.perf_counter() - t, time.process_time() - cpu
     sink.unlink()
-    return {"read": read_s, "write": write_s, "floor": read_s + write_s, "read_bytes": got,
-            "write_bytes": write_bytes, "load": load}
+    return {"read": read_s, "write": write_s, "floor": read_s + write_s, "read_bytes": got, "read_cpu": read_cpu,
+            "write_cpu": write_cpu, "write_bytes": write_bytes, "load": load}
 
 
 def nncf_alone(ckpt: Path) -> dict:
@@ -166,6 +167,9 @@ def phase_table(runs: dict[str, list[dict]], clock: str = "phases") -> None:
             print(f"{'  ' + label.split(': ', 1)[1]:30}" + "".join(f"{v:11.2f}" for v in cells))
     if clock != "phases":
         return
+    for label in sorted({k for r in runs.values() for x in r for k in x["background"]}):
+        cells = [med([x["background"].get(label, 0.0) for x in runs[c]]) for c in cols]
+        print(f"{'(in a thread) ' + label:30}" + "".join(f"{v:11.2f}" for v in cells))
     rows = [("sum of phases", lambda x: sum(x["phases"].values()), "{:11.2f}"),
             ("child wall (process)", lambda x: x["wall"], "{:11.2f}"),
             ("peak RSS MB", lambda x: x["rss"] / 1e6, "{:11.0f}"),
@@ -189,8 +193,9 @@ def rounds(ckpt: Path, target: Path, work: Path, fmts: list[str], n: int, baseli
             if fmt == fmts[0]:
                 floors.append(floor_run(ckpt, work, runs[fmt][-1]["head_bytes"]))
                 f = floors[-1]
-                print(f"round {k + 1} floor: read {f['read_bytes'] / 1e6:.1f} MB {f['read']:.2f} s + write+fsync "
-                      f"{f['write_bytes'] / 1e6:.1f} MB {f['write']:.2f} s = {f['floor']:.2f} s; load {f['load']:.1f}")
+                print(f"round {k + 1} floor: read {f['read_bytes'] / 1e6:.1f} MB {f['read']:.2f} s (CPU "
+                      f"{f['read_cpu']:.2f}) + write+fsync {f['write_bytes'] / 1e6:.1f} MB {f['write']:.2f} s (CPU "
+                      f"{f['write_cpu']:.2f}) = {f['floor']:.2f} s; load {f['load']:.1f}")
         if "int4" in fmts:
             alone.append(nncf_run(ckpt))
             a = alone[-1]

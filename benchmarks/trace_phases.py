@@ -9,7 +9,8 @@ exit (what is outside every span is `startup` before `patch()` is entered and `o
 (fsync, sha256, openvino's compile/read/infer/serialize) is labelled `<enclosing phase>: <what>`.
 A module imported for the first time inside a span (nncf for int4, openvino in a lazy reader) counts as `import`.
 
-OUT.json: {"phases": {label: wall seconds}, "cpu": {label: CPU seconds}, "calls": {label: count}, "order": [labels as first entered], "rc": exit
+OUT.json: {"phases": {label: wall seconds}, "cpu": {label: CPU seconds}, "background": {label: wall seconds in
+other threads, overlapping the phases}, "calls": {label: count}, "order": [labels as first entered], "rc": exit
 code, "io": /proc/self/io as the child exits, "vmhwm": peak RSS in bytes (VmHWM), "missing": wrapped names the
 irsurgeon run does not have}. IRSURGEON_ROOT: the checkout whose irsurgeon runs (default: this one), e.g. an older
 revision unpacked elsewhere, to compare phase by phase.
@@ -23,6 +24,7 @@ import importlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -105,10 +107,21 @@ class Clock:
 CLOCK = Clock()
 
 
+BACKGROUND: dict[str, float] = {}  # wall seconds of wrapped calls made by other threads (overlapping the phases)
+
+
 def spanned(fn, label):
-    """fn timed under `label` (a str, or a callable of the enclosing phase giving it)."""
+    """fn timed under `label` (a str, or a callable of the enclosing phase giving it); a call from another thread
+    than the main one is only added up in BACKGROUND."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                what = label if isinstance(label, str) else label("background")
+                BACKGROUND[what] = BACKGROUND.get(what, 0.0) + time.perf_counter() - start
         CLOCK.enter(label if isinstance(label, str) else label(CLOCK.phase))
         try:
             return fn(*args, **kwargs)
@@ -143,7 +156,8 @@ def lazy_imports() -> None:
     real = builtins.__import__
 
     def traced(name, globals=None, locals=None, fromlist=(), level=0):
-        if level or name.partition(".")[0] in sys.modules or not CLOCK.calls:
+        if level or name.partition(".")[0] in sys.modules or not CLOCK.calls or \
+                threading.current_thread() is not threading.main_thread():
             return real(name, globals, locals, fromlist, level)
         CLOCK.enter("import")
         try:
@@ -158,7 +172,7 @@ def dump(out: Path, rc: list[int]) -> None:
     with open("/proc/self/io") as io, open("/proc/self/status") as status:
         counters = dict(line.split(":", 1) for line in io.read().splitlines())
         hwm = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM"))
-    out.write_text(json.dumps({"phases": CLOCK.totals, "cpu": CLOCK.cpu, "calls": CLOCK.calls, "order": list(CLOCK.totals), "rc": rc[0],
+    out.write_text(json.dumps({"phases": CLOCK.totals, "cpu": CLOCK.cpu, "calls": CLOCK.calls, "background": BACKGROUND, "order": list(CLOCK.totals), "rc": rc[0],
                                "missing": MISSING, "io": {k: int(v) for k, v in counters.items()}, "vmhwm": hwm}))
 
 
