@@ -5,20 +5,20 @@
 
 Inputs: scripts/make_real_size.py's sparse real-shaped checkpoint and target (default config: the 27B dense
 Qwen3.6 one, tests/data/reference/real-configs/qwen3.6-27B-awq-community, quantization_config dropped: hidden 5120,
-64 layers, a 424.7 M-parameter head, 0.85 GB bf16). Per round, alternating, each on a machine shared with other
-work (load average printed with every row):
+64 layers, a 424.7 M-parameter head, 0.85 GB bf16). Rounds of these, alternating, on a machine shared with other
+work (load average printed with every row); a floor comes between two rounds and after the last:
     patch <fmt>   the real CLI on a fresh sparse copy of the target (page cache dropped for the checkpoint and the
                   copy first) in a child process, through benchmarks/trace_phases.py: exclusive wall time per phase
                   (read, convert, compress, graph, save, smoke test, annotation, commit, verify, ...), child wall,
                   peak RSS, bytes read from the device
     floor         the head's shard read once from the device (posix_fadvise DONTNEED first, as bench_build.evict
-                  does), then as many bytes as the f16 patch wrote for the head written and fsynced: read + write is
-                  the I/O no patch can avoid
+                  does), then as many bytes as the first format's patch wrote for the head written and fsynced:
+                  read + write is the I/O no patch can avoid
     nncf alone    (int4) the f16 head built by the house (irsurgeon.build), then one plain nncf.compress_weights of
                   that ov.Model with the house's int4 parameters, timed alone, in its own child process
 Prints the per-phase table (median over rounds), f16 wall / floor (target <= 2x), and int4 wall and the house's
-compress phase against nncf alone. --baseline DIR: each patch is also run, right after, by the irsurgeon package in
-DIR (e.g. `git archive main irsurgeon | tar -x -C DIR`): its columns are marked `base`.
+compress phase against nncf alone. --baseline DIR: each patch is also run by the irsurgeon package in DIR (e.g.
+`git archive main irsurgeon | tar -x -C DIR`), before or after the current one in turn: its columns are `base`.
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def patch_run(ckpt: Path, target: Path, work: Path, fmt: str, root: Path | None 
             "read_bytes": t["io"]["read_bytes"], "head_bytes": head}
 
 
-def floor_run(ckpt: Path, work: Path, write_bytes: int) -> dict:
+def floor_run(ckpt: Path, work: Path, write_bytes: int, say: str) -> dict:
     """The head's shard read cold, then write_bytes written and fsynced (the same buffer, 16 MiB at a time)."""
     shard = ckpt / HEAD_SHARD
     cold(ckpt)
@@ -106,8 +106,10 @@ def floor_run(ckpt: Path, work: Path, write_bytes: int) -> dict:
         os.close(fd)
     write_s, write_cpu = time.perf_counter() - t, time.process_time() - cpu
     sink.unlink()
-    return {"read": read_s, "write": write_s, "floor": read_s + write_s, "read_bytes": got, "read_cpu": read_cpu,
-            "write_cpu": write_cpu, "write_bytes": write_bytes, "load": load}
+    os.sync()
+    print(f"{say}: read {got / 1e6:.1f} MB {read_s:.2f} s (CPU {read_cpu:.2f}) + write+fsync {write_bytes / 1e6:.1f} "
+          f"MB {write_s:.2f} s (CPU {write_cpu:.2f}) = {read_s + write_s:.2f} s; load {load:.1f}")
+    return {"read": read_s, "write": write_s, "floor": read_s + write_s, "load": load}
 
 
 def nncf_alone(ckpt: Path) -> dict:
@@ -179,28 +181,28 @@ def phase_table(runs: dict[str, list[dict]], clock: str = "phases") -> None:
 
 
 def rounds(ckpt: Path, target: Path, work: Path, fmts: list[str], n: int, baseline: Path | None):
-    """n rounds of: per format the patch (then the baseline's), the floor after the first, nncf alone (int4)."""
+    """n rounds of: the floor, then per format the patch and the baseline's (ABBA: each goes first in every other
+    round, so what the floor's write leaves behind falls on both alike), then nncf alone (int4)."""
     variants = [("", None)] + ([(" base", baseline)] if baseline else [])
     runs, floors, alone = {f + v: [] for f in fmts for v, _ in variants}, [], []
+    head = None
     for k in range(n):
+        if head is not None:
+            floors.append(floor_run(ckpt, work, head, f"round {k + 1} floor"))
         for fmt in fmts:
-            for mark, root in variants[::-1] if k % 2 else variants:  # ABBA: neither goes first every time
+            for mark, root in variants[::-1] if k % 2 else variants:
                 r = patch_run(ckpt, target, work, fmt, root)
                 runs[fmt + mark].append(r)
+                head = head or r["head_bytes"]  # the first format's head: what the floor writes
                 print(f"round {k + 1} patch {fmt}{mark}: wall {r['wall']:.2f} s, peak RSS {r['rss'] / 1e6:.0f} MB, "
                       f"read {r['read_bytes'] / 1e6:.1f} MB, head written {r['head_bytes'] / 1e6:.1f} MB; "
                       f"load {r['load']:.1f}")
-            if fmt == fmts[0]:
-                floors.append(floor_run(ckpt, work, runs[fmt][-1]["head_bytes"]))
-                f = floors[-1]
-                print(f"round {k + 1} floor: read {f['read_bytes'] / 1e6:.1f} MB {f['read']:.2f} s (CPU "
-                      f"{f['read_cpu']:.2f}) + write+fsync {f['write_bytes'] / 1e6:.1f} MB {f['write']:.2f} s (CPU "
-                      f"{f['write_cpu']:.2f}) = {f['floor']:.2f} s; load {f['load']:.1f}")
         if "int4" in fmts:
             alone.append(nncf_run(ckpt))
             a = alone[-1]
             print(f"round {k + 1} nncf alone: compress_weights {a['compress']:.2f} s (import {a['import']:.2f} s, "
                   f"house f16 build {a['build']:.2f} s), peak RSS {a['rss'] / 1e6:.0f} MB; load {a['load']:.1f}")
+    floors.append(floor_run(ckpt, work, head, "last floor"))
     return runs, floors, alone
 
 

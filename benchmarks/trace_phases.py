@@ -44,6 +44,7 @@ SPANS = [
     ("irsurgeon.weights.safetensors_io", "SafetensorsFile._read_into", "read"),
     ("irsurgeon.weights.safetensors_io", "SafetensorsFile._pread", "read"),
     ("irsurgeon.weights.safetensors_io", "bf16_to_f32", "convert"),
+    ("irsurgeon.weights.spec", "round_rows", "convert"),
     ("irsurgeon.weights.spec", "decode_slice", "convert"),
     ("irsurgeon.weights.spec", "read_tensor", "convert"),
     ("irsurgeon.weights.half", "round_slice", "convert"),
