@@ -181,11 +181,9 @@ def stage_ir(tx: DirectoryTransaction, xml_name: str, model: ov.Model) -> Path:
     fp16 compression), its anonymous nodes named first; returns the staged .xml. Every family's draft is staged
     through here."""
     name_anonymous_nodes(model)
-    bin_name = xml_name.removesuffix(".xml") + ".bin"
-    tx.stage(bin_name)
+    tx.stage(xml_name.removesuffix(".xml") + ".bin")
     xml = tx.stage(xml_name)
     write_staged(xml, lambda p: ov.save_model(model, p, compress_to_fp16=False))
-    tx.hash_soon(bin_name)  # the weights: hashed for the journal while the staged IR is checked
     return xml
 
 

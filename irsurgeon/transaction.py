@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from irsurgeon import recovery
-from irsurgeon.digests import Digests
 from irsurgeon.signals import on_own_stack
 from irsurgeon.errors import OutputError, cause
 from irsurgeon.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
@@ -160,7 +159,6 @@ class DirectoryTransaction:
         self._dirs: dict[str, int | None] = {}  # subdirectory -> its held descriptor (None: missing, to be made)
         self._made: list[str] = []  # subdirectories this commit makes
         self._doing = ""  # the commit step under way, for its error message
-        self._digests = Digests()
 
     @property
     def stage_dir(self) -> Path:
@@ -225,11 +223,6 @@ class DirectoryTransaction:
         if name not in self.names:
             self.names.append(name)
         return self.stage_dir / staged(name)
-
-    def hash_soon(self, name: str) -> None:
-        """Start hashing the staged `name`, written whole, for the journal while the flow checks it (the commit
-        uses that digest only if the file is unchanged since: irsurgeon.digests)."""
-        self._digests.start(self._stage_fd, staged(name))
 
     def _open_subdir(self, folder: str) -> int | None:
         """The held descriptor of target/folder, never through a link (None: missing)."""
@@ -339,11 +332,10 @@ class DirectoryTransaction:
         fd = os.open(staged(name), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self._stage_fd)
         try:
             st = os.fstat(fd)
-            known = self._digests.take(staged(name), st)  # before fchmod, which moves ctime
             if original is not None and stat.S_ISREG(original.st_mode):  # a link keeps its own mode
                 os.fchmod(fd, original.st_mode & 0o7777)
             os.fsync(fd)
-            new = {**(known or digest(fd)), "dev": st.st_dev, "ino": st.st_ino}
+            new = {**digest(fd), "dev": st.st_dev, "ino": st.st_ino}
         finally:
             os.close(fd)
         old = None

@@ -51,40 +51,6 @@ def test_commit_replaces_and_adds_and_leaves_nothing_else(target):
     assert sorted(p.name for p in target.iterdir()) == sorted([LM, HEAD, "openvino_language_model.bin"])
 
 
-def journal_of_commit(monkeypatch) -> list[dict]:
-    """The journal entries the next commit writes, captured as it writes them."""
-    entries = []
-    real = DirectoryTransaction._write_journal
-    monkeypatch.setattr(DirectoryTransaction, "_write_journal", lambda tx, e: entries.extend(e) or real(tx, e))
-    return entries
-
-
-@pytest.mark.parametrize("change", [None, "rewrite", "grow"])
-def test_a_digest_taken_in_the_background_is_used_only_for_the_file_it_hashed(target, monkeypatch, change):
-    """hash_soon's digest goes into the journal when the staged file is unchanged at commit (the commit's own chmod
-    comes after it is taken); a file rewritten since (same size, a later clock tick) or grown is hashed again at
-    commit: the journal always holds the sha256 of what moved in."""
-    import hashlib
-
-    from irsurgeon import transaction
-
-    entries, hashed = journal_of_commit(monkeypatch), []
-    real = transaction.digest
-    monkeypatch.setattr(transaction, "digest", lambda fd: hashed.append(fd) or real(fd))
-    with DirectoryTransaction(target) as tx:
-        staged = tx.stage(HEAD)
-        staged.write_bytes(b"first head " * 1000)
-        tx.hash_soon(HEAD)
-        if change:
-            tx._digests._jobs[journal.staged(HEAD)][0].join()  # hashed, then changed
-            staged.write_bytes(b"other head " * (1000 if change == "rewrite" else 1001))
-            os.utime(staged, ns=(1, 1))  # the rewrite's own mtime may share the first write's clock tick
-        tx.commit()
-    content = (target / HEAD).read_bytes()
-    assert entries[0]["new"]["sha256"] == hashlib.sha256(content).hexdigest()
-    assert entries[0]["new"]["size"] == len(content) and len(hashed) == (0 if change is None else 1)
-
-
 def test_only_the_files_irsurgeon_writes_can_be_staged(target):
     with DirectoryTransaction(target) as tx:
         with pytest.raises(ValueError, match="openvino_language_model.bin"):
