@@ -72,6 +72,19 @@ def test_bf16_bits_rebiased_as_the_float_path_rounds_them():
     assert expected.rejected > 0 and not expected.fits  # the subnormal share was really counted
 
 
+def test_bf16_slice_in_its_own_output_buffer_gives_the_same_bits():
+    """The f16 build reads a block's bf16 bits into the f16 buffer itself and re-biases them there."""
+    patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    for raw in (patterns[(patterns & 0x7FFF) < BF16_BEYOND], patterns):  # the fast path, and the float path
+        (want, expected), _ = both_paths(raw)
+        dst, tally = np.empty(raw.shape, np.float16), Tally()
+        dst.view(np.uint16)[:] = raw
+        bf16_slice(dst.view(np.uint16), dst, tally)
+        assert tally == expected
+        if tally.fits or not (tally.beyond or tally.nonfinite):
+            assert np.array_equal(dst.view(np.uint16), want)
+
+
 def test_bf16_slice_beyond_f16_or_nonfinite_takes_the_float_path():
     for value in (0x4780, 0x7F80, 0x7FC0, 0xFF80):  # 65536, +Inf, NaN, -Inf
         raw = np.full(64, 0x3F80, np.uint16)  # 1.0

@@ -84,20 +84,23 @@ def round_slice(src: np.ndarray, dst: np.ndarray, tally: Tally) -> None:
 
 def bf16_slice(raw: np.ndarray, dst: np.ndarray, tally: Tally) -> None:
     """bf16 bit patterns (uint16, one slice) into dst (float16, same shape) exactly as
-    round_slice(bf16_to_f32(raw), dst, tally) would: re-biased bits where that is exact (module docstring)."""
+    round_slice(bf16_to_f32(raw), dst, tally) would: re-biased bits where that is exact (module docstring). raw may
+    be dst's own memory (read there from the file): every value is taken from it before it is overwritten."""
     magnitude = raw & np.uint16(0x7FFF)
     if raw.size and int(magnitude.max()) >= BF16_BEYOND:  # beyond f16, or NaN/Inf: the float path tallies them
         round_slice(bf16_to_f32(raw), dst, tally)
         return
-    out = dst.view(np.uint16)
-    np.subtract(magnitude, np.uint16(REBIAS), out=out)  # wraps below f16's normal range: those are redone below
-    np.left_shift(out, np.uint16(3), out=out)
     small = magnitude < BF16_NORMAL
-    out |= np.bitwise_and(raw, np.uint16(0x8000), out=magnitude)  # the sign (magnitude's buffer reused)
-    if small.any():
+    tiny = raw[small] if small.any() else None  # zeros and f16 subnormals: rounded below, as the float path rounds
+    out = dst.view(np.uint16)
+    np.bitwise_and(raw, np.uint16(0x8000), out=out)  # the sign
+    np.subtract(magnitude, np.uint16(REBIAS), out=magnitude)  # wraps below f16's normal range: redone below
+    np.left_shift(magnitude, np.uint16(3), out=magnitude)
+    out |= magnitude
+    if tiny is not None:
         sub = Tally()
-        rounded = np.empty(np.count_nonzero(small), np.float16)
-        round_slice(bf16_to_f32(raw[small]), rounded, sub)
+        rounded = np.empty(tiny.size, np.float16)
+        round_slice(bf16_to_f32(tiny), rounded, sub)
         dst[small] = rounded
         tally.rejected += sub.rejected
     tally.size += raw.size

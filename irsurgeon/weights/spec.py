@@ -177,8 +177,11 @@ def round_rows(ckpt: Checkpoint, name: str, dst: np.ndarray, tally: Tally, fn: T
     about `SLICE` values, or one expert), `fn` applied."""
     raw, dtype = ckpt.raw(name)
     src = select(raw)
+    whole = src is raw and dst.flags.c_contiguous and dst.shape == src.shape
     for rows in row_blocks(src.shape):
-        if fn is None and dtype == "BF16":  # the bits re-biased, no float32 (weights.half.bf16_slice)
+        if fn is None and dtype == "BF16" and whole:  # read into dst itself, the bits re-biased there (half.py)
+            bf16_slice(raw.read_into(rows, dst[rows]), dst[rows], tally)
+        elif fn is None and dtype == "BF16":
             bf16_slice(src[rows], dst[rows], tally)
         else:
             round_slice(apply(fn, decode_slice(src[rows], dtype)), dst[rows], tally)
