@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-from irsurgeon.annotate import AnnotationResult, plan_annotation, with_force
+from typing import TYPE_CHECKING
 
 from irsurgeon.config import read_json
 from irsurgeon.errors import ConfigError, IRError
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.export import EMBEDS_INPUT, ExportDir
 from irsurgeon.families.qwen35_mtp.model import MTPConfig, parse_config
+
+if TYPE_CHECKING:  # annotate is the write side: verify, which reads targets too, must not load it
+    from irsurgeon.annotate import AnnotationResult
 
 
 @dataclass
@@ -37,6 +39,8 @@ class Target:
     def annotation_plan(self, force: bool) -> AnnotationResult:
         """The annotation to stage: the plan made at inspection while the language model's files are unchanged,
         else planned now."""
+        from irsurgeon.annotate import plan_annotation, with_force
+
         xml = self.lm_xml
         if self.planned is not None and self.planned[0] == files.file_identity(xml, xml.with_suffix(".bin")):
             return with_force(self.planned[1], force)
@@ -78,6 +82,8 @@ def inspect_target(path: str | Path, plan: bool = False) -> Target:
 def early_plan(target: Target, lm, data: bytes, identity: tuple) -> tuple[tuple, AnnotationResult] | None:
     """The annotation planned from the graph just read, with the identity of its files (None if they changed
     while being read, or if discovery refuses: staging plans again and reports it, as it did before the build)."""
+    from irsurgeon.annotate import plan_annotation
+
     xml = target.lm_xml
     try:
         planned = plan_annotation(xml, False, target.cfg.num_hidden_layers, target.hidden_size, lm, data)
