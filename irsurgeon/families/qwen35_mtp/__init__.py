@@ -9,7 +9,8 @@ decomposed VLM export, whose language model gets the hidden-state annotation.
     contract.py  the head's I/O contract as data
     target.py    the target directory as patch and verify see it
     identity.py  16 token-embedding rows against the target's: the checkpoint is the one it was exported from
-    patch.py     pair check, finish (compress, KV precision, provenance), what is staged, the one-step check
+    patch.py     pair check, finish (compress, KV precision, provenance), what is staged
+    smoke.py     the one-step check of the staged head, its feed-forward narrowed (float and nncf-compressed)
     verify.py    the contract checks of a directory
     genai.py     how openvino-genai runs it (VLMPipeline, paged attention, scheduler sized from the directory)
 The contract: ../docs MTP_CONTRACT (the repository's docs/families.md).
