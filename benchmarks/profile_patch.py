@@ -8,9 +8,10 @@ Qwen3.6 one, tests/data/reference/real-configs/qwen3.6-27B-awq-community, quanti
 64 layers, a 424.7 M-parameter head, 0.85 GB bf16). Rounds of these, alternating, on a machine shared with other
 work (load average printed with every row); a floor comes between two rounds and after the last:
     patch <fmt>   the real CLI on a fresh sparse copy of the target (page cache dropped for the checkpoint and the
-                  copy first) in a child process, through benchmarks/trace_phases.py: exclusive wall time per phase
-                  (read, convert, compress, graph, save, smoke test, annotation, commit, verify, ...), child wall,
-                  peak RSS, bytes read from the device
+                  copy first) in a child process, through benchmarks/trace_phases.py: wall and CPU time per phase
+                  (read, convert, compress, graph, save, smoke test, annotation, commit, verify, ...; the openvino,
+                  fsync and sha256 calls inside each listed under it), child wall, peak RSS, bytes read from the
+                  device
     floor         the head's shard read once from the device (posix_fadvise DONTNEED first, as bench_build.evict
                   does), then as many bytes as the first format's patch wrote for the head written and fsynced:
                   read + write is the I/O no patch can avoid
