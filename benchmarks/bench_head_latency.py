@@ -1,15 +1,18 @@
 """Draft-step latency of MTP heads on CPU, timed side by side in one process; prints one JSON object.
 
     python benchmarks/bench_head_latency.py NAME=openvino_mtp_model.xml [NAME=...] [--prefill 128] [--steps 50]
-        [--rounds 3] [--max-others CORES] [--matmul-floor] [--profile]
+        [--rounds 3] [--max-others CORES] [--floor] [--profile]
 
 Per head and per mode, one run = reset_state, a prefill of --prefill tokens (batch 1), then --steps one-token steps;
 a run's latency is the median step. All heads are compiled first, then timed in --rounds interleaved rounds (the
 machine may be shared); the result is the median over rounds, with the best round beside it. Each round also records
 the CPU time other processes used while it ran (/proc/stat busy time minus this process's, in cores): with
 --max-others, "quiet_ms" is the median over the rounds where others used at most that many cores ("quiet_rounds" says
-how many). --matmul-floor adds, per head, a model of only its 2-D weight MatMuls (`matmul_floor`, fed [1, 1, K] zeros) timed
-the same way: what the FullyConnected weight reads alone cost. Modes:
+how many). --floor adds, per head, the bandwidth floor of its step: a BLAS matrix-vector product (numpy, f32 `w @ x`)
+over as many bytes as the head's 2-D MatMul weights hold as stored (weights, scales and zero points; a MoE head's
+expert stacks are left out, as a step reads only its chosen experts), timed in the same rounds right after the head
+(the median of --steps products): the time no graph form can beat, as every step reads those bytes once
+(`floor`: its ms, bytes and GB/s; `over_floor`: the head's median over it, per mode). Modes:
     f32      INFERENCE_PRECISION_HINT=f32, KV_CACHE_PRECISION=f32, DYNAMIC_QUANTIZATION_GROUP_SIZE=0 for every head
              (the setting under which speculative output equals plain greedy: the graphs alone are compared)
     default  nothing set: the CPU's defaults plus whatever the IR's rt_info runtime_options ask for
@@ -26,9 +29,14 @@ import os
 import statistics
 import time
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import openvino as ov
-import openvino.opset13 as ops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bandwidth_floor import Floor, weight_bytes  # noqa: E402
 
 MODES = {"f32": {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
          "default": {}}
@@ -57,11 +65,8 @@ def feeds(rng: np.random.Generator, hidden: int, start: int, count: int) -> dict
             "beam_idx": np.zeros(1, np.int32)}
 
 
-def one_run(request: ov.InferRequest, hidden, prefill: int, steps: int) -> float:
-    """Median one-token step latency in ms after a fresh prefill (a floor model: `hidden` is its one-token feed)."""
-    if isinstance(hidden, dict):  # the prefill-sized call first, as for a head: the plugin picks kernels per shape
-        request.infer({k: np.zeros((1, prefill, v.shape[-1]), np.float32) for k, v in hidden.items()})
-        return timed(request, [hidden] * steps)
+def one_run(request: ov.InferRequest, hidden: int, prefill: int, steps: int) -> float:
+    """Median one-token step latency in ms after a fresh prefill."""
     rng = np.random.default_rng(1)
     request.reset_state()
     request.infer(feeds(rng, hidden, 0, prefill))
@@ -75,23 +80,6 @@ def timed(request: ov.InferRequest, inputs: list[dict]) -> float:
         request.infer(f)
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1e3
-
-
-def matmul_floor(model: ov.Model) -> ov.Model:
-    """Only the 2-D weight MatMuls of `model`, each on its own weight subgraph, in a chain: MatMul i reads a Parameter
-    [?, ?, K] plus 0 * sum(output of MatMul i - 1), so they run one after the other as in the head (independent
-    MatMuls may be run concurrently by the plugin); the chain adds two tiny ops per MatMul."""
-    params, prev, last = {}, None, None
-    for op in model.get_ordered_ops():
-        w = op.input_value(1) if op.get_type_name() == "MatMul" else None
-        if w is None or w.get_node().get_type_name() not in ("Convert", "Constant") or len(w.get_partial_shape()) != 2:
-            continue
-        k = w.get_partial_shape()[1].get_length()
-        x = params.setdefault(k, ops.parameter([-1, -1, k], np.float32, name=f"x{k}")).output(0)
-        if prev is not None:
-            x = ops.add(x, ops.multiply(ops.reduce_sum(prev, np.int64(-1), keep_dims=True), np.float32(0)))
-        prev = last = ops.matmul(x, w, transpose_a=False, transpose_b=True).output(0)
-    return ov.Model([ops.result(last)], list(params.values()), "matmul_floor")
 
 
 def text(value) -> str:
@@ -118,29 +106,20 @@ def op_split(request: ov.InferRequest, hidden: int, prefill: int, steps: int = 3
     return dict(sorted(least.items(), key=lambda kv: -kv[1]))
 
 
-def step_input(model: ov.Model):
-    """A head's hidden size (feeds() makes its inputs), or a floor model's whole one-token feed."""
-    if model.get_friendly_name() != "matmul_floor":
-        return model.input("hidden_states").get_partial_shape()[2].get_length()
-    return {i.get_any_name(): np.zeros((1, 1, i.get_partial_shape()[2].get_length()), np.float32) for i in model.inputs}
-
-
 Compiled = dict[tuple[str, str], tuple[ov.InferRequest, int, dict]]
 
 
-def compile_all(heads: dict[str, str], profile: bool = False, floor: bool = False) -> Compiled:
+def compile_all(heads: dict[str, str], profile: bool = False) -> tuple[Compiled, dict[str, ov.Model]]:
     core = ov.Core()
     out = {}
     models = {name: core.read_model(xml) for name, xml in heads.items()}
-    if floor:
-        models.update({f"{name}:matmul_floor": matmul_floor(m) for name, m in list(models.items())})
     for name, model in models.items():
-        hidden = step_input(model)
+        hidden = model.input("hidden_states").get_partial_shape()[2].get_length()
         for mode, props in MODES.items():
             compiled = core.compile_model(model, "CPU", {**props, **({"PERF_COUNT": True} if profile else {})})
             info = {k: text(compiled.get_property(k)) for k in REPORTED}
             out[(name, mode)] = (compiled.create_infer_request(), hidden, info)
-    return out
+    return out, models
 
 
 def summary(ms: list[float], others: list[float], max_others: float | None) -> dict:
@@ -151,6 +130,21 @@ def summary(ms: list[float], others: list[float], max_others: float | None) -> d
     return out
 
 
+def timed_rounds(compiled: Compiled, floors: dict[str, Floor], a) -> tuple[dict, dict]:
+    """Per key (head, mode) or (head, "floor"): each round's ms and the cores others used meanwhile."""
+    rounds, others = {}, {}
+    for _ in range(a.rounds):
+        for key, (request, hidden, _) in compiled.items():
+            runs = [(key, lambda: one_run(request, hidden, a.prefill, a.steps))]
+            if key[0] in floors and key[1] == list(MODES)[-1]:  # the floor right after the head's last mode
+                runs.append(((key[0], "floor"), lambda: floors[key[0]].run(a.steps)))
+            for k, run in runs:
+                before, t = busy_jiffies(), time.perf_counter()
+                rounds.setdefault(k, []).append(run())
+                others.setdefault(k, []).append(round(others_cores(before, busy_jiffies(), time.perf_counter() - t), 2))
+    return rounds, others
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("heads", nargs="+", help="NAME=path/to/openvino_mtp_model.xml")
@@ -159,24 +153,29 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="add the per-op time split of one step (PERF_COUNT)")
     ap.add_argument("--max-others", type=float, help="quiet_ms: median of rounds where others used <= this many cores")
-    ap.add_argument("--matmul-floor", action="store_true", help="also time each head's weight MatMuls alone")
+    ap.add_argument("--floor", action="store_true",
+                    help="also time a BLAS matrix-vector product over each head's weight bytes (the bandwidth floor)")
     a = ap.parse_args()
     heads = dict(h.split("=", 1) for h in a.heads)
-    compiled = compile_all(heads, a.profile, a.matmul_floor)
+    compiled, models = compile_all(heads, a.profile)
+    floors = {name: Floor(weight_bytes(m), m.input("hidden_states").get_partial_shape()[2].get_length())
+              for name, m in models.items()} if a.floor else {}
+    del models
     for request, hidden, _ in compiled.values():  # warm-up: first inferences allocate and pick kernels
         one_run(request, hidden, a.prefill, 3)
-    rounds, others = {key: [] for key in compiled}, {key: [] for key in compiled}
-    for _ in range(a.rounds):
-        for key, (request, hidden, _) in compiled.items():
-            before, t = busy_jiffies(), time.perf_counter()
-            rounds[key].append(one_run(request, hidden, a.prefill, a.steps))
-            others[key].append(round(others_cores(before, busy_jiffies(), time.perf_counter() - t), 2))
+    for floor in floors.values():
+        floor.run(3)
+    rounds, others = timed_rounds(compiled, floors, a)
     result = {name: {mode: summary(rounds[key], others[key], a.max_others) | compiled[key][2]
-                     for mode in MODES for key in [(name, mode)]} for name in dict.fromkeys(n for n, _ in compiled)}
+                     for mode in MODES for key in [(name, mode)]} for name in heads}
+    for name, floor in floors.items():
+        f = result[name]["floor"] = summary(rounds[(name, "floor")], others[(name, "floor")], a.max_others)
+        f.update(bytes=floor.nbytes, gb_per_s=round(floor.nbytes / f["ms"] / 1e6, 2))
+        for mode in MODES:
+            result[name][mode]["over_floor"] = round(result[name][mode]["ms"] / f["ms"], 2)
     if a.profile:
         for (name, mode), (request, hidden, _) in compiled.items():
-            if not isinstance(hidden, dict):  # heads only, not their floors
-                result[name][mode]["op_us"] = op_split(request, hidden, a.prefill)
+            result[name][mode]["op_us"] = op_split(request, hidden, a.prefill)
     result["load"] = os.getloadavg()[0]
     print(json.dumps(result))
 

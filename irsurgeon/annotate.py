@@ -6,7 +6,7 @@ names must still resolve to one op, before it replaces the file (annotate_ir) or
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Callable
@@ -63,14 +63,15 @@ def annotate_ir(xml_path: str | Path, *, force: bool = False, dry_run: bool = Fa
     return result
 
 
-def plan_annotation(xml: Path, force: bool, num_layers: int | None = None,
-                    hidden_size: int | None = None) -> AnnotationResult:
+def plan_annotation(xml: Path, force: bool, num_layers: int | None = None, hidden_size: int | None = None,
+                    model=None, data: bytes | None = None) -> AnnotationResult:
     """The annotation xml should carry and whether it is to be written (status DRY_RUN) or left (UNCHANGED, KEPT).
 
-    num_layers, hidden_size: taken over config.json's when given.
+    num_layers, hidden_size: taken over config.json's when given. model, data: the graph and the checked `.xml`
+    bytes when the caller has just read them (the same file), else read here.
     """
-    data = files.read_ir_bytes(xml)
-    model = files.read_model(xml, checked=True)
+    data = files.read_ir_bytes(xml) if data is None else data
+    model = files.read_model(xml, checked=True) if model is None else model
     cfg_layers, cfg_width = config_facts(xml.parent)
     count = num_layers if num_layers is not None else cfg_layers
     origin = "argument" if num_layers is not None else export.CONFIG if cfg_layers is not None else "graph"
@@ -79,11 +80,18 @@ def plan_annotation(xml: Path, force: bool, num_layers: int | None = None,
     value = annotation_json(layers)
     previous = xmlsafe.get_value(data, (HIDDEN_STATES_LAYERS,), str(xml))
     result = AnnotationResult(xml, Status.DRY_RUN, value, layers, len(layers), width, origin, previous, data=data)
-    if previous == value:
-        result.status = Status.UNCHANGED
-    elif previous is not None and not force:
-        result.status = Status.KEPT
-    return result
+    return with_force(result, force)
+
+
+def with_force(result: AnnotationResult, force: bool) -> AnnotationResult:
+    """A plan's status under `force`: UNCHANGED when the value is there, KEPT when another is and force is off."""
+    if result.previous == result.value:
+        status = Status.UNCHANGED
+    elif result.previous is not None and not force:
+        status = Status.KEPT
+    else:
+        status = Status.DRY_RUN
+    return replace(result, status=status)
 
 
 def write_annotation(result: AnnotationResult, into: Callable[[bytes], Path] | None = None) -> AnnotationResult:

@@ -180,6 +180,36 @@ def test_failed_check_keeps_original_and_leaves_no_temporary(tmp_path, monkeypat
     assert (sorted(os.listdir(tmp_path)), xml.read_bytes()) == before
 
 
+def test_read_back_model_is_handed_to_the_next_read_of_the_same_files_once(tmp_path, monkeypatch):
+    """The edited copy OpenVINO read back is what the next read_model of the renamed file gets (not parsed again),
+    exactly once; a changed file, or a read of another IR first, is parsed from disk."""
+    xml, expected = write_target(tmp_path / "a")
+    other, _ = write_target(tmp_path / "b")
+    parsed = []
+    real = files._read
+    monkeypatch.setattr(files, "_read", lambda ov_, x, b: parsed.append(x) or real(ov_, x, b))
+
+    def reannotate() -> int:
+        wrong = {**expected, 0: (expected[1][0], 0)}
+        xml.write_bytes(xmlsafe.set_value(xml.read_bytes(), KEY, annotation_json(wrong)))
+        annotate_ir(xml, force=True)
+        return len(parsed)
+
+    annotate_ir(xml)
+    assert len(parsed) == 2  # the plan's read and the read-back of the edited copy (a temporary beside xml)
+    first, second = files.read_model(xml), files.read_model(xml)
+    assert len(parsed) == 3 and first is not second  # the kept model, then a real read
+    assert parse_annotation(first.get_rt_info(list(KEY)).value) == expected
+    before = reannotate()
+    os.utime(xml, ns=(0, 0))  # the same bytes, another mtime: not the file read back
+    files.read_model(xml)
+    assert len(parsed) == before + 1
+    before = reannotate()
+    files.read_model(other)  # another IR first: the kept model is dropped
+    files.read_model(xml)
+    assert len(parsed) == before + 2
+
+
 def test_unwritable_directory_is_one_error(tmp_path, monkeypatch):
     xml, _ = write_target(tmp_path)
     before = xml.read_bytes()

@@ -14,7 +14,8 @@ from openvino._offline_transformations import compress_model_transformation
 
 from helpers.checkpoints import as_float, fp8_config, fp8_tensors, read_tensors, split_per_expert, write_variant
 from irsurgeon.ops.core import WeightFormat, weight
-from irsurgeon.weights.half import to_half
+from irsurgeon.weights.half import BF16_BEYOND, Tally, bf16_slice, round_slice, to_half
+from irsurgeon.weights.safetensors_io import bf16_to_f32
 
 
 def pass_f16(data: np.ndarray) -> np.ndarray | None:
@@ -47,6 +48,58 @@ def test_random_f32_patterns_round_as_openvino():
     raw = rng.integers(0, 1 << 32, 400_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
     raw = raw[np.isfinite(raw) & (np.abs(raw) < 2048)]
     assert_same_as_pass(np.concatenate([raw, rng.standard_normal(raw.size * 20).astype(np.float32)]))
+
+
+def both_paths(raw: np.ndarray) -> tuple[tuple[np.ndarray, Tally], tuple[np.ndarray, Tally]]:
+    """(bits, tally) of round_slice on the float32 values and of bf16_slice on the bf16 bits themselves."""
+    out = []
+    for fill in (lambda dst, t: round_slice(bf16_to_f32(raw), dst, t), lambda dst, t: bf16_slice(raw, dst, t)):
+        dst, tally = np.full(raw.shape, np.float16(7)), Tally()
+        fill(dst, tally)
+        out.append((dst.view(np.uint16), tally))
+    return out[0], out[1]
+
+
+def test_bf16_bits_rebiased_as_the_float_path_rounds_them():
+    """Every bf16 pattern within f16's range (zeros, subnormals, normals to 65280): the same f16 bits and the same
+    tally (rejected subnormals) as rounding through float32, in order, shuffled, and as a strided view."""
+    patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    in_range = patterns[(patterns & 0x7FFF) < BF16_BEYOND]
+    shuffled = np.random.default_rng(4).permutation(in_range)
+    for raw in (in_range, shuffled, shuffled.reshape(-1, 16)[:, 3:11]):
+        (want, expected), (got, tally) = both_paths(raw)
+        assert np.array_equal(got, want) and tally == expected
+    assert expected.rejected > 0 and not expected.fits  # the subnormal share was really counted
+
+
+def test_bf16_slice_in_its_own_output_buffer_gives_the_same_bits():
+    """The f16 build reads a block's bf16 bits into the f16 buffer itself and re-biases them there."""
+    patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    for raw in (patterns[(patterns & 0x7FFF) < BF16_BEYOND], patterns):  # the fast path, and the float path
+        (want, expected), _ = both_paths(raw)
+        dst, tally = np.empty(raw.shape, np.float16), Tally()
+        dst.view(np.uint16)[:] = raw
+        bf16_slice(dst.view(np.uint16), dst, tally)
+        assert tally == expected
+        if tally.fits or not (tally.beyond or tally.nonfinite):
+            assert np.array_equal(dst.view(np.uint16), want)
+
+
+def test_bf16_slice_beyond_f16_or_nonfinite_takes_the_float_path():
+    for value in (0x4780, 0x7F80, 0x7FC0, 0xFF80):  # 65536, +Inf, NaN, -Inf
+        raw = np.full(64, 0x3F80, np.uint16)  # 1.0
+        raw[5] = value
+        (want, expected), (got, tally) = both_paths(raw)
+        assert tally == expected and (tally.beyond or tally.nonfinite) and not tally.fits
+
+
+def test_bf16_slice_of_typical_weights_matches_openvinos_pass():
+    values = np.random.default_rng(5).standard_normal(1 << 16).astype(np.float32) * np.float32(0.02)
+    raw = (values.view(np.uint32) >> 16).astype(np.uint16)
+    dst, tally = np.empty(raw.shape, np.float16), Tally()
+    bf16_slice(raw, dst, tally)
+    want = pass_f16(bf16_to_f32(raw))
+    assert tally.fits and want is not None and np.array_equal(dst.view(np.uint16), want.view(np.uint16))
 
 
 @pytest.mark.parametrize("share", [0.5, 0.749, 0.75, 0.9])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from helpers.tiers import default_tier
-from lab.demo import DEMO_CKPT, patch_demo
+from lab.demo import DEMO_CKPT, DEMO_TARGET, patch_demo, writable_copy
 from lab.dirsnap import full_disk_on_nth_replace, snapshot
 
 from irsurgeon.families.qwen35_mtp import contract
@@ -121,6 +121,54 @@ def test_dry_run_writes_nothing(export, ckpt, tmp_path):
     code, out = run("patch", target, "--checkpoint", ckpt("qwen35-dense"), "--dry-run")
     assert code == 0 and "would build the MTP head" in out
     assert snapshot(target) == before
+
+
+def test_the_language_model_is_parsed_once_before_and_once_after_its_edit(tmp_path, monkeypatch):
+    """The annotation is planned from inspection's parse of the language model, and the committed language model is
+    the staged copy OpenVINO read back (same inode, moved in), which verify after the commit gets instead of
+    parsing it again. A file changed after the read-back is parsed again, and its verify failure fails the patch."""
+    from irsurgeon import patch as flow
+    from irsurgeon.ir import files
+
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    parsed = []
+    real = files._read
+    monkeypatch.setattr(files, "_read", lambda ov_, x, b: parsed.append(Path(x).name) or real(ov_, x, b))
+    code, out = run("patch", target, "--checkpoint", DEMO_CKPT, "--weight-format", "f16")  # auto reads it once more
+    assert code == 0, out
+    assert len([n for n in parsed if n.endswith(LM)]) == 2  # inspect (and the plan), the edit's read-back
+    other = writable_copy(DEMO_TARGET, tmp_path / "u")
+    confirm = flow.confirm
+
+    def tamper_then_confirm(path):  # a graph change only a parse of the committed file can see
+        xml = path / LM
+        xml.write_bytes(xml.read_bytes().replace(b'"inputs_embeds"', b'"inputs_embeds_"'))
+        confirm(path)
+    monkeypatch.setattr(flow, "confirm", tamper_then_confirm)
+    code, out = run("patch", other, "--checkpoint", DEMO_CKPT, "--weight-format", "f16")
+    assert code == 1 and "verify rejects the directory: target layout" in out and "inputs_embeds" in out, out
+
+
+def test_a_language_model_changed_after_inspection_is_planned_again(tmp_path, monkeypatch):
+    """The annotation planned at inspection edits the bytes read then; a language model changed before staging (here:
+    during the build) is read and planned again, so the staged edit carries that change too."""
+    from irsurgeon import patch as flow
+    from irsurgeon.ir import xmlsafe
+    from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    build = flow.build
+
+    def change_then_build(*args, **kwargs):
+        xml = target / LM
+        xml.write_bytes(xmlsafe.set_value(xml.read_bytes(), ("changed_meanwhile",), "yes"))
+        return build(*args, **kwargs)
+    monkeypatch.setattr(flow, "build", change_then_build)
+    code, out = run("patch", target, "--checkpoint", DEMO_CKPT, "--weight-format", "f16")
+    assert code == 0, out
+    data = (target / LM).read_bytes()
+    assert xmlsafe.get_value(data, ("changed_meanwhile",)) == "yes"
+    assert xmlsafe.get_value(data, (HIDDEN_STATES_LAYERS,)) is not None
 
 
 EMBED = "model.language_model.embed_tokens.weight"

@@ -9,7 +9,8 @@ import pytest
 from irsurgeon.build import build_model
 from irsurgeon.head import load_mtp
 from irsurgeon.errors import IRError
-from irsurgeon.families.qwen35_mtp.patch import SMOKE_WIDTH, narrow_feed_forward, smoke_test
+from irsurgeon.compress import compress_model, resolve_params
+from irsurgeon.families.qwen35_mtp.smoke import SMOKE_WIDTH, feed_forward, narrow_feed_forward, smoke_test
 
 
 def staged(ckpt_dir, tmp_path, fmt="f16", edit=None):
@@ -36,6 +37,31 @@ def test_narrowing_keeps_every_op_and_cuts_only_the_feed_forward(ckpt, tmp_path,
               and ".mlp." in op.get_friendly_name()]
     assert len(widths) == cut and all(SMOKE_WIDTH in list(s) for s in widths)
     smoke_test(xml, cfg)  # a sound head passes
+
+
+@pytest.mark.parametrize("name, fmt, group, cut", [("qwen35-dense", "int4", None, 3), ("qwen35-dense", "int8", None, 3),
+                                                  ("qwen35-moe", "int4", None, 3), ("qwen35-moe", "int8", None, 6),
+                                                  ("qwen35-moe", "int4", 16, 6)])
+def test_nncf_compressed_feed_forward_is_narrowed_too(ckpt, tmp_path, name, fmt, group, cut):
+    """int4 (grouped, with zero points) and int8 (per channel) matrices are cut with their scales, zero points and
+    Reshape, whole groups at a time: the same ops, the three matrices of an MLP at one width, and the step runs.
+    The MoE int4 head's shared expert (intermediate 32, its down_proj in groups of 32) has no narrower shape and is
+    left whole; in groups of 16 it is cut to one group."""
+    cfg, lazy, handle = load_mtp(ckpt(name))
+    model = build_model(cfg, lazy, "f16")
+    handle.close()
+    model, _ = compress_model(model, resolve_params(fmt, group_size=group))
+    xml = tmp_path / "openvino_mtp_model.xml"
+    ov.save_model(model, xml, compress_to_fp16=False)
+    model = ov.Core().read_model(xml)
+    before = {op.get_friendly_name(): op.get_type_name() for op in model.get_ops()}
+    full = {mlp: {m.width for m in matrices} for mlp, matrices in feed_forward(model).items()}
+    assert narrow_feed_forward(model) == cut
+    assert {op.get_friendly_name(): op.get_type_name() for op in model.get_ops()} == before
+    widths = {mlp: {m.width for m in matrices} for mlp, matrices in feed_forward(model).items()}
+    cut_to = [w for mlp, w in widths.items() if w != full[mlp]]
+    assert 3 * len(cut_to) == cut and all(w in ({SMOKE_WIDTH}, {group}) for w in cut_to), (full, widths)
+    smoke_test(xml, cfg)
 
 
 @pytest.mark.parametrize("name, tensor", [("qwen35-dense", "layers.0.self_attn.q_proj.weight"),

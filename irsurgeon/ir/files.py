@@ -36,13 +36,40 @@ def read_ir_bytes(xml: Path) -> bytes:
     return data
 
 
+_KEPT: list = []  # [(file_identity, ov.Model)]: the last edited IR read back, until the next read_model
+
+
 def read_model(xml: Path, checked: bool = False):
     """ov.Model of an IR, checked first unless the caller already did (the `.bin` is memory-mapped, not read)."""
     import openvino as ov  # ~120 ms: the CLI imports this module at start-up (annotate) and needs openvino only here
 
     size = len(read_ir_bytes(xml)) if not checked else xml.stat().st_size
+    kept = _take_kept(xml)
+    if kept is not None:
+        return kept
     limits.check_memory(size * limits.IR_XML_MEMORY_FACTOR, f"{xml}: reading it with OpenVINO", IRError)
     return _read(ov, xml, xml.with_suffix(".bin"))
+
+
+def file_identity(xml: Path, bin_path: Path) -> tuple:
+    """(device, inode, size, mtime) of the `.xml` and of the `.bin` (None when missing): the same files, unchanged."""
+    out = []
+    for path in (xml, bin_path):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            out.append(None)
+            continue
+        out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _take_kept(xml: Path):
+    """The kept model when it was read from these very files; the slot is emptied either way."""
+    if not _KEPT:
+        return None
+    identity, model = _KEPT.pop()
+    return model if identity == file_identity(xml, xml.with_suffix(".bin")) else None
 
 
 def _read(ov, xml: Path, bin_path: Path):
@@ -93,11 +120,14 @@ def read_back(xml: Path, weights_of: Path, check: Callable[[object], None]) -> N
     """Read a new `.xml` with the `.bin` of the IR it replaces (weights_of) and pass the model to `check`."""
     import openvino as ov  # as in read_model
 
+    _KEPT.clear()  # never two graphs at once
+    bin_path = weights_of.with_suffix(".bin")
     try:
-        model = _read(ov, xml, weights_of.with_suffix(".bin"))
+        model = _read(ov, xml, bin_path)
     except IRError as e:
         raise IRError(f"{weights_of}: the edited copy does not read back; original kept ({e})") from None
     check(model)
+    _KEPT.append((file_identity(xml, bin_path), model))
 
 
 def replace_xml(xml: Path, data: bytes, check: Callable[[object], None]) -> None:

@@ -11,6 +11,14 @@ f16 Constant + a Convert marked `decompression`, unless
 Rounding is to nearest even, the same as numpy's float32 -> float16 cast (checked against the pass on every bf16
 bit pattern in tests/test_half.py). `Tally` collects what the rule looks at while each slice is rounded straight
 into the final f16 buffer, so the largest temporary is one slice, never a float32 copy of the tensor.
+
+bf16 straight to f16 (bf16_slice), without float32: a bf16 value of f16's normal range (2^-14 <= |v| <= 65280) is
+exact in f16 (bf16 keeps 8 significant bits, f16 11), so its f16 bits are its own re-biased:
+    f16 = sign | ((bf16 & 0x7FFF) - ((127 - 15) << 7)) << 3
+No rounding, no rejection, no veto can come from those values; only the few below 2^-14 (zeros, f16 subnormals)
+are rounded through float32 as round_slice does, and a slice holding a value beyond f16 or NaN/Inf goes to
+round_slice whole. The bits and the tally are round_slice's of the same values (every bf16 pattern:
+tests/test_half.py).
 """
 from __future__ import annotations
 
@@ -18,12 +26,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from irsurgeon.weights.safetensors_io import bf16_to_f32
+
 F16_MAX = 65504.0            # largest finite float16
 F16_NORMAL = 2.0 ** -14      # smallest normal float16
 MAX_ABS_ERROR = 1.0          # openvino's tensor-wide veto
 MAX_REL_ERROR = 1e-3         # relative error above which openvino counts a value as not fitting (measured)
 KEEP_THRESHOLD = np.float32(0.75)
 SLICE = 1 << 20              # elements rounded at a time
+BF16_NORMAL = 0x3880         # |bf16 bits| of 2^-14, f16's smallest normal (exponent 113)
+BF16_BEYOND = 0x4780         # |bf16 bits| of 2^16: every bf16 below it is at most 65280, within f16
+REBIAS = (127 - 15) << 7     # exponent bias difference, at bf16's exponent position
 
 
 @dataclass
@@ -67,6 +80,30 @@ def round_slice(src: np.ndarray, dst: np.ndarray, tally: Tally) -> None:
         large = np.abs(src) >= 4096.0
         err = np.abs(src[large].astype(np.float64) - dst[large].astype(np.float64))
         tally.veto = tally.veto or bool((err > MAX_ABS_ERROR).any())
+
+
+def bf16_slice(raw: np.ndarray, dst: np.ndarray, tally: Tally) -> None:
+    """bf16 bit patterns (uint16, one slice) into dst (float16, same shape) exactly as
+    round_slice(bf16_to_f32(raw), dst, tally) would: re-biased bits where that is exact (module docstring). raw may
+    be dst's own memory (read there from the file): every value is taken from it before it is overwritten."""
+    magnitude = raw & np.uint16(0x7FFF)
+    if raw.size and int(magnitude.max()) >= BF16_BEYOND:  # beyond f16, or NaN/Inf: the float path tallies them
+        round_slice(bf16_to_f32(raw), dst, tally)
+        return
+    small = magnitude < BF16_NORMAL
+    tiny = raw[small] if small.any() else None  # zeros and f16 subnormals: rounded below, as the float path rounds
+    out = dst.view(np.uint16)
+    np.bitwise_and(raw, np.uint16(0x8000), out=out)  # the sign
+    np.subtract(magnitude, np.uint16(REBIAS), out=magnitude)  # wraps below f16's normal range: redone below
+    np.left_shift(magnitude, np.uint16(3), out=magnitude)
+    out |= magnitude
+    if tiny is not None:
+        sub = Tally()
+        rounded = np.empty(tiny.size, np.float16)
+        round_slice(bf16_to_f32(tiny), rounded, sub)
+        dst[small] = rounded
+        tally.rejected += sub.rejected
+    tally.size += raw.size
 
 
 def to_half(data: np.ndarray) -> tuple[np.ndarray, Tally]:

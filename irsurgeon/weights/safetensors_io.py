@@ -301,6 +301,16 @@ class StoredRows:
         self.file._read_into(block, start + lo * per_row * storage.itemsize, self.info.name)
         return block[(slice(None), *self.trailing)] if self.trailing else block
 
+    def read_into(self, rows: slice, out: np.ndarray) -> np.ndarray:
+        """Rows lo..hi of an un-narrowed tensor read straight into out (contiguous, as many bytes), viewed as the
+        storage dtype in those rows' shape: a decoder can then work in its output buffer, with no block of its own."""
+        lo, hi, _ = rows.indices(self.info.shape[0])
+        storage = STORAGE[self.info.dtype]
+        block = out.view(storage).reshape(max(hi - lo, 0), *self.info.shape[1:])
+        offset = self.file.data_start + self.info.begin + lo * math.prod(self.info.shape[1:]) * storage.itemsize
+        self.file._read_into(block, offset, self.info.name)
+        return block
+
     def _second_axis_range(self) -> tuple[int, int] | None:
         """(a, b) when the narrowing is `[:, a:b]` (axes after the second whole): the a..b rows of each leading row
         are contiguous in the file, e.g. one half of a fused expert stack."""

@@ -19,7 +19,7 @@ import numpy as np
 from irsurgeon.errors import CheckpointError
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, check_scale, dequantize_blocks, split_scales
-from irsurgeon.weights.half import SLICE, Tally, round_slice
+from irsurgeon.weights.half import SLICE, Tally, bf16_slice, round_slice
 from irsurgeon.weights.quant import SUPPORTED, fp8_scheme
 from irsurgeon.weights.safetensors_io import bf16_to_f32
 from irsurgeon.weights.table import Part, Source, Stack, Table, Tensor, Transform, Whole, choose_layout
@@ -177,8 +177,14 @@ def round_rows(ckpt: Checkpoint, name: str, dst: np.ndarray, tally: Tally, fn: T
     about `SLICE` values, or one expert), `fn` applied."""
     raw, dtype = ckpt.raw(name)
     src = select(raw)
+    whole = src is raw and dst.flags.c_contiguous and dst.shape == src.shape
     for rows in row_blocks(src.shape):
-        round_slice(apply(fn, decode_slice(src[rows], dtype)), dst[rows], tally)
+        if fn is None and dtype == "BF16" and whole:  # read into dst itself, the bits re-biased there (half.py)
+            bf16_slice(raw.read_into(rows, dst[rows]), dst[rows], tally)
+        elif fn is None and dtype == "BF16":
+            bf16_slice(src[rows], dst[rows], tally)
+        else:
+            round_slice(apply(fn, decode_slice(src[rows], dtype)), dst[rows], tally)
 
 
 def row_blocks(shape: tuple[int, ...]) -> Iterator[slice]:

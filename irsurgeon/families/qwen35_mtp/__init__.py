@@ -9,7 +9,8 @@ decomposed VLM export, whose language model gets the hidden-state annotation.
     contract.py  the head's I/O contract as data
     target.py    the target directory as patch and verify see it
     identity.py  16 token-embedding rows against the target's: the checkpoint is the one it was exported from
-    patch.py     pair check, finish (compress, KV precision, provenance), what is staged, the one-step check
+    patch.py     pair check, finish (compress, KV precision, provenance), what is staged
+    smoke.py     the one-step check of the staged head, its feed-forward narrowed (float and nncf-compressed)
     verify.py    the contract checks of a directory
     genai.py     how openvino-genai runs it (VLMPipeline, paged attention, scheduler sized from the directory)
 The contract the head keeps, and how genai runs it: docs/families.md (Qwen3.5 / Qwen3.6 MTP head).
@@ -47,7 +48,7 @@ class Qwen35MTP(Family):
 
     def inspect(self, directory: Path):
         from irsurgeon.families.qwen35_mtp.target import inspect_target
-        return inspect_target(directory)
+        return inspect_target(directory, plan=True)
 
     def pair(self, target, cfg, root: Path, source: str, options, echo) -> Pairing:
         from irsurgeon.families.qwen35_mtp.identity import require_identity

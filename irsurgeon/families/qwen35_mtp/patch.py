@@ -5,24 +5,23 @@
     finish   compress (auto = mirror the target; irsurgeon.precision), KV-cache precision, provenance (rt_info)
     stage    openvino_mtp_model.xml/.bin; openvino_language_model.xml annotated (irsurgeon.annotate's write path, the
              .bin never rewritten); openvino_config.json with the head's quantization (when the target has one)
-    check    the staged head read back against the contract and run one two-token step on the CPU (smoke_test)
+    check    the staged head read back against the contract and run one two-token step on the CPU (smoke.py)
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-import numpy as np
 import openvino as ov
 
 import irsurgeon
 from irsurgeon import rtinfo
-from irsurgeon.annotate import Status, plan_annotation, write_annotation
+from irsurgeon.annotate import Status, write_annotation
 from irsurgeon.build import stage_ir
 from irsurgeon.compress import compress_model, set_kv_cache_precision, updated_openvino_config
 from irsurgeon.errors import IRError, IRSurgeonError
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.model import MTPConfig
+from irsurgeon.families.qwen35_mtp.smoke import smoke_test
 from irsurgeon.families.qwen35_mtp.target import Target
 from irsurgeon.families.qwen35_mtp.verify import annotation_check
 from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG
@@ -43,58 +42,6 @@ def check_source_matches(target: Target, source: MTPConfig) -> None:
         if want != got:
             raise IRSurgeonError(f"checkpoint {source.source} does not belong to target {target.path}: "
                                  f"{key} is {got}, the target has {want}")
-
-
-FEED_FORWARD = re.compile(r"mlp\.(?:shared_expert\.|experts\.)?(gate_proj|up_proj|down_proj)\.weight$")
-SMOKE_WIDTH = 8  # feed-forward rows kept for the one-step check
-
-
-def narrow_feed_forward(model: ov.Model, width: int = SMOKE_WIDTH) -> int:
-    """Narrow every float feed-forward matrix (dense MLP, shared expert, routed experts) to `width` along the
-    intermediate axis, filled with its first staged values, in place; returns how many were cut. The intermediate width appears in no other constant of
-    the head (reshapes use -1), so the graph keeps every op, connection and other shape; the cut matrices are most of
-    a head's bytes, and without them the CPU plugin's f32 repack of f16 weights stays small."""
-    cut = 0
-    for op in model.get_ops():
-        match = FEED_FORWARD.search(op.get_friendly_name())
-        if op.get_type_name() != "Constant" or not match or not op.get_element_type().is_real():
-            continue
-        data = op.get_data()
-        shape = list(data.shape)
-        axis = len(shape) - (1 if match.group(1) == "down_proj" else 2)
-        if shape[axis] <= width:
-            continue
-        shape[axis] = width  # the matrix's first values in the narrow shape: only those pages of the .bin are read
-        narrow = ov.op.Constant(data.reshape(-1)[:int(np.prod(shape))].reshape(shape).copy())
-        narrow.set_friendly_name(op.get_friendly_name())
-        op.output(0).replace(narrow.output(0))
-        cut += 1
-    model.validate_nodes_and_infer_types()
-    return cut
-
-
-def smoke_test(xml: Path, cfg: MTPConfig) -> None:
-    """Read the staged head back, check the contract, and run one two-token step on the CPU.
-
-    The step runs the staged graph with its float feed-forward matrices cut to SMOKE_WIDTH intermediate rows
-    (narrow_feed_forward): it proves the staged files parse, the head meets the contract, and every op, connection
-    and shape but the feed-forward width compiles and runs on the CPU plugin into finite [1, 2, H] values from the
-    staged weights (attention, fc, norms, router whole; feed-forward rows beyond the cut are not executed; their
-    values were checked finite when read). Peak memory stays near the head's own bytes, not its f32 repack.
-    """
-    model = ov.Core().read_model(xml)
-    problems = contract.check_model(model, cfg.hidden_size, cfg.num_kv_heads, cfg.head_dim)
-    if problems:
-        raise IRError(f"{xml}: built head breaks the contract: {problems[0]}")
-    narrow_feed_forward(model)
-    request = ov.Core().compile_model(model, "CPU").create_infer_request()
-    H = cfg.hidden_size
-    # hidden_states, inputs_embeds, attention_mask, position_ids, beam_idx: each in the contract's dtype
-    values = (np.full((1, 2, H), 0.5), np.full((1, 2, H), 0.25), np.ones((1, 2)), np.arange(2)[None], np.zeros(1))
-    feed = {port.name: v.astype(port.dtype.to_dtype()) for port, v in zip(contract.INPUTS, values)}
-    out = request.infer(feed)[0]
-    if out.shape != (1, 2, H) or not np.isfinite(out).all():
-        raise IRError(f"{xml}: one-step inference gave {out.shape} with non-finite values")
 
 
 def finish_head(model: ov.Model, choice, kv_cache_precision: str, echo, **provenance: str) -> ov.Model:
@@ -120,7 +67,7 @@ def stage_head(tx: DirectoryTransaction, target: Target, model: ov.Model, cfg: M
 
 def stage_annotation(tx: DirectoryTransaction, target: Target, force: bool, echo) -> None:
     """Stage the language model's .xml with the hidden-state annotation, through annotate's one write path."""
-    planned = plan_annotation(target.lm_xml, force, target.cfg.num_hidden_layers, target.hidden_size)
+    planned = target.annotation_plan(force)
     if planned.status is Status.UNCHANGED:
         echo(f"{LANGUAGE_MODEL}: hidden-state annotation already present and identical")
         return
