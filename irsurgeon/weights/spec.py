@@ -111,10 +111,13 @@ COMPUTABLE = float(np.sqrt(np.finfo(np.float32).max))  # 1.84e19
 
 def finite(name: str, w: np.ndarray, allow_nonfinite: bool, warn) -> np.ndarray:
     """Refuse NaN/Inf weights and finite ones no f32 computation can carry, or (allowed) report them and go on."""
-    if not np.isfinite(w).all():
-        bad = int(w.size - np.isfinite(w).sum())
+    # min and max read the tensor twice and allocate nothing (NaN propagates through both, an Inf is one of them);
+    # isfinite/abs made a temporary the size of every tensor, and faulting those pages in dominated large builds
+    lo, hi = (float(w.min()), float(w.max())) if w.size else (0.0, 0.0)
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        bad = int(w.size - np.count_nonzero(np.isfinite(w)))
         message = f"tensor {name}: holds {bad} NaN or Inf values"
-    elif w.size and (largest := float(np.abs(w).max())) > COMPUTABLE:
+    elif (largest := max(-lo, hi)) > COMPUTABLE:
         message = (f"tensor {name}: holds {largest:.3g}, beyond what the draft can compute in f32 (a norm squares "
                    f"it: anything above {COMPUTABLE:.3g} overflows to inf)")
     else:
