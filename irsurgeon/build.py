@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +186,35 @@ def stage_ir(tx: DirectoryTransaction, xml_name: str, model: ov.Model) -> Path:
     xml = tx.stage(xml_name)
     write_staged(xml, lambda p: ov.save_model(model, p, compress_to_fp16=False))
     return xml
+
+
+FEED_FORWARD = re.compile(r"mlp\.(?:shared_expert\.|experts\.)?(gate_proj|up_proj|down_proj)\.weight$")
+SMOKE_WIDTH = 8  # feed-forward rows kept for the one-step check
+
+
+def narrow_feed_forward(model: ov.Model, width: int = SMOKE_WIDTH) -> int:
+    """Narrow every float feed-forward matrix (dense MLP, shared expert, routed experts) to `width` along the
+    intermediate axis, filled with its first staged values, in place; returns how many were cut. For the families'
+    one-step check of a staged draft: the intermediate width appears in no other constant of a draft (reshapes use
+    -1), so the graph keeps every op, connection and other shape; the cut matrices are most of a draft's bytes, and
+    without them the CPU plugin's repack of the weights stays small."""
+    cut = 0
+    for op in model.get_ops():
+        match = FEED_FORWARD.search(op.get_friendly_name())
+        if op.get_type_name() != "Constant" or not match or not op.get_element_type().is_real():
+            continue
+        data = op.get_data()
+        shape = list(data.shape)
+        axis = len(shape) - (1 if match.group(1) == "down_proj" else 2)
+        if shape[axis] <= width:
+            continue
+        shape[axis] = width  # the matrix's first values in the narrow shape: only those pages of the .bin are read
+        narrow = ov.op.Constant(data.reshape(-1)[:int(np.prod(shape))].reshape(shape).copy())
+        narrow.set_friendly_name(op.get_friendly_name())
+        op.output(0).replace(narrow.output(0))
+        cut += 1
+    model.validate_nodes_and_infer_types()
+    return cut
 
 
 def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:

@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ import openvino as ov
 import irsurgeon
 from irsurgeon import rtinfo
 from irsurgeon.annotate import Status, plan_annotation, write_annotation
-from irsurgeon.build import stage_ir
+from irsurgeon.build import narrow_feed_forward, stage_ir
 from irsurgeon.compress import compress_model, set_kv_cache_precision, updated_openvino_config
 from irsurgeon.errors import IRError, IRSurgeonError
 from irsurgeon.families.qwen35_mtp import contract
@@ -45,38 +44,10 @@ def check_source_matches(target: Target, source: MTPConfig) -> None:
                                  f"{key} is {got}, the target has {want}")
 
 
-FEED_FORWARD = re.compile(r"mlp\.(?:shared_expert\.|experts\.)?(gate_proj|up_proj|down_proj)\.weight$")
-SMOKE_WIDTH = 8  # feed-forward rows kept for the one-step check
-
-
-def narrow_feed_forward(model: ov.Model, width: int = SMOKE_WIDTH) -> int:
-    """Narrow every float feed-forward matrix (dense MLP, shared expert, routed experts) to `width` along the
-    intermediate axis, filled with its first staged values, in place; returns how many were cut. The intermediate width appears in no other constant of
-    the head (reshapes use -1), so the graph keeps every op, connection and other shape; the cut matrices are most of
-    a head's bytes, and without them the CPU plugin's f32 repack of f16 weights stays small."""
-    cut = 0
-    for op in model.get_ops():
-        match = FEED_FORWARD.search(op.get_friendly_name())
-        if op.get_type_name() != "Constant" or not match or not op.get_element_type().is_real():
-            continue
-        data = op.get_data()
-        shape = list(data.shape)
-        axis = len(shape) - (1 if match.group(1) == "down_proj" else 2)
-        if shape[axis] <= width:
-            continue
-        shape[axis] = width  # the matrix's first values in the narrow shape: only those pages of the .bin are read
-        narrow = ov.op.Constant(data.reshape(-1)[:int(np.prod(shape))].reshape(shape).copy())
-        narrow.set_friendly_name(op.get_friendly_name())
-        op.output(0).replace(narrow.output(0))
-        cut += 1
-    model.validate_nodes_and_infer_types()
-    return cut
-
-
 def smoke_test(xml: Path, cfg: MTPConfig) -> None:
     """Read the staged head back, check the contract, and run one two-token step on the CPU.
 
-    The step runs the staged graph with its float feed-forward matrices cut to SMOKE_WIDTH intermediate rows
+    The step runs the staged graph with its float feed-forward matrices cut to build.SMOKE_WIDTH intermediate rows
     (narrow_feed_forward): it proves the staged files parse, the head meets the contract, and every op, connection
     and shape but the feed-forward width compiles and runs on the CPU plugin into finite [1, 2, H] values from the
     staged weights (attention, fc, norms, router whole; feed-forward rows beyond the cut are not executed; their
