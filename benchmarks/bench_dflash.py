@@ -1,7 +1,7 @@
 """DFlash drafts, irsurgeon vs optimum-intel 2.2.0's export: the cost to produce one, and one draft call; ratios.
 
     python benchmarks/bench_dflash.py [--sizes tiny,real] [--rounds 3] [--warmup 1] [--work DIR] [--keep]
-        [--venv /tmp/dflash-ref] [--step-rounds N] [--steps N]
+        [--venv /tmp/dflash-ref] [--step-rounds N] [--steps N] [--no-step]
 
 Sizes, each one draft checkpoint and its target, the same for both tools:
     tiny  fixtures/dflash: a 2-layer draft of hidden 32 and its 4-layer Qwen3 target
@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_S = 0.2  # the tree's PSS is read this often (reading smaps_rollup walks the page tables: not free)
 TARGETS = {"wall": 0.1, "rss": 0.3, "step": 1.0}
-STEP = {"tiny": dict(rounds=7, steps=64, one_at_a_time=False), "real": dict(rounds=3, steps=8, one_at_a_time=True)}
+STEP = {"tiny": dict(rounds=9, steps=64, one_at_a_time=False), "real": dict(rounds=5, steps=12, one_at_a_time=True)}
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -215,9 +215,10 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/irsurgeon-bench-dflash"))
     ap.add_argument("--venv", type=Path, default=Path("/tmp/dflash-ref"), help="optimum-intel 2.2.0's environment "
                     "(scripts/make_dflash_reference.py says how it is made)")
-    ap.add_argument("--step-rounds", type=int, help="draft-step rounds (default: 7 tiny, 3 real)")
-    ap.add_argument("--steps", type=int, help="draft calls timed a round (default: 64 tiny, 8 real)")
+    ap.add_argument("--step-rounds", type=int, help="draft-step rounds (default: 9 tiny, 5 real)")
+    ap.add_argument("--steps", type=int, help="draft calls timed a round (default: 64 tiny, 12 real)")
     ap.add_argument("--keep", action="store_true", help="keep --work (the real pair takes 3.5 GB, the IRs 14 GB)")
+    ap.add_argument("--no-step", action="store_true", help="the cost only")
     a = ap.parse_args()
     sizes = a.sizes.split(",")
     if set(sizes) - set(STEP) or not (a.venv / "bin" / "optimum-cli").is_file():
@@ -228,7 +229,8 @@ def main() -> None:
             pair = prepare(size, a.work)
             pair.work.mkdir(parents=True, exist_ok=True)
             print_cost(size, cost(pair, a))
-            step(pair, a)
+            if not a.no_step:
+                step(pair, a)
     finally:
         if not a.keep:
             shutil.rmtree(a.work, ignore_errors=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from irsurgeon import rtinfo
-from irsurgeon.build import build_model, load_with
+from irsurgeon.build import build_model, load_with, stream_of
 from irsurgeon.config import read_json
 from irsurgeon.compress import WEIGHT_FORMATS
 from irsurgeon.errors import CompressionError, IRSurgeonError
@@ -95,16 +95,30 @@ def patch_as(family: Family, target_dir: Path, source, options: Options, echo: E
         result.skipped = True
         return result
     root = fetch(family, source, root, options, echo)
-    staging = Staging(build(family, root, choice, options, echo), root, str(source), cfg, choice, options, echo,
+    staging = Staging(None, root, str(source), cfg, choice, options, echo,
                       provenance(options, source, pairing.identity))
-    staging.model = family.finish(staging.model, staging)
-    with DirectoryTransaction(target.path, wait=options.wait, echo=echo, writable=registry.writable()) as tx:
-        family.stage(tx, target, staging)
-        tx.commit()
-        result.written = list(tx.names)
+    result.written = commit_draft(family, target, staging)
     echo(f"{target.path}: wrote {', '.join(result.written)} in {elapsed(start)}")
     confirm(target.path)
     return result
+
+
+def commit_draft(family: Family, target, staging: Staging) -> list[str]:
+    """Build, finish and stage the draft with everything else the family writes, committed at once; the names
+    written. An f32 draft's checkpoint stays open until its matrices are staged (build.Stream), closed whatever
+    happens."""
+    staging.model = build(family, staging.root, staging.choice, staging.options, staging.echo)
+    stream = stream_of(staging.model)  # the family takes the model; this keeps its checkpoint's handle
+    try:
+        staging.model = family.finish(staging.model, staging)
+        with DirectoryTransaction(target.path, wait=staging.options.wait, echo=staging.echo,
+                                  writable=registry.writable()) as tx:
+            family.stage(tx, target, staging)
+            tx.commit()
+            return list(tx.names)
+    finally:
+        if stream is not None:
+            stream.close()
 
 
 def confirm(target: Path) -> None:
@@ -196,13 +210,21 @@ def fetch(family: Family, source, root: Path, options: Options, echo: Echo) -> P
 
 
 def build(family: Family, root: Path, choice, options: Options, echo: Echo):
-    """The draft as an ov.Model, through the house's loader and build (strict tensor accounting for every family)."""
+    """The draft as an ov.Model, through the house's loader and build (strict tensor accounting for every family).
+
+    Uncompressed, an f32 draft's matrices are left to stage_ir, which reads them from the checkpoint as it writes
+    them (build.Stream): the checkpoint stays open until then, and the model holds no matrix."""
     builder = family.builder()
     cfg, weights, ckpt = load_with(builder, root, allow_nonfinite=options.allow_nonfinite, warn=echo)
     try:
-        return build_model(cfg, weights, build_format(choice), echo, family=builder)
-    finally:
+        model = build_model(cfg, weights, build_format(choice), echo, family=builder,
+                            stream=None if choice.params else ckpt.close)
+    except BaseException:
+        ckpt.close()
+        raise
+    if stream_of(model) is None:
         ckpt.close()  # the model owns its weights now: release the mapped shards before the next steps
+    return model
 
 
 def provenance(options: Options, source, identity: str) -> dict[str, str]:
