@@ -19,7 +19,7 @@ Sizes, each one draft checkpoint and its target, the same for both tools:
    (irsurgeon fsyncs what it commits; optimum's last dirty pages are written back after its clock stops).
 2. The draft step: benchmarks/dflash_step.py in a fresh process on the last round's two draft IRs (both modes,
    alternating rounds, median over --steps calls; the memory-bandwidth floor beside it). At the real size each IR
-   is compiled for its own round only (memory).
+   is compiled for f32 for its own round only (memory).
 Every ratio is irsurgeon/optimum pair by pair, its median printed against its target (cost: wall <= 0.1, peak RSS
 <= 0.3; step <= 1.0), with the load averages. Everything under --work is removed at the end unless --keep.
 """
@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_S = 0.2  # the tree's PSS is read this often (reading smaps_rollup walks the page tables: not free)
 TARGETS = {"wall": 0.1, "rss": 0.3, "step": 1.0}
-STEP = {"tiny": dict(rounds=9, steps=64, one_at_a_time=False), "real": dict(rounds=5, steps=12, one_at_a_time=True)}
+STEP = {"tiny": dict(rounds=9, steps=64, one_at_a_time=""), "real": dict(rounds=7, steps=12, one_at_a_time="f32")}
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -188,7 +188,7 @@ def step(pair: Pair, a) -> None:
     cmd = [sys.executable, Path(__file__).with_name("dflash_step.py"),
            f"irsurgeon={pair.work / 'irsurgeon' / 'dflash_draft' / 'openvino_model.xml'}",
            f"optimum={pair.work / 'optimum' / 'openvino_model.xml'}", "--rounds", opts["rounds"],
-           "--steps", opts["steps"], *(["--one-at-a-time"] if opts["one_at_a_time"] else [])]
+           "--steps", opts["steps"], "--one-at-a-time", opts["one_at_a_time"]]
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, check=False,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     if r.returncode:
@@ -204,7 +204,8 @@ def step(pair: Pair, a) -> None:
         print(f"{mode:>8} | {s['ms']:>9.3f} {o['ms']:>9.3f} {verdict(m['ratio'], 'step'):>26} | "
               f"{s['weight_bytes'] / bw * 1e3:>9.3f} {mb(s['weight_bytes']):>9} | {s['INFERENCE_PRECISION_HINT']:>9} "
               f"{s['KV_CACHE_PRECISION']:>4} | {m['max_abs_diff']:>10.3g} | {m['loads']}")
-        print(f"{'':>8}   rounds irsurgeon {s['rounds_ms']}, optimum {o['rounds_ms']}")
+        print(f"{'':>8}   rounds irsurgeon {s['rounds_ms']}, optimum {o['rounds_ms']}; best rounds' ratio "
+              f"{min(s['rounds_ms']) / min(o['rounds_ms']):.3f}")
 
 
 def main() -> None:
@@ -215,7 +216,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/irsurgeon-bench-dflash"))
     ap.add_argument("--venv", type=Path, default=Path("/tmp/dflash-ref"), help="optimum-intel 2.2.0's environment "
                     "(scripts/make_dflash_reference.py says how it is made)")
-    ap.add_argument("--step-rounds", type=int, help="draft-step rounds (default: 9 tiny, 5 real)")
+    ap.add_argument("--step-rounds", type=int, help="draft-step rounds (default: 9 tiny, 7 real)")
     ap.add_argument("--steps", type=int, help="draft calls timed a round (default: 64 tiny, 12 real)")
     ap.add_argument("--keep", action="store_true", help="keep --work (the real pair takes 3.5 GB, the IRs 14 GB)")
     ap.add_argument("--no-step", action="store_true", help="the cost only")
