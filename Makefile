@@ -4,7 +4,7 @@ PIP_INSTALL = $(PYTHON) -m pip install -q -e ".[test]"
 DEMO_OUT ?= out/demo
 DEMO_GEMMA4_OUT ?= out/demo-gemma4
 
-.PHONY: install demo demo-gemma4 test test-all bench bench-optimum reliability fixtures clean
+.PHONY: install demo demo-gemma4 test test-all bench bench-optimum bench-dflash reliability fixtures clean
 
 install:
 	$(PIP_INSTALL)
@@ -37,6 +37,13 @@ bench: install
 
 bench-optimum: install
 	$(PYTHON) benchmarks/bench_vs_optimum.py
+
+# DFlash: irsurgeon patch vs optimum-cli export of the same draft (cost, one draft call), on the bundled tiny pair and
+# a Qwen3.5-27B-DFlash-sized one made under /tmp (3.5 GB of checkpoint, 14 GB of IRs, ~11 GB of memory, about
+# 30 min; removed at the end). Needs optimum-intel 2.2.0's environment (scripts/make_dflash_reference.py).
+BENCH_DFLASH_SIZES ?= tiny,real
+bench-dflash: install
+	$(PYTHON) benchmarks/bench_dflash.py --sizes $(BENCH_DFLASH_SIZES)
 
 reliability: install
 	$(PYTHON) benchmarks/bench_reliability.py

@@ -3,7 +3,7 @@
     python benchmarks/profile_patch.py [--work DIR] [--config CONFIG.json] [--formats f16,int4] [--rounds 2] [--keep]
                                        [--baseline DIR]
 
-Inputs: scripts/make_real_size.py's sparse real-shaped checkpoint and target (default config: the 27B dense
+Inputs: benchmarks/make_real_size.py's sparse real-shaped checkpoint and target (default config: the 27B dense
 Qwen3.6 one, tests/data/reference/real-configs/qwen3.6-27B-awq-community, quantization_config dropped: hidden 5120,
 64 layers, a 424.7 M-parameter head, 0.85 GB bf16). Rounds of these, alternating, on a machine shared with other
 work (load average printed with every row); a floor comes between two rounds and after the last:

@@ -4,12 +4,19 @@ Every family's draft goes through here (families.builder.Builder gives its confi
 accounting is the house's: the checkpoint's tensors are checked against the table (missing, extra, misshaped, tied
 copies proven equal: irsurgeon.weights.spec), and every row loaded must be used by the graph, every weight the graph
 asks for must be loaded. Finding the builder of a checkpoint by its model_type is the flows' (irsurgeon.head).
+
+An uncompressed f32 draft built for `patch` (build_model's `stream`) holds no matrix: each is a placeholder that
+stage_ir fills from the checkpoint block by block into the staged .bin (Stream, save_streamed), so the build's peak
+is one block, not every weight as float32 (twice a bf16 checkpoint: 6.9 GB for a Qwen3.5-27B-sized DFlash draft).
 """
 from __future__ import annotations
 
 import math
 import os
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import openvino as ov
@@ -17,8 +24,9 @@ import openvino.opset13 as ops
 
 from irsurgeon import limits, rtinfo
 from irsurgeon.config import read_json
-from irsurgeon.errors import CheckpointError, CompressionError, OutputError, cause, with_hint
+from irsurgeon.errors import CheckpointError, CompressionError, IRError, OutputError, cause, with_hint
 from irsurgeon.families.builder import Builder
+from irsurgeon.ir import streamed
 from irsurgeon.ir.export import MTP_BIN, MTP_XML
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
 from irsurgeon.transaction import DirectoryTransaction, shown, write_staged
@@ -71,20 +79,24 @@ def memory_need(shapes: dict[str, tuple[int, ...]]) -> int:
 
 
 def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | WeightFormat = WeightFormat.F16,
-                warn=None, moe_form: str | None = None, family: Family | None = None) -> ov.Model:
+                warn=None, moe_form: str | None = None, family: Family | None = None,
+                stream: Callable[[], None] | None = None) -> ov.Model:
     """The head as an ov.Model from weights keyed by their roles (names relative to the table's prefix).
 
     family: by default the one of cfg.model_type (irsurgeon.models.registry). Every weight loaded must be used by the
     graph and every weight the graph asks for must be loaded. warn: where a weight kept f32 in an f16 build is
     reported (default: the loader's channel, else print). moe_form: the routed experts' graph form
-    (irsurgeon.ops.moe.FORMS).
+    (irsurgeon.ops.moe.FORMS). stream (an f32 build from LazyWeights): every matrix the checkpoint gives row by row
+    is left to stage_ir, which writes it into the staged .bin block by block (Stream); `stream` is called once they
+    are written (or given up: Stream.close), to close the checkpoint they are read from.
     """
     fmt = float_format(fmt)
     warn = warn or getattr(weights, "warn", print)
     family = family or cfg.builder
     table = getattr(weights, "table", None) or family.tensors(cfg)
     params, inputs = family.parameters(cfg)
-    source = GraphWeights(weights, table, fmt, warn, family.name)
+    deferred = Stream(stream) if stream is not None and fmt is WeightFormat.F32 else None
+    source = GraphWeights(weights, table, fmt, warn, family.name, deferred)
     outputs, sinks = family.graph(inputs, source, cfg, **({"moe_form": moe_form} if moe_form else {}))
     unused = sorted(set(weights) - source.used)
     if unused:
@@ -97,11 +109,52 @@ def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | We
         result.output(0).get_tensor().set_names({out_name})
         out.set_names({out_name})
         results.append(result)
-    model = ov.Model(results, sinks, params, family.name)
+    model = ov.Model(results, sinks, params + (deferred.placeholders if deferred else []), family.name)
     for key, value in family.rt_info.items():
         model.set_rt_info(value, key)
     rtinfo.set_provenance(model, **{rtinfo.KEEP_FLOAT: keep_float(table)})
+    if deferred and deferred.placeholders:
+        _STREAMS[deferred.token] = deferred
+        model.set_rt_info(deferred.token, rtinfo.STREAMED)
     return model
+
+
+@dataclass(eq=False)
+class Stream:
+    """The f32 matrices a build left as placeholders: Parameters of their shapes, with no tensor names (openvino
+    serializes the graph around them, writing no weight bytes), and each one's blocks of rows, read from the still
+    open checkpoint when stage_ir writes them (irsurgeon.ir.streamed). The model holds no matrix meanwhile."""
+    closer: Callable[[], None]
+    blocks: dict[str, Callable[[], Iterator[np.ndarray]]] = field(default_factory=dict)  # by weight name
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    placeholders: list[ov.Node] = field(default_factory=list)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def close(self) -> None:
+        """Close the checkpoint and forget the stream (once written, or given up); again: nothing."""
+        if _STREAMS.pop(self.token, None) is not None:
+            self.closer()
+
+    def placeholder(self, name: str, shape: tuple[int, ...], blocks: Callable[[], Iterator[np.ndarray]]) -> ov.Output:
+        p = ops.parameter(list(shape), ov.Type.f32)
+        p.set_friendly_name(name)
+        p.output(0).get_tensor().set_names(set())
+        self.blocks[name], self.shapes[name] = blocks, tuple(shape)
+        self.placeholders.append(p)
+        return p.output(0)
+
+
+_STREAMS: dict[str, Stream] = {}  # a model's Stream by the token in its rt_info, until Stream.close
+
+
+def stream_of(model: ov.Model) -> Stream | None:
+    """The Stream of a model built with `stream` (None: every weight is in the model)."""
+    if not model.has_rt_info(rtinfo.STREAMED):
+        return None
+    stream = _STREAMS.get(str(model.get_rt_info(rtinfo.STREAMED).astype(str)))
+    if stream is None:  # a model's placeholders cannot be saved without the rows they stand for
+        raise IRError(f"{model.get_friendly_name()}: its streamed weights are no longer open")
+    return stream
 
 
 class GraphWeights:
@@ -109,8 +162,9 @@ class GraphWeights:
     made once however often it is asked for; w.array(name) the tensor itself (an index table). Records what was used.
     """
 
-    def __init__(self, weights, table: Table, fmt: WeightFormat, warn, family: str):
+    def __init__(self, weights, table: Table, fmt: WeightFormat, warn, family: str, stream: Stream | None = None):
         self.weights, self.table, self.fmt, self.warn, self.family = weights, table, fmt, warn, family
+        self.stream, self.shapes = stream, table.shapes()
         self.used: set[str] = set()
         self.made: dict[str, ov.Output] = {}
 
@@ -128,6 +182,10 @@ class GraphWeights:
         if name in self.made:
             return self.made[name]
         role = self.role(name)
+        rows = self.weights.rows(role) if self.stream is not None and hasattr(self.weights, "rows") else None
+        if rows is not None and len(self.shapes[role]) >= 2:  # a matrix, written by stage_ir (Stream)
+            self.made[name] = self.stream.placeholder(name, self.shapes[role], rows)
+            return self.made[name]
         half = self.weights.half(role) if self.fmt is WeightFormat.F16 and hasattr(self.weights, "half") else None
         if half is not None:  # decoded straight to f16 (no float32 copy); None: the f32 path decides and reports
             self.made[name] = half_weight(half, name)
@@ -179,12 +237,56 @@ def name_anonymous_nodes(model: ov.Model) -> None:
 def stage_ir(tx: DirectoryTransaction, xml_name: str, model: ov.Model) -> Path:
     """Save `model` as xml_name and its .bin into the transaction's staging folder, exactly as built (no implicit
     fp16 compression), its anonymous nodes named first; returns the staged .xml. Every family's draft is staged
-    through here."""
+    through here; a model built with `stream` gets its matrices written from the checkpoint (save_streamed)."""
     name_anonymous_nodes(model)
     tx.stage(xml_name.removesuffix(".xml") + ".bin")
     xml = tx.stage(xml_name)
-    write_staged(xml, lambda p: ov.save_model(model, p, compress_to_fp16=False))
+    stream = stream_of(model)
+    if stream is None:
+        write_staged(xml, lambda p: ov.save_model(model, p, compress_to_fp16=False))
+        return xml
+    del model.get_rt_info()[rtinfo.STREAMED]
+    try:
+        write_staged(xml, lambda p: save_streamed(model, p, stream))
+    finally:
+        stream.close()
     return xml
+
+
+ALIGN = 64  # each streamed matrix starts on a cache line (the serializer packs its constants; both read back alike)
+
+
+def append_blocks(bin_file, name: str, shape: tuple[int, ...], blocks: Iterable[np.ndarray]) -> streamed.Place:
+    """Write `blocks` (float32, the weight's rows in order) at the aligned end of the open .bin; where they went."""
+    end = bin_file.seek(0, 2)
+    start = -(-end // ALIGN) * ALIGN
+    bin_file.write(bytes(start - end))
+    size = 0
+    for block in blocks:
+        data = np.ascontiguousarray(block, dtype=np.float32)
+        bin_file.write(memoryview(data).cast("B"))
+        size += data.nbytes
+    if size != 4 * math.prod(shape):
+        raise IRError(f"weight {name}: {size} bytes were written for a float32 weight of shape {list(shape)}")
+    return streamed.Place(tuple(shape), start, size)
+
+
+def save_streamed(model: ov.Model, xml: Path, stream: Stream) -> None:
+    """The graph by openvino around the placeholders, each matrix's rows appended to the .bin and its placeholder
+    made the Const layer of them (irsurgeon.ir.streamed); read back, its inputs must be the model's own. Peak memory:
+    one block of rows, where saving the whole model held every matrix as float32 (twice a bf16 checkpoint)."""
+    ov.save_model(model, xml, compress_to_fp16=False)
+    with open(xml.with_suffix(".bin"), "r+b") as bin_file:
+        places = {name: append_blocks(bin_file, name, stream.shapes[name], blocks())
+                  for name, blocks in stream.blocks.items()}
+    xml.write_bytes(streamed.constants_from_parameters(xml.read_bytes(), places, shown(xml)))
+    want = [p.get_friendly_name() for p in model.get_parameters() if p.get_friendly_name() not in places]
+    try:
+        got = [p.get_friendly_name() for p in ov.Core().read_model(xml).get_parameters()]  # mapped: nothing read
+    except RuntimeError as e:
+        raise IRError(f"{shown(xml)}: the streamed IR does not read back: {cause(e)}") from None
+    if got != want:
+        raise IRError(f"{shown(xml)}: the streamed IR's inputs are {got}, expected {want}")
 
 
 def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:

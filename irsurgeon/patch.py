@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from irsurgeon import rtinfo
-from irsurgeon.build import build_model, load_with
+from irsurgeon.build import build_model, load_with, stream_of
 from irsurgeon.config import read_json
 from irsurgeon.compress import WEIGHT_FORMATS
 from irsurgeon.errors import CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError
@@ -117,20 +117,24 @@ def patch_as(family: Family, target_dir: Path, source, options: Options, echo: E
         result.skipped = True
         return result
     root = fetch(family, source, root, options, echo)
-    staging = Staging(build(family, root, choice, options, echo), root, str(source), cfg, choice, options, echo,
+    staging = Staging(None, root, str(source), cfg, choice, options, echo,
                       provenance(options, source, pairing.identity))
-    staging.model = family.finish(staging.model, staging)
     result.written = commit(family, target, staging, start)
     return result
 
 
 def commit(family: Family, target, staging: Staging, start: float) -> list[str]:
-    """Stage every file in one transaction, commit it, then confirm it; returns the names written. Ctrl-C once the
-    commit is done (held through it, or during the confirming verify) is an Interrupted saying the patch is
-    complete: the directory is patched, only its check did not run."""
+    """Build, finish and stage the draft with everything else the family writes, commit it at once, then confirm
+    it; returns the names written. An f32 draft's checkpoint stays open until its matrices are staged
+    (build.Stream), closed whatever happens. Ctrl-C once the commit is done (held through it, or during the
+    confirming verify) is an Interrupted saying the patch is complete: the directory is patched, only its check did
+    not run."""
+    staging.model = build(family, staging.root, staging.choice, staging.options, staging.echo)
+    stream = stream_of(staging.model)  # the family takes the model; this keeps its checkpoint's handle
     tx = DirectoryTransaction(target.path, wait=staging.options.wait, echo=staging.echo,
                               writable=registry.writable())
     try:
+        staging.model = family.finish(staging.model, staging)
         with tx:
             family.stage(tx, target, staging)
             tx.commit()
@@ -141,6 +145,9 @@ def commit(family: Family, target, staging: Staging, start: float) -> list[str]:
             raise  # nothing moved in: the plain interruption it is
         raise Interrupted(f"{target.path}: the patch is complete (committed {', '.join(tx.names)}); the check of it "
                           f"after the commit was interrupted: irsurgeon verify {target.path} runs it") from None
+    finally:
+        if stream is not None:
+            stream.close()
     return list(tx.names)
 
 
@@ -239,13 +246,21 @@ def fetch(family: Family, source, root: Path, options: Options, echo: Echo) -> P
 
 
 def build(family: Family, root: Path, choice, options: Options, echo: Echo):
-    """The draft as an ov.Model, through the house's loader and build (strict tensor accounting for every family)."""
+    """The draft as an ov.Model, through the house's loader and build (strict tensor accounting for every family).
+
+    Uncompressed, an f32 draft's matrices are left to stage_ir, which reads them from the checkpoint as it writes
+    them (build.Stream): the checkpoint stays open until then, and the model holds no matrix."""
     builder = family.builder()
     cfg, weights, ckpt = load_with(builder, root, allow_nonfinite=options.allow_nonfinite, warn=echo)
     try:
-        return build_model(cfg, weights, build_format(choice), echo, family=builder)
-    finally:
+        model = build_model(cfg, weights, build_format(choice), echo, family=builder,
+                            stream=None if choice.params else ckpt.close)
+    except BaseException:
+        ckpt.close()
+        raise
+    if stream_of(model) is None:
         ckpt.close()  # the model owns its weights now: release the mapped shards before the next steps
+    return model
 
 
 def provenance(options: Options, source, identity: str) -> dict[str, str]:

@@ -7,6 +7,7 @@ RUNTIME_OPTIONS = "runtime_options"
 KV_CACHE_PRECISION = "KV_CACHE_PRECISION"
 PROVENANCE = "irsurgeon"  # section: version, source, weight_format, ...
 KEEP_FLOAT = "keep_float"  # in PROVENANCE: weight constants the family marks as never compressed (space-separated)
+STREAMED = "irsurgeon_streamed"  # transient, never saved: a built model's handle on the weights stage_ir writes
 
 
 def set_provenance(model, **fields: str) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 
 import numpy as np
@@ -12,8 +13,10 @@ from click.testing import CliRunner
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.head import build_mtp_model, load_mtp
 from irsurgeon.cli import main
+from irsurgeon.errors import CheckpointError
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.weights.checkpoint import Checkpoint
+from irsurgeon.weights.spec import finite
 from irsurgeon.weights.safetensors_io import (FP8_E4M3FN, FP8_E5M2, SafetensorsFile, bf16_to_f32, f32_to_bf16,
                                               write_safetensors)
 
@@ -219,6 +222,19 @@ def test_checkpoint_close_releases_files(tmp_path):
     ckpt.get("mtp.fc.weight")
     ckpt.close()
     assert ckpt.opened == []
+
+
+@pytest.mark.parametrize("bad, needle", [(np.nan, "1 NaN or Inf"), (np.inf, "1 NaN or Inf"), (-np.inf, "1 NaN or Inf"),
+                                         (3e19, "holds 3e+19, beyond"), (-3e19, "holds 3e+19, beyond")])
+def test_finite_check_finds_each_kind_of_bad_value_wherever_it_sits(bad, needle):
+    for at in (0, 517, 999):  # first, middle, last: the check reads the extremes, not a sample
+        w = np.linspace(-2, 2, 1000, dtype=np.float32).reshape(8, 125)
+        w.flat[at] = bad
+        with pytest.raises(CheckpointError, match=re.escape(needle)):
+            finite("mtp.x.weight", w, False, print)
+    ok = np.full((3, 4), -1.8e19, np.float32)  # just within what f32 can square
+    assert finite("mtp.x.weight", ok, False, print) is ok
+    assert finite("mtp.x.weight", np.zeros((0, 4), np.float32), False, print).size == 0
 
 
 def test_nonfinite_weights_can_be_allowed_with_a_warning(tmp_path):

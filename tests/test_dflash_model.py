@@ -170,6 +170,23 @@ def test_interface_matches_optimum_intel_export():
     assert len(sdpa) == len(load("base")[0].layers)
 
 
+def test_each_mlp_has_the_form_the_cpu_plugin_fuses_as_optimums_export_does():
+    """gate MatMul -> one-input Swish -> Multiply(up MatMul) -> down MatMul, as in optimum-intel's export: the CPU
+    plugin's MLPFusion (intel_cpu x64/pass/mlp_fusion.cpp) matches opset4::Swish with its data input only."""
+    def mlps(m):
+        out = []
+        for op in m.get_ordered_ops():
+            if op.get_type_name() == "Swish":
+                mul = next(iter(op.output(0).get_target_inputs())).get_node()
+                down = next(iter(mul.output(0).get_target_inputs())).get_node()
+                out.append((op.get_input_size(), op.input_value(0).get_node().get_type_name(),
+                            mul.get_type_name(), down.get_type_name()))
+        return out
+
+    theirs = ov.Core().read_model(DATA / "base" / "optimum" / "draft" / "openvino_model.xml")
+    assert mlps(build("base")) == mlps(theirs) == [(1, "MatMul", "Multiply", "MatMul")] * 2
+
+
 def test_state_keeps_only_context_rows():
     cfg = load("base")[0]
     model = build("base")

@@ -1,12 +1,14 @@
-"""patch's one-step check runs the staged head with its feed-forward matrices narrowed: still the staged graph, and
-still failing on a broken one."""
+"""patch's one-step check runs the staged head (or DFlash draft) with its feed-forward matrices narrowed: still the
+staged graph, and still failing on a broken one."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import openvino as ov
 import pytest
 
-from irsurgeon.build import build_model
+from irsurgeon.build import build_model, load_with
 from irsurgeon.head import load_mtp
 from irsurgeon.errors import IRError
 from irsurgeon.compress import compress_model, resolve_params
@@ -77,3 +79,43 @@ def test_a_non_finite_weight_still_fails_the_check(ckpt, tmp_path, name, tensor)
     xml, cfg = staged(ckpt(name), tmp_path, fmt="f32", edit=poison)
     with pytest.raises(IRError, match="non-finite"):
         smoke_test(xml, cfg)
+
+
+DFLASH_CKPT = Path(__file__).resolve().parents[1] / "fixtures" / "dflash" / "ckpt"
+
+
+def staged_dflash(tmp_path, edit=None):
+    """The bundled DFlash draft built f32 and written as patch stages it; `edit(weights)` as in staged()."""
+    from irsurgeon.families.dflash.model import BUILDER
+
+    cfg, lazy, handle = load_with(BUILDER, DFLASH_CKPT)
+    weights = {name: lazy[name] for name in lazy}
+    handle.close()
+    if edit:
+        edit(weights)
+    xml = tmp_path / "openvino_model.xml"
+    ov.save_model(build_model(cfg, weights, "f32", family=BUILDER), xml, compress_to_fp16=False)
+    return xml, cfg
+
+
+def test_dflash_check_narrows_each_layers_mlp_and_passes_a_sound_draft(tmp_path):
+    from irsurgeon.families.dflash.patch import smoke_test as dflash_smoke_test
+
+    xml, cfg = staged_dflash(tmp_path)
+    model = ov.Core().read_model(xml)
+    before = {op.get_friendly_name(): op.get_type_name() for op in model.get_ops()}
+    assert narrow_feed_forward(model) == 3 * len(cfg.layers)
+    assert {op.get_friendly_name(): op.get_type_name() for op in model.get_ops()} == before
+    dflash_smoke_test(xml, cfg)
+
+
+@pytest.mark.parametrize("tensor", ["fc.weight", "layers.1.self_attn.v_proj.weight", "layers.0.mlp.up_proj.weight"])
+def test_dflash_check_still_fails_on_a_non_finite_weight(tmp_path, tensor):
+    from irsurgeon.families.dflash.patch import smoke_test as dflash_smoke_test
+
+    def poison(weights):
+        weights[tensor] = weights[tensor].copy()
+        weights[tensor].reshape(-1)[:4] = np.nan
+    xml, cfg = staged_dflash(tmp_path, edit=poison)
+    with pytest.raises(IRError, match="expected finite"):
+        dflash_smoke_test(xml, cfg)

@@ -25,11 +25,10 @@ from typing import Callable
 import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
-from openvino.utils.node_factory import NodeFactory
 
 from irsurgeon.errors import ConfigError
 from irsurgeon.ops.core import const, linear, named
-from irsurgeon.ops.mlp import swiglu
+from irsurgeon.ops.mlp import silu, swiglu
 
 I64 = np.int64
 Weights = Callable[[str], ov.Output]
@@ -71,11 +70,6 @@ def route(t: ov.Output, w: Weights, m: MoEShape, name: str) -> tuple[ov.Output, 
         total = ops.reduce_sum(v, const([-1], I64), keep_dims=True)
         v = named(ops.divide(v, total), f"{name}.gate/renormalize")
     return idx, v
-
-
-def silu(x: ov.Output, name: str) -> ov.Output:
-    """Swish with its single data input: the MoE fusion pattern does not match the two-input (beta) form."""
-    return named(NodeFactory("opset4").create("Swish", [x], {}), name)
 
 
 def _dims(x: ov.Output, first: int, stop: int) -> ov.Output:

@@ -109,20 +109,47 @@ def check_dtypes(ckpt: Checkpoint, names, stored: Stored, declared: str | None, 
 COMPUTABLE = float(np.sqrt(np.finfo(np.float32).max))  # 1.84e19
 
 
+@dataclass
+class Extremes:
+    """What `finite` judges, gathered over a tensor whole or block by block: least and largest value, NaN/Inf count."""
+    lo: float = 0.0
+    hi: float = 0.0
+    bad: int = 0
+    seen: bool = False
+
+    def add(self, w: np.ndarray) -> None:
+        if not w.size:
+            return
+        # min and max read the block twice and allocate nothing (NaN propagates through both, an Inf is one of
+        # them); isfinite/abs made a temporary the size of every tensor, and faulting those pages in dominated
+        # large builds
+        lo, hi = float(w.min()), float(w.max())
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            self.bad += int(w.size - np.count_nonzero(np.isfinite(w)))
+        self.lo, self.hi = (min(self.lo, lo), max(self.hi, hi)) if self.seen else (lo, hi)
+        self.seen = True
+
+
 def finite(name: str, w: np.ndarray, allow_nonfinite: bool, warn) -> np.ndarray:
     """Refuse NaN/Inf weights and finite ones no f32 computation can carry, or (allowed) report them and go on."""
-    if not np.isfinite(w).all():
-        bad = int(w.size - np.isfinite(w).sum())
-        message = f"tensor {name}: holds {bad} NaN or Inf values"
-    elif w.size and (largest := float(np.abs(w).max())) > COMPUTABLE:
+    seen = Extremes()
+    seen.add(w)
+    judge(name, seen, allow_nonfinite, warn)
+    return w
+
+
+def judge(name: str, seen: Extremes, allow_nonfinite: bool, warn) -> None:
+    """finite's verdict on a tensor's Extremes: an error, a warning (allowed), or nothing."""
+    if seen.bad:
+        message = f"tensor {name}: holds {seen.bad} NaN or Inf values"
+    elif (largest := max(-seen.lo, seen.hi)) > COMPUTABLE:
         message = (f"tensor {name}: holds {largest:.3g}, beyond what the draft can compute in f32 (a norm squares "
                    f"it: anything above {COMPUTABLE:.3g} overflows to inf)")
     else:
-        return w
+        return
     if not allow_nonfinite:
         raise CheckpointError(message + " (pass --allow-nonfinite to build anyway)")
     warn("warning: " + message)
-    return w
 
 
 def apply(fn: Transform | None, w: np.ndarray) -> np.ndarray:
@@ -137,15 +164,18 @@ class LazyWeights(Mapping):
 
     `half(role)` gives the f16 build its tensor as float16 decoded slice by slice (no float32 copy of the tensor),
     or None when the tensor must take the float32 path (FP8 block scales, or values openvino's compression would
-    keep f32: weights/half.py). The graph turns each weight into a constant as it goes, so besides what the model keeps
-    at most one tensor being decoded is alive; the checkpoint must stay open until the model is built.
+    keep f32: weights/half.py); `rows(role)` the float32 values block by block, checked as they are read (a build
+    that streams them into the .bin). The graph turns each weight into a constant as it goes, so besides what the
+    model keeps at most one tensor being decoded is alive; the checkpoint must stay open until the model is built.
     `table`: the rows the weights were loaded for (compress flags, ...).
     """
 
     def __init__(self, readers: dict[str, Callable[[], np.ndarray]], warn=print,
-                 halves: dict[str, Callable[[], np.ndarray | None]] | None = None, table: Table | None = None):
+                 halves: dict[str, Callable[[], np.ndarray | None]] | None = None, table: Table | None = None,
+                 streams: dict[str, Callable[[], Iterator[np.ndarray]] | None] | None = None):
         self.readers = readers
         self.halves = halves or {}
+        self.streams = streams or {}
         self.warn = warn  # where loading reports, and building after it (a weight kept f32, ...)
         self.table = table
 
@@ -158,6 +188,11 @@ class LazyWeights(Mapping):
     def half(self, role: str) -> np.ndarray | None:
         reader = self.halves.get(role)
         return reader() if reader else None
+
+    def rows(self, role: str) -> Callable[[], Iterator[np.ndarray]] | None:
+        """The role's float32 values as blocks of leading-axis rows, in order (a build that streams its weights into
+        the .bin: irsurgeon.build), or None where only the whole tensor is read."""
+        return self.streams.get(role)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.readers)
@@ -278,6 +313,26 @@ def half_reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored) -> Cal
     return make
 
 
+def row_reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored, allow_nonfinite: bool,
+               warn) -> Callable[[], Iterator[np.ndarray]] | None:
+    """The float32 blocks of rows of one whole stored tensor, `fn` applied per block as the f16 path applies it,
+    judged by `finite` once the last block is read; None for integer tables, FP8 (block scales), parts of a fused
+    tensor and stacks (read whole)."""
+    if t.integer or not isinstance(src, Whole) or src.name in stored.scaled:
+        return None
+    full = stored.prefix + src.name
+
+    def blocks() -> Iterator[np.ndarray]:
+        raw, dtype = ckpt.raw(full)
+        seen = Extremes()
+        for rows in row_blocks(raw.shape):
+            block = apply(t.transform, decode_slice(raw[rows], dtype))
+            seen.add(block)
+            yield block
+        judge(full, seen, allow_nonfinite, warn)
+    return blocks
+
+
 def check_tied(ckpt: Checkpoint, table: Table, stored: Stored, expected: dict) -> list[str]:
     """The stored copies of a tied tensor (Table.tied), each proven to hold exactly the bytes of the tensor the table
     reads in its place; returns their names. A copy that differs is refused: the head would silently use one of two
@@ -317,4 +372,5 @@ def load_weights(ckpt: Checkpoint, table: Table, declared: str | None = None, al
     sources = {t.role: (t, t.source(layout)) for t in table.tensors}
     readers = {role: reader(ckpt, t, src, stored, allow_nonfinite, warn) for role, (t, src) in sources.items()}
     halves = {role: half_reader(ckpt, t, src, stored) for role, (t, src) in sources.items()}
-    return LazyWeights(readers, warn, halves, table)
+    streams = {role: row_reader(ckpt, t, src, stored, allow_nonfinite, warn) for role, (t, src) in sources.items()}
+    return LazyWeights(readers, warn, halves, table, streams)

@@ -4,7 +4,8 @@
              (model.annotate: dflash_mode, dflash/mask_token_id, dflash/target_layer_ids), runtime_options as
              optimum-intel 2.2.0 writes them (KV_CACHE_PRECISION f16, ACTIVATIONS_SCALE_FACTOR 8.0), provenance
     stage    TARGET/dflash_draft/openvino_model.xml/.bin (checked: read back, one call with a 2-row context and a
-             K = 3 block, finite [1, 3, H]) and config.json (the checkpoint's, for verify's pair check);
+             K = 3 block, MLPs narrowed, finite [1, 3, H]) and config.json (the checkpoint's, for verify's pair
+             check);
              the target IR's .xml with the hidden-state annotation (irsurgeon.annotate's write path, its .bin never
              rewritten), whose last layer must be the lm_head MatMul's input (the post-final-norm tensor)
 
@@ -26,6 +27,7 @@ from irsurgeon.errors import ConfigError, IRError
 from irsurgeon.families.dflash import model as dflash
 from irsurgeon.families.dflash.layout import CONFIG, DRAFT_DIR, MODEL_BIN, MODEL_XML
 from irsurgeon.families.dflash.target import DFlashTarget
+from irsurgeon.ir.narrow import narrow_feed_forward
 from irsurgeon.transaction import write_staged
 
 ACTIVATIONS_SCALE_FACTOR = "8.0"  # optimum-intel 2.2.0's runtime_options of a DFlash draft
@@ -47,8 +49,15 @@ def finish(model: ov.Model, staging) -> ov.Model:
 
 
 def smoke_test(xml: Path, cfg: dflash.DFlashConfig) -> None:
-    """Read the staged draft back and run one call: a 2-row context and a K = 3 block, as genai feeds it."""
+    """Read the staged draft back and run one call: a 2-row context and a K = 3 block, as genai feeds it.
+
+    The call runs the staged graph with its MLP matrices cut to ir.narrow.SMOKE_WIDTH intermediate rows
+    (narrow_feed_forward): every op, connection and other shape, fc, attention and norms whole, from the staged
+    weights. The MLPs are 77 % of a Qwen3.5-27B-sized draft's bytes; whole, the CPU plugin's bf16 repack of the f32
+    weights made the check's peak 1.5x the draft's f32 bytes, more than the build's own.
+    """
     model = ov.Core().read_model(str(xml))
+    narrow_feed_forward(model)
     H, n, Q = cfg.hidden_size, len(cfg.target_layer_ids), BLOCK + 1
     feed = {"inputs_embeds": np.full((1, Q, H), 0.25, np.float32),
             "hidden_states": np.full((1, CONTEXT_ROWS, n * H), 0.5, np.float32),
