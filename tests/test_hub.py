@@ -188,7 +188,7 @@ def test_server_dying_mid_file_is_one_line_and_touches_nothing(models, tmp_path)
     print(f"server died mid-file: failed after {took:.1f} s")
 
 
-@pytest.mark.parametrize("kind", ["connection refused", "no answer"])
+@pytest.mark.parametrize("kind", ["connection refused", pytest.param("no answer", marks=pytest.mark.slow)])
 def test_unreachable_hub_fails_fast_naming_offline_mode(models, tmp_path, kind):
     target = copy_target(models[1][0], tmp_path / "t")
     before = snapshot(target)

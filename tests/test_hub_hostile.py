@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers.tiers import default_tier
 
 from lab.dirsnap import snapshot
 from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
@@ -262,7 +263,8 @@ DRIPS = {  # case -> the answer that drips (or asks for a retry in a day)
 BUDGET = 1.0  # what a whole patch fetch takes here: 0.3 s of requests
 
 
-@pytest.mark.parametrize("case", list(DRIPS))
+@pytest.mark.parametrize("case", default_tier(list(DRIPS), keep={"config.json (budget from IRSURGEON_HUB_TIMEOUT)",
+                                                          "the mtp shard's tensors by range"}))
 def test_a_dripping_hub_ends_at_the_hub_timeout(model, tmp_path, case):
     """One byte every 0.25 s keeps every read timeout happy for minutes (huggingface_hub's retries would sleep out
     the Retry-After): the --hub-timeout budget ends the fetch, whichever request it is."""

@@ -178,6 +178,7 @@ def test_a_spoiled_copy_in_the_cache_is_fetched_again_never_written_through(pair
     assert outside.read_bytes() == kept_outside and not leftover.exists()
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_download_leaves_nothing_a_later_run_trusts(pair, tmp_path):
     """SIGKILL while the head's bytes are arriving (the server pauses mid-answer): the cache holds no file at the
     shard's name, only a temp file, which the next run removes before it fetches the head again and builds."""
