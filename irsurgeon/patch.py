@@ -42,7 +42,7 @@ from irsurgeon.show import weight_precision, weights
 from irsurgeon.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted,  # noqa: F401
                                    shown, write_staged)
 from irsurgeon.verify import config_checks, verify_directory
-from irsurgeon.weights.checkpoint import INDEX_FILE, SINGLE_FILE, config_of
+from irsurgeon.weights.checkpoint import config_of, weightless
 from irsurgeon.weights.hub import fetch_weights, resolve_source
 
 Echo = Callable[[str], None]
@@ -80,17 +80,13 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
 
 
 def refuse_local_source(source: Path, target_dir: Path) -> None:
-    """A local --checkpoint that can hold no weights, refused before any check or note: a file that is not
-    .safetensors (such as its config.json), or a folder without model.safetensors or an index (such as the target)."""
-    if source.is_file() and source.suffix != ".safetensors":
-        raise CheckpointError(f"{source}: not a .safetensors file; --checkpoint takes the checkpoint's folder or one "
-                              f"of its .safetensors files")
-    if source.is_dir() and not any(os.path.lexists(source / n) for n in (SINGLE_FILE, INDEX_FILE)):
-        itself = target_dir.is_dir() and os.path.samefile(source, target_dir)
+    """A local --checkpoint that can hold no weights (checkpoint.weightless: what Checkpoint.open would refuse
+    after the identity check and the notes), refused before any check or note; the target itself said so."""
+    problem = weightless(source)
+    if problem:
+        itself = source.is_dir() and target_dir.is_dir() and os.path.samefile(source, target_dir)
         raise CheckpointError(f"{source}: " + ("is the target directory itself; --checkpoint takes the safetensors "
-                                               "checkpoint the target was exported from" if itself else
-                                               f"neither {SINGLE_FILE} nor {INDEX_FILE} found (only safetensors are "
-                                               f"read)"))
+                                               "checkpoint the target was exported from" if itself else problem))
 
 
 def patch_as(family: Family, target_dir: Path, source, options: Options, echo: Echo) -> PatchResult:

@@ -46,6 +46,16 @@ def _plain_shard_name(shard: object, index: Path) -> str:
     return shard
 
 
+def weightless(path: Path) -> str | None:
+    """Why a local checkpoint path can hold no weights, or None: a file that is not .safetensors (such as its
+    config.json), or a folder with neither model.safetensors nor an index (such as an export directory)."""
+    if path.is_file() and path.suffix != ".safetensors":
+        return "not a .safetensors file: expected a .safetensors file or a checkpoint directory"
+    if path.is_dir() and not any((path / name).exists() for name in (INDEX_FILE, SINGLE_FILE)):
+        return f"neither {SINGLE_FILE} nor {INDEX_FILE} found (only safetensors are read)"
+    return None
+
+
 def config_of(path: str | Path, config: str | Path | None = None) -> Path:
     """The config.json of a checkpoint directory or of a single .safetensors file (beside it), under the same link
     rule as its shards; `config` (the user's --config) as given. A missing one is a CheckpointError naming it."""
@@ -109,8 +119,9 @@ class Checkpoint:
     def open(cls, path: str | Path, config: str | Path | None = None) -> "Checkpoint":
         path = Path(path)
         if path.is_file():
-            if path.suffix != ".safetensors":
-                raise CheckpointError(f"{path}: expected a .safetensors file or a checkpoint directory")
+            problem = weightless(path)
+            if problem:
+                raise CheckpointError(f"{path}: {problem}")
             cfg = Path(config) if config else _inside(path.parent, CONFIG_FILE, path.parent, CONFIG_FILE)
             ckpt = cls({}, cfg, path.parent)
             ckpt._index_single(path)
@@ -126,7 +137,7 @@ class Checkpoint:
             ckpt = cls({}, cfg, path)
             ckpt._index_single(_shard_path(path, SINGLE_FILE, path))  # the same link rule as an index's shards
             return ckpt
-        raise CheckpointError(f"{path}: neither {SINGLE_FILE} nor {INDEX_FILE} found (only safetensors are read)")
+        raise CheckpointError(f"{path}: {weightless(path)}")
 
     @staticmethod
     def _read_index(index: Path, root: Path) -> dict[str, Path]:
