@@ -48,7 +48,7 @@ PHASES = ["startup", "inspect", "identity", "load", "read", "convert", "graph", 
 
 def make_inputs(work: Path, config: Path) -> tuple[Path, Path]:
     """The checkpoint and target (kept in --work between runs: make_real_size.py skips what is there)."""
-    made = run_child([str(ROOT / "scripts" / "make_real_size.py"), str(work), "--config", str(config)])
+    made = run_child([str(HERE / "make_real_size.py"), str(work), "--config", str(config)])
     if made["rc"]:
         raise SystemExit(f"make_real_size.py failed:\n{made['out']}")
     print(made["out"].strip())

@@ -6,7 +6,7 @@ copies proven equal: irsurgeon.weights.spec), and every row loaded must be used 
 asks for must be loaded. Finding the builder of a checkpoint by its model_type is the flows' (irsurgeon.head).
 
 An uncompressed f32 draft built for `patch` (build_model's `stream`) holds no matrix: each is a placeholder that
-stage_ir fills from the checkpoint block by block into the staged .bin (Stream, save_streamed), so the build's peak
+stage_ir fills from the checkpoint block by block into the staged .bin (Stream, save_appended), so the build's peak
 is one block, not every weight as float32 (twice a bf16 checkpoint: 6.9 GB for a Qwen3.5-27B-sized DFlash draft).
 """
 from __future__ import annotations
@@ -237,56 +237,122 @@ def name_anonymous_nodes(model: ov.Model) -> None:
 def stage_ir(tx: DirectoryTransaction, xml_name: str, model: ov.Model) -> Path:
     """Save `model` as xml_name and its .bin into the transaction's staging folder, exactly as built (no implicit
     fp16 compression), its anonymous nodes named first; returns the staged .xml. Every family's draft is staged
-    through here; a model built with `stream` gets its matrices written from the checkpoint (save_streamed)."""
+    through here: the graph by openvino, the weights appended by irsurgeon.ir.streamed (a model built with
+    `stream` gets its matrices written from the checkpoint), the .bin's digest handed to the journal. The model is
+    spent afterwards (save_appended's `spend`): every caller runs the staged copy next."""
     name_anonymous_nodes(model)
-    tx.stage(xml_name.removesuffix(".xml") + ".bin")
+    bin_name = xml_name.removesuffix(".xml") + ".bin"
+    tx.stage(bin_name)
     xml = tx.stage(xml_name)
     stream = stream_of(model)
-    if stream is None:
-        write_staged(xml, lambda p: ov.save_model(model, p, compress_to_fp16=False))
-        return xml
-    del model.get_rt_info()[rtinfo.STREAMED]
+    if stream is not None:
+        del model.get_rt_info()[rtinfo.STREAMED]
     try:
-        write_staged(xml, lambda p: save_streamed(model, p, stream))
+        write_staged(xml, lambda p: tx.written(bin_name, *save_appended(model, p, stream, spend=True)))
     finally:
-        stream.close()
+        if stream is not None:
+            stream.close()
     return xml
 
 
-ALIGN = 64  # each streamed matrix starts on a cache line (the serializer packs its constants; both read back alike)
+DETACH_BYTES = 1 << 20  # constants this large are written by irsurgeon.ir.streamed, not by openvino's serializer
+DETACHABLE = (ov.Type.f32, ov.Type.f16, ov.Type.i8, ov.Type.u8, ov.Type.u4, ov.Type.i4)  # raw bytes in .data
 
 
-def append_blocks(bin_file, name: str, shape: tuple[int, ...], blocks: Iterable[np.ndarray]) -> streamed.Place:
-    """Write `blocks` (float32, the weight's rows in order) at the aligned end of the open .bin; where they went."""
-    end = bin_file.seek(0, 2)
-    start = -(-end // ALIGN) * ALIGN
-    bin_file.write(bytes(start - end))
-    size = 0
-    for block in blocks:
-        data = np.ascontiguousarray(block, dtype=np.float32)
-        bin_file.write(memoryview(data).cast("B"))
-        size += data.nbytes
-    if size != 4 * math.prod(shape):
-        raise IRError(f"weight {name}: {size} bytes were written for a float32 weight of shape {list(shape)}")
-    return streamed.Place(tuple(shape), start, size)
+@dataclass(frozen=True)
+class Detached:
+    """A constant taken out of a model for the save: the placeholder Parameter standing in its consumers' inputs."""
+    constant: ov.Node
+    placeholder: ov.Node
+
+    @property
+    def name(self) -> str:
+        return self.constant.get_friendly_name()
 
 
-def save_streamed(model: ov.Model, xml: Path, stream: Stream) -> None:
-    """The graph by openvino around the placeholders, each matrix's rows appended to the .bin and its placeholder
-    made the Const layer of them (irsurgeon.ir.streamed); read back, its inputs must be the model's own. Peak memory:
-    one block of rows, where saving the whole model held every matrix as float32 (twice a bf16 checkpoint)."""
-    ov.save_model(model, xml, compress_to_fp16=False)
-    with open(xml.with_suffix(".bin"), "r+b") as bin_file:
-        places = {name: append_blocks(bin_file, name, stream.shapes[name], blocks())
-                  for name, blocks in stream.blocks.items()}
-    xml.write_bytes(streamed.constants_from_parameters(xml.read_bytes(), places, shown(xml)))
-    want = [p.get_friendly_name() for p in model.get_parameters() if p.get_friendly_name() not in places]
+def detach_constants(model: ov.Model, min_bytes: int | None = None) -> list[Detached]:
+    """Each constant of at least min_bytes replaced by a placeholder Parameter of its type and shape (added to the
+    model's parameters), where the Const layer openvino would write is the placeholder's own made Const
+    (irsurgeon.ir.streamed): a name no other node has, no tensor names, no rt_info, its data one contiguous buffer."""
+    min_bytes = DETACH_BYTES if min_bytes is None else min_bytes
+    counts: dict[str, int] = {}
+    for op in model.get_ops():
+        counts[op.get_friendly_name()] = counts.get(op.get_friendly_name(), 0) + 1
+    out = []
+    for op in model.get_ops():
+        if op.get_type_name() != "Constant" or op.get_byte_size() < min_bytes or counts[op.get_friendly_name()] != 1:
+            continue
+        if op.get_element_type() not in DETACHABLE or len(op.get_rt_info()) or op.output(0).get_names():
+            continue
+        data = op.data  # a view of the constant's own buffer for these types
+        if not data.flags.c_contiguous or data.nbytes != op.get_byte_size():
+            continue
+        p = ops.parameter(op.get_output_partial_shape(0), op.get_element_type())
+        p.set_friendly_name(op.get_friendly_name())
+        p.output(0).get_tensor().set_names(set())
+        for consumer in op.output(0).get_target_inputs():
+            consumer.replace_source_output(p.output(0))
+        out.append(Detached(op, p))
+    if out:
+        model.add_parameters([d.placeholder for d in out])
+    return out
+
+
+def reattach(model: ov.Model, detached: list[Detached]) -> None:
+    """The constants detach_constants took, back in their consumers' inputs; the placeholders removed."""
+    for d in detached:
+        for consumer in d.placeholder.output(0).get_target_inputs():
+            consumer.replace_source_output(d.constant.output(0))
+        model.remove_parameter(d.placeholder)
+
+
+def save_appended(model: ov.Model, xml: Path, stream: Stream | None = None,
+                  spend: bool = False) -> tuple[streamed.Tail, os.stat_result]:
+    """The graph and its small constants by openvino, every large weight appended to the .bin by irsurgeon (a
+    stream's matrices read from the checkpoint block by block, a built model's large constants copied from their
+    buffers) and the placeholders made the Const layers of them (irsurgeon.ir.streamed); read back, its inputs must
+    be the model's own. Returns the Tail hashing the .bin and its stat once written (DirectoryTransaction.written). `model`
+    is as it was afterwards; with `spend`, each large constant is released as soon as it is written instead (the
+    model keeps placeholders for them and must not be used again): the pages it frees are the ones the kernel
+    gives the .bin's page cache next, where holding every constant until the end made the kernel find 849 MB of
+    fresh pages for a 27B head (2.6 s against 0.3 s in a fresh process on a virtual machine, benchmarks/
+    profile_patch.py's save phase). Peak memory: the model's own, one block of rows for a stream."""
+    detached, tail = detach_constants(model), None
     try:
-        got = [p.get_friendly_name() for p in ov.Core().read_model(xml).get_parameters()]  # mapped: nothing read
-    except RuntimeError as e:
-        raise IRError(f"{shown(xml)}: the streamed IR does not read back: {cause(e)}") from None
-    if got != want:
-        raise IRError(f"{shown(xml)}: the streamed IR's inputs are {got}, expected {want}")
+        try:
+            ov.save_model(model, xml, compress_to_fp16=False)
+            with open(xml.with_suffix(".bin"), "r+b") as bin_file:
+                tail, places = streamed.Tail(bin_file), {}
+                if stream is not None:
+                    for name, blocks in stream.blocks.items():
+                        places[name] = tail.append(name, stream.shapes[name], "f32", blocks(), 4)
+                for i, d in enumerate(detached):
+                    etype = d.constant.get_element_type()
+                    places[d.name] = tail.append(d.name, tuple(d.constant.get_shape()), etype.get_type_name(),
+                                                 [d.constant.data], etype.bitwidth / 8)
+                    if spend:  # its buffer is freed once hashed
+                        detached[i] = d = None
+                tail.settle()
+                st = os.fstat(bin_file.fileno())
+                if st.st_size != tail.size:
+                    raise IRError(f"{shown(xml.with_suffix('.bin'))}: {st.st_size} bytes, {tail.size} were written")
+        finally:
+            if not spend:
+                reattach(model, detached)
+        xml.write_bytes(streamed.constants_from_parameters(xml.read_bytes(), places, shown(xml)))
+        placeholders = set(places)
+        want = [p.get_friendly_name() for p in model.get_parameters() if p.get_friendly_name() not in placeholders]
+        try:
+            got = [p.get_friendly_name() for p in ov.Core().read_model(xml).get_parameters()]  # mapped: nothing read
+        except RuntimeError as e:
+            raise IRError(f"{shown(xml)}: the IR written does not read back: {cause(e)}") from None
+        if got != want:
+            raise IRError(f"{shown(xml)}: the IR written has inputs {got}, expected {want}")
+    except BaseException:
+        if tail is not None:
+            tail.stop()
+        raise
+    return tail, st
 
 
 def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:
@@ -311,10 +377,7 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, ech
             tx.stage(MTP_BIN)
             xml = tx.stage(MTP_XML)
             name_anonymous_nodes(model)
-            try:
-                ov.save_model(model, xml, compress_to_fp16=False)
-            except RuntimeError as e:  # a full disk comes back as a bare iostream error
-                raise OutputError(f"{shown(xml)}: cannot write it: {cause(e)}") from None
+            write_staged(xml, lambda p: tx.written(MTP_BIN, *save_appended(model, p)))  # the model stays whole
             tx.commit()
     except BaseException:
         if created and out_dir.is_dir() and not any(out_dir.iterdir()):

@@ -9,7 +9,8 @@
 Leaving the block without commit() removes the staging folder: the directory is as it was. The commit, in order:
   1. each subdirectory is checked again: still the folder stage() opened, or still missing
   2. for each missing one a folder is made in the staging folder (and held open)
-  3. each staged file is fsynced, hashed and given its original's mode; each original is hard-linked as its backup
+  3. each staged file is fsynced, hashed (or the digest taken as it was written: `written`) and given its
+     original's mode; each original is hard-linked as its backup
   4. the journal is written whole (journal.json.tmp, fsync, renamed into place; irsurgeon.journal_format)
   5. each made folder is renamed into the target (never over anything there), the target fsynced
   6. each file is renamed into place, the directories fsynced
@@ -157,6 +158,7 @@ class DirectoryTransaction:
         self._stage_fd: int | None = None
         self._dirs: dict[str, int | None] = {}  # subdirectory -> its held descriptor (None: missing, to be made)
         self._made: list[str] = []  # subdirectories this commit makes
+        self._written: dict[str, tuple] = {}  # name -> (its Settling digest, the file's stat key once written)
         self._doing = ""  # the commit step under way, for its error message
 
     @property
@@ -202,6 +204,8 @@ class DirectoryTransaction:
             self._stage_fd = None
 
     def _release(self) -> None:
+        for settling, _key in self._written.values():
+            settling.stop()
         self._close_stage()
         for fd in self._dirs.values():
             if fd is not None:
@@ -222,6 +226,13 @@ class DirectoryTransaction:
         if name not in self.names:
             self.names.append(name)
         return self.stage_dir / staged(name)
+
+    def written(self, name: str, settling, st: os.stat_result) -> None:
+        """What the caller wrote into stage(name) is being hashed on a thread (irsurgeon.ir.streamed.Settling; st:
+        the file's stat once written): the commit journals that digest instead of reading the file again, while the
+        staged file is still that one (the same inode, size, modification and change times); otherwise it hashes
+        the file as it does any other. Dropping the transaction stops the hash."""
+        self._written[name] = (settling, _stat_key(st))
 
     def _open_subdir(self, folder: str) -> int | None:
         """The held descriptor of target/folder, never through a link (None: missing)."""
@@ -344,10 +355,12 @@ class DirectoryTransaction:
         fd = os.open(staged(name), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self._stage_fd)
         try:
             st = os.fstat(fd)
+            settling, key = self._written.get(name, (None, None))
             if original is not None and stat.S_ISREG(original.st_mode):  # a link keeps its own mode
                 os.fchmod(fd, original.st_mode & 0o7777)
             os.fsync(fd)
-            new = {**digest(fd), "dev": st.st_dev, "ino": st.st_ino}
+            known = settling.digest() if key == _stat_key(st) else None
+            new = {**(known or digest(fd)), "dev": st.st_dev, "ino": st.st_ino}
         finally:
             os.close(fd)
         old = None
@@ -373,6 +386,10 @@ class DirectoryTransaction:
             os.close(fd)
         os.replace(partial, JOURNAL, src_dir_fd=self._stage_fd, dst_dir_fd=self._stage_fd)
         os.fsync(self._stage_fd)
+
+
+def _stat_key(st: os.stat_result) -> tuple:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _regular(st: os.stat_result | None) -> bool:

@@ -50,7 +50,7 @@ class Run:
     stdout: str
     stderr: str
     seconds: float
-    peak_rss_mb: float  # the child's own peak resident set (getrusage via wait4)
+    peak_rss_mb: float  # the child's own peak resident set (VmHWM, sampled: watch)
 
     @property
     def errors(self) -> list[str]:
@@ -93,13 +93,30 @@ class Box:
             killer = threading.Timer(timeout, lambda: os.kill(proc.pid, signal.SIGKILL))
             killer.start()
             try:
-                _, status, usage = os.wait4(proc.pid, 0)
+                status, peak_kb = watch(proc.pid)
             finally:
                 killer.cancel()
             proc.returncode = os.waitstatus_to_exitcode(status)
         took = time.perf_counter() - start
         assert proc.returncode != -signal.SIGKILL, f"still running after {timeout} s: {err.read_text()[-2000:]}"
-        return Run(proc.returncode, out.read_text(), err.read_text(), took, usage.ru_maxrss / 1024)
+        return Run(proc.returncode, out.read_text(), err.read_text(), took, peak_kb / 1024)
+
+
+def watch(pid: int, every: float = 0.01) -> tuple[int, int]:
+    """Wait for child pid; its exit status and peak resident set in kB, its VmHWM sampled until it exits.
+    wait4's ru_maxrss would not do: a child exec'd from this process inherits the test process's own high-water
+    mark (the kernel folds the old image's into it at exec), over 1 GB late in a full run."""
+    peak = 0
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status, peak
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                peak = max(peak, next((int(line.split()[1]) for line in f if line.startswith("VmHWM")), 0))
+        except (FileNotFoundError, ProcessLookupError):  # exited between the two calls: reaped next round
+            pass
+        time.sleep(every)
 
 
 def copy_target(src: Path, dest: Path) -> Path:

@@ -21,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "irsurgeon"
 RANK = {
     "irsurgeon": 0, "irsurgeon.errors": 0, "irsurgeon.rtinfo": 0, "irsurgeon.config": 0, "irsurgeon.limits": 0,
     "irsurgeon.families.base": 0, "irsurgeon.text": 0, "irsurgeon.signals": 0,                        # the protocol; safe terminal text
+    "irsurgeon.concurrency": 0,                                                # work on a thread beside the main one
     "irsurgeon.fsat": 0,                                                       # calls relative to held directories
     "irsurgeon.ir": 1, "irsurgeon.journal": 1, "irsurgeon.journal_format": 1,  # what a directory and an IR are
     "irsurgeon.recovery": 2,

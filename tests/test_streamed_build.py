@@ -3,6 +3,7 @@ irsurgeon.ir.streamed): the same model as saving a built one, the same refusals,
 from __future__ import annotations
 
 import io
+import os
 import re
 import shutil
 
@@ -11,13 +12,18 @@ import openvino as ov
 import pytest
 
 from helpers.cli import invoke, one_error
+from helpers.tiers import default_tier
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
 from irsurgeon import build
+from irsurgeon.compress import compress_model
+from irsurgeon.families.registry import FAMILIES
+from irsurgeon.precision import choose_format
 from irsurgeon.errors import IRError
 from irsurgeon.families.dflash import synth
 from irsurgeon.families.dflash.model import BUILDER
 from irsurgeon.ir import streamed
+from irsurgeon.journal_format import digest
 from irsurgeon.weights.safetensors_io import write_safetensors
 
 TARGET, CKPT = FIXTURE_PAIRS["dflash"]
@@ -85,12 +91,38 @@ def test_a_nan_in_a_streamed_matrix_is_refused_naming_it_and_nothing_changes(tmp
 
 def test_appended_weights_are_aligned_and_their_size_is_checked():
     out = io.BytesIO(b"x" * 10)
-    out.seek(0, 2)
-    place = build.append_blocks(out, "w", (2, 3), [np.ones((1, 3), np.float32), np.full((1, 3), 2, np.float32)])
-    assert place == streamed.Place((2, 3), 64, 24)
-    assert np.array_equal(np.frombuffer(out.getvalue()[64:], np.float32), [1, 1, 1, 2, 2, 2])
-    with pytest.raises(IRError, match="12 bytes were written for a float32 weight of shape \\[2, 3\\]"):
-        build.append_blocks(out, "w", (2, 3), [np.ones((1, 3), np.float32)])
+    tail = streamed.Tail(out)
+    place = tail.append("w", (2, 3), "f32", [np.ones((1, 3), np.float32), np.full((1, 3), 2, np.float32)], 4)
+    assert place == streamed.Place((2, 3), 64, 24, "f32")
+    with pytest.raises(IRError, match=r"weight w: 12 bytes were written for a f32 weight of shape \[2, 3\] "
+                                      r"\(24 expected\)"):
+        tail.append("w", (2, 3), "f32", [np.ones((1, 3), np.float32)], 4)
+    assert np.array_equal(np.frombuffer(out.getvalue()[64:88], np.float32), [1, 1, 1, 2, 2, 2])
+
+
+def test_the_digest_is_the_journals_of_the_file_written_in_pieces_the_hashing_thread_lags(tmp_path, monkeypatch):
+    monkeypatch.setattr(streamed, "PIECE", 7)  # many pieces, more than AHEAD in flight
+    rng = np.random.default_rng(3)
+    path = tmp_path / "x.bin"
+    path.write_bytes(rng.bytes(50))  # the serializer's part, hashed first
+    with open(path, "r+b") as f:
+        tail = streamed.Tail(f)
+        tail.append("a", (33,), "u8", [rng.integers(0, 255, 33, dtype=np.uint8)], 1)
+        tail.append("b", (5, 9), "u4", [rng.integers(0, 255, 23, dtype=np.uint8)], 0.5)  # 45 nibbles: 23 bytes
+        tail.append("c", (4, 4), "f16", [rng.standard_normal((2, 4)).astype(np.float16)] * 2, 2)
+        tail.settle()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert tail.digest() == digest(fd) and tail.size == path.stat().st_size > 50 + 33 + 23 + 32
+    finally:
+        os.close(fd)
+
+
+def test_a_stopped_hash_gives_no_digest():
+    tail = streamed.Tail(io.BytesIO(b"x" * 10))
+    tail.append("a", (3,), "u8", [np.zeros(3, np.uint8)], 1)
+    tail.stop()
+    assert tail.digest() is None
 
 
 PLACEHOLDER = (b'<layer id="7" name="fc.weight" type="Parameter" version="opset1">\n'
@@ -105,7 +137,51 @@ def test_a_placeholder_becomes_the_const_layer_of_its_place_and_nothing_else_cha
 
 
 @pytest.mark.parametrize("xml, words", [(b"<net></net>", "found 0"), (PLACEHOLDER * 2, "found 2"),
-                                        (PLACEHOLDER.replace(b"2,3", b"3,2"), "has shape '3,2'")])
+                                        (PLACEHOLDER.replace(b"2,3", b"3,2"), "is 'f32' of shape '3,2'"),
+                                        (PLACEHOLDER.replace(b'"f32"', b'"f16"'), "is 'f16' of shape '2,3'")])
 def test_a_placeholder_that_is_missing_doubled_or_reshaped_is_an_error(xml, words):
     with pytest.raises(IRError, match=words):
         streamed.constants_from_parameters(xml, {"fc.weight": streamed.Place((2, 3), 128, 24)}, "x.xml")
+
+
+def graph(model: ov.Model) -> dict:
+    """Every op by name: type, outputs (type, shape), inputs (producer name and port), rt_info, a constant's bytes."""
+    out = {}
+    for op in model.get_ops():
+        out[op.get_friendly_name()] = (
+            op.get_type_name(),
+            [(str(o.get_element_type()), str(o.get_partial_shape())) for o in op.outputs()],
+            [(i.get_source_output().get_node().get_friendly_name(), i.get_source_output().get_index())
+             for i in op.inputs()],
+            {k: str(v) for k, v in op.get_rt_info().items()},
+            op.get_data().tobytes() if op.get_type_name() == "Constant" else None)
+    return out
+
+
+@pytest.mark.parametrize("case", default_tier(
+    [(k, f) for k in FIXTURE_PAIRS for f in ("f16", "f32", "int4")],
+    keep={("qwen3_5", "int4"), ("gemma4", "f16"), ("dflash", "f32")}))
+@pytest.mark.parametrize("detach", [1, build.DETACH_BYTES], ids=["every constant", "default"])
+def test_a_draft_saved_with_its_weights_appended_reads_back_as_openvinos_save_of_it(tmp_path, monkeypatch, case,
+                                                                                    detach):
+    key, fmt = case
+    monkeypatch.setattr(build, "DETACH_BYTES", detach)
+    family = next(f for f in FAMILIES if f.key == key).builder()
+    cfg, weights, ckpt = build.load_with(family, FIXTURE_PAIRS[key][1])
+    model = build.build_model(cfg, weights, "f32" if fmt == "int4" else fmt, family=family)
+    ckpt.close()
+    if fmt == "int4":
+        model, _ = compress_model(model, choose_format("int4").params)
+    build.name_anonymous_nodes(model)
+    before = graph(model)
+    ov.save_model(model, tmp_path / "saved.xml", compress_to_fp16=False)
+    got, st = build.save_appended(model, tmp_path / "ours.xml")
+    theirs, ours = (ov.Core().read_model(tmp_path / n) for n in ("saved.xml", "ours.xml"))
+    assert graph(ours) == graph(theirs) and graph(model) == before  # the model itself is as it was
+    same = [(tmp_path / f"ours.{x}").read_bytes() == (tmp_path / f"saved.{x}").read_bytes() for x in ("xml", "bin")]
+    assert same == ([False, False] if detach == 1 else [True, True])  # the fixtures' constants are all below 1 MiB
+    fd = os.open(tmp_path / "ours.bin", os.O_RDONLY)
+    try:
+        assert got.digest() == digest(fd) and st.st_ino == os.fstat(fd).st_ino
+    finally:
+        os.close(fd)

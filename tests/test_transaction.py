@@ -5,11 +5,13 @@ Every attack test keeps a sibling `outside` folder and asserts that neither it n
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -260,3 +262,60 @@ def test_forged_commit_mark_is_refused_like_a_forged_journal(target, outside):
     (target / STAGE_DIR / "committed").write_text("[]")
     (target / STAGE_DIR / (LM + BACKUP_SUFFIX)).write_text("someone's only copy")
     refused_untouched(target, outside, "committed: not a journal irsurgeon wrote")
+
+
+class Handed:
+    """A Settling stand-in handing over a fixed digest (and saying whether it was stopped)."""
+
+    def __init__(self, digest: dict):
+        self.value, self.stopped = digest, False
+
+    def digest(self) -> dict:
+        return self.value
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def journaled(target, name: str) -> tuple[dict, object]:
+    """The journal entry of name, read at the moment the commit renames the journal `committed`."""
+    seen = {}
+    real = os.replace
+
+    def spy(src, dst, **kw):
+        if src == JOURNAL:
+            fd = os.open(JOURNAL, os.O_RDONLY, dir_fd=kw["src_dir_fd"])
+            with os.fdopen(fd) as f:
+                seen.update({e["name"]: e["new"] for e in json.load(f)["files"]})
+        return real(src, dst, **kw)
+    return seen, spy
+
+
+@pytest.mark.parametrize("touch", [False, True], ids=["unchanged", "written again since"])
+def test_a_digest_made_as_the_file_was_written_is_journaled_only_while_the_file_is_unchanged(target, monkeypatch,
+                                                                                            touch):
+    seen, spy = journaled(target, HEAD)
+    monkeypatch.setattr(os, "replace", spy)
+    handed = Handed({"size": 4, "sha256": "0" * 64})  # not the file's: proves which one the journal took
+    with DirectoryTransaction(target) as tx:
+        staged = tx.stage(HEAD)
+        staged.write_text("head")
+        tx.written(HEAD, handed, os.stat(staged))
+        if touch:
+            time.sleep(0.02)  # past the file system's timestamp tick (a jiffy, at most 10 ms)
+            staged.write_text("HEAD")  # the same size; its times change
+        tx.commit()
+    real = {"size": 4, "sha256": hashlib.sha256(b"HEAD" if touch else b"head").hexdigest()}
+    assert {k: seen[HEAD][k] for k in ("size", "sha256")} == (real if touch else handed.value)
+    assert handed.stopped  # the transaction is over: nothing goes on hashing for it
+
+
+def test_dropping_a_transaction_stops_the_hash_of_what_it_staged(target):
+    handed = Handed({"size": 4, "sha256": "0" * 64})
+    with pytest.raises(RuntimeError):
+        with DirectoryTransaction(target) as tx:
+            staged = tx.stage(HEAD)
+            staged.write_text("head")
+            tx.written(HEAD, handed, os.stat(staged))
+            raise RuntimeError("the smoke test failed")
+    assert handed.stopped and not (target / HEAD).exists()

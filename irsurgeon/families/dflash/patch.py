@@ -23,6 +23,7 @@ from irsurgeon import limits, rtinfo
 from irsurgeon.annotate import Status, plan_annotation, write_annotation
 from irsurgeon.build import stage_ir
 from irsurgeon.compress import compress_model, set_kv_cache_precision
+from irsurgeon.concurrency import alongside
 from irsurgeon.errors import ConfigError, IRError
 from irsurgeon.families.dflash import model as dflash
 from irsurgeon.families.dflash.layout import CONFIG, DRAFT_DIR, MODEL_BIN, MODEL_XML
@@ -79,12 +80,15 @@ def checkpoint_config(root: Path) -> bytes:
 def stage(tx, target: DFlashTarget, staging) -> None:
     """The draft's files under dflash_draft/ and the target's annotated .xml, each checked where it is staged."""
     cfg, model = staging.cfg, staging.take()
-    xml = stage_ir(tx, f"{DRAFT_DIR}/{MODEL_XML}", model)
-    model = None  # noqa: F841  (the staged copy is what runs next)
-    smoke_test(xml, cfg)
-    data = checkpoint_config(staging.root)
-    write_staged(tx.stage(f"{DRAFT_DIR}/{CONFIG}"), lambda p: p.write_bytes(data))
-    stage_annotation(tx, target, staging.options.force, staging.echo)
+    for name in (f"{DRAFT_DIR}/{MODEL_BIN}", f"{DRAFT_DIR}/{MODEL_XML}", f"{DRAFT_DIR}/{CONFIG}"):
+        tx.stage(name)  # the draft's names first, as the commit lists them, whichever thread stages next
+    with alongside(lambda say: stage_annotation(tx, target, staging.options.force, say)) as annotation:
+        xml = stage_ir(tx, f"{DRAFT_DIR}/{MODEL_XML}", model)
+        model = None  # noqa: F841  (spent by stage_ir: the staged copy is what runs next)
+        smoke_test(xml, cfg)
+        data = checkpoint_config(staging.root)
+        write_staged(tx.stage(f"{DRAFT_DIR}/{CONFIG}"), lambda p: p.write_bytes(data))
+    annotation.result(staging.echo)
 
 
 def stage_annotation(tx, target: DFlashTarget, force: bool, echo) -> None:

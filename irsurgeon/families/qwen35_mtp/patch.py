@@ -18,6 +18,7 @@ from irsurgeon import rtinfo
 from irsurgeon.annotate import Status, write_annotation
 from irsurgeon.build import stage_ir
 from irsurgeon.compress import compress_model, set_kv_cache_precision, updated_openvino_config
+from irsurgeon.concurrency import alongside
 from irsurgeon.errors import IRError, IRSurgeonError
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.model import MTPConfig
@@ -57,11 +58,15 @@ def finish_head(model: ov.Model, choice, kv_cache_precision: str, echo, **proven
 
 def stage_head(tx: DirectoryTransaction, target: Target, model: ov.Model, cfg: MTPConfig, choice, force: bool,
                echo) -> None:
-    """Save the head into the transaction, check it there, then stage the annotation and openvino_config.json."""
-    xml = stage_ir(tx, contract.MTP_XML, model)
-    model = None  # free the weights before the one-step check compiles the staged copy
-    smoke_test(xml, cfg)
-    stage_annotation(tx, target, force, echo)
+    """Save the head into the transaction and check it there while the annotation is staged beside it (its read-back
+    by openvino on a thread: irsurgeon.concurrency), then openvino_config.json."""
+    for name in (contract.MTP_XML.removesuffix(".xml") + ".bin", contract.MTP_XML):
+        tx.stage(name)  # the head's names first, as the commit lists them, whichever thread stages next
+    with alongside(lambda say: stage_annotation(tx, target, force, say)) as annotation:
+        xml = stage_ir(tx, contract.MTP_XML, model)
+        model = None  # spent by stage_ir: the one-step check compiles the staged copy
+        smoke_test(xml, cfg)
+    annotation.result(echo)
     stage_openvino_config(tx, target, choice.params)
 
 
