@@ -192,3 +192,28 @@ def test_the_check_tells_imports_from_tests(source, bad):
     """Negative controls, as a benchmark at benchmarks/x.py would hold them."""
     found = imports_from_tests(ROOT / "benchmarks" / "x.py", source)
     assert bool(found) is bad, found
+
+
+SIBLINGS = ("scripts", "benchmarks")
+
+
+@pytest.mark.parametrize("path", [p for d in SIBLINGS for p in sorted((ROOT / d).glob("*.py"))],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_script_finds_the_sibling_files_it_runs_and_imports(path):
+    """benchmarks/ and scripts/ files run or import one another: a path `ROOT / "scripts" / "x.py"` must name a
+    file that is there, and a sibling module imported from the other folder needs that folder on the file's
+    sys.path (a moved file once broke both, unseen)."""
+    text = path.read_text()
+    named = re.findall(r'"(scripts|benchmarks)"\s*/\s*"([\w.]+\.py)"', text)
+    missing = [f"{d}/{f}" for d, f in named if not (ROOT / d / f).is_file()]
+    assert not missing, f"{path.name} runs {missing}, not in the repository"
+    here = {p.stem for p in path.parent.glob("*.py")}
+    other = next(d for d in SIBLINGS if d != path.parent.name)
+    theirs = {p.stem for p in (ROOT / other).glob("*.py")} - here
+    imported = {(node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else a.name.split(".")[0]
+                for node in ast.walk(ast.parse(text)) if isinstance(node, (ast.Import, ast.ImportFrom))
+                for a in (node.names if isinstance(node, ast.Import) else [None])}
+    needed = sorted(imported & theirs)
+    if needed:
+        assert re.search(rf'sys\.path[^\n]*"{other}"', text), f"{path.name} imports {needed} from {other}/ " \
+                                                               f"without putting {other}/ on sys.path"
