@@ -185,3 +185,33 @@ def test_a_draft_saved_with_its_weights_appended_reads_back_as_openvinos_save_of
         assert got.digest() == digest(fd) and st.st_ino == os.fstat(fd).st_ino
     finally:
         os.close(fd)
+
+
+def test_constants_the_placeholders_cannot_stand_for_are_left_to_openvinos_serializer(tmp_path, monkeypatch):
+    """Two constants of one name, one with a tensor name of its own, one with rt_info: each would make a Const
+    layer a placeholder cannot be turned back into, so openvino writes them; the others are appended."""
+    monkeypatch.setattr(build, "DETACH_BYTES", 1)
+    x = ov.opset13.parameter([1, 4], ov.Type.f32, name="x")
+    x.output(0).get_tensor().set_names({"x"})
+    rng = np.random.default_rng(0)
+    consts = [ov.opset13.constant(rng.standard_normal((4, 4)).astype(np.float32)) for _ in range(5)]
+    for c, name in zip(consts, ["twin", "twin", "named", "marked", "plain"]):
+        c.set_friendly_name(name)
+    consts[2].output(0).get_tensor().set_names({"named_out"})
+    consts[3].get_rt_info()["keep"] = "yes"
+    out = x.output(0)
+    for c in consts:
+        out = ov.opset13.matmul(out, c, False, False).output(0)
+    model = ov.Model([ov.opset13.result(out)], [x], "m")
+    ov.save_model(model, tmp_path / "saved.xml", compress_to_fp16=False)
+    build.save_appended(model, tmp_path / "ours.xml")
+    theirs, ours = (ov.Core().read_model(tmp_path / n) for n in ("saved.xml", "ours.xml"))
+    assert graph(ours) == graph(theirs)
+    text = (tmp_path / "ours.xml").read_text()
+    assert [n for n in ("twin", "named", "marked", "plain") if f'name="{n}" type="Const"' in text] == \
+        ["twin", "named", "marked", "plain"] and text.count('type="Parameter"') == 1
+    where = {n: (int(o), int(z)) for n, o, z in re.findall(
+        r'name="(\w+)" type="Const" version="opset1">\s*<data element_type="f32" shape="4, 4" offset="(\d+)" '
+        r'size="(\d+)"', text)}
+    serialized = max(o + z for n, (o, z) in where.items() if n != "plain")
+    assert where["plain"][0] >= serialized and where["plain"][0] % streamed.ALIGN == 0  # appended, the others not
