@@ -326,12 +326,15 @@ def save_appended(model: ov.Model, xml: Path, stream: Stream | None = None,
                 if stream is not None:
                     for name, blocks in stream.blocks.items():
                         places[name] = tail.append(name, stream.shapes[name], "f32", blocks(), 4)
+                written: dict[tuple, streamed.Place] = {}  # one buffer behind two constants is written once
                 for i, d in enumerate(detached):
-                    etype = d.constant.get_element_type()
-                    places[d.name] = tail.append(d.name, tuple(d.constant.get_shape()), etype.get_type_name(),
-                                                 [d.constant.data], etype.bitwidth / 8)
+                    etype, shape, data = d.constant.get_element_type(), tuple(d.constant.get_shape()), d.constant.data
+                    key = (data.ctypes.data, data.nbytes, etype.get_type_name(), shape)
+                    if key not in written:
+                        written[key] = tail.append(d.name, shape, etype.get_type_name(), [data], etype.bitwidth / 8)
+                    places[d.name] = written[key]
                     if spend:  # its buffer is freed once hashed
-                        detached[i] = d = None
+                        detached[i] = d = data = None
                 tail.settle()
                 st = os.fstat(bin_file.fileno())
                 if st.st_size != tail.size:

@@ -215,3 +215,19 @@ def test_constants_the_placeholders_cannot_stand_for_are_left_to_openvinos_seria
         r'size="(\d+)"', text)}
     serialized = max(o + z for n, (o, z) in where.items() if n != "plain")
     assert where["plain"][0] >= serialized and where["plain"][0] % streamed.ALIGN == 0  # appended, the others not
+
+
+def test_two_constants_over_one_buffer_are_written_once_as_openvino_writes_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "DETACH_BYTES", 1)
+    x = ov.opset13.parameter([1, 64], ov.Type.f32, name="x")
+    w = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
+    a, b = (ov.op.Constant(w, shared_memory=True) for _ in range(2))
+    a.set_friendly_name("embed")
+    b.set_friendly_name("lm_head")
+    out = ov.opset13.matmul(ov.opset13.matmul(x, a, False, False), b, False, True)
+    model = ov.Model([ov.opset13.result(out)], [x], "m")
+    ov.save_model(model, tmp_path / "saved.xml", compress_to_fp16=False)
+    build.save_appended(model, tmp_path / "ours.xml")
+    theirs, ours = (ov.Core().read_model(tmp_path / n) for n in ("saved.xml", "ours.xml"))
+    assert graph(ours) == graph(theirs)
+    assert (tmp_path / "ours.bin").stat().st_size == (tmp_path / "saved.bin").stat().st_size == w.nbytes

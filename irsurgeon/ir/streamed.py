@@ -8,7 +8,8 @@ serialized the graph and the small constants: 64-byte aligned, where it went rec
 serializer spends about as long again as the write itself on the constants it writes (measured in
 benchmarks/profile_patch.py: 1.8-2.1 s for an 849 MB f16 head); this only copies them. The `.bin` is hashed on a
 thread as it is written and fsynced on another once written (Tail), and the transaction's journal takes that digest
-(DirectoryTransaction.written) instead of reading the file again at the commit.
+(DirectoryTransaction.written) instead of reading the file again at the commit. Two constants over one buffer are
+written once (as the serializer, which compares contents, would); a build makes one constant per tensor.
 
 Here, bytes to bytes: each placeholder's layer in the `.xml` becomes the Const layer openvino writes for a weight
 (the same output port; `offset`/`size` into the .bin):
