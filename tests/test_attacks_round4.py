@@ -1,0 +1,288 @@
+"""Attacks on the draft's weight-writing path (irsurgeon.build.save_appended, irsurgeon.ir.streamed.Tail, the
+journal's digest taken from the write: DirectoryTransaction.written) and on the target's annotation staged on a
+thread beside the head (irsurgeon.concurrency.alongside), each stating a rule of docs/reliability.md or of the
+docstrings of those modules.
+
+Most cases patch a bundled fixture in-process with `build.DETACH_BYTES = 1`, so every constant of the draft takes
+the appended path; the faults are made by wrapping the product's own calls (Tail's writes, its fsync thread, the
+commit), the kills by a child process.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import signal
+import threading
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from helpers.cli import invoke, one_error
+from lab.dirsnap import snapshot
+from lab.families import FIXTURE_PAIRS
+from irsurgeon import build, transaction
+from irsurgeon.families.qwen35_mtp import patch as qwen_patch
+from irsurgeon.ir import streamed
+from irsurgeon.journal_format import STAGE_DIR, staged
+
+QWEN_HEAD_BIN = "openvino_mtp_model.bin"
+QWEN_HEAD_XML = "openvino_mtp_model.xml"
+
+
+@pytest.fixture(autouse=True)
+def every_constant_appended(monkeypatch):
+    monkeypatch.setattr(build, "DETACH_BYTES", 1)
+
+
+def copy_target(tmp_path: Path, key: str = "qwen3_5") -> Path:
+    target = tmp_path / f"{key}-target"
+    shutil.copytree(FIXTURE_PAIRS[key][0], target)
+    return target
+
+
+def patch(target: Path, key: str = "qwen3_5", *extra):
+    return invoke("patch", target, "--checkpoint", FIXTURE_PAIRS[key][1], *extra)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def open_fds() -> set[str]:
+    return {f"{n} -> {os.readlink(f'/proc/self/fd/{n}')}" for n in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{n}")}
+
+
+def house_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("irsurgeon")]
+
+
+def before_commit(monkeypatch, act) -> None:
+    """Run act(tx) just before the transaction's commit (after every file was staged and checked)."""
+    real = transaction.DirectoryTransaction.commit
+
+    def commit(tx):
+        act(tx)
+        return real(tx)
+    monkeypatch.setattr(transaction.DirectoryTransaction, "commit", commit)
+
+
+def journaled(monkeypatch) -> list[dict]:
+    """The entries of every journal written from now on."""
+    entries: list[dict] = []
+    real = transaction.DirectoryTransaction._write_journal
+
+    def write(tx, found):
+        entries.extend(found)
+        return real(tx, found)
+    monkeypatch.setattr(transaction.DirectoryTransaction, "_write_journal", write)
+    return entries
+
+
+def staged_file(tx, name: str) -> Path:
+    return tx.stage_dir / staged(name)
+
+
+# --- the journal's digest is the digest of the file that is moved in ------------------------------------------------
+
+def flip_in_place(path: Path, keep_times: bool) -> None:
+    """One byte of the file's last 64 changed, its size kept (and its times put back, when asked)."""
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(st.st_size - 1)
+        last = f.read(1)
+        f.seek(st.st_size - 1)
+        f.write(bytes([last[0] ^ 0xFF]))
+    if keep_times:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("keep_times", [False, True], ids=["rewritten", "rewritten, times put back"])
+def test_the_journal_never_takes_the_written_digest_of_a_bin_rewritten_in_place_since(tmp_path, monkeypatch,
+                                                                                       keep_times):
+    """Rule (DirectoryTransaction.written): the digest made as the .bin was written is journaled only while the
+    staged file is unchanged; a same-size rewrite (its mtime even put back: its ctime still moves) is hashed again,
+    so the journal's sha256 is that of the file moved in, which recovery and verify rely on."""
+    target = copy_target(tmp_path)
+    entries = journaled(monkeypatch)
+    before_commit(monkeypatch, lambda tx: flip_in_place(staged_file(tx, QWEN_HEAD_BIN), keep_times))
+    patch(target)
+    entry = next(e for e in entries if e["name"] == QWEN_HEAD_BIN)
+    assert entry["new"]["sha256"] == sha(target / QWEN_HEAD_BIN)
+
+
+def test_a_rewrite_right_after_the_write_is_not_taken_for_the_written_file(tmp_path, monkeypatch):
+    """Rule: the stat key (dev, ino, size, mtime_ns, ctime_ns) tells a rewrite made microseconds after the write
+    (within one tick of a coarse clock) from the file written: the journal's digest is the file's."""
+    target = copy_target(tmp_path)
+    entries = journaled(monkeypatch)
+    real = build.save_appended
+
+    def save_then_rewrite(model, xml, stream=None, spend=False):
+        tail, st = real(model, xml, stream, spend)
+        flip_in_place(xml.with_suffix(".bin"), keep_times=True)  # no pause: the same clock tick, most likely
+        return tail, st
+    monkeypatch.setattr(build, "save_appended", save_then_rewrite)
+    patch(target)
+    entry = next(e for e in entries if e["name"] == QWEN_HEAD_BIN)
+    assert entry["new"]["sha256"] == sha(target / QWEN_HEAD_BIN)
+
+
+# --- a staged file changed between its check and the commit ------------------------------------------------------
+
+
+def truncate(path: Path, elsewhere: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def rewrite_same_size(path: Path, elsewhere: Path) -> None:
+    flip_in_place(path, keep_times=False)
+
+
+def hard_link_foreign(path: Path, elsewhere: Path) -> None:
+    """The staged name made a hard link of a file of the same size elsewhere on the file system (one byte off)."""
+    foreign = elsewhere / "foreign.bin"
+    foreign.write_bytes(path.read_bytes()[:-1] + b"\0")
+    os.unlink(path)
+    os.link(foreign, path)
+
+
+def symlink_foreign(path: Path, elsewhere: Path) -> None:
+    foreign = elsewhere / "foreign.bin"
+    foreign.write_bytes(path.read_bytes())
+    os.unlink(path)
+    os.symlink(foreign, path)
+
+
+TAMPER = {"truncated": truncate, "rewritten": rewrite_same_size, "hard link": hard_link_foreign,
+          "symlink": symlink_foreign}
+CHANGED_AFTER_CHECK = "commits a staged file changed after its smoke test (only the stat key decides to re-hash)"
+
+
+@pytest.mark.parametrize("how", [
+    pytest.param("truncated", marks=pytest.mark.xfail(strict=True, reason=CHANGED_AFTER_CHECK)),
+    pytest.param("rewritten", marks=pytest.mark.xfail(strict=True, reason=CHANGED_AFTER_CHECK)),
+    pytest.param("hard link", marks=pytest.mark.xfail(strict=True, reason=CHANGED_AFTER_CHECK)),
+    "symlink"])
+def test_a_staged_bin_changed_after_its_check_is_never_moved_in(tmp_path, monkeypatch, how):
+    """Rule: what is committed is what was checked. The .bin's digest is known from its write; a staged .bin that
+    no longer has it at the commit (truncated, rewritten, replaced by a link) fails the patch with one line,
+    nothing in the target changed."""
+    target = copy_target(tmp_path)
+    before = snapshot(target)
+    before_commit(monkeypatch, lambda tx: TAMPER[how](staged_file(tx, QWEN_HEAD_BIN), tmp_path))
+    result = patch(target)
+    error = one_error(result)
+    assert QWEN_HEAD_BIN in error, error
+    assert snapshot(target) == before
+
+
+# --- faults in the writes of Tail, the xml rewrite and the fsync thread -------------------------------------------
+
+
+def failing_tail_write(monkeypatch, tmp_path, at: int) -> None:
+    """Tail's `at`-th write (-1: its last, counted on a probe patch) fails with ENOSPC."""
+    real, calls = streamed.Tail._write, []
+    monkeypatch.setattr(streamed.Tail, "_write", lambda self, piece: calls.append(1) or real(self, piece))
+    assert patch(copy_target(tmp_path / "probe")).exit_code == 0
+    n, count = (len(calls) if at == -1 else at), []
+
+    def write(self, piece):
+        count.append(1)
+        if len(count) == n:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, piece)
+    monkeypatch.setattr(streamed.Tail, "_write", write)
+
+
+def fds_into(directory: Path) -> list[str]:
+    return sorted(fd for fd in open_fds() if str(directory) in fd)
+
+
+@pytest.mark.parametrize("at", [1, 3, -1], ids=["first write", "third write", "last write"])
+def test_a_full_disk_at_a_write_of_the_tail_is_one_line_and_nothing_changes(tmp_path, monkeypatch, at):
+    """Rule: ENOSPC at any write of an appended weight: one `Error:` line with the reason, exit 1, the target as
+    before, no staging folder, no hashing or syncing thread and no descriptor of the staged files left behind."""
+    target = copy_target(tmp_path)
+    failing_tail_write(monkeypatch, tmp_path, at)
+    before = snapshot(target)
+    error = one_error(patch(target))
+    assert "No space left on device" in error and STAGE_DIR in error, error
+    assert snapshot(target) == before and not (target / STAGE_DIR).exists()
+    assert fds_into(target / STAGE_DIR) == [] and house_threads() == []
+
+
+@pytest.mark.xfail(strict=True, reason="write_staged names the path it was given (the staged .xml) for a failure "
+                                       "of any file save_appended writes")
+def test_a_full_disk_at_a_write_of_the_tail_names_the_bin(tmp_path, monkeypatch):
+    """Rule (write_staged): the one line names the file that could not be written: the .bin being appended to."""
+    target = copy_target(tmp_path)
+    failing_tail_write(monkeypatch, tmp_path, 1)
+    error = one_error(patch(target))
+    assert f"{QWEN_HEAD_BIN}: cannot write it: No space left on device" in error, error
+
+
+@pytest.mark.xfail(strict=True, reason="irsurgeon.ir.files._KEPT keeps the annotation's read-back model (the "
+                                       "target's language model .bin open) after a patch that failed")
+def test_a_failed_patch_leaves_no_descriptor_open(tmp_path, monkeypatch):
+    """Rule: a patch that fails (here ENOSPC in the head's .bin) leaves the process as it found it: no descriptor
+    of the target's files open (a library caller patching many directories would hold one .bin of each)."""
+    from irsurgeon.ir import files
+    files._KEPT.clear()
+    target = copy_target(tmp_path)
+    failing_tail_write(monkeypatch, tmp_path, 1)
+    files._KEPT.clear()  # the probe's
+    one_error(patch(target))
+    assert fds_into(target) == []
+
+
+def test_a_full_disk_at_the_xml_rewrite_is_one_line_and_nothing_changes(tmp_path, monkeypatch):
+    """Rule: the placeholders made Const layers are written over the serializer's .xml; ENOSPC there is one line
+    naming the staged .xml, and nothing changes."""
+    target = copy_target(tmp_path)
+    real = Path.write_bytes
+
+    def write_bytes(self, data):
+        if self.name == QWEN_HEAD_XML:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, data)
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    before = snapshot(target)
+    error = one_error(patch(target))
+    assert QWEN_HEAD_XML in error and "No space left on device" in error, error
+    assert snapshot(target) == before and not (target / STAGE_DIR).exists()
+    assert fds_into(target / STAGE_DIR) == [] and house_threads() == []
+
+
+def fsync_failing_once_on_the_sync_thread(monkeypatch) -> list[str]:
+    """os.fsync on the `irsurgeon-sync` thread reports EIO once, as Linux reports a lost write-back once per file
+    (errseq: the next fsync, through any descriptor opened later, reports nothing)."""
+    real, failed = os.fsync, []
+
+    def fsync(fd):
+        if threading.current_thread().name.startswith("irsurgeon-sync") and not failed:
+            failed.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real(fd)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    return failed
+
+
+@pytest.mark.xfail(strict=True, reason="the irsurgeon-sync thread's fsync error is never read (its future is "
+                                       "discarded); the commit's later fsync cannot see an error already reported")
+def test_an_io_error_reported_by_the_background_fsync_fails_the_patch(tmp_path, monkeypatch):
+    """Rule: an EIO from the fsync of the staged .bin fails the patch with one line and changes nothing; Linux
+    reports a failed write-back once, so the one fsync that saw it must be the one that is heard."""
+    target = copy_target(tmp_path)
+    failed = fsync_failing_once_on_the_sync_thread(monkeypatch)
+    before = snapshot(target)
+    result = patch(target)
+    assert failed and failed[0].endswith(QWEN_HEAD_BIN)  # the fault was reached
+    error = one_error(result)
+    assert QWEN_HEAD_BIN in error, error
+    assert snapshot(target) == before
