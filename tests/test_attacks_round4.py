@@ -425,3 +425,114 @@ def test_ctrl_c_while_the_head_waits_for_the_annotation_still_waits_for_it(tmp_p
     assert result.exit_code == 130 and result.stderr.strip() == "Error: interrupted", result.output
     assert finished, "patch returned while the annotation thread was still staging"
     assert snapshot(target) == before and not (target / STAGE_DIR).exists()
+
+
+# --- save_appended on models a user builds: names, collisions, shared buffers, the model afterwards -------------
+
+
+def graph(model: ov.Model) -> dict:
+    """Every op by name: type, outputs (type, shape), inputs (producer name and port), a constant's bytes."""
+    return {op.get_friendly_name(): (
+        op.get_type_name(), [(str(o.get_element_type()), str(o.get_partial_shape())) for o in op.outputs()],
+        [(i.get_source_output().get_node().get_friendly_name(), i.get_source_output().get_index())
+         for i in op.inputs()],
+        op.get_data().tobytes() if op.get_type_name() == "Constant" else None) for op in model.get_ops()}
+
+
+def chain_model(names: list[str], seed: int = 0, input_name: str = "x", output_name: str = "y") -> ov.Model:
+    """x [1, 8] -> MatMul by one [8, 8] constant per name, in order -> y."""
+    x = ov.opset13.parameter([1, 8], ov.Type.f32, name=input_name)
+    x.output(0).get_tensor().set_names({input_name})
+    rng, out = np.random.default_rng(seed), x.output(0)
+    for name in names:
+        c = ov.opset13.constant(rng.standard_normal((8, 8)).astype(np.float32))
+        c.set_friendly_name(name)
+        out = ov.opset13.matmul(out, c, False, False).output(0)
+    result = ov.opset13.result(out)
+    result.set_friendly_name(output_name)
+    result.output(0).get_tensor().set_names({output_name})
+    return ov.Model([result], [x], "chain")
+
+
+def theirs_and_ours(model: ov.Model, tmp_path: Path) -> tuple[ov.Model, ov.Model]:
+    build.name_anonymous_nodes(model)  # as save_mtp_model does first
+    ov.save_model(model, tmp_path / "saved.xml", compress_to_fp16=False)
+    xml = build.save_mtp_model(model, tmp_path / "out")
+    return ov.Core().read_model(tmp_path / "saved.xml"), ov.Core().read_model(xml)
+
+
+SPECIAL = {"quote": 'w"q', "amp": "a&b", "lt-gt": "<w>", "apos": "it's", "tab": "a\tb", "newline": "a\nb",
+           "cr": "a\rb", "non-ascii": "poids.ß.重み", "cdata end": "x]]>y", "spaces": " a  b ",
+           "entity-like": "&amp;", "regex-like": 'w" type="Parameter'}
+
+
+def appended_names(monkeypatch) -> list[str]:
+    names, real = [], streamed.Tail.append
+    monkeypatch.setattr(streamed.Tail, "append", lambda self, name, *a: names.append(name) or real(self, name, *a))
+    return names
+
+
+@pytest.mark.parametrize("name", list(SPECIAL.values()), ids=list(SPECIAL))
+def test_a_weight_named_with_xml_special_characters_is_written_as_openvino_writes_it(tmp_path, monkeypatch, name):
+    """Rule: save_mtp_model saves any model openvino saves, as openvino would (the placeholder's layer is found
+    by its name as the serializer escaped it): the same graph read back, the same bytes in each constant."""
+    model = chain_model([name, "plain"])
+    appended = appended_names(monkeypatch)
+    theirs, ours = theirs_and_ours(model, tmp_path)
+    assert graph(ours) == graph(theirs) and sorted(appended) == sorted([name, "plain"])
+    assert (tmp_path / "out" / QWEN_HEAD_XML).read_text().count('type="Parameter"') == 1  # the input alone
+
+
+@pytest.mark.parametrize("clash", ["input", "output", "both"])
+def test_a_weight_named_as_a_graph_input_or_output_is_written_as_openvino_writes_it(tmp_path, clash):
+    """Rule: a constant whose name is also the name of the model's input or output (a name a placeholder would
+    share) is left to openvino's serializer; the model reads back with the same inputs and graph."""
+    names = {"input": ["x", "w"], "output": ["y", "w"], "both": ["x", "y"]}[clash]
+    model = chain_model(names)
+    theirs, ours = theirs_and_ours(model, tmp_path)
+    assert graph(ours) == graph(theirs)
+    assert [p.get_friendly_name() for p in ours.get_parameters()] == ["x"]
+
+
+def infer(model: ov.Model) -> np.ndarray:
+    x = np.random.default_rng(9).standard_normal((1, 8)).astype(np.float32)
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return compiled.create_infer_request().infer({"x": x})[0]
+
+
+def test_save_mtp_model_leaves_the_model_whole_for_a_second_save_and_for_inference(tmp_path):
+    """Rule (save_mtp_model): the model stays whole: the same graph and outputs afterwards, and saving it again
+    writes byte-identical files."""
+    model = chain_model(["a", "b", "c"])
+    build.name_anonymous_nodes(model)
+    before, y = graph(model), infer(model)
+    first = build.save_mtp_model(model, tmp_path / "one")
+    second = build.save_mtp_model(model, tmp_path / "two")
+    assert graph(model) == before and np.array_equal(infer(model), y)
+    assert [p.read_bytes() for p in (first, first.with_suffix(".bin"))] == \
+        [p.read_bytes() for p in (second, second.with_suffix(".bin"))]
+
+
+def test_a_failed_save_mtp_model_leaves_the_model_whole_and_the_next_save_as_the_first(tmp_path, monkeypatch):
+    """Rule: a save that fails in the middle of the appended weights (ENOSPC) raises one OutputError, creates no
+    output folder, and the model is as it was: it infers the same and the next save writes what a clean one does."""
+    from irsurgeon.errors import OutputError
+    model = chain_model(["a", "b", "c"])
+    build.name_anonymous_nodes(model)
+    clean = build.save_mtp_model(model, tmp_path / "clean")
+    before, y = graph(model), infer(model)
+    real, count = streamed.Tail._write, []
+
+    def write(self, piece):
+        count.append(1)
+        if len(count) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, piece)
+    monkeypatch.setattr(streamed.Tail, "_write", write)
+    with pytest.raises(OutputError, match="No space left on device"):
+        build.save_mtp_model(model, tmp_path / "failed")
+    monkeypatch.setattr(streamed.Tail, "_write", real)
+    assert not (tmp_path / "failed").exists() and graph(model) == before and np.array_equal(infer(model), y)
+    again = build.save_mtp_model(model, tmp_path / "again")
+    assert again.read_bytes() == clean.read_bytes() and again.with_suffix(".bin").read_bytes() == \
+        clean.with_suffix(".bin").read_bytes()
