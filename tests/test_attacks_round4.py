@@ -536,3 +536,104 @@ def test_a_failed_save_mtp_model_leaves_the_model_whole_and_the_next_save_as_the
     again = build.save_mtp_model(model, tmp_path / "again")
     assert again.read_bytes() == clean.read_bytes() and again.with_suffix(".bin").read_bytes() == \
         clean.with_suffix(".bin").read_bytes()
+
+
+# --- stage_ir's spent model: each constant freed as written, the digest still the file's ------------------------
+
+
+def shared_chain(arrays: list[np.ndarray]) -> ov.Model:
+    """x [1, 8] -> MatMul by a constant over each array's own memory (no copy) -> y."""
+    x = ov.opset13.parameter([1, 8], ov.Type.f32, name="x")
+    x.output(0).get_tensor().set_names({"x"})
+    out = x.output(0)
+    for i, a in enumerate(arrays):
+        c = ov.op.Constant(a, shared_memory=True)
+        c.set_friendly_name(f"w{i}")
+        out = ov.opset13.matmul(out, c, False, False).output(0)
+    result = ov.opset13.result(out)
+    result.output(0).get_tensor().set_names({"y"})
+    return ov.Model([result], [x], "shared")
+
+
+def staged_into(directory: Path, model: ov.Model) -> Path:
+    """stage_ir of the model as openvino_mtp_model.xml into a transaction on directory, committed."""
+    directory.mkdir(exist_ok=True)
+    with transaction.DirectoryTransaction(directory) as tx:
+        build.stage_ir(tx, QWEN_HEAD_XML, model)
+        tx.commit()
+    return directory / QWEN_HEAD_XML
+
+
+def test_each_constant_is_freed_as_soon_as_it_is_written(tmp_path):
+    """Rule (save_appended's spend): a constant's buffer is released once it is written and hashed: when the k-th
+    constant is appended, every one appended before it but the AHEAD pieces (and their padding) the hash may lag
+    behind is gone from memory, and all are once the save is done."""
+    import weakref
+    n = 12
+    freed: set[int] = set()
+    arrays = [np.full((8, 8), i, np.float32) for i in range(n)]
+    for i in range(n):
+        weakref.finalize(arrays[i], freed.add, i)
+    model = shared_chain(arrays)
+    del arrays
+    order, seen = [], []
+    real = streamed.Tail.append
+
+    def append(self, name, *args):
+        order.append(int(name[1:]))
+        seen.append(set(freed))
+        return real(self, name, *args)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(streamed.Tail, "append", append)
+        xml = staged_into(tmp_path / "d", model)
+    assert sorted(order) == list(range(n))
+    late = {k: sorted(set(order[:max(0, k - streamed.AHEAD - 1)]) - seen[k]) for k in range(n)}
+    assert all(not v for v in late.values()), late
+    assert freed == set(range(n))
+    got = {op.get_friendly_name(): op.get_data() for op in ov.Core().read_model(xml).get_ops()
+           if op.get_type_name() == "Constant"}
+    assert all(np.array_equal(got[f"w{i}"], np.full((8, 8), i, np.float32)) for i in range(n))
+
+
+def test_the_journaled_digest_of_a_spent_model_written_in_tiny_pieces_is_the_files(tmp_path, monkeypatch):
+    """Rule: with every constant released as soon as it is written, the hashing thread (lagging AHEAD pieces) still
+    hashes the bytes written, not freed memory: the journal's sha256 is the committed .bin's."""
+    monkeypatch.setattr(streamed, "PIECE", 24)  # several pieces per constant, many in flight
+    rng = np.random.default_rng(4)
+    model = shared_chain([rng.standard_normal((8, 8)).astype(np.float32) for _ in range(10)])
+    entries = journaled(monkeypatch)
+    xml = staged_into(tmp_path / "d", model)
+    entry = next(e for e in entries if e["name"] == QWEN_HEAD_BIN)
+    assert entry["new"]["sha256"] == sha(xml.with_suffix(".bin"))
+
+
+@pytest.mark.parametrize("layout", ["one buffer twice", "a view into another", "one buffer reshaped"])
+def test_constants_sharing_memory_are_each_staged_with_their_own_values(tmp_path, layout):
+    """Rule: constants over one buffer (written once), over part of another's buffer, or over one buffer in two
+    shapes each read back with their own values when the model is spent as it is written (the first one freed
+    before the next is looked up)."""
+    base = np.random.default_rng(6).standard_normal((16, 8)).astype(np.float32)
+    x = ov.opset13.parameter([1, 8], ov.Type.f32, name="x")
+    x.output(0).get_tensor().set_names({"x"})
+    if layout == "one buffer twice":
+        parts = [base[:8], base[:8]]
+    elif layout == "a view into another":
+        parts = [base[:8], base[4:12]]
+    else:
+        parts = [base[:8], base[:8].reshape(4, 16)]
+    consts = [ov.op.Constant(np.ascontiguousarray(p), shared_memory=True) for p in parts]
+    out = ov.opset13.matmul(x, consts[0], False, False)
+    other = consts[1] if consts[1].get_shape() == consts[0].get_shape() else ov.opset13.reshape(
+        consts[1], ov.opset13.constant(np.array([8, 8], np.int64)), False)
+    out = ov.opset13.matmul(out, other, False, True)
+    for i, c in enumerate(consts):
+        c.set_friendly_name(f"w{i}")
+    result = ov.opset13.result(out)
+    result.output(0).get_tensor().set_names({"y"})
+    model = ov.Model([result], [x], "m")
+    want = {f"w{i}": np.array(p) for i, p in enumerate(parts)}
+    del consts, other, out
+    xml = staged_into(tmp_path / "d", model)
+    got = {op.get_friendly_name(): op.get_data() for op in ov.Core().read_model(xml).get_ops()
+           if op.get_type_name() == "Constant" and op.get_friendly_name() in want}
+    assert sorted(got) == sorted(want) and all(np.array_equal(got[n], want[n]) for n in want)
