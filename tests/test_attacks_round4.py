@@ -637,3 +637,50 @@ def test_constants_sharing_memory_are_each_staged_with_their_own_values(tmp_path
     got = {op.get_friendly_name(): op.get_data() for op in ov.Core().read_model(xml).get_ops()
            if op.get_type_name() == "Constant" and op.get_friendly_name() in want}
     assert sorted(got) == sorted(want) and all(np.array_equal(got[n], want[n]) for n in want)
+
+
+# --- whole patches with every constant appended: f16 fallbacks, compressed heads, every family ------------------
+
+
+def head_constants(xml: Path) -> dict[str, np.ndarray]:
+    return {op.get_friendly_name(): op.get_data() for op in ov.Core().read_model(xml).get_ops()
+            if op.get_type_name() == "Constant"}
+
+
+def test_a_weight_kept_f32_in_an_f16_head_is_appended_with_its_exact_values(tmp_path):
+    """Rule: a weight whose values overflow f16 stays f32 in an f16 head (and is said); appended, it reads back
+    as an f32 constant holding the checkpoint's values exactly, beside f16 neighbours."""
+    from helpers.checkpoints import read_tensors, write_variant
+    from irsurgeon.weights.safetensors_io import bf16_to_f32, f32_to_bf16
+    tensors = read_tensors(FIXTURE_PAIRS["qwen3_5"][1])
+    raw, dtype = tensors["mtp.fc.weight"]
+    values = bf16_to_f32(raw).copy()
+    values[0, :4] = [1.0e5, -3.0e6, 7.0e4, 1.5e9]  # beyond f16's 65504
+    tensors["mtp.fc.weight"] = (f32_to_bf16(values), dtype)
+    ckpt = write_variant(FIXTURE_PAIRS["qwen3_5"][1], tmp_path / "ckpt", tensors)
+    target = copy_target(tmp_path)
+    result = invoke("patch", target, "--checkpoint", ckpt, "--weight-format", "f16")
+    assert result.exit_code == 0, result.output
+    assert "mtp.fc.weight" in result.output  # said
+    got = head_constants(target / QWEN_HEAD_XML)
+    assert got["mtp.fc.weight"].dtype == np.float32
+    assert np.array_equal(got["mtp.fc.weight"], bf16_to_f32(f32_to_bf16(values)))
+    assert got["mtp.layers.0.self_attn.q_proj.weight"].dtype == np.float16
+
+
+@pytest.mark.parametrize("key, fmt", [("qwen3_5", "f16"), ("qwen3_5", "int8"), ("gemma4", "int4"),
+                                      ("gemma4", "f16"), ("dflash", "int8"), ("dflash", "f32")])
+def test_a_patch_with_every_constant_appended_is_the_patch_openvino_would_have_written(tmp_path, monkeypatch, key,
+                                                                                       fmt):
+    """Rule: appending the weights changes where bytes sit in the .bin, never the head: a patch with every constant
+    appended (DETACH_BYTES = 1) passes its verify and holds the graph and constants of one with none appended."""
+    ours, theirs = copy_target(tmp_path / "ours", key), copy_target(tmp_path / "theirs", key)
+    assert patch(ours, key, "--weight-format", fmt).exit_code == 0
+    monkeypatch.setattr(build, "DETACH_BYTES", 1 << 62)
+    assert patch(theirs, key, "--weight-format", fmt).exit_code == 0
+    pristine, patched = snapshot(FIXTURE_PAIRS[key][0]), snapshot(theirs)
+    drafts = [rel for rel, h in patched.items() if rel.endswith(".xml") and pristine.get(rel) != h]
+    assert drafts
+    for rel in drafts:
+        assert graph(ov.Core().read_model(ours / rel)) == graph(ov.Core().read_model(theirs / rel)), rel
+    assert invoke("verify", ours).exit_code == 0
