@@ -25,7 +25,6 @@ from helpers.cli import invoke, one_error
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
 from irsurgeon import build, transaction
-from irsurgeon.families.qwen35_mtp import patch as qwen_patch
 from irsurgeon.ir import streamed
 from irsurgeon.journal_format import STAGE_DIR, staged
 
@@ -58,7 +57,9 @@ def open_fds() -> set[str]:
 
 
 def house_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("irsurgeon")]
+    """irsurgeon's threads still running, but the background fsync's (never joined: its own case below)."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("irsurgeon")
+            and not t.name.startswith("irsurgeon-sync")]
 
 
 def before_commit(monkeypatch, act) -> None:
@@ -317,7 +318,7 @@ def test_an_annotation_that_fails_beside_a_head_that_succeeds_is_its_own_one_lin
     before = snapshot(target)
     result = patch(target, key)
     error = one_error(result)
-    assert lm_xml in error and "No space left on device" in error, error
+    assert f"{STAGE_DIR}/{lm_xml}: cannot write it: No space left on device" in error, error
     assert "annotated" not in result.stdout and snapshot(target) == before
     assert not (target / STAGE_DIR).exists() and house_threads() == []
 
@@ -336,8 +337,7 @@ def test_a_head_that_fails_beside_the_annotation_is_the_one_line_said(tmp_path, 
     before = snapshot(target)
     result = patch(target, key)
     error = one_error(result)
-    assert "No space left on device" in error and lm_xml not in error.split(STAGE_DIR)[-1].replace(
-        head_bin.replace(".bin", ".xml").rsplit("/", 1)[-1], ""), error
+    assert f"{STAGE_DIR}/{staged(head_bin.replace('.bin', '.xml'))}: cannot write it: No space left" in error, error
     assert "annotated" not in result.stdout and snapshot(target) == before
     assert not (target / STAGE_DIR).exists() and house_threads() == []
 
@@ -761,3 +761,73 @@ def test_kills_at_every_write_of_a_patch_with_every_constant_appended(tmp_path, 
         lab.kill(at, sig, sweep)
     assert sweep.kills == len(lab.points) > 10
     assert not sweep.problems, "\n".join(sweep.problems)
+
+
+# --- more of the same attacks: the head's .xml, Ctrl-C inside the writes, the fsync thread after a patch ----------
+
+
+@pytest.mark.xfail(strict=True, reason="the staged .xml is committed as found at the commit: nothing compares it "
+                                       "with the one written and checked")
+def test_a_staged_head_xml_rewritten_after_its_check_is_never_moved_in(tmp_path, monkeypatch):
+    """Rule: what is committed is what was checked. The staged head's .xml rewritten between its smoke test and the
+    commit (one weight's Const layer pointed at another's bytes: a valid IR, a different head) fails the patch,
+    nothing in the target changed."""
+    import re
+
+    def repoint(tx):
+        xml = staged_file(tx, QWEN_HEAD_XML)
+        text = xml.read_text()
+        extents = re.findall(r'offset="(\d+)" size="(\d+)"', text)
+        (o1, z1), (o2, z2) = next((a, b) for a in extents for b in extents if a != b and a[1] == b[1])
+        xml.write_text(text.replace(f'offset="{o1}" size="{z1}"', f'offset="{o2}" size="{z2}"', 1))
+    target = copy_target(tmp_path)
+    before = snapshot(target)
+    before_commit(monkeypatch, repoint)
+    error = one_error(patch(target))
+    assert QWEN_HEAD_XML in error, error
+    assert snapshot(target) == before
+
+
+@pytest.mark.parametrize("at", [1, -1], ids=["first write", "last write"])
+def test_ctrl_c_inside_the_writes_of_the_tail_is_interrupted_and_nothing_changes(tmp_path, monkeypatch, at):
+    """Rule: Ctrl-C while the weights are appended: `Error: interrupted`, exit 130, the target as before, no
+    staging folder, the hashing thread stopped."""
+    real, calls = streamed.Tail._write, []
+    monkeypatch.setattr(streamed.Tail, "_write", lambda self, piece: calls.append(1) or real(self, piece))
+    assert patch(copy_target(tmp_path / "probe")).exit_code == 0
+    n, count = (len(calls) if at == -1 else at), []
+
+    def write(self, piece):
+        count.append(1)
+        if len(count) == n:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, piece)
+    monkeypatch.setattr(streamed.Tail, "_write", write)
+    target = copy_target(tmp_path)
+    before = snapshot(target)
+    result = patch(target)
+    assert result.exit_code == 130 and result.stderr.strip() == "Error: interrupted", result.output
+    assert snapshot(target) == before and not (target / STAGE_DIR).exists() and house_threads() == []
+
+
+@pytest.mark.xfail(strict=True, reason="Tail.settle's irsurgeon-sync thread is never joined: a slow fsync outlives "
+                                       "the patch, holding a descriptor of the committed .bin")
+def test_a_patch_returns_with_no_thread_of_its_own_left_running(tmp_path, monkeypatch):
+    """Rule: when patch returns, its work is done: no irsurgeon thread still runs and no descriptor of the target's
+    files is open (here the background fsync of the .bin takes longer than the rest of the patch)."""
+    from irsurgeon.ir import files
+    real, release = os.fsync, threading.Event()
+
+    def fsync(fd):
+        if threading.current_thread().name.startswith("irsurgeon-sync"):
+            release.wait(2)
+        return real(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    target = copy_target(tmp_path)
+    try:
+        assert patch(target).exit_code == 0
+        files._KEPT.clear()  # the read-back cache of the annotated .xml (its own case above)
+        left = house_threads(), fds_into(target)
+    finally:
+        release.set()
+    assert left == ([], [])
