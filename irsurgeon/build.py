@@ -11,9 +11,11 @@ is one block, not every weight as float32 (twice a bf16 checkpoint: 6.9 GB for a
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -29,7 +31,7 @@ from irsurgeon.families.builder import Builder
 from irsurgeon.ir import streamed
 from irsurgeon.ir.export import MTP_BIN, MTP_XML
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
-from irsurgeon.transaction import DirectoryTransaction, shown, write_staged
+from irsurgeon.transaction import DirectoryTransaction, Known, cannot_write, shown, write_staged
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.spec import LazyWeights, load_weights
 from irsurgeon.weights.table import Table
@@ -248,11 +250,27 @@ def stage_ir(tx: DirectoryTransaction, xml_name: str, model: ov.Model) -> Path:
     if stream is not None:
         del model.get_rt_info()[rtinfo.STREAMED]
     try:
-        write_staged(xml, lambda p: tx.written(bin_name, *save_appended(model, p, stream, spend=True)))
+        write_staged(xml, lambda p: record(tx, xml_name, save_appended(model, p, stream, spend=True)))
     finally:
         if stream is not None:
             stream.close()
     return xml
+
+
+def record(tx: DirectoryTransaction, xml_name: str, saved: Saved) -> None:
+    """The staged .bin and .xml as written (DirectoryTransaction.written): the commit refuses either if it changes
+    after its checks."""
+    tx.written(xml_name.removesuffix(".xml") + ".bin", saved.tail, saved.bin_stat)
+    tx.written(xml_name, Known(saved.xml_digest), saved.xml_stat)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What save_appended wrote: the Tail hashing the .bin, the .bin's and the .xml's stat, the .xml's digest."""
+    tail: streamed.Tail
+    bin_stat: os.stat_result
+    xml_digest: dict
+    xml_stat: os.stat_result
 
 
 DETACH_BYTES = 1 << 20  # constants this large are written by irsurgeon.ir.streamed, not by openvino's serializer
@@ -306,12 +324,11 @@ def reattach(model: ov.Model, detached: list[Detached]) -> None:
         model.remove_parameter(d.placeholder)
 
 
-def save_appended(model: ov.Model, xml: Path, stream: Stream | None = None,
-                  spend: bool = False) -> tuple[streamed.Tail, os.stat_result]:
+def save_appended(model: ov.Model, xml: Path, stream: Stream | None = None, spend: bool = False) -> Saved:
     """The graph and its small constants by openvino, every large weight appended to the .bin by irsurgeon (a
     stream's matrices read from the checkpoint block by block, a built model's large constants copied from their
     buffers) and the placeholders made the Const layers of them (irsurgeon.ir.streamed); read back, its inputs must
-    be the model's own. Returns the Tail hashing the .bin and its stat once written (DirectoryTransaction.written). `model`
+    be the model's own. Returns what it wrote (Saved: for DirectoryTransaction.written). `model`
     is as it was afterwards; with `spend`, each large constant is released as soon as it is written instead (the
     model keeps placeholders for them and must not be used again): the pages it frees are the ones the kernel
     gives the .bin's page cache next, where holding every constant until the end made the kernel find 849 MB of
@@ -321,7 +338,7 @@ def save_appended(model: ov.Model, xml: Path, stream: Stream | None = None,
     try:
         try:
             ov.save_model(model, xml, compress_to_fp16=False)
-            with open(xml.with_suffix(".bin"), "r+b") as bin_file:
+            with open(xml.with_suffix(".bin"), "r+b") as bin_file, named_failures(xml.with_suffix(".bin")):
                 tail, places = streamed.Tail(bin_file), {}
                 if stream is not None:
                     for name, blocks in stream.blocks.items():
@@ -342,7 +359,9 @@ def save_appended(model: ov.Model, xml: Path, stream: Stream | None = None,
         finally:
             if not spend:
                 reattach(model, detached)
-        xml.write_bytes(streamed.constants_from_parameters(xml.read_bytes(), places, shown(xml)))
+        text = streamed.constants_from_parameters(xml.read_bytes(), places, shown(xml))
+        xml.write_bytes(text)
+        xml_stat = os.stat(xml)
         placeholders = set(places)
         want = [p.get_friendly_name() for p in model.get_parameters() if p.get_friendly_name() not in placeholders]
         try:
@@ -355,7 +374,16 @@ def save_appended(model: ov.Model, xml: Path, stream: Stream | None = None,
         if tail is not None:
             tail.stop()
         raise
-    return tail, st
+    return Saved(tail, st, {"size": len(text), "sha256": hashlib.sha256(text).hexdigest()}, xml_stat)
+
+
+@contextmanager
+def named_failures(path: Path) -> Iterator[None]:
+    """A failing write of the .bin named as itself (write_staged names the .xml it was handed)."""
+    try:
+        yield
+    except OSError as e:
+        raise cannot_write(path, e) from None
 
 
 def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:
@@ -380,7 +408,7 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, ech
             tx.stage(MTP_BIN)
             xml = tx.stage(MTP_XML)
             name_anonymous_nodes(model)
-            write_staged(xml, lambda p: tx.written(MTP_BIN, *save_appended(model, p)))  # the model stays whole
+            write_staged(xml, lambda p: record(tx, MTP_XML, save_appended(model, p)))  # the model stays whole
             tx.commit()
     except BaseException:
         if created and out_dir.is_dir() and not any(out_dir.iterdir()):

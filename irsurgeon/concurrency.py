@@ -5,7 +5,8 @@
     other.result(echo)                                                      # its lines said, its error raised
 
 Leaving the block waits for the thread whatever happens (it may be writing into a staging folder the block's
-error is about to remove), so the block's own error, a Ctrl-C included, comes first; result() then says the
+error is about to remove; a Ctrl-C meanwhile is held until it has finished), so the block's own error, a Ctrl-C
+included, comes first; result() then says the
 lines the work gave to `say`, in order, and raises its error if it failed. Only work that releases the GIL for
 most of its time gains from it (openvino's read_model, file I/O, hashing), on a machine with a core to spare;
 on a loaded one it costs nothing but the thread.
@@ -15,6 +16,8 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
+
+from irsurgeon.signals import deferred_sigint
 
 
 class Other:
@@ -31,7 +34,8 @@ class Other:
             self.error = e
 
     def result(self, echo: Callable[[str], None]) -> object:
-        self.thread.join()
+        with deferred_sigint():
+            self.thread.join()
         for line in self.lines:
             echo(line)
         if self.error is not None:
@@ -46,4 +50,5 @@ def alongside(work: Callable[[Callable[[str], None]], object]) -> Iterator[Other
     try:
         yield other
     finally:
-        other.thread.join()
+        with deferred_sigint():  # an interrupted join would leave the work running past the caller's cleanup
+            other.thread.join()

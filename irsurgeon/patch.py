@@ -144,6 +144,7 @@ def commit(family: Family, target, staging: Staging, start: float) -> list[str]:
     finally:
         if stream is not None:
             stream.close()
+        files.forget_kept()  # the annotation's read-back, kept for the verify after the commit
     return list(tx.names)
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
 import shutil
 import stat
@@ -227,12 +228,19 @@ class DirectoryTransaction:
             self.names.append(name)
         return self.stage_dir / staged(name)
 
-    def written(self, name: str, settling, st: os.stat_result) -> None:
-        """What the caller wrote into stage(name) is being hashed on a thread (irsurgeon.ir.streamed.Settling; st:
-        the file's stat once written): the commit journals that digest instead of reading the file again, while the
-        staged file is still that one (the same inode, size, modification and change times); otherwise it hashes
-        the file as it does any other. Dropping the transaction stops the hash."""
-        self._written[name] = (settling, _stat_key(st))
+    def written(self, name: str, digest, st: os.stat_result) -> None:
+        """What the caller wrote into stage(name) and checked, and its digest (anything with digest() and stop():
+        irsurgeon.ir.streamed.Tail hashing it on a thread, or Known; st: the file's stat once written). The commit
+        journals that digest, and refuses the file (nothing moves in) if it is no longer the one written: another
+        inode, size, modification or change time. Dropping the transaction stops the hash."""
+        self._written[name] = (digest, _stat_key(st))
+
+    def write(self, name: str, data: bytes) -> Path:
+        """Stage data as target/name, recorded as written (`written`); returns the staged path."""
+        path = self.stage(name)
+        write_staged(path, lambda p: p.write_bytes(data))
+        self.written(name, Known({"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}), os.stat(path))
+        return path
 
     def _open_subdir(self, folder: str) -> int | None:
         """The held descriptor of target/folder, never through a link (None: missing)."""
@@ -355,11 +363,14 @@ class DirectoryTransaction:
         fd = os.open(staged(name), os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self._stage_fd)
         try:
             st = os.fstat(fd)
-            settling, key = self._written.get(name, (None, None))
+            recorded, key = self._written.get(name, (None, None))
+            if key is not None and key != _stat_key(st):
+                raise OutputError(f"{self.target / name}: its staged copy changed after it was written and checked "
+                                  f"(another file, size or time); nothing was written")
             if original is not None and stat.S_ISREG(original.st_mode):  # a link keeps its own mode
                 os.fchmod(fd, original.st_mode & 0o7777)
             os.fsync(fd)
-            known = settling.digest() if key == _stat_key(st) else None
+            known = recorded.digest() if recorded is not None else None
             new = {**(known or digest(fd)), "dev": st.st_dev, "ino": st.st_ino}
         finally:
             os.close(fd)
@@ -388,6 +399,18 @@ class DirectoryTransaction:
         os.fsync(self._stage_fd)
 
 
+@dataclass
+class Known:
+    """A digest known when the file was written (DirectoryTransaction.written)."""
+    value: dict
+
+    def digest(self) -> dict:
+        return self.value
+
+    def stop(self) -> None:
+        return None
+
+
 def _stat_key(st: os.stat_result) -> tuple:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
@@ -410,6 +433,11 @@ def write_staged(path: Path, write: Callable[[Path], object]) -> None:
     try:
         write(path)
     except (OSError, RuntimeError) as e:  # ov.save_model reports a full disk as a bare iostream RuntimeError
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else cause(e)
-        free = shutil.disk_usage(path.parent).free
-        raise OutputError(f"{shown(path)}: cannot write it: {reason} ({free / 1e6:.1f} MB free there)") from None
+        raise cannot_write(path, e) from None
+
+
+def cannot_write(path: Path, e: BaseException) -> OutputError:
+    """The one line for a staged file that could not be written: the file, the reason, the space left there."""
+    reason = e.strerror if isinstance(e, OSError) and e.strerror else cause(e)
+    free = shutil.disk_usage(path.parent).free
+    return OutputError(f"{shown(path)}: cannot write it: {reason} ({free / 1e6:.1f} MB free there)")

@@ -2,6 +2,7 @@
 irsurgeon.ir.streamed): the same model as saving a built one, the same refusals, the checkpoint closed after."""
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
@@ -175,16 +176,18 @@ def test_a_draft_saved_with_its_weights_appended_reads_back_as_openvinos_save_of
     build.name_anonymous_nodes(model)
     before = graph(model)
     ov.save_model(model, tmp_path / "saved.xml", compress_to_fp16=False)
-    got, st = build.save_appended(model, tmp_path / "ours.xml")
+    saved = build.save_appended(model, tmp_path / "ours.xml")
     theirs, ours = (ov.Core().read_model(tmp_path / n) for n in ("saved.xml", "ours.xml"))
     assert graph(ours) == graph(theirs) and graph(model) == before  # the model itself is as it was
     same = [(tmp_path / f"ours.{x}").read_bytes() == (tmp_path / f"saved.{x}").read_bytes() for x in ("xml", "bin")]
     assert same == ([False, False] if detach == 1 else [True, True])  # the fixtures' constants are all below 1 MiB
     fd = os.open(tmp_path / "ours.bin", os.O_RDONLY)
     try:
-        assert got.digest() == digest(fd) and st.st_ino == os.fstat(fd).st_ino
+        assert saved.tail.digest() == digest(fd) and saved.bin_stat.st_ino == os.fstat(fd).st_ino
     finally:
         os.close(fd)
+    xml = (tmp_path / "ours.xml").read_bytes()
+    assert saved.xml_digest == {"size": len(xml), "sha256": hashlib.sha256(xml).hexdigest()}
 
 
 def test_constants_the_placeholders_cannot_stand_for_are_left_to_openvinos_serializer(tmp_path, monkeypatch):

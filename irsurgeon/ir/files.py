@@ -64,6 +64,11 @@ def file_identity(xml: Path, bin_path: Path) -> tuple:
     return tuple(out)
 
 
+def forget_kept() -> None:
+    """Drop the kept model (a run that ends without reading it back: its files are no longer held open)."""
+    _KEPT.clear()
+
+
 def _take_kept(xml: Path):
     """The kept model when it was read from these very files; the slot is emptied either way."""
     if not _KEPT:

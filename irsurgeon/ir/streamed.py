@@ -102,6 +102,7 @@ class Tail:
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="irsurgeon-hash")
         self.pending: deque[Future] = deque()
         self.stopped = False
+        self.synced: Future | None = None  # settle()'s fsync
         bin_file.seek(0)
         while prefix := bin_file.read(PIECE):  # the serializer's constants: small
             self._hash(prefix)
@@ -154,19 +155,26 @@ class Tail:
             finally:
                 os.close(dup)
         pool = ThreadPoolExecutor(1, thread_name_prefix="irsurgeon-sync")
-        pool.submit(sync)
+        self.synced = pool.submit(sync)
         pool.shutdown(wait=False)
 
     def digest(self) -> dict | None:
-        """{"size", "sha256"} of the file as written, once the hash has caught up; None once stopped."""
+        """{"size", "sha256"} of the file as written, once the hash has caught up and the fsync begun by settle()
+        is done (an error it met is raised here: the kernel reports a failed write-back once, to that fsync);
+        None once stopped."""
         if self.stopped:
             return None
         while self.pending:
             self.pending.popleft().result()
         self.pool.shutdown(wait=True)
+        if self.synced is not None:
+            self.synced.result()
         return {"size": self.size, "sha256": self.hash.hexdigest()}
 
     def stop(self) -> None:
+        """Give the hash up, and wait for the fsync (no thread outlives the run; its error no longer matters)."""
         self.stopped = True
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.pending.clear()
+        if self.synced is not None:
+            self.synced.exception()

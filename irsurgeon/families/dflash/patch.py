@@ -29,7 +29,6 @@ from irsurgeon.families.dflash import model as dflash
 from irsurgeon.families.dflash.layout import CONFIG, DRAFT_DIR, MODEL_BIN, MODEL_XML
 from irsurgeon.families.dflash.target import DFlashTarget
 from irsurgeon.ir.narrow import narrow_feed_forward
-from irsurgeon.transaction import write_staged
 
 ACTIVATIONS_SCALE_FACTOR = "8.0"  # optimum-intel 2.2.0's runtime_options of a DFlash draft
 CONTEXT_ROWS, BLOCK = 2, 3  # the smoke test's call: 2 new target rows, a block of [seed, MASK x 3]
@@ -87,7 +86,7 @@ def stage(tx, target: DFlashTarget, staging) -> None:
         model = None  # noqa: F841  (spent by stage_ir: the staged copy is what runs next)
         smoke_test(xml, cfg)
         data = checkpoint_config(staging.root)
-        write_staged(tx.stage(f"{DRAFT_DIR}/{CONFIG}"), lambda p: p.write_bytes(data))
+        tx.write(f"{DRAFT_DIR}/{CONFIG}", data)
     annotation.result(staging.echo)
 
 
@@ -108,9 +107,7 @@ def stage_annotation(tx, target: DFlashTarget, force: bool, echo) -> None:
         return
 
     def into(data: bytes) -> Path:
-        staged = tx.stage(target.xml_name)
-        write_staged(staged, lambda p: p.write_bytes(data))
-        return staged
+        return tx.write(target.xml_name, data)
 
     write_annotation(planned, into=into)
     echo(f"{target.xml_name}: annotated {planned.num_layers} decoder layers")

@@ -34,7 +34,6 @@ from irsurgeon.families.gemma4_mtp import target as surgery
 from irsurgeon.families.gemma4_mtp.layout import ASSISTANT_DIR, CONFIG, GENERATION, MODEL_BIN, MODEL_XML
 from irsurgeon.families.gemma4_mtp.model import AssistantConfig, Layer
 from irsurgeon.families.gemma4_mtp.pairing import Gemma4Target, inspect_target
-from irsurgeon.transaction import write_staged
 
 # The assistant's lm_head stays float under int4/int8. Left to itself nncf 3.4.0 (compress_weights, int4_asym group
 # 64, all_layers off, on the fixture assistant) stores masked_embedding.centroids and the tied model.embed_tokens
@@ -134,11 +133,9 @@ def stage(tx, target: PatchTarget, model: ov.Model, cfg: AssistantConfig, root: 
     xml = stage_ir(tx, f"{ASSISTANT_DIR}/{MODEL_XML}", model)
     model = None  # noqa: F841  (the staged copy is what runs next)
     smoke_test(xml, cfg)
-    write_staged(tx.stage(f"{ASSISTANT_DIR}/{CONFIG}"), lambda p: p.write_bytes((root / CONFIG).read_bytes()))
+    tx.write(f"{ASSISTANT_DIR}/{CONFIG}", (root / CONFIG).read_bytes())
     # the assistant's tokens are the target's: its generation config, else the checkpoint's, else an empty one
     text = target.generation if target.generation is not None else (generation_text(root / GENERATION) or "{}\n")
-    write_staged(tx.stage(f"{ASSISTANT_DIR}/{GENERATION}"), lambda p: p.write_text(text, encoding="utf-8"))
+    tx.write(f"{ASSISTANT_DIR}/{GENERATION}", text.encode("utf-8"))
     if target.new_xml is not None:
-        staged = tx.stage(MODEL_XML)
-        write_staged(staged, lambda p: p.write_bytes(target.new_xml))
-        check_exposed(staged, target.path / MODEL_BIN)
+        check_exposed(tx.write(MODEL_XML, target.new_xml), target.path / MODEL_BIN)

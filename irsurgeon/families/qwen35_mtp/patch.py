@@ -26,7 +26,7 @@ from irsurgeon.families.qwen35_mtp.smoke import smoke_test
 from irsurgeon.families.qwen35_mtp.target import Target
 from irsurgeon.families.qwen35_mtp.verify import annotation_check
 from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG
-from irsurgeon.transaction import DirectoryTransaction, write_staged
+from irsurgeon.transaction import DirectoryTransaction
 
 
 def check_source_matches(target: Target, source: MTPConfig) -> None:
@@ -89,9 +89,7 @@ def stage_annotation(tx: DirectoryTransaction, target: Target, force: bool, echo
 
 def stage_bytes(tx: DirectoryTransaction, name: str, data: bytes) -> Path:
     """Write one file's new version into the transaction's staging folder; returns its staged path."""
-    staged = tx.stage(name)
-    write_staged(staged, lambda path: path.write_bytes(data))
-    return staged
+    return tx.write(name, data)
 
 
 def stage_openvino_config(tx: DirectoryTransaction, target: Target, params) -> None:
