@@ -402,7 +402,7 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, ech
     except OSError as e:
         raise OutputError(f"{out_dir}: cannot create output directory: {e.strerror}") from None
     try:
-        with DirectoryTransaction(out_dir, wait=wait, echo=echo) as tx:
+        with DirectoryTransaction(out_dir, wait=wait, echo=echo, recorded=True) as tx:
             if not replace and os.path.lexists(out_dir / MTP_XML):
                 raise existing_head(out_dir)
             tx.stage(MTP_BIN)

@@ -128,7 +128,7 @@ def commit(family: Family, target, staging: Staging, start: float) -> list[str]:
     staging.model = build(family, staging.root, staging.choice, staging.options, staging.echo)
     stream = stream_of(staging.model)  # the family takes the model; this keeps its checkpoint's handle
     tx = DirectoryTransaction(target.path, wait=staging.options.wait, echo=staging.echo,
-                              writable=registry.writable())
+                              writable=registry.writable(), recorded=True)
     try:
         staging.model = family.finish(staging.model, staging)
         with tx:

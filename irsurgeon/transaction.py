@@ -144,11 +144,13 @@ def clear_interrupted(target: str | Path, wait: bool = False, echo: Callable[[st
 
 
 class DirectoryTransaction:
-    """Stage, then commit or drop, files of target whose names are in `writable` (default WRITABLE)."""
+    """Stage, then commit or drop, files of target whose names are in `writable` (default WRITABLE). recorded: every
+    staged file must be recorded as written (`write`, `written`), or the commit is refused."""
 
     def __init__(self, target: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None,
-                 writable: frozenset[str] | None = None):
+                 writable: frozenset[str] | None = None, recorded: bool = False):
         self.target = Path(target)
+        self.recorded = recorded  # every staged file must come with `written` (patch, build-mtp)
         self.wait = wait
         self.echo = echo or (lambda _msg: None)
         self.writable = check_writable(WRITABLE if writable is None else writable)
@@ -364,6 +366,9 @@ class DirectoryTransaction:
         try:
             st = os.fstat(fd)
             recorded, key = self._written.get(name, (None, None))
+            if key is None and self.recorded:  # a writer that bypassed `write`/`written`: nothing proves the file
+                raise OutputError(f"{self.target / name}: staged with no record of what was written; nothing was "
+                                  f"written")
             if key is not None and key != _stat_key(st):
                 raise OutputError(f"{self.target / name}: its staged copy changed after it was written and checked "
                                   f"(another file, size or time); nothing was written")

@@ -325,3 +325,13 @@ def test_dropping_a_transaction_stops_the_hash_of_what_it_staged(target):
             tx.written(HEAD, handed, os.stat(staged))
             raise RuntimeError("the smoke test failed")
     assert handed.stopped and not (target / HEAD).exists()
+
+
+def test_a_recorded_transaction_refuses_a_file_staged_without_its_record(target):
+    before = snapshot(target)
+    with pytest.raises(OutputError, match=f"{LM}: staged with no record of what was written"):
+        with DirectoryTransaction(target, recorded=True) as tx:
+            tx.write(HEAD, b"head")
+            tx.stage(LM).write_text("written around the record")
+            tx.commit()
+    assert snapshot(target) == before
