@@ -183,8 +183,8 @@ def test_a_staged_bin_changed_after_its_check_is_never_moved_in(tmp_path, monkey
 # --- faults in the writes of Tail, the xml rewrite and the fsync thread -------------------------------------------
 
 
-def failing_tail_write(monkeypatch, tmp_path, at: int) -> None:
-    """Tail's `at`-th write (-1: its last, counted on a probe patch) fails with ENOSPC."""
+def on_tail_write(monkeypatch, tmp_path, at: int, act) -> None:
+    """act() at Tail's `at`-th write (-1: its last, counted on a probe patch), before the write."""
     real, calls = streamed.Tail._write, []
     monkeypatch.setattr(streamed.Tail, "_write", lambda self, piece: calls.append(1) or real(self, piece))
     assert patch(copy_target(tmp_path / "probe")).exit_code == 0
@@ -193,9 +193,16 @@ def failing_tail_write(monkeypatch, tmp_path, at: int) -> None:
     def write(self, piece):
         count.append(1)
         if len(count) == n:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            act()
         return real(self, piece)
     monkeypatch.setattr(streamed.Tail, "_write", write)
+
+
+def failing_tail_write(monkeypatch, tmp_path, at: int) -> None:
+    """Tail's `at`-th write (-1: its last) fails with ENOSPC."""
+    def no_space():
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    on_tail_write(monkeypatch, tmp_path, at, no_space)
 
 
 def fds_into(directory: Path) -> list[str]:
@@ -783,17 +790,7 @@ def test_a_staged_head_xml_rewritten_after_its_check_is_never_moved_in(tmp_path,
 def test_ctrl_c_inside_the_writes_of_the_tail_is_interrupted_and_nothing_changes(tmp_path, monkeypatch, at):
     """Rule: Ctrl-C while the weights are appended: `Error: interrupted`, exit 130, the target as before, no
     staging folder, the hashing thread stopped."""
-    real, calls = streamed.Tail._write, []
-    monkeypatch.setattr(streamed.Tail, "_write", lambda self, piece: calls.append(1) or real(self, piece))
-    assert patch(copy_target(tmp_path / "probe")).exit_code == 0
-    n, count = (len(calls) if at == -1 else at), []
-
-    def write(self, piece):
-        count.append(1)
-        if len(count) == n:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(self, piece)
-    monkeypatch.setattr(streamed.Tail, "_write", write)
+    on_tail_write(monkeypatch, tmp_path, at, lambda: os.kill(os.getpid(), signal.SIGINT))
     target = copy_target(tmp_path)
     before = snapshot(target)
     result = patch(target)
