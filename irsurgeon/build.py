@@ -334,28 +334,18 @@ def save_appended(model: ov.Model, xml: Path, stream: Stream | None = None, spen
     gives the .bin's page cache next, where holding every constant until the end made the kernel find 849 MB of
     fresh pages for a 27B head (2.6 s against 0.3 s in a fresh process on a virtual machine, benchmarks/
     profile_patch.py's save phase). Peak memory: the model's own, one block of rows for a stream."""
-    detached, tail = detach_constants(model), None
+    detached, tail, places = detach_constants(model), None, {}
     try:
         try:
             ov.save_model(model, xml, compress_to_fp16=False)
-            with open(xml.with_suffix(".bin"), "r+b") as bin_file, named_failures(xml.with_suffix(".bin")):
-                tail, places = streamed.Tail(bin_file), {}
-                if stream is not None:
-                    for name, blocks in stream.blocks.items():
-                        places[name] = tail.append(name, stream.shapes[name], "f32", blocks(), 4)
-                written: dict[tuple, streamed.Place] = {}  # one buffer behind two constants is written once
-                for i, d in enumerate(detached):
-                    etype, shape, data = d.constant.get_element_type(), tuple(d.constant.get_shape()), d.constant.data
-                    key = (data.ctypes.data, data.nbytes, etype.get_type_name(), shape)
-                    if key not in written:
-                        written[key] = tail.append(d.name, shape, etype.get_type_name(), [data], etype.bitwidth / 8)
-                    places[d.name] = written[key]
-                    if spend:  # its buffer is freed once hashed
-                        detached[i] = d = data = None
+            bin_path = xml.with_suffix(".bin")
+            with open(bin_path, "r+b") as bin_file, named_failures(bin_path):
+                tail = streamed.Tail(bin_file)
+                append_weights(tail, places, stream, detached, spend)
                 tail.settle()
                 st = os.fstat(bin_file.fileno())
                 if st.st_size != tail.size:
-                    raise IRError(f"{shown(xml.with_suffix('.bin'))}: {st.st_size} bytes, {tail.size} were written")
+                    raise IRError(f"{shown(bin_path)}: {st.st_size} bytes, {tail.size} were written")
         finally:
             if not spend:
                 reattach(model, detached)
@@ -375,6 +365,25 @@ def save_appended(model: ov.Model, xml: Path, stream: Stream | None = None, spen
             tail.stop()
         raise
     return Saved(tail, st, {"size": len(text), "sha256": hashlib.sha256(text).hexdigest()}, xml_stat)
+
+
+def append_weights(tail: streamed.Tail, places: dict, stream: Stream | None, detached: list[Detached],
+                   spend: bool) -> None:
+    """A stream's matrices, then each detached constant (one buffer behind two constants written once), appended
+    by `tail`; where each went into places. spend: each constant is dropped once written (its buffer freed when
+    hashed)."""
+    if stream is not None:
+        for name, blocks in stream.blocks.items():
+            places[name] = tail.append(name, stream.shapes[name], "f32", blocks(), 4)
+    written: dict[tuple, streamed.Place] = {}
+    for i, d in enumerate(detached):
+        etype, shape, data = d.constant.get_element_type(), tuple(d.constant.get_shape()), d.constant.data
+        key = (data.ctypes.data, data.nbytes, etype.get_type_name(), shape)
+        if key not in written:
+            written[key] = tail.append(d.name, shape, etype.get_type_name(), [data], etype.bitwidth / 8)
+        places[d.name] = written[key]
+        if spend:
+            detached[i] = d = data = None
 
 
 @contextmanager
