@@ -324,7 +324,8 @@ def test_an_annotation_that_fails_beside_a_head_that_succeeds_is_its_own_one_lin
 
 
 @pytest.mark.parametrize("key", list(ALONGSIDE))
-@pytest.mark.parametrize("annotation_fails", [False, True], ids=["annotation ok", "annotation fails too"])
+@pytest.mark.parametrize("annotation_fails", [pytest.param(False, marks=pytest.mark.slow), True],
+                         ids=["annotation ok", "annotation fails too"])
 def test_a_head_that_fails_beside_the_annotation_is_the_one_line_said(tmp_path, monkeypatch, key,
                                                                        annotation_fails):
     """Rule (irsurgeon.concurrency): the head's error comes first; the annotation's lines are said only when the
@@ -398,7 +399,7 @@ def test_ctrl_c_during_the_heads_save_waits_for_the_annotation_and_nothing_chang
 
 
 
-@pytest.mark.parametrize("key", list(ALONGSIDE))
+@pytest.mark.parametrize("key", [k if k == "qwen3_5" else pytest.param(k, marks=pytest.mark.slow) for k in ALONGSIDE])
 def test_ctrl_c_while_the_head_waits_for_the_annotation_still_waits_for_it(tmp_path, monkeypatch, key):
     """Rule (irsurgeon.concurrency): leaving the block waits for the thread whatever happens, since it may be
     writing into the staging folder the block's error is about to remove. Ctrl-C once the head is saved and
