@@ -29,7 +29,7 @@ from irsurgeon.config import read_json
 from irsurgeon.errors import CheckpointError, CompressionError, IRError, OutputError, cause, with_hint
 from irsurgeon.families.builder import Builder
 from irsurgeon.ir import streamed
-from irsurgeon.ir.export import MTP_BIN, MTP_XML
+from irsurgeon.ir.export import MTP_XML
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
 from irsurgeon.transaction import DirectoryTransaction, Known, cannot_write, shown, write_staged
 from irsurgeon.weights.checkpoint import Checkpoint
@@ -236,31 +236,35 @@ def name_anonymous_nodes(model: ov.Model) -> None:
         node.set_friendly_name(f"{kind}_{counts[kind]}")
 
 
-def stage_ir(tx: DirectoryTransaction, xml_name: str, model: ov.Model) -> Path:
+def stage_ir(tx: DirectoryTransaction, xml_name: str, model: ov.Model, spend: bool = True) -> Path:
     """Save `model` as xml_name and its .bin into the transaction's staging folder, exactly as built (no implicit
-    fp16 compression), its anonymous nodes named first; returns the staged .xml. Every family's draft is staged
-    through here: the graph by openvino, the weights appended by irsurgeon.ir.streamed (a model built with
-    `stream` gets its matrices written from the checkpoint), the .bin's digest handed to the journal. The model is
-    spent afterwards (save_appended's `spend`): every caller runs the staged copy next."""
+    fp16 compression), its anonymous nodes named first; returns the staged .xml. Every draft is staged through
+    here: the graph by openvino, the weights appended by irsurgeon.ir.streamed (a model built with `stream` gets
+    its matrices written from the checkpoint), both files recorded as written for the journal. spend (a patch: its
+    caller runs the staged copy next): the model is spent afterwards (save_appended); else it stays whole."""
     name_anonymous_nodes(model)
-    bin_name = xml_name.removesuffix(".xml") + ".bin"
-    tx.stage(bin_name)
+    tx.stage(ir_bin(xml_name))
     xml = tx.stage(xml_name)
     stream = stream_of(model)
     if stream is not None:
         del model.get_rt_info()[rtinfo.STREAMED]
     try:
-        write_staged(xml, lambda p: record(tx, xml_name, save_appended(model, p, stream, spend=True)))
+        write_staged(xml, lambda p: record(tx, xml_name, save_appended(model, p, stream, spend)))
     finally:
         if stream is not None:
             stream.close()
     return xml
 
 
+def ir_bin(xml_name: str) -> str:
+    """The .bin beside an IR's .xml (a name of the writable set)."""
+    return xml_name.removesuffix(".xml") + ".bin"
+
+
 def record(tx: DirectoryTransaction, xml_name: str, saved: Saved) -> None:
     """The staged .bin and .xml as written (DirectoryTransaction.written): the commit refuses either if it changes
     after its checks."""
-    tx.written(xml_name.removesuffix(".xml") + ".bin", saved.tail, saved.bin_stat)
+    tx.written(ir_bin(xml_name), saved.tail, saved.bin_stat)
     tx.written(xml_name, Known(saved.xml_digest), saved.xml_stat)
 
 
@@ -414,10 +418,7 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, ech
         with DirectoryTransaction(out_dir, wait=wait, echo=echo, recorded=True) as tx:
             if not replace and os.path.lexists(out_dir / MTP_XML):
                 raise existing_head(out_dir)
-            tx.stage(MTP_BIN)
-            xml = tx.stage(MTP_XML)
-            name_anonymous_nodes(model)
-            write_staged(xml, lambda p: record(tx, MTP_XML, save_appended(model, p)))  # the model stays whole
+            stage_ir(tx, MTP_XML, model, spend=False)  # the caller's model stays whole
             tx.commit()
     except BaseException:
         if created and out_dir.is_dir() and not any(out_dir.iterdir()):

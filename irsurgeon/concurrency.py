@@ -6,10 +6,9 @@
 
 Leaving the block waits for the thread whatever happens (it may be writing into a staging folder the block's
 error is about to remove; a Ctrl-C meanwhile is held until it has finished), so the block's own error, a Ctrl-C
-included, comes first; result() then says the
-lines the work gave to `say`, in order, and raises its error if it failed. Only work that releases the GIL for
-most of its time gains from it (openvino's read_model, file I/O, hashing), on a machine with a core to spare;
-on a loaded one it costs nothing but the thread.
+included, comes first; result() then says the lines the work gave to `say`, in order, and raises its error if it
+failed. Only work that releases the GIL for most of its time gains from it (openvino's read_model, file I/O,
+hashing), on a machine with a core to spare; on a loaded one it costs nothing but the thread.
 """
 from __future__ import annotations
 

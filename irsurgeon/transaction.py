@@ -9,8 +9,8 @@
 Leaving the block without commit() removes the staging folder: the directory is as it was. The commit, in order:
   1. each subdirectory is checked again: still the folder stage() opened, or still missing
   2. for each missing one a folder is made in the staging folder (and held open)
-  3. each staged file is fsynced, hashed (or the digest taken as it was written: `written`) and given its
-     original's mode; each original is hard-linked as its backup
+  3. each staged file is fsynced, hashed (or the digest recorded as it was written taken, `written`; one changed
+     since is refused) and given its original's mode; each original is hard-linked as its backup
   4. the journal is written whole (journal.json.tmp, fsync, renamed into place; irsurgeon.journal_format)
   5. each made folder is renamed into the target (never over anything there), the target fsynced
   6. each file is renamed into place, the directories fsynced
@@ -161,7 +161,7 @@ class DirectoryTransaction:
         self._stage_fd: int | None = None
         self._dirs: dict[str, int | None] = {}  # subdirectory -> its held descriptor (None: missing, to be made)
         self._made: list[str] = []  # subdirectories this commit makes
-        self._written: dict[str, tuple] = {}  # name -> (its Settling digest, the file's stat key once written)
+        self._written: dict[str, tuple] = {}  # name -> (its digest, a Tail or Known; the file's stat key once written)
         self._doing = ""  # the commit step under way, for its error message
 
     @property
@@ -207,8 +207,8 @@ class DirectoryTransaction:
             self._stage_fd = None
 
     def _release(self) -> None:
-        for settling, _key in self._written.values():
-            settling.stop()
+        for recorded, _key in self._written.values():
+            recorded.stop()
         self._close_stage()
         for fd in self._dirs.values():
             if fd is not None:

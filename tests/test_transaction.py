@@ -265,7 +265,7 @@ def test_forged_commit_mark_is_refused_like_a_forged_journal(target, outside):
 
 
 class Handed:
-    """A Settling stand-in handing over a fixed digest (and saying whether it was stopped)."""
+    """A Tail stand-in handing over a fixed digest (and saying whether it was stopped)."""
 
     def __init__(self, digest: dict):
         self.value, self.stopped = digest, False

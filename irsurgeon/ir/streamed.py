@@ -36,7 +36,7 @@ from typing import BinaryIO, Iterable
 import numpy as np
 
 from irsurgeon.errors import IRError
-from irsurgeon.ir.xmlsafe import escape_attr, unescape_attr
+from irsurgeon.ir.xmlsafe import unescape_attr
 
 ALIGN = 64           # each appended weight starts on a cache line (the serializer packs its constants)
 PIECE = 1 << 24      # bytes written (and handed to the hashing thread) at a time
@@ -76,11 +76,6 @@ def constants_from_parameters(xml: bytes, places: dict[str, Place], source: str)
         if found.get(name, 0) != 1:
             raise IRError(f"{source}: expected one placeholder layer for weight {name}, found {found.get(name, 0)}")
     return b"".join(out) + xml[pos:]
-
-
-def placeholder_name(name: str) -> str:
-    """How a weight's name is spelled in the .xml (what the layer regex matches)."""
-    return escape_attr(name)
 
 
 class Tail:

@@ -16,7 +16,7 @@ import openvino as ov
 import irsurgeon
 from irsurgeon import rtinfo
 from irsurgeon.annotate import Status, write_annotation
-from irsurgeon.build import stage_ir
+from irsurgeon.build import ir_bin, stage_ir
 from irsurgeon.compress import compress_model, set_kv_cache_precision, updated_openvino_config
 from irsurgeon.concurrency import alongside
 from irsurgeon.errors import IRError, IRSurgeonError
@@ -60,7 +60,7 @@ def stage_head(tx: DirectoryTransaction, target: Target, model: ov.Model, cfg: M
                echo) -> None:
     """Save the head into the transaction and check it there while the annotation is staged beside it (its read-back
     by openvino on a thread: irsurgeon.concurrency), then openvino_config.json."""
-    for name in (contract.MTP_XML.removesuffix(".xml") + ".bin", contract.MTP_XML):
+    for name in (ir_bin(contract.MTP_XML), contract.MTP_XML):
         tx.stage(name)  # the head's names first, as the commit lists them, whichever thread stages next
     with alongside(lambda say: stage_annotation(tx, target, force, say)) as annotation:
         xml = stage_ir(tx, contract.MTP_XML, model)
