@@ -5,9 +5,11 @@ accounting is the house's: the checkpoint's tensors are checked against the tabl
 copies proven equal: irsurgeon.weights.spec), and every row loaded must be used by the graph, every weight the graph
 asks for must be loaded. Finding the builder of a checkpoint by its model_type is the flows' (irsurgeon.head).
 
-An uncompressed f32 draft built for `patch` (build_model's `stream`) holds no matrix: each is a placeholder that
-stage_ir fills from the checkpoint block by block into the staged .bin (Stream, save_appended), so the build's peak
-is one block, not every weight as float32 (twice a bf16 checkpoint: 6.9 GB for a Qwen3.5-27B-sized DFlash draft).
+An uncompressed (f32 or f16) draft built for `patch` (build_model's `stream`) holds no matrix: each is a
+placeholder that stage_ir fills from the checkpoint block by block into the staged .bin (Stream, save_appended), so
+the build's peak is one block, not every weight (as float32, twice a bf16 checkpoint: 6.9 GB for a
+Qwen3.5-27B-sized DFlash draft; as float16, memory the process has never touched, which on a virtual machine costs
+about as much as writing it: benchmarks/profile_patch.py).
 """
 from __future__ import annotations
 
@@ -31,8 +33,10 @@ from irsurgeon.families.builder import Builder
 from irsurgeon.ir import streamed
 from irsurgeon.ir.export import MTP_XML
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
+from irsurgeon.ops.half import decompression_convert
 from irsurgeon.transaction import DirectoryTransaction, Known, cannot_write, shown, write_staged
 from irsurgeon.weights.checkpoint import Checkpoint
+from irsurgeon.weights.half import NotHalf
 from irsurgeon.weights.spec import LazyWeights, load_weights
 from irsurgeon.weights.table import Table
 
@@ -88,16 +92,16 @@ def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | We
     family: by default the one of cfg.model_type (irsurgeon.models.registry). Every weight loaded must be used by the
     graph and every weight the graph asks for must be loaded. warn: where a weight kept f32 in an f16 build is
     reported (default: the loader's channel, else print). moe_form: the routed experts' graph form
-    (irsurgeon.ops.moe.FORMS). stream (an f32 build from LazyWeights): every matrix the checkpoint gives row by row
-    is left to stage_ir, which writes it into the staged .bin block by block (Stream); `stream` is called once they
-    are written (or given up: Stream.close), to close the checkpoint they are read from.
+    (irsurgeon.ops.moe.FORMS). stream (an f32 or f16 build from LazyWeights): every matrix the checkpoint gives
+    row by row is left to stage_ir, which writes it into the staged .bin block by block (Stream); `stream` is
+    called once they are written (or given up: Stream.close), to close the checkpoint they are read from.
     """
     fmt = float_format(fmt)
     warn = warn or getattr(weights, "warn", print)
     family = family or cfg.builder
     table = getattr(weights, "table", None) or family.tensors(cfg)
     params, inputs = family.parameters(cfg)
-    deferred = Stream(stream) if stream is not None and fmt is WeightFormat.F32 else None
+    deferred = Stream(stream) if stream is not None and fmt in (WeightFormat.F32, WeightFormat.F16) else None
     source = GraphWeights(weights, table, fmt, warn, family.name, deferred)
     outputs, sinks = family.graph(inputs, source, cfg, **({"moe_form": moe_form} if moe_form else {}))
     unused = sorted(set(weights) - source.used)
@@ -123,12 +127,20 @@ def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | We
 
 @dataclass(eq=False)
 class Stream:
-    """The f32 matrices a build left as placeholders: Parameters of their shapes, with no tensor names (openvino
+    """The matrices a build left as placeholders: Parameters of their shapes, with no tensor names (openvino
     serializes the graph around them, writing no weight bytes), and each one's blocks of rows, read from the still
-    open checkpoint when stage_ir writes them (irsurgeon.ir.streamed). The model holds no matrix meanwhile."""
+    open checkpoint when stage_ir writes them (irsurgeon.ir.streamed). The model holds no matrix meanwhile.
+
+    An f32 build's placeholders are f32; an f16 build's are f16, each behind the decompression Convert the f16 build
+    puts after its constant (ops.half.half_constant), decoded block by block as the build would decode it. Whether a
+    matrix fits f16 is known only once its values are seen: one that does not (weights.half.NotHalf, raised by its
+    blocks) is built the f32 way by `demote` and the save starts again (stage_ir), so the model written is the one
+    an f16 build holding every matrix makes."""
     closer: Callable[[], None]
     blocks: dict[str, Callable[[], Iterator[np.ndarray]]] = field(default_factory=dict)  # by weight name
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)  # element type written: "f32" or "f16"
+    fallbacks: dict[str, Callable[[], ov.Output]] = field(default_factory=dict)  # an f16 matrix built the f32 way
     placeholders: list[ov.Node] = field(default_factory=list)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -138,12 +150,43 @@ class Stream:
             self.closer()
 
     def placeholder(self, name: str, shape: tuple[int, ...], blocks: Callable[[], Iterator[np.ndarray]]) -> ov.Output:
-        p = ops.parameter(list(shape), ov.Type.f32)
+        """An f32 matrix written from `blocks`."""
+        return self._placeholder(name, shape, blocks, ov.Type.f32).output(0)
+
+    def half_placeholder(self, name: str, shape: tuple[int, ...], blocks: Callable[[], Iterator[np.ndarray]],
+                         fallback: Callable[[], ov.Output]) -> ov.Output:
+        """An f16 matrix written from `blocks`, decompressed to f32 as half_constant decompresses its constant;
+        fallback: the weight the f16 build makes of it when it does not fit f16 (the f32 path, its note said)."""
+        p = self._placeholder(name, shape, blocks, ov.Type.f16)
+        self.fallbacks[name] = fallback
+        convert = decompression_convert()
+        convert.input(0).replace_source_output(p.output(0))
+        convert.validate_and_infer_types()
+        convert.set_friendly_name(f"{name}/decompress")
+        convert.output(0).get_tensor().set_names(set())
+        return convert.output(0)
+
+    def _placeholder(self, name: str, shape: tuple[int, ...], blocks: Callable[[], Iterator[np.ndarray]],
+                     etype: ov.Type) -> ov.Node:
+        p = ops.parameter(list(shape), etype)
         p.set_friendly_name(name)
         p.output(0).get_tensor().set_names(set())
-        self.blocks[name], self.shapes[name] = blocks, tuple(shape)
+        self.blocks[name], self.shapes[name], self.types[name] = blocks, tuple(shape), etype.get_type_name()
         self.placeholders.append(p)
-        return p.output(0)
+        return p
+
+    def demote(self, model: ov.Model, name: str) -> None:
+        """The f16 matrix `name` (its values do not fit f16: NotHalf) replaced in model by what the f16 build makes
+        of it the f32 way (its fallback: the whole tensor read, checked and reported as that build reads it); its
+        placeholder and decompression removed."""
+        p = next(q for q in self.placeholders if q.get_friendly_name() == name)
+        weight_out = self.fallbacks.pop(name)()
+        for convert in [i.get_node() for i in p.output(0).get_target_inputs()]:
+            for consumer in convert.output(0).get_target_inputs():
+                consumer.replace_source_output(weight_out)
+        model.remove_parameter(p)
+        self.placeholders.remove(p)
+        del self.blocks[name], self.shapes[name], self.types[name]
 
 
 _STREAMS: dict[str, Stream] = {}  # a model's Stream by the token in its rt_info, until Stream.close
@@ -184,10 +227,14 @@ class GraphWeights:
         if name in self.made:
             return self.made[name]
         role = self.role(name)
-        rows = self.weights.rows(role) if self.stream is not None and hasattr(self.weights, "rows") else None
-        if rows is not None and len(self.shapes[role]) >= 2:  # a matrix, written by stage_ir (Stream)
-            self.made[name] = self.stream.placeholder(name, self.shapes[role], rows)
-            return self.made[name]
+        if self.stream is not None and len(self.shapes[role]) >= 2:  # a matrix, written by stage_ir (Stream)
+            if self.fmt is WeightFormat.F16 and (rows := self.weights.half_rows(role)) is not None:
+                self.made[name] = self.stream.half_placeholder(
+                    name, self.shapes[role], rows, lambda: weight(self.weights[role], name, self.fmt, self.warn))
+                return self.made[name]
+            if self.fmt is WeightFormat.F32 and (rows := self.weights.rows(role)) is not None:
+                self.made[name] = self.stream.placeholder(name, self.shapes[role], rows)
+                return self.made[name]
         half = self.weights.half(role) if self.fmt is WeightFormat.F16 and hasattr(self.weights, "half") else None
         if half is not None:  # decoded straight to f16 (no float32 copy); None: the f32 path decides and reports
             self.made[name] = half_weight(half, name)
@@ -249,7 +296,12 @@ def stage_ir(tx: DirectoryTransaction, xml_name: str, model: ov.Model, spend: bo
     if stream is not None:
         del model.get_rt_info()[rtinfo.STREAMED]
     try:
-        write_staged(xml, lambda p: record(tx, xml_name, save_appended(model, p, stream, spend)))
+        while True:
+            try:
+                write_staged(xml, lambda p: record(tx, xml_name, save_appended(model, p, stream, spend)))
+                break
+            except NotHalf as e:  # a streamed f16 matrix the f16 build keeps f32: built so, the save made again
+                stream.demote(model, e.name)
     finally:
         if stream is not None:
             stream.close()
@@ -350,6 +402,10 @@ def save_appended(model: ov.Model, xml: Path, stream: Stream | None = None, spen
                 st = os.fstat(bin_file.fileno())
                 if st.st_size != tail.size:
                     raise IRError(f"{shown(bin_path)}: {st.st_size} bytes, {tail.size} were written")
+        except NotHalf:
+            if spend:  # saved again (stage_ir): nothing was spent yet, as the stream's matrices are written first
+                reattach(model, detached)
+            raise
         finally:
             if not spend:
                 reattach(model, detached)
@@ -378,7 +434,8 @@ def append_weights(tail: streamed.Tail, places: dict, stream: Stream | None, det
     hashed)."""
     if stream is not None:
         for name, blocks in stream.blocks.items():
-            places[name] = tail.append(name, stream.shapes[name], "f32", blocks(), 4)
+            etype = stream.types[name]
+            places[name] = tail.append(name, stream.shapes[name], etype, blocks(), 2 if etype == "f16" else 4)
     written: dict[tuple, streamed.Place] = {}
     for i, d in enumerate(detached):
         etype, shape, data = d.constant.get_element_type(), tuple(d.constant.get_shape()), d.constant.data

@@ -121,7 +121,7 @@ def patch_as(family: Family, target_dir: Path, source, options: Options, echo: E
 
 def commit(family: Family, target, staging: Staging, start: float) -> list[str]:
     """Build, finish and stage the draft with everything else the family writes, commit it at once, then confirm
-    it; returns the names written. An f32 draft's checkpoint stays open until its matrices are staged
+    it; returns the names written. An uncompressed draft's checkpoint stays open until its matrices are staged
     (build.Stream), closed whatever happens. Ctrl-C once the commit is done (held through it, or during the
     confirming verify) is an Interrupted saying the patch is complete: the directory is patched, only its check did
     not run."""
@@ -245,8 +245,8 @@ def fetch(family: Family, source, root: Path, options: Options, echo: Echo) -> P
 def build(family: Family, root: Path, choice, options: Options, echo: Echo):
     """The draft as an ov.Model, through the house's loader and build (strict tensor accounting for every family).
 
-    Uncompressed, an f32 draft's matrices are left to stage_ir, which reads them from the checkpoint as it writes
-    them (build.Stream): the checkpoint stays open until then, and the model holds no matrix."""
+    Uncompressed (f32 or f16), a draft's matrices are left to stage_ir, which reads them from the checkpoint as it
+    writes them (build.Stream): the checkpoint stays open until then, and the model holds no matrix."""
     builder = family.builder()
     cfg, weights, ckpt = load_with(builder, root, allow_nonfinite=options.allow_nonfinite, warn=echo)
     try:

@@ -90,6 +90,93 @@ def test_a_nan_in_a_streamed_matrix_is_refused_naming_it_and_nothing_changes(tmp
     assert snapshot(target) == before and build._STREAMS == {}
 
 
+def saved_build(key: str, ckpt, fmt: str, path) -> ov.Model:
+    """The family's draft of ckpt built holding every weight (no stream), saved by openvino and read back."""
+    family = next(f for f in FAMILIES if f.key == key).builder()
+    cfg, weights, opened = build.load_with(family, ckpt, warn=lambda _: None)
+    model = build.build_model(cfg, weights, fmt, family=family)
+    opened.close()
+    build.name_anonymous_nodes(model)
+    ov.save_model(model, path, compress_to_fp16=False)
+    return ov.Core().read_model(path)
+
+
+def weight_data(model: ov.Model) -> dict:
+    return {op.get_friendly_name(): (str(op.get_element_type()), op.get_data().tobytes()) for op in model.get_ops()
+            if op.get_type_name() == "Constant" and op.get_friendly_name().endswith(".weight")}
+
+
+@pytest.mark.parametrize("key", default_tier(list(FIXTURE_PAIRS), keep={"gemma4"}))
+def test_an_f16_patch_streams_the_matrices_into_the_model_a_build_holding_them_saves(tmp_path, key):
+    """Each f16 matrix decoded block by block into the staged .bin (build.Stream's f16 placeholders): the draft
+    written is the one the f16 build holding every matrix makes, constant by constant, and none is held meanwhile."""
+    source, ckpt = FIXTURE_PAIRS[key]
+    target = tmp_path / "t"
+    shutil.copytree(source, target)
+    family = next(f for f in FAMILIES if f.key == key)
+    result = invoke("patch", target, "--checkpoint", ckpt, "--weight-format", "f16")
+    assert result.exit_code == 0, result.output
+    draft = target / family.layout.draft_xml
+    extents = re.findall(r'type="Const" version="opset1">\s*<data element_type="(\w+)" shape="([^"]*)" '
+                         r'offset="(\d+)" size="(\d+)"', draft.read_text())
+    matrices = [int(o) for t, shape, o, _ in extents if t == "f16" and "," in shape]
+    others = [int(o) + int(z) for t, shape, o, z in extents if not (t == "f16" and "," in shape)]
+    assert len(matrices) >= 8 and all(o % 64 == 0 for o in matrices) and min(matrices) >= max(others)  # appended
+    ours, theirs = ov.Core().read_model(draft), saved_build(key, ckpt, "f16", tmp_path / "saved.xml")
+    assert layers(ours) == layers(theirs)
+    assert weight_data(ours) == weight_data(theirs) and len(weight_data(ours)) >= 10
+    assert build._STREAMS == {}
+
+
+def f16_checkpoint(tmp_path, change) -> "Path":
+    tensors = synth.draft_tensors(3)
+    change(tensors["layers.1.mlp.down_proj.weight"])
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    write_safetensors(ckpt / "model.safetensors", tensors)
+    shutil.copy(CKPT / "config.json", ckpt / "config.json")
+    return ckpt
+
+
+def beyond(w):  # one value f16 cannot hold, in the last block: found after the matrix was written
+    w.reshape(-1)[-1] = 1e6
+
+
+def mostly_tiny(w):  # below f16's normal range: openvino's pass keeps it f32 (weights/half.py)
+    w[...] = np.float32(3e-7) * np.sign(w + 0.5)
+
+
+@pytest.mark.parametrize("change", [beyond, mostly_tiny])
+def test_a_streamed_f16_matrix_that_does_not_fit_f16_is_kept_f32_as_the_build_keeps_it(tmp_path, monkeypatch,
+                                                                                        change):
+    demoted = []
+    demote = build.Stream.demote
+    monkeypatch.setattr(build.Stream, "demote", lambda self, model, name: demoted.append(name) or
+                        demote(self, model, name))
+    ckpt = f16_checkpoint(tmp_path, change)
+    target = tmp_path / "t"
+    shutil.copytree(TARGET, target)
+    result = invoke("patch", target, "--checkpoint", ckpt, "--weight-format", "f16")
+    assert result.exit_code == 0, result.output
+    assert "warning: tensor layers.1.mlp.down_proj.weight: values in" in result.output, result.output
+    ours, theirs = ov.Core().read_model(target / DRAFT_XML), saved_build("dflash", ckpt, "f16", tmp_path / "s.xml")
+    kept = weight_data(ours)["layers.1.mlp.down_proj.weight"]
+    assert kept[0] == "<Type: 'float32'>" and weight_data(ours)["layers.0.mlp.down_proj.weight"][0] != kept[0]
+    assert layers(ours) == layers(theirs) and weight_data(ours) == weight_data(theirs)
+    assert np.array_equal(run(ours), run(theirs))
+    assert demoted == ["layers.1.mlp.down_proj.weight"] and build._STREAMS == {}  # found once written, saved again
+
+
+def test_a_nan_in_a_streamed_f16_matrix_is_refused_naming_it_and_nothing_changes(tmp_path):
+    ckpt = f16_checkpoint(tmp_path, lambda w: w.reshape(-1).__setitem__(slice(-3, None), np.nan))
+    target = tmp_path / "t"
+    shutil.copytree(TARGET, target)
+    before = snapshot(target)
+    error = one_error(invoke("patch", target, "--checkpoint", ckpt, "--weight-format", "f16"))
+    assert "tensor layers.1.mlp.down_proj.weight: holds 3 NaN or Inf values" in error, error
+    assert snapshot(target) == before and build._STREAMS == {}
+
+
 def test_appended_weights_are_aligned_and_their_size_is_checked():
     out = io.BytesIO(b"x" * 10)
     tail = streamed.Tail(out)

@@ -2,8 +2,8 @@
 bytes appended to the `.bin` and hashed as they go.
 
 stage_ir (irsurgeon.build) saves every draft this way. Each weight a build leaves as a placeholder Parameter (an
-f32 matrix streamed from the checkpoint, build.Stream) or that is detached from a built model (a constant of at
-least DETACH_BYTES: every matrix of an f16 or compressed draft) is written by Tail.append after openvino has
+f32 or f16 matrix streamed from the checkpoint, build.Stream) or that is detached from a built model (a constant of
+at least DETACH_BYTES: every matrix of a compressed draft) is written by Tail.append after openvino has
 serialized the graph and the small constants: 64-byte aligned, where it went recorded (Place). openvino's
 serializer spends about as long again as the write itself on the constants it writes (measured in
 benchmarks/profile_patch.py: 1.8-2.1 s for an 849 MB f16 head); this only copies them. The `.bin` is hashed on a

@@ -57,6 +57,16 @@ class Tally:
         return not self.size or np.float32(self.rejected) / np.float32(self.size) < KEEP_THRESHOLD
 
 
+class NotHalf(Exception):
+    """A streamed f16 matrix turned out, once its values were seen, to be one the f16 build keeps f32 (Tally.fits):
+    raised by the stream's blocks, caught by irsurgeon.build.stage_ir, which builds it the f32 way and saves again.
+    Never a user's error."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
 def round_slice(src: np.ndarray, dst: np.ndarray, tally: Tally) -> None:
     """src (float32, one slice) rounded into dst (float16, same shape); tally updated with openvino's counts."""
     with np.errstate(over="ignore", invalid="ignore"):  # beyond-range and NaN values are tallied, not warned

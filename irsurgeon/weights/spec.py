@@ -19,7 +19,7 @@ import numpy as np
 from irsurgeon.errors import CheckpointError
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, check_scale, dequantize_blocks, split_scales
-from irsurgeon.weights.half import SLICE, Tally, bf16_slice, round_slice
+from irsurgeon.weights.half import SLICE, NotHalf, Tally, bf16_slice, round_slice
 from irsurgeon.weights.quant import SUPPORTED, fp8_scheme
 from irsurgeon.weights.safetensors_io import bf16_to_f32
 from irsurgeon.weights.table import Part, Source, Stack, Table, Tensor, Transform, Whole, choose_layout
@@ -172,10 +172,12 @@ class LazyWeights(Mapping):
 
     def __init__(self, readers: dict[str, Callable[[], np.ndarray]], warn=print,
                  halves: dict[str, Callable[[], np.ndarray | None]] | None = None, table: Table | None = None,
-                 streams: dict[str, Callable[[], Iterator[np.ndarray]] | None] | None = None):
+                 streams: dict[str, Callable[[], Iterator[np.ndarray]] | None] | None = None,
+                 half_streams: dict[str, Callable[[], Iterator[np.ndarray]] | None] | None = None):
         self.readers = readers
         self.halves = halves or {}
         self.streams = streams or {}
+        self.half_streams = half_streams or {}
         self.warn = warn  # where loading reports, and building after it (a weight kept f32, ...)
         self.table = table
 
@@ -188,6 +190,12 @@ class LazyWeights(Mapping):
     def half(self, role: str) -> np.ndarray | None:
         reader = self.halves.get(role)
         return reader() if reader else None
+
+    def half_rows(self, role: str) -> Callable[[], Iterator[np.ndarray]] | None:
+        """The role's float16 values as blocks of leading-axis rows, decoded as `half` decodes them, the last block
+        followed by NotHalf where `half` would have given None (an f16 build that streams its weights into the .bin:
+        irsurgeon.build), or None where only the whole tensor is read."""
+        return self.half_streams.get(role)
 
     def rows(self, role: str) -> Callable[[], Iterator[np.ndarray]] | None:
         """The role's float32 values as blocks of leading-axis rows, in order (a build that streams its weights into
@@ -313,6 +321,39 @@ def half_reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored) -> Cal
     return make
 
 
+BLOCK = 1 << 21  # values per block of a streamed f16 matrix: 4 MiB, one piece of the .bin's write and hash
+
+
+def half_row_reader(ckpt: Checkpoint, t: Tensor, src: Source,
+                    stored: Stored) -> Callable[[], Iterator[np.ndarray]] | None:
+    """The float16 blocks of rows (about BLOCK values each) of one whole stored tensor, decoded slice by slice as
+    half_reader decodes it (the same bits, the same tally); once the values seen say the f16 build keeps the tensor
+    f32 (half_reader's None: Tally.fits), NotHalf is raised instead of the next block or after the last. None where
+    row_reader gives none (integer tables, FP8 block scales, parts of a fused tensor, stacks)."""
+    if t.integer or not isinstance(src, Whole) or src.name in stored.scaled:
+        return None
+    full, fn = stored.prefix + src.name, t.transform
+
+    def blocks() -> Iterator[np.ndarray]:
+        raw, dtype = ckpt.raw(full)
+        shape, tally = raw.shape, Tally()
+        step = max(1, BLOCK // max(1, int(np.prod(shape[1:], dtype=np.int64))))
+        for lo in range(0, shape[0], step):
+            out = np.empty((min(step, shape[0] - lo), *shape[1:]), np.float16)
+            for rows in row_blocks(out.shape):
+                part, at = out[rows], slice(lo + rows.start, lo + rows.start + out[rows].shape[0])
+                if fn is None and dtype == "BF16":  # read into the block itself, re-biased there (half.py)
+                    bf16_slice(raw.read_into(at, part), part, tally)
+                else:
+                    round_slice(apply(fn, decode_slice(raw[at], dtype)), part, tally)
+            if tally.veto or tally.beyond or tally.nonfinite:
+                raise NotHalf(full)
+            yield out
+        if not tally.fits:
+            raise NotHalf(full)
+    return blocks
+
+
 def row_reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored, allow_nonfinite: bool,
                warn) -> Callable[[], Iterator[np.ndarray]] | None:
     """The float32 blocks of rows of one whole stored tensor, `fn` applied per block as the f16 path applies it,
@@ -373,4 +414,5 @@ def load_weights(ckpt: Checkpoint, table: Table, declared: str | None = None, al
     readers = {role: reader(ckpt, t, src, stored, allow_nonfinite, warn) for role, (t, src) in sources.items()}
     halves = {role: half_reader(ckpt, t, src, stored) for role, (t, src) in sources.items()}
     streams = {role: row_reader(ckpt, t, src, stored, allow_nonfinite, warn) for role, (t, src) in sources.items()}
-    return LazyWeights(readers, warn, halves, table, streams)
+    half_streams = {role: half_row_reader(ckpt, t, src, stored) for role, (t, src) in sources.items()}
+    return LazyWeights(readers, warn, halves, table, streams, half_streams)
