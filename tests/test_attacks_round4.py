@@ -715,11 +715,12 @@ if sys.argv[2] == "patch":
 
 
 @pytest.mark.slow
-def test_a_real_sized_heads_constants_are_freed_as_they_are_written(tmp_path):
-    """Rule (stage_ir: the model is spent as it is written): patching a 172 MB f16 head, the resident set drops by
-    a good part of the head's bytes across its save (each constant released once written; measured 96-161 MB, what
-    the allocator hands back varies; kept until the end, it grows by 3 MB), and the patch's peak above the imports
-    stays within 1.5x the head."""
+def test_a_real_sized_heads_matrices_are_never_held_whole(tmp_path):
+    """Rule (build.Stream: an uncompressed patch streams the draft's matrices into the staged .bin block by block):
+    patching a 172 MB f16 head, the resident set before the save holds none of the head (a model of placeholders),
+    across the save it grows by far less than the head's bytes (the blocks in flight and what the allocator keeps),
+    and the patch's peak above the imports (the one-step check's compile of the staged copy) stays within 1.5x the
+    head, as before the matrices were streamed."""
     import subprocess
     import sys
     from lab.procs import env
@@ -739,8 +740,10 @@ def test_a_real_sized_heads_constants_are_freed_as_they_are_written(tmp_path):
     got = child("patch", "patch", str(pair.target), "--checkpoint", str(pair.ckpt), "--weight-format", "f16")
     head = (pair.target / QWEN_HEAD_BIN).stat().st_size
     before, after = got["save"]
-    assert before - after >= 0.35 * head, f"{before / 1e6:.0f} MB -> {after / 1e6:.0f} MB, head {head / 1e6:.0f} MB"
-    assert (got["peak"][0] - base) / head <= 1.5, f"peak {got['peak'][0] / 1e6:.0f} MB, base {base / 1e6:.0f} MB"
+    shown = f"{before / 1e6:.0f} MB -> {after / 1e6:.0f} MB, peak {got['peak'][0] / 1e6:.0f} MB, base " \
+            f"{base / 1e6:.0f} MB, head {head / 1e6:.0f} MB"
+    assert before - base < 0.25 * head and after - before < 0.25 * head, shown
+    assert (got["peak"][0] - base) / head <= 1.5, shown
 
 
 DETACH_ALL = "import irsurgeon.build as _build; _build.DETACH_BYTES = 1\n"
