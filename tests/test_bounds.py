@@ -362,3 +362,14 @@ def test_genai_never_gets_a_directory_holding_a_fifo(tmp_path):
     os.truncate(target / "generation_config.json", 2 << 30)
     with pytest.raises(IRSurgeonError, match="generation_config.json: 2147483648 bytes; the limit for JSON"):
         limits.check_directory_files(target, IRSurgeonError)
+
+
+@pytest.mark.parametrize("text, extent", [
+    (b'<data element_type="f32" shape="2" offset="8" size="8" />', 16),
+    (b'<data element_type="f32" shape="2"\n\toffset="8"\n\tsize="8" />', 16),  # any whitespace between attributes
+    (b'<data xoffset="900" size="8" offset="0" size="4" />', 4),  # a longer attribute name is no extent
+    (b'offset="3" size="4" <data offset="1" size="1" />', 7),  # at the very start too
+])
+def test_the_bin_extent_an_ir_names_is_read_from_every_offset_and_size_attribute(text, extent):
+    from irsurgeon.ir import xmlsafe
+    assert xmlsafe.weights_extent(text) == extent

@@ -40,7 +40,7 @@ from irsurgeon.ir.xmlsafe import unescape_attr
 
 ALIGN = 64           # each appended weight starts on a cache line (the serializer packs its constants)
 PIECE = 1 << 24      # bytes written (and handed to the hashing thread) at a time
-AHEAD = 4            # pieces the hash may lag behind the writes: what is kept alive for it
+AHEAD = 4            # pieces the worker may lag behind the appends: what is kept alive for it
 
 
 @dataclass(frozen=True)
@@ -79,16 +79,16 @@ def constants_from_parameters(xml: bytes, places: dict[str, Place], source: str)
 
 
 class Tail:
-    """Appends weights to an open `.bin` after the serializer's part, hashing every byte of the file in order on a
-    worker thread (hashlib releases the GIL) as it is written.
+    """Appends weights to an open `.bin` after the serializer's part, writing and hashing every byte of the file in
+    order on a worker thread (the writes and hashlib release the GIL) while the caller makes the next piece.
 
         tail = Tail(bin_file)
         place = tail.append("fc.weight", (32, 64), "f32", blocks)
         tail.settle()                   # written: its fsync starts on a thread
         tail.digest()                   # {"size", "sha256"} as journal_format.digest reads the file (waits)
 
-    The hash lags at most AHEAD pieces behind the writes, so a block written is released soon after (stage_ir frees
-    each constant as it goes). stop() gives the hash up (a run that will not commit).
+    The worker lags at most AHEAD pieces behind the appends, so a block appended is released soon after (stage_ir
+    frees each constant as it goes). stop() gives the writes and the hash up (a run that will not commit).
     """
 
     def __init__(self, bin_file: BinaryIO):
@@ -113,11 +113,22 @@ class Tail:
             self.hash.update(piece)
 
     def _write(self, piece) -> None:
-        self._hash(piece)
+        """The piece written and then hashed by the worker, in order (one worker): the caller goes on to make the
+        next piece meanwhile (a streamed matrix's next block of rows is read and decoded while this one is
+        written); a write's error is raised by the call that waits for it (a later piece, settle)."""
         view = memoryview(piece).cast("B")
         self.size += len(view)
-        while view:
-            view = view[self.file.write(view):]
+        self.pending.append(self.pool.submit(self._put, view))
+        while len(self.pending) > AHEAD:
+            self.pending.popleft().result()
+
+    def _put(self, view: memoryview) -> None:
+        if self.stopped:
+            return
+        rest = view
+        while rest:
+            rest = rest[self.file.write(rest):]
+        self.hash.update(view)
 
     def append(self, name: str, shape: tuple[int, ...], element_type: str, blocks: Iterable[np.ndarray],
                itemsize: float) -> Place:
@@ -139,8 +150,11 @@ class Tail:
         return Place(tuple(shape), start, written, element_type)
 
     def settle(self) -> None:
-        """Everything is written: flush it and start its fsync on a thread (through a copy of the descriptor, closed
-        when done), so the commit's own fsync, which reports any failure, finds little left to do."""
+        """Everything is appended: wait for the writes (raising the first one's error), flush them and start
+        their fsync on a thread (through a copy of the descriptor, closed when done), so the commit's own fsync,
+        which reports any failure, finds little left to do."""
+        while self.pending:
+            self.pending.popleft().result()
         self.file.flush()
         dup = os.dup(self.file.fileno())
 

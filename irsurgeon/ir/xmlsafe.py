@@ -23,7 +23,10 @@ from irsurgeon.errors import IRError
 
 _FORBIDDEN = (b"<!DOCTYPE", b"<!ENTITY")
 _ROOT = re.compile(rb'<net\s[^>]*?version="(\d{1,9})"')
-_DATA_EXTENT = re.compile(rb'\boffset="(\d+)"\s+size="(\d+)"')
+# no leading \b: it keeps re from scanning for the literal (45 ms against 5 ms for a 64-layer model's 6.8 MB .xml);
+# weights_extent checks the byte before each match instead
+_DATA_EXTENT = re.compile(rb'offset="(\d+)"\s+size="(\d+)"')
+_WORD = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz")
 MAX_EXTENT_DIGITS = 20  # a 64-bit offset or size has at most 20 digits; more would exceed Python's int parsing
 _CHAR_REF = re.compile(r"&#(\d{1,7});")
 _ANY_CHAR_REF = re.compile(rb"&#(x[0-9A-Fa-f]{1,7}|[0-9]{1,8});|&#")
@@ -97,7 +100,10 @@ def _check_rt_info_depth(data: bytes, source: str) -> None:
 def weights_extent(data: bytes, source: str = "IR") -> int:
     """Bytes of the `.bin` the IR refers to (the largest offset + size of its Constants)."""
     extent = 0
-    for offset, size in _DATA_EXTENT.findall(data):
+    for m in _DATA_EXTENT.finditer(data):
+        if m.start() and data[m.start() - 1] in _WORD:  # part of a longer name (`xoffset=`): not an extent
+            continue
+        offset, size = m.groups()
         if max(len(offset), len(size)) > MAX_EXTENT_DIGITS:
             raise IRError(f"{source}: a Constant's offset or size has more than {MAX_EXTENT_DIGITS} digits; "
                           f"expected a byte position in its .bin")
