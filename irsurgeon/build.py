@@ -305,6 +305,9 @@ def stage_ir(tx: DirectoryTransaction, xml_name: str, model: ov.Model, spend: bo
     finally:
         if stream is not None:
             stream.close()
+            # kept on the model (never saved): a save of it again finds its weights gone (stream_of's IRError)
+            # instead of writing the placeholders as the IR's inputs
+            model.set_rt_info(stream.token, rtinfo.STREAMED)
     return xml
 
 
@@ -435,7 +438,10 @@ def append_weights(tail: streamed.Tail, places: dict, stream: Stream | None, det
     if stream is not None:
         for name, blocks in stream.blocks.items():
             etype = stream.types[name]
-            places[name] = tail.append(name, stream.shapes[name], etype, blocks(), 2 if etype == "f16" else 4)
+            try:
+                places[name] = tail.append(name, stream.shapes[name], etype, blocks(), 2 if etype == "f16" else 4)
+            except NotHalf:  # named by its stored tensor, which a layout may name otherwise (a fused down_proj)
+                raise NotHalf(name) from None
     written: dict[tuple, streamed.Place] = {}
     for i, d in enumerate(detached):
         etype, shape, data = d.constant.get_element_type(), tuple(d.constant.get_shape()), d.constant.data

@@ -174,6 +174,11 @@ class Checkpoint:
         self.info(name)
         return self._file(self.shard_of[name]).get(name)
 
+    def check_unchanged(self, name: str) -> None:
+        """Every shard opened so far as it was when opened (SafetensorsFile.check_unchanged); `name`: what was read."""
+        for f in self._files.values():
+            f.check_unchanged(name)
+
     def raw(self, name: str) -> tuple[StoredRows, str]:
         """The tensor's stored values, read row block by row block (to decode in slices), and its dtype."""
         info = self.info(name)

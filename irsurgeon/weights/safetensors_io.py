@@ -148,6 +148,7 @@ class SafetensorsFile:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._fd, self.size = limits.open_regular(self.path, CheckpointError)
+        self.opened = self._stamp()
         try:
             self.tensors, self.metadata = self._read_header()
         except BaseException:
@@ -220,6 +221,18 @@ class SafetensorsFile:
         if len(data) != n:
             raise CheckpointError(f"{self.path}: the file ends inside {what}: truncated")
         return data
+
+    def _stamp(self) -> tuple[int, int, int]:
+        st = os.fstat(self._fd)
+        return st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+    def check_unchanged(self, name: str) -> None:
+        """The file must be as it was when opened (size, mtime, ctime of the open descriptor): a build whose matrices
+        are read when they are written (an uncompressed patch) reads them long after the rest, and a file rewritten
+        in place meanwhile would give a draft of two checkpoints."""
+        if self._fd >= 0 and self._stamp() != self.opened:
+            raise CheckpointError(f"{self.path}: changed while tensor {quoted_name(name)} and the others were being "
+                                  f"read; run again once nothing writes to the checkpoint")
 
     def close(self) -> None:
         if self._fd >= 0:
