@@ -33,7 +33,7 @@ from irsurgeon.families.builder import Builder
 from irsurgeon.ir import streamed
 from irsurgeon.ir.export import MTP_XML
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
-from irsurgeon.ops.half import decompression_convert
+from irsurgeon.ops.half import decompressed
 from irsurgeon.transaction import DirectoryTransaction, Known, cannot_write, shown, write_staged
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.half import NotHalf
@@ -159,12 +159,7 @@ class Stream:
         fallback: the weight the f16 build makes of it when it does not fit f16 (the f32 path, its note said)."""
         p = self._placeholder(name, shape, blocks, ov.Type.f16)
         self.fallbacks[name] = fallback
-        convert = decompression_convert()
-        convert.input(0).replace_source_output(p.output(0))
-        convert.validate_and_infer_types()
-        convert.set_friendly_name(f"{name}/decompress")
-        convert.output(0).get_tensor().set_names(set())
-        return convert.output(0)
+        return decompressed(p.output(0), name)
 
     def _placeholder(self, name: str, shape: tuple[int, ...], blocks: Callable[[], Iterator[np.ndarray]],
                      etype: ov.Type) -> ov.Node:

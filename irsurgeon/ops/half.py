@@ -28,8 +28,14 @@ def half_constant(data: np.ndarray, name: str) -> ov.Output:
     """An f16 weight (the array's memory shared, not copied) decompressed to f32, as the pass would store it."""
     const = ov.op.Constant(np.ascontiguousarray(data, dtype=np.float16), shared_memory=True)
     const.set_friendly_name(name)
+    return decompressed(const.output(0), name)
+
+
+def decompressed(source: ov.Output, name: str) -> ov.Output:
+    """An f16 source (a constant, or a placeholder its bytes are written for) behind the decompression Convert the
+    pass would put there, named after the weight."""
     convert = decompression_convert()
-    convert.input(0).replace_source_output(const.output(0))
+    convert.input(0).replace_source_output(source)
     convert.validate_and_infer_types()
     convert.set_friendly_name(f"{name}/decompress")
     convert.output(0).get_tensor().set_names(set())
