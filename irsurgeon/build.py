@@ -223,11 +223,11 @@ class GraphWeights:
             return self.made[name]
         role = self.role(name)
         if self.stream is not None and len(self.shapes[role]) >= 2:  # a matrix, written by stage_ir (Stream)
-            if self.fmt is WeightFormat.F16 and (rows := self.weights.half_rows(role)) is not None:
+            if self.fmt is WeightFormat.F16 and (rows := streams(self.weights, "half_rows", role)) is not None:
                 self.made[name] = self.stream.half_placeholder(
                     name, self.shapes[role], rows, lambda: weight(self.weights[role], name, self.fmt, self.warn))
                 return self.made[name]
-            if self.fmt is WeightFormat.F32 and (rows := self.weights.rows(role)) is not None:
+            if self.fmt is WeightFormat.F32 and (rows := streams(self.weights, "rows", role)) is not None:
                 self.made[name] = self.stream.placeholder(name, self.shapes[role], rows)
                 return self.made[name]
         half = self.weights.half(role) if self.fmt is WeightFormat.F16 and hasattr(self.weights, "half") else None
@@ -236,6 +236,12 @@ class GraphWeights:
         else:
             self.made[name] = weight(self.weights[role], name, self.fmt, self.warn)
         return self.made[name]
+
+
+def streams(weights, kind: str, role: str):
+    """weights.half_rows / weights.rows of a role (LazyWeights), None for weights that cannot stream (a dict)."""
+    reader = getattr(weights, kind, None)
+    return reader(role) if reader is not None else None
 
 
 def keep_float(table: Table) -> str:

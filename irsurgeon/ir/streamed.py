@@ -103,10 +103,19 @@ class Tail:
             self._hash(prefix)
         self.size = bin_file.tell()
 
-    def _hash(self, piece) -> None:
-        self.pending.append(self.pool.submit(self._update, piece))
+    def _submit(self, work, piece) -> None:
+        """work(piece) queued on the worker, in order; the caller waits only once AHEAD pieces are in flight."""
+        self.pending.append(self.pool.submit(work, piece))
         while len(self.pending) > AHEAD:
             self.pending.popleft().result()
+
+    def _drain(self) -> None:
+        """Every queued piece done (the first error met raised)."""
+        while self.pending:
+            self.pending.popleft().result()
+
+    def _hash(self, piece) -> None:
+        self._submit(self._update, piece)
 
     def _update(self, piece) -> None:
         if not self.stopped:
@@ -118,9 +127,7 @@ class Tail:
         written); a write's error is raised by the call that waits for it (a later piece, settle)."""
         view = memoryview(piece).cast("B")
         self.size += len(view)
-        self.pending.append(self.pool.submit(self._put, view))
-        while len(self.pending) > AHEAD:
-            self.pending.popleft().result()
+        self._submit(self._put, view)
 
     def _put(self, view: memoryview) -> None:
         if self.stopped:
@@ -153,8 +160,7 @@ class Tail:
         """Everything is appended: wait for the writes (raising the first one's error), flush them and start
         their fsync on a thread (through a copy of the descriptor, closed when done), so the commit's own fsync,
         which reports any failure, finds little left to do."""
-        while self.pending:
-            self.pending.popleft().result()
+        self._drain()
         self.file.flush()
         dup = os.dup(self.file.fileno())
 
@@ -173,8 +179,7 @@ class Tail:
         None once stopped."""
         if self.stopped:
             return None
-        while self.pending:
-            self.pending.popleft().result()
+        self._drain()
         self.pool.shutdown(wait=True)
         if self.synced is not None:
             self.synced.result()

@@ -220,14 +220,27 @@ def round_rows(ckpt: Checkpoint, name: str, dst: np.ndarray, tally: Tally, fn: T
     about `SLICE` values, or one expert), `fn` applied."""
     raw, dtype = ckpt.raw(name)
     src = select(raw)
-    whole = src is raw and dst.flags.c_contiguous and dst.shape == src.shape
+    if src is raw and dst.flags.c_contiguous and dst.shape == src.shape:
+        round_block(raw, dtype, 0, dst, tally, fn)
+        return
     for rows in row_blocks(src.shape):
-        if fn is None and dtype == "BF16" and whole:  # read into dst itself, the bits re-biased there (half.py)
-            bf16_slice(raw.read_into(rows, dst[rows]), dst[rows], tally)
-        elif fn is None and dtype == "BF16":
+        if fn is None and dtype == "BF16":
             bf16_slice(src[rows], dst[rows], tally)
         else:
             round_slice(apply(fn, decode_slice(src[rows], dtype)), dst[rows], tally)
+
+
+def round_block(raw, dtype: str, lo: int, dst: np.ndarray, tally: Tally, fn: Transform | None = None) -> None:
+    """Rows lo.. of a whole stored tensor (raw: its StoredRows, not narrowed) decoded into dst (float16, C-contiguous,
+    as many rows) a slice at a time, `fn` applied; bf16 is read into dst itself and its bits re-biased there
+    (half.py)."""
+    for rows in row_blocks(dst.shape):
+        part = dst[rows]
+        at = slice(lo + rows.start, lo + rows.start + part.shape[0])
+        if fn is None and dtype == "BF16":
+            bf16_slice(raw.read_into(at, part), part, tally)
+        else:
+            round_slice(apply(fn, decode_slice(raw[at], dtype)), part, tally)
 
 
 def row_blocks(shape: tuple[int, ...]) -> Iterator[slice]:
@@ -332,7 +345,7 @@ def half_row_reader(ckpt: Checkpoint, t: Tensor, src: Source,
     row_reader gives none (integer tables, FP8 block scales, parts of a fused tensor, stacks)."""
     if t.integer or not isinstance(src, Whole) or src.name in stored.scaled:
         return None
-    full, fn = stored.prefix + src.name, t.transform
+    full = stored.prefix + src.name
 
     def blocks() -> Iterator[np.ndarray]:
         raw, dtype = ckpt.raw(full)
@@ -340,12 +353,7 @@ def half_row_reader(ckpt: Checkpoint, t: Tensor, src: Source,
         step = max(1, BLOCK // max(1, int(np.prod(shape[1:], dtype=np.int64))))
         for lo in range(0, shape[0], step):
             out = np.empty((min(step, shape[0] - lo), *shape[1:]), np.float16)
-            for rows in row_blocks(out.shape):
-                part, at = out[rows], slice(lo + rows.start, lo + rows.start + out[rows].shape[0])
-                if fn is None and dtype == "BF16":  # read into the block itself, re-biased there (half.py)
-                    bf16_slice(raw.read_into(at, part), part, tally)
-                else:
-                    round_slice(apply(fn, decode_slice(raw[at], dtype)), part, tally)
+            round_block(raw, dtype, lo, out, tally, t.transform)
             if tally.veto or tally.beyond or tally.nonfinite:
                 raise NotHalf(full)
             if lo + step >= shape[0]:  # the last block: every shard as opened, the build's reads long before included
