@@ -97,6 +97,8 @@ def write_checkpoint(root: Path, big_gib: float, moe: bool = False) -> None:
 def evict(root: Path) -> None:
     """Drop the checkpoint's pages from the page cache so the next run reads them from the device."""
     for f in root.iterdir():
+        if not f.is_file():
+            continue
         fd = os.open(f, os.O_RDONLY)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)

@@ -178,6 +178,8 @@ def dump(out: Path, rc: list[int]) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) < 3 or sys.argv[1].startswith("-"):
+        raise SystemExit(f"usage: {__doc__.splitlines()[2].strip()}")  # OUT.json first: `--help` is no file name
     out, args = Path(sys.argv[1]), sys.argv[2:]
     rc = [0]
     atexit.register(dump, out, rc)

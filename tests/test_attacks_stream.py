@@ -426,7 +426,7 @@ def test_a_write_error_on_the_worker_is_one_line_naming_the_bin_and_nothing_chan
     target = copy_target(tmp_path)
     before = snapshot(target)
     error = one_error(patch(target, ckpt, "--weight-format", "f16"))
-    assert seen[n - 1].startswith("irsurgeon-hash")  # the fault was on the worker
+    assert seen[n - 1].startswith("irsurgeon-write")  # the fault was on the worker
     assert f"{STAGE_DIR}/{staged(DRAFT_BIN)}: cannot write it: {os.strerror(code)}" in error, error
     assert snapshot(target) == before and not (target / STAGE_DIR).exists()
     assert left_behind(target, ckpt) == CLEAN
@@ -458,7 +458,7 @@ def test_ctrl_c_raised_on_the_worker_is_interrupted_and_nothing_changes(tmp_path
     target = copy_target(tmp_path)
     before = snapshot(target)
     result = patch(target, ckpt, "--weight-format", "f16")
-    assert seen[at - 1].startswith("irsurgeon-hash")
+    assert seen[at - 1].startswith("irsurgeon-write")
     assert interrupted(result), result.output
     assert snapshot(target) == before and not (target / STAGE_DIR).exists()
     assert left_behind(target, ckpt) == CLEAN

@@ -72,6 +72,17 @@ def test_bf16_bits_rebiased_as_the_float_path_rounds_them():
     assert expected.rejected > 0 and not expected.fits  # the subnormal share was really counted
 
 
+def test_bf16_slice_into_a_strided_output_gives_the_same_bits():
+    """dst a view with gaps (every other column of a wider buffer): the small values land where they belong."""
+    patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    raw = np.random.default_rng(6).permutation(patterns[(patterns & 0x7FFF) < BF16_BEYOND]).reshape(-1, 32)
+    (want, expected), _ = both_paths(raw)
+    wide, tally = np.full((raw.shape[0], 64), np.float16(7)), Tally()
+    bf16_slice(raw, wide[:, ::2], tally)
+    assert tally == expected and np.array_equal(wide[:, ::2].view(np.uint16), want)
+    assert (wide[:, 1::2] == 7).all()
+
+
 def test_bf16_slice_in_its_own_output_buffer_gives_the_same_bits():
     """The f16 build reads a block's bf16 bits into the f16 buffer itself and re-biases them there."""
     patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)

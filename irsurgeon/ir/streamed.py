@@ -79,22 +79,25 @@ def constants_from_parameters(xml: bytes, places: dict[str, Place], source: str)
 
 
 class Tail:
-    """Appends weights to an open `.bin` after the serializer's part, writing and hashing every byte of the file in
-    order on a worker thread (the writes and hashlib release the GIL) while the caller makes the next piece.
+    """Appends weights to an open `.bin` after the serializer's part, writing every byte of the file in order on one
+    worker thread and hashing it in order on another (the writes and hashlib release the GIL) while the caller makes
+    the next piece: on 2 cores a write of fresh page-cache pages costs about as much CPU as the decode and the hash
+    together, so neither waits for the other (benchmarks/profile_patch.py).
 
         tail = Tail(bin_file)
         place = tail.append("fc.weight", (32, 64), "f32", blocks)
         tail.settle()                   # written: its fsync starts on a thread
         tail.digest()                   # {"size", "sha256"} as journal_format.digest reads the file (waits)
 
-    The worker lags at most AHEAD pieces behind the appends, so a block appended is released soon after (stage_ir
+    The workers lag at most AHEAD pieces behind the appends, so a block appended is released soon after (stage_ir
     frees each constant as it goes). stop() gives the writes and the hash up (a run that will not commit).
     """
 
     def __init__(self, bin_file: BinaryIO):
         self.file = bin_file
         self.hash = hashlib.sha256()
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="irsurgeon-hash")
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="irsurgeon-write")
+        self.hasher = ThreadPoolExecutor(1, thread_name_prefix="irsurgeon-hash")
         self.pending: deque[Future] = deque()
         self.stopped = False
         self.synced: Future | None = None  # settle()'s fsync
@@ -103,10 +106,11 @@ class Tail:
             self._hash(prefix)
         self.size = bin_file.tell()
 
-    def _submit(self, work, piece) -> None:
-        """work(piece) queued on the worker, in order; the caller waits only once AHEAD pieces are in flight."""
-        self.pending.append(self.pool.submit(work, piece))
-        while len(self.pending) > AHEAD:
+    def _submit(self, pool: ThreadPoolExecutor, work, piece) -> None:
+        """work(piece) queued on `pool`'s one thread, in order; the caller waits only once AHEAD pieces are in
+        flight on each (the oldest first, whichever thread it is on)."""
+        self.pending.append(pool.submit(work, piece))
+        while len(self.pending) > 2 * AHEAD:
             self.pending.popleft().result()
 
     def _drain(self) -> None:
@@ -115,19 +119,20 @@ class Tail:
             self.pending.popleft().result()
 
     def _hash(self, piece) -> None:
-        self._submit(self._update, piece)
+        self._submit(self.hasher, self._update, piece)
 
     def _update(self, piece) -> None:
         if not self.stopped:
             self.hash.update(piece)
 
     def _write(self, piece) -> None:
-        """The piece written and then hashed by the worker, in order (one worker): the caller goes on to make the
-        next piece meanwhile (a streamed matrix's next block of rows is read and decoded while this one is
-        written); a write's error is raised by the call that waits for it (a later piece, settle)."""
+        """The piece written by the writer and hashed by the hasher, each in order (one thread each): the caller
+        goes on to make the next piece meanwhile (a streamed matrix's next block of rows is read and decoded while
+        this one is written); a write's error is raised by the call that waits for it (a later piece, settle)."""
         view = memoryview(piece).cast("B")
         self.size += len(view)
-        self._submit(self._put, view)
+        self._submit(self.pool, self._put, view)
+        self._hash(view)
 
     def _put(self, view: memoryview) -> None:
         if self.stopped:
@@ -135,7 +140,6 @@ class Tail:
         rest = view
         while rest:
             rest = rest[self.file.write(rest):]
-        self.hash.update(view)
 
     def append(self, name: str, shape: tuple[int, ...], element_type: str, blocks: Iterable[np.ndarray],
                itemsize: float) -> Place:
@@ -181,6 +185,7 @@ class Tail:
             return None
         self._drain()
         self.pool.shutdown(wait=True)
+        self.hasher.shutdown(wait=True)
         if self.synced is not None:
             self.synced.result()
         return {"size": self.size, "sha256": self.hash.hexdigest()}
@@ -189,6 +194,7 @@ class Tail:
         """Give the hash up, and wait for the fsync (no thread outlives the run; its error no longer matters)."""
         self.stopped = True
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.hasher.shutdown(wait=True, cancel_futures=True)
         self.pending.clear()
         if self.synced is not None:
             self.synced.exception()

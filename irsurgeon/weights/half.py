@@ -14,14 +14,18 @@ into the final f16 buffer, so the largest temporary is one slice, never a float3
 
 bf16 straight to f16 (bf16_slice), without float32: a bf16 value of f16's normal range (2^-14 <= |v| <= 65280) is
 exact in f16 (bf16 keeps 8 significant bits, f16 11), so its f16 bits are its own re-biased:
-    f16 = sign | ((bf16 & 0x7FFF) - ((127 - 15) << 7)) << 3
-No rounding, no rejection, no veto can come from those values; only the few below 2^-14 (zeros, f16 subnormals)
-are rounded through float32 as round_slice does, and a slice holding a value beyond f16 or NaN/Inf goes to
-round_slice whole. The bits and the tally are round_slice's of the same values (every bf16 pattern:
-tests/test_half.py).
+    f16 = sign | ((bf16 & 0x7FFF) - ((127 - 15) << 7)) << 3  =  bf16 + 7 * (bf16 & 0x7FFF) + 0x4000  (mod 2^16)
+(sign + 8 * (magnitude - rebias), the two parts never overlapping below 2^16). No rounding, no rejection, no veto
+can come from those values; the few below 2^-14 (zeros, f16 subnormals: about 0.2% of typical weights) take their
+bits and their rejection from a table of round_slice's own results over every such pattern (small_patterns), and a
+slice holding a value beyond f16 or NaN/Inf goes to round_slice whole. The bits and the tally are round_slice's of
+the same values (every bf16 pattern: tests/test_half.py). Each step is one numpy pass over a slice that stays in
+the cache (0.51 ns a value on the machine this was measured on, against 0.85 ns for the sign/shift/or form with
+the small values gathered and rounded per slice).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +41,7 @@ SLICE = 1 << 18              # elements rounded at a time: 512 KiB of bf16 stays
 BF16_NORMAL = 0x3880         # |bf16 bits| of 2^-14, f16's smallest normal (exponent 113)
 BF16_BEYOND = 0x4780         # |bf16 bits| of 2^16: every bf16 below it is at most 65280, within f16
 REBIAS = (127 - 15) << 7     # exponent bias difference, at bf16's exponent position
+UNBIAS = np.uint16(-8 * REBIAS % (1 << 16))  # 0x4000: - 8 * REBIAS in uint16's wrapping arithmetic
 
 
 @dataclass
@@ -82,37 +87,56 @@ def round_slice(src: np.ndarray, dst: np.ndarray, tally: Tally) -> None:
     exponent = dst.view(np.uint16) & 0x7C00
     small = exponent == 0  # zero or subnormal in f16: only these can be off by more than 2^-11 relatively
     if small.any():
-        v = src[small].astype(np.float64)
-        nonzero = v != 0
-        rel = np.abs(v[nonzero] - dst[small][nonzero].astype(np.float64)) / np.abs(v[nonzero])
-        tally.rejected += int((rel > MAX_REL_ERROR).sum())
+        tally.rejected += int(rejected(src[small], dst[small]).sum())
     if max(-lo, hi) >= 4096.0:  # below 4096 the f16 spacing is at most 2: an error of at most 1
         large = np.abs(src) >= 4096.0
         err = np.abs(src[large].astype(np.float64) - dst[large].astype(np.float64))
         tally.veto = tally.veto or bool((err > MAX_ABS_ERROR).any())
 
 
+def rejected(values: np.ndarray, rounded: np.ndarray) -> np.ndarray:
+    """Per value (float32, and its float16 rounding): nonzero and off by more than openvino's relative threshold."""
+    v = values.astype(np.float64)
+    nonzero = v != 0
+    rel = np.abs(v - rounded.astype(np.float64)) / np.where(nonzero, np.abs(v), 1.0)
+    return nonzero & (rel > MAX_REL_ERROR)
+
+
+@functools.cache
+def small_patterns() -> tuple[np.ndarray, np.ndarray]:
+    """(f16 bits, rejected) indexed by bf16 bit pattern, for the patterns below f16's normal range (both signs;
+    the other entries are unused): round_slice's rounding and its rejection rule, computed once."""
+    patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    small = (patterns & np.uint16(0x7FFF)) < BF16_NORMAL
+    values = bf16_to_f32(patterns[small])
+    rounded = values.astype(np.float16)  # the cast round_slice makes
+    bits, rejects = np.zeros(1 << 16, np.uint16), np.zeros(1 << 16, bool)
+    bits[small], rejects[small] = rounded.view(np.uint16), rejected(values, rounded)
+    return bits, rejects
+
+
 def bf16_slice(raw: np.ndarray, dst: np.ndarray, tally: Tally) -> None:
     """bf16 bit patterns (uint16, one slice) into dst (float16, same shape) exactly as
-    round_slice(bf16_to_f32(raw), dst, tally) would: re-biased bits where that is exact (module docstring). raw may
-    be dst's own memory (read there from the file): every value is taken from it before it is overwritten."""
+    round_slice(bf16_to_f32(raw), dst, tally) would: re-biased bits where that is exact, the table's below
+    (module docstring). raw may be dst's own memory (read there from the file): every value is taken from it before
+    it is overwritten."""
     magnitude = raw & np.uint16(0x7FFF)
     if raw.size and int(magnitude.max()) >= BF16_BEYOND:  # beyond f16, or NaN/Inf: the float path tallies them
         round_slice(bf16_to_f32(raw), dst, tally)
         return
-    small = magnitude < BF16_NORMAL
-    tiny = raw[small] if small.any() else None  # zeros and f16 subnormals: rounded below, as the float path rounds
+    tiny = np.flatnonzero(magnitude < BF16_NORMAL)  # zeros and f16 subnormals, by flat (C-order) position
+    patterns = raw.reshape(-1).take(tiny) if tiny.size else None
     out = dst.view(np.uint16)
-    np.bitwise_and(raw, np.uint16(0x8000), out=out)  # the sign
-    np.subtract(magnitude, np.uint16(REBIAS), out=magnitude)  # wraps below f16's normal range: redone below
-    np.left_shift(magnitude, np.uint16(3), out=magnitude)
-    out |= magnitude
-    if tiny is not None:
-        sub = Tally()
-        rounded = np.empty(tiny.size, np.float16)
-        round_slice(bf16_to_f32(tiny), rounded, sub)
-        dst[small] = rounded
-        tally.rejected += sub.rejected
+    np.multiply(magnitude, np.uint16(7), out=magnitude)
+    np.add(magnitude, raw, out=out)
+    np.add(out, UNBIAS, out=out)
+    if patterns is not None:
+        bits, rejects = small_patterns()
+        if out.flags.c_contiguous:
+            out.reshape(-1)[tiny] = bits[patterns]
+        else:
+            out[np.unravel_index(tiny, out.shape)] = bits[patterns]
+        tally.rejected += int(np.count_nonzero(rejects[patterns]))
     tally.size += raw.size
 
 
