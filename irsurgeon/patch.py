@@ -6,6 +6,8 @@ The same flow for every registered family (families.base.Family); the family sup
     family     the checkpoint's (its config.json's model_type, families.registry.for_config); for a repo id the
                directory's until the config is fetched; a model_type that is not a string, the target's or the
                checkpoint's, is refused (config.checked_model_type)
+    prefetch   a local checkpoint's head tensors asked of the kernel (posix_fadvise) on a thread, while the steps
+               below judge the target: a hint that reads, checks and writes nothing (irsurgeon.weights.prefetch)
     target     family.inspect: the layout its genai path needs, refused in one line otherwise
     configs    the files others read (generation configs, openvino_config.json) as verify checks them
                (verify.config_checks), refused before any work, patched directory or not
@@ -42,6 +44,7 @@ from irsurgeon.show import weight_precision, weights
 from irsurgeon.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted,  # noqa: F401
                                    shown, write_staged)
 from irsurgeon.verify import config_checks, verify_directory
+from irsurgeon.weights import prefetch
 from irsurgeon.weights.checkpoint import config_of, weightless
 from irsurgeon.weights.hub import fetch_weights, resolve_source
 
@@ -76,6 +79,8 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     mine = registry.for_directory(target_dir)  # reads the target's config.json (a model_type that is no name: refused)
     local = Path(source).is_dir()
     family = (registry.for_checkpoint(Path(source)) if local else None) or mine
+    if local and not options.dry_run:  # the head's bytes read ahead while the target is judged (a hint only)
+        prefetch.start(family.builder(), Path(source))
     return patch_as(family, target_dir, source, options, echo)
 
 

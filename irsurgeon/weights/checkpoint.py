@@ -179,6 +179,15 @@ class Checkpoint:
         for f in self._files.values():
             f.check_unchanged(name)
 
+    def advise(self, names: list[str]) -> None:
+        """Ask the kernel to read these tensors' bytes ahead, shard by shard (SafetensorsFile.advise)."""
+        by_shard: dict[Path, list[str]] = {}
+        for name in names:
+            by_shard.setdefault(self.shard_of[name], []).append(name)
+        for path, group in by_shard.items():
+            f = self._file(path)
+            f.advise(n for n in group if n in f.tensors)
+
     def raw(self, name: str) -> tuple[StoredRows, str]:
         """The tensor's stored values, read row block by row block (to decode in slices), and its dtype."""
         info = self.info(name)

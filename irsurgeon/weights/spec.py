@@ -408,12 +408,26 @@ def _same_bytes(ckpt: Checkpoint, a: str, b: str) -> bool:
     return all(ra[rows].tobytes() == rb[rows].tobytes() for rows in row_blocks(ra.shape))
 
 
+def resolve(ckpt: Checkpoint, table: Table) -> tuple[Stored, str | None, dict[str, tuple[int, ...]]]:
+    """What the checkpoint stores under the table's prefix, the one layout it is in, and the stored names (relative
+    to the prefix, with shapes) a build of that layout reads."""
+    stored = inspect_stored(ckpt, table.prefix)
+    layout = choose_layout(table, stored.names, ckpt.root)
+    return stored, layout, table.stored(layout)
+
+
+def read_names(ckpt: Checkpoint, table: Table) -> list[str]:
+    """The full names of the stored tensors a build of the table reads (FP8 scales included)."""
+    stored, _, expected = resolve(ckpt, table)
+    names = [stored.prefix + n for n in sorted(expected) if n in stored.names]
+    names += [stored.prefix + n + SCALE_SUFFIX for n in sorted(expected) if n in stored.scaled]
+    return names
+
+
 def load_weights(ckpt: Checkpoint, table: Table, declared: str | None = None, allow_nonfinite: bool = False,
                  warn=print) -> LazyWeights:
     """Check the tensor set (one layout), shapes and dtypes now; decode each role when it is read."""
-    stored = inspect_stored(ckpt, table.prefix)
-    layout = choose_layout(table, stored.names, ckpt.root)
-    expected = table.stored(layout)
+    stored, layout, expected = resolve(ckpt, table)
     copies = check_tied(ckpt, table, stored, expected)
     ignored = sorted(n for n in stored.names if n in table.ignored and n not in expected)
     for note in dict.fromkeys(table.ignored[n] for n in ignored if table.ignored[n]):
