@@ -49,9 +49,9 @@ from irsurgeon import recovery
 from irsurgeon.signals import deferred_sigint as _deferred_sigint
 from irsurgeon.errors import OutputError, cause
 from irsurgeon.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
-from irsurgeon.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, STAGE_DIR, WRITABLE, ForeignLeftovers,  # noqa: F401
-                               check_writable, digest, encode, identity, leaf, leftover_state, staged, staged_dir,
-                               subdir)
+from irsurgeon.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, SLASH, STAGE_DIR, WRITABLE,  # noqa: F401
+                               ForeignLeftovers, check_writable, digest, encode, identity, leaf, leftover_state,
+                               staged, staged_dir, subdir)
 
 __all__ = ["BACKUP_SUFFIX", "COMMITTED", "JOURNAL", "STAGE_DIR", "WRITABLE", "DirectoryTransaction",
            "ForeignLeftovers", "clear_interrupted", "directory_lock", "leftover_state", "recover", "shown"]
@@ -445,4 +445,5 @@ def cannot_write(path: Path, e: BaseException) -> OutputError:
     """The one line for a staged file that could not be written: the file, the reason, the space left there."""
     reason = e.strerror if isinstance(e, OSError) and e.strerror else cause(e)
     free = shutil.disk_usage(path.parent).free
-    return OutputError(f"{shown(path)}: cannot write it: {reason} ({free / 1e6:.1f} MB free there)")
+    meant = f" (the new {path.name.replace(SLASH, '/')})" if SLASH in path.name else ""  # a subfolder's file
+    return OutputError(f"{shown(path)}{meant}: cannot write it: {reason} ({free / 1e6:.1f} MB free there)")

@@ -338,7 +338,8 @@ def test_a_head_that_fails_beside_the_annotation_is_the_one_line_said(tmp_path, 
     before = snapshot(target)
     result = patch(target, key)
     error = one_error(result)
-    assert f"{STAGE_DIR}/{staged(head_bin)}: cannot write it: No space left" in error, error  # the failing file
+    meant = f" (the new {head_bin})" if "/" in head_bin else ""  # a subfolder's file is named as the user knows it
+    assert f"{STAGE_DIR}/{staged(head_bin)}{meant}: cannot write it: No space left" in error, error  # the failing file
     assert "annotated" not in result.stdout and snapshot(target) == before
     assert not (target / STAGE_DIR).exists() and house_threads() == []
 

@@ -427,7 +427,8 @@ def test_a_write_error_on_the_worker_is_one_line_naming_the_bin_and_nothing_chan
     before = snapshot(target)
     error = one_error(patch(target, ckpt, "--weight-format", "f16"))
     assert seen[n - 1].startswith("irsurgeon-write")  # the fault was on the worker
-    assert f"{STAGE_DIR}/{staged(DRAFT_BIN)}: cannot write it: {os.strerror(code)}" in error, error
+    assert f"{STAGE_DIR}/{staged(DRAFT_BIN)} (the new {DRAFT_BIN}): cannot write it: {os.strerror(code)}" \
+        in error, error
     assert snapshot(target) == before and not (target / STAGE_DIR).exists()
     assert left_behind(target, ckpt) == CLEAN
 
@@ -442,7 +443,8 @@ def test_a_write_error_in_the_save_after_a_demotion_is_one_line_and_nothing_chan
     target = copy_target(tmp_path)
     before = snapshot(target)
     error = one_error(patch(target, ckpt, "--weight-format", "f16"))
-    assert f"{STAGE_DIR}/{staged(DRAFT_BIN)}: cannot write it: {os.strerror(errno.EIO)}" in error, error
+    assert f"{STAGE_DIR}/{staged(DRAFT_BIN)} (the new {DRAFT_BIN}): cannot write it: {os.strerror(errno.EIO)}" \
+        in error, error
     assert snapshot(target) == before and not (target / STAGE_DIR).exists()
     assert left_behind(target, ckpt) == CLEAN
 
