@@ -79,8 +79,8 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     mine = registry.for_directory(target_dir)  # reads the target's config.json (a model_type that is no name: refused)
     local = Path(source).is_dir()
     family = (registry.for_checkpoint(Path(source)) if local else None) or mine
-    if local and not options.dry_run:  # the head's bytes read ahead while the target is judged (a hint only)
-        prefetch.start(family.builder(), Path(source))
+    if Path(source).exists() and not options.dry_run:  # a local checkpoint, folder or file: its head's bytes are
+        prefetch.start(family.builder(), Path(source))  # read ahead while the target is judged (a hint only)
     return patch_as(family, target_dir, source, options, echo)
 
 

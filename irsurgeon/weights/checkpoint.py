@@ -56,13 +56,19 @@ def weightless(path: Path) -> str | None:
     return None
 
 
+def home_of(path: str | Path) -> Path:
+    """The folder a checkpoint's files sit in: the checkpoint directory, or a single .safetensors file's own."""
+    path = Path(path)
+    return path if path.is_dir() else path.parent
+
+
 def config_of(path: str | Path, config: str | Path | None = None) -> Path:
     """The config.json of a checkpoint directory or of a single .safetensors file (beside it), under the same link
     rule as its shards; `config` (the user's --config) as given. A missing one is a CheckpointError naming it."""
     path = Path(path)
     if config is not None:
         return Path(config)
-    home = path if path.is_dir() else path.parent
+    home = home_of(path)
     where = _inside(home, CONFIG_FILE, home, CONFIG_FILE)
     if not where.exists():  # a FIFO or device is refused by name when read
         raise with_hint(CheckpointError(f"{path}: no config.json {'in it' if path.is_dir() else 'beside it'}"),
@@ -77,7 +83,10 @@ def _shard_path(root: Path, shard: object, index: Path) -> Path:
 def _inside(root: Path, name: str, where: Path, what: str) -> Path:
     """root/name, refused when it resolves outside the checkpoint directory and its real Hugging Face cache."""
     path = root / name
-    real, roots = path.resolve(), _link_roots(root)  # the resolved path counts, not the spelling
+    try:
+        real, roots = path.resolve(), _link_roots(root)  # the resolved path counts, not the spelling
+    except (RuntimeError, OSError):  # Python 3.11's resolve() reports a link loop as RuntimeError, 3.13 as ELOOP
+        raise CheckpointError(f"{where}: {what} is a link that resolves to nothing (a loop of links)") from None
     if not (roots[0] in real.parents or real.parent in roots[1:2] or real.parent.parent in roots[2:]):
         raise CheckpointError(f"{where}: {what} is a link pointing outside the checkpoint directory (to {real})")
     return path

@@ -120,7 +120,7 @@ def bf16_slice(raw: np.ndarray, dst: np.ndarray, tally: Tally) -> None:
     round_slice(bf16_to_f32(raw), dst, tally) would: re-biased bits where that is exact, the table's below
     (module docstring). raw may be dst's own memory (read there from the file): every value is taken from it before
     it is overwritten."""
-    magnitude = raw & np.uint16(0x7FFF)
+    magnitude = np.bitwise_and(raw, np.uint16(0x7FFF), out=np.empty(raw.shape, np.uint16))  # an array, 0-d too
     if raw.size and int(magnitude.max()) >= BF16_BEYOND:  # beyond f16, or NaN/Inf: the float path tallies them
         round_slice(bf16_to_f32(raw), dst, tally)
         return

@@ -8,7 +8,9 @@ them from memory (benchmarks/profile_patch.py, docs/performance.md). Nothing her
 anything, or writes: the build reads and checks every byte as before. The checkpoint is opened the way the build
 opens it (Checkpoint.open: the bounded reader, regular files only); what goes wrong here (a config, index or
 header the flow will refuse, a shard that is not there) only ends the hint: the flow reads the same files next and
-says what is wrong, in its own order (the target's faults first).
+says what is wrong, in its own order (the target's faults first). The price of starting before the target is
+judged: a run that then reads no weight (a directory already ready, a target or checkpoint refused) has had the
+kernel read the head's bytes for nothing; nothing waits for them.
 """
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ from irsurgeon.errors import ConfigError, IRError
 from irsurgeon.families.dflash import model as dflash
 from irsurgeon.families.dflash.layout import CONFIG, DRAFT_DIR, MODEL_BIN, MODEL_XML
 from irsurgeon.families.dflash.target import DFlashTarget
+from irsurgeon.weights.checkpoint import config_of
 from irsurgeon.ir.narrow import narrow_feed_forward
 
 ACTIVATIONS_SCALE_FACTOR = "8.0"  # optimum-intel 2.2.0's runtime_options of a DFlash draft
@@ -71,8 +72,9 @@ def smoke_test(xml: Path, cfg: dflash.DFlashConfig) -> None:
 
 def checkpoint_config(root: Path) -> bytes:
     """The checkpoint's config.json as it is (bounded and parsed like every JSON input)."""
-    text = limits.read_text(root / CONFIG, limits.CONFIG_JSON_BYTES, ConfigError, "checkpoint config")
-    limits.parse_json(text, str(root / CONFIG), ConfigError)
+    where = config_of(root)  # a folder's, or a single file's beside it
+    text = limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "checkpoint config")
+    limits.parse_json(text, str(where), ConfigError)
     return text.encode("utf-8")
 
 

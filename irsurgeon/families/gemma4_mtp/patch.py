@@ -34,6 +34,7 @@ from irsurgeon.families.gemma4_mtp import target as surgery
 from irsurgeon.families.gemma4_mtp.layout import ASSISTANT_DIR, CONFIG, GENERATION, MODEL_BIN, MODEL_XML
 from irsurgeon.families.gemma4_mtp.model import AssistantConfig, Layer
 from irsurgeon.families.gemma4_mtp.pairing import Gemma4Target, inspect_target
+from irsurgeon.weights.checkpoint import config_of, home_of
 
 # The assistant's lm_head stays float under int4/int8. Left to itself nncf 3.4.0 (compress_weights, int4_asym group
 # 64, all_layers off, on the fixture assistant) stores masked_embedding.centroids and the tied model.embed_tokens
@@ -133,9 +134,10 @@ def stage(tx, target: PatchTarget, model: ov.Model, cfg: AssistantConfig, root: 
     xml = stage_ir(tx, f"{ASSISTANT_DIR}/{MODEL_XML}", model)
     model = None  # noqa: F841  (the staged copy is what runs next)
     smoke_test(xml, cfg)
-    tx.write(f"{ASSISTANT_DIR}/{CONFIG}", (root / CONFIG).read_bytes())
+    tx.write(f"{ASSISTANT_DIR}/{CONFIG}", config_of(root).read_bytes())  # a folder's, or a single file's beside it
     # the assistant's tokens are the target's: its generation config, else the checkpoint's, else an empty one
-    text = target.generation if target.generation is not None else (generation_text(root / GENERATION) or "{}\n")
+    text = target.generation if target.generation is not None else \
+        (generation_text(home_of(root) / GENERATION) or "{}\n")
     tx.write(f"{ASSISTANT_DIR}/{GENERATION}", text.encode("utf-8"))
     if target.new_xml is not None:
         check_exposed(tx.write(MODEL_XML, target.new_xml), target.path / MODEL_BIN)

@@ -24,6 +24,7 @@ from irsurgeon.families.gemma4_mtp.layout import ASSISTANT_DIR, ASSISTANT_FILES,
 from irsurgeon.families.gemma4_mtp.pairing import check_pair, inspect_target
 from irsurgeon.ir import files
 from irsurgeon.families.gemma4_mtp.model import KV_INPUTS, OUTPUTS, TYPES, load_assistant_config
+from irsurgeon.weights.checkpoint import home_of
 
 Result = tuple[str, bool, str]
 
@@ -54,7 +55,7 @@ def _checks(target: Path, checkpoint: str | Path | None) -> list[Result]:
         return checks
     checks.append(("assistant pair", *pair(info, asst / CONFIG)))
     if checkpoint is not None:
-        checks.append(("checkpoint pair", *pair(info, Path(checkpoint) / CONFIG)))
+        checks.append(("checkpoint pair", *pair(info, home_of(checkpoint) / CONFIG)))
     checks.append(("assistant I/O", *assistant_io(asst / MODEL_XML, asst / CONFIG)))
     return checks
 
