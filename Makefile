@@ -26,10 +26,10 @@ demo-gemma4: install
 	irsurgeon verify $(DEMO_GEMMA4_OUT) --genai --prompts 3
 
 test: install
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n 2
 
 test-all: install
-	$(PYTHON) -m pytest -q -m ""
+	$(PYTHON) -m pytest -q -n 2 -m ""
 
 bench: install
 	$(PYTHON) benchmarks/bench_build.py
