@@ -29,7 +29,7 @@ from typing import Callable
 
 from irsurgeon import limits
 from irsurgeon.errors import CheckpointError, cause, with_hint
-from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE
+from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE, home_of
 from irsurgeon.weights.hub.guard import TIMEOUT_ENV, Clock, HubGuardError, HubTimeout, check_timeout, default_timeout
 from irsurgeon.weights.hub.names import commit_problem, etag_problem, revision_problem, shown
 
@@ -320,5 +320,5 @@ def cached_file(repo_id: str, filename: str, hub: HubOptions) -> Path | None:
 
 def snapshot_commit(path: Path) -> str | None:
     """The commit of a cache snapshot directory (`.../snapshots/<commit>`), None for any other directory."""
-    path = path if path.is_dir() else path.parent
+    path = home_of(path)
     return path.name if path.parent.name == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", path.name) else None
