@@ -171,6 +171,7 @@ def test_appended_weights_are_aligned_and_their_size_is_checked():
     with pytest.raises(IRError, match=r"weight w: 12 bytes were written for a f32 weight of shape \[2, 3\] "
                                       r"\(24 expected\)"):
         tail.append("w", (2, 3), "f32", [np.ones((1, 3), np.float32)], 4)
+    tail.digest()  # the writer thread has caught up: the bytes are read only once they are all written
     assert np.array_equal(np.frombuffer(out.getvalue()[64:88], np.float32), [1, 1, 1, 2, 2, 2])
 
 
