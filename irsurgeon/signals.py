@@ -95,14 +95,14 @@ class NativeCalls:
             got = os.read(self._read, 64)
             if not got or STOP in got:
                 return
-            if signal.SIGINT in got:
-                self.count += 1
-                if self.count == 1:
-                    if not self._left.wait(NOTICE_AFTER):  # a call that returns at once needs no notice
-                        print(self.FIRST, file=self.err, flush=True)
-                else:
+            presses = got.count(signal.SIGINT)  # one byte each: two Ctrl-C before this thread ran are read at once
+            if presses:
+                self.count += presses
+                if self.count > 1:
                     os.write(2, b"Error: interrupted\n")
                     os._exit(130)
+                if not self._left.wait(NOTICE_AFTER):  # a call that returns at once needs no notice
+                    print(self.FIRST, file=self.err, flush=True)
 
     def check(self) -> None:
         if self.count:

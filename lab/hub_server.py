@@ -332,11 +332,18 @@ class Handler(BaseHTTPRequestHandler):
             pass
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on (connection refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Refusing:
+    """A loopback port held bound but not listening: connections to it are refused (RST), and no other process
+    (another pytest worker's HubServer, binding port 0) can be given it while the block runs."""
+
+    def __enter__(self) -> "Refusing":
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
 
 
 class Blackhole:

@@ -76,8 +76,8 @@ def test_every_writer_waits_for_the_lock_with_wait(sandbox, tmp_path, command):
     around = snapshot(outside)
     with lock_held(target, tmp_path / "gate") as release:
         timer = threading.Timer(1.0, release)
+        start = time.monotonic()  # before the timer's 1 s begins: the lock is held at least that long after it
         timer.start()
-        start = time.monotonic()
         code, out, err = invoke(*WRITERS[command](target), "--wait")
         waited = time.monotonic() - start
         timer.join()

@@ -56,8 +56,18 @@ def open_fds() -> set[str]:
             if os.path.exists(f"/proc/self/fd/{n}")}
 
 
+def hint_ended(seconds: float = 10) -> None:
+    """Wait for the read-ahead hint's thread (irsurgeon.weights.prefetch: a daemon patch starts and never joins, by
+    design) to end on its own; one still running after `seconds` is then listed by house_threads."""
+    for t in threading.enumerate():
+        if t.name == "irsurgeon-prefetch":
+            t.join(seconds)
+
+
 def house_threads() -> list[str]:
-    """irsurgeon's threads still running, but the background fsync's (never joined: its own case below)."""
+    """irsurgeon's threads still running, but the background fsync's (never joined: its own case below), once the
+    read-ahead hint had its time to end (it may still be closing the checkpoint when a patch returns)."""
+    hint_ended()
     return [t.name for t in threading.enumerate() if t.name.startswith("irsurgeon")
             and not t.name.startswith("irsurgeon-sync")]
 

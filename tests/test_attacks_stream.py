@@ -33,6 +33,7 @@ from irsurgeon.ir import streamed
 from irsurgeon.journal_format import STAGE_DIR, staged
 from irsurgeon.weights import spec
 from irsurgeon.weights.safetensors_io import f32_to_bf16, write_safetensors
+from test_attacks_round4 import hint_ended
 from test_streamed_build import graph, layers, weight_data
 
 TARGET, CKPT = FIXTURE_PAIRS["dflash"]
@@ -43,7 +44,9 @@ DRAFT_BIN = "dflash_draft/openvino_model.bin"
 # --- helpers ----------------------------------------------------------------------------------------------------------
 
 def house_threads() -> list[str]:
-    """irsurgeon's threads still running, but the background fsync's (never joined, as tests/test_attacks_round4)."""
+    """irsurgeon's threads still running, but the background fsync's (never joined, as tests/test_attacks_round4),
+    once the read-ahead hint (a daemon patch never joins) had its time to end, as there."""
+    hint_ended()
     return [t.name for t in threading.enumerate() if t.name.startswith("irsurgeon")
             and not t.name.startswith("irsurgeon-sync")]
 
@@ -61,8 +64,10 @@ def fds_into(*dirs: Path) -> list[str]:
 
 
 def left_behind(*dirs: Path) -> tuple:
-    """What a finished run may not leave: streams, threads, descriptors into the target or checkpoint."""
-    return build._STREAMS, house_threads(), fds_into(*dirs)
+    """What a finished run may not leave: streams, threads, descriptors into the target or checkpoint (the threads
+    first: the read-ahead hint holds the checkpoint open until it ends)."""
+    threads = house_threads()
+    return build._STREAMS, threads, fds_into(*dirs)
 
 
 CLEAN = ({}, [], [])

@@ -12,7 +12,7 @@ import pytest
 
 from lab.dirsnap import snapshot
 from lab.hub import run_cli
-from lab.hub_server import Blackhole, Faults, HubServer, Revision, free_port, split_checkpoint
+from lab.hub_server import Blackhole, Faults, HubServer, Refusing, Revision, split_checkpoint
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
 from irsurgeon.verify import verify_directory
@@ -193,8 +193,8 @@ def test_unreachable_hub_fails_fast_naming_offline_mode(models, tmp_path, kind):
     target = copy_target(models[1][0], tmp_path / "t")
     before = snapshot(target)
     if kind == "connection refused":
-        proc, took = run_cli("patch", target, "--checkpoint", REPO, endpoint=f"http://127.0.0.1:{free_port()}",
-                             home=tmp_path / "hf")
+        with Refusing() as port:  # held for the run: no other worker's server can be given it meanwhile
+            proc, took = run_cli("patch", target, "--checkpoint", REPO, endpoint=port.url, home=tmp_path / "hf")
     else:  # telemetry opted in (irsurgeon turns it off otherwise): huggingface_hub first spends up to 3 s on its
         # agent-registry fetch
         with Blackhole() as hole:

@@ -153,9 +153,14 @@ def test_a_checkpoint_the_flow_refuses_only_ends_the_hint(family, form, tmp_path
     assert done.wait(10), "the hint is blocked"
     assert advised == []
     before = snapshot(target)
-    failed = []
+    failed, hints = [], []
     monkeypatch.setattr(threading, "excepthook", lambda args: failed.append(args.exc_value))
+    real_start = prefetch.start
+    monkeypatch.setattr(prefetch, "start", lambda builder, source: hints.append(real_start(builder, source)))
     with_hint = invoke("patch", target, "--checkpoint", ckpt, "--weight-format", "f16")
+    for hint in filter(None, hints):  # the patch does not wait for its hint: its end (any error) is awaited here
+        hint.join(10)
+        assert not hint.is_alive(), "the hint is blocked"
     monkeypatch.setattr(prefetch, "start", lambda builder, source: None)
     without = invoke("patch", target, "--checkpoint", ckpt, "--weight-format", "f16")
     assert with_hint.exit_code == without.exit_code != 0

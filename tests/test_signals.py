@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -81,11 +82,11 @@ NATIVE = r'''
 import signal, sys, threading, time
 from irsurgeon.signals import NativeCalls, interrupted
 seconds, kills = float(sys.argv[1]), int(sys.argv[2])
-for _ in range(kills):  # Ctrl-C from another thread while the main thread waits, as in a C++ call
-    threading.Timer(0.3 * (_ + 1), signal.raise_signal, (signal.SIGINT,)).start()
 start = time.monotonic()
 try:
     with NativeCalls():
+        for _ in range(kills):  # Ctrl-C from another thread while the main thread waits, as in a C++ call
+            threading.Timer(0.3 * (_ + 1), signal.raise_signal, (signal.SIGINT,)).start()
         while time.monotonic() - start < seconds and not interrupted():  # the streamer's view: cancel at once
             time.sleep(0.05)
         time.sleep(seconds if kills > 1 else 0)  # a call that does not look at interrupted()
@@ -111,6 +112,28 @@ def test_a_second_ctrl_c_during_a_long_native_call_exits_at_once_with_130_after_
     lines = proc.stderr.splitlines()
     assert proc.returncode == 130 and proc.stdout == "", (proc.returncode, proc.stdout, proc.stderr)
     assert lines == ["Error: interrupted"] or lines == [signals_notice(), "Error: interrupted"], lines
+
+
+def test_two_ctrl_c_read_by_the_watcher_at_once_exit_with_130(monkeypatch):
+    """Broke (fixed): the watcher counted one Ctrl-C per read of the wakeup pipe, so two pressed before it ran
+    (a loaded machine, or the main thread holding the GIL in a C++ call) were one, and the second did not exit."""
+    from irsurgeon.signals import NativeCalls
+
+    def exit_(code):
+        raise SystemExit(code)
+    monkeypatch.setattr(os, "_exit", exit_)
+    calls = NativeCalls()
+    calls._read, write = os.pipe()
+    calls._left = threading.Event()
+    calls._left.set()  # the block already left: no notice to wait for
+    os.write(write, bytes([signal.SIGINT, signal.SIGINT]))
+    os.close(write)  # then the pipe ends: a watcher that did not exit returns
+    try:
+        with pytest.raises(SystemExit) as done:
+            calls._watch()
+    finally:
+        os.close(calls._read)
+    assert done.value.code == 130 and calls.count == 2
 
 
 def signals_notice() -> str:
