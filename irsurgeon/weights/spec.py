@@ -337,52 +337,115 @@ def half_reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored) -> Cal
 BLOCK = 1 << 21  # values per block of a streamed f16 matrix: 4 MiB, one piece of the .bin's write and hash
 
 
+def streamable(t: Tensor, src: Source, stored: Stored) -> bool:
+    """A role a build can stream block by block: a float matrix stored whole, as part of a fused tensor, or one
+    tensor per expert, none of it FP8 (block scales may straddle a block: read whole, then dequantized)."""
+    if t.integer:
+        return False
+    names = [src.name(i) for i in range(src.count)] if isinstance(src, Stack) else [src.name]
+    return not any(n in stored.scaled for n in names)
+
+
+def stored_names(src: Source, prefix: str) -> list[str]:
+    """The full names of the stored tensors a role is read from."""
+    return [prefix + (src.name(i) if isinstance(src, Stack) else src.name)
+            for i in range(src.count if isinstance(src, Stack) else 1)]
+
+
+def stored_rows(ckpt: Checkpoint, src: Whole | Part, prefix: str):
+    """(rows, dtype): rows(lo, hi) reads rows lo..hi of the role (a Whole's tensor or a Part's slice of its fused
+    tensor, only those bytes) as a new block in the storage dtype."""
+    raw, dtype = ckpt.raw(prefix + src.name)
+    if isinstance(src, Whole):
+        return (lambda lo, hi: raw[lo:hi]), dtype
+    if src.axis == 0:
+        return (lambda lo, hi: raw[src.lo + lo:src.lo + hi]), dtype
+    view = raw[_index(src)]  # StoredRows narrowed: each block read later reads only the part's bytes of its rows
+    return (lambda lo, hi: view[lo:hi]), dtype
+
+
 def half_row_reader(ckpt: Checkpoint, t: Tensor, src: Source,
                     stored: Stored) -> Callable[[], Iterator[np.ndarray]] | None:
-    """The float16 blocks of rows (about BLOCK values each) of one whole stored tensor, decoded slice by slice as
-    half_reader decodes it (the same bits, the same tally); once the values seen say the f16 build keeps the tensor
-    f32 (half_reader's None: Tally.fits), NotHalf is raised instead of the next block or after the last. None where
-    row_reader gives none (integer tables, FP8 block scales, parts of a fused tensor, stacks)."""
-    if t.integer or not isinstance(src, Whole) or src.name in stored.scaled:
+    """The float16 blocks of rows (about BLOCK values each, at least one row: an expert of a stack) of one role,
+    decoded slice by slice as half_reader decodes it (the same bits, the same tally); once the values seen say the
+    f16 build keeps the tensor f32 (half_reader's None: Tally.fits), NotHalf is raised instead of the next block or
+    after the last. None where row_reader gives none (integer tables, FP8)."""
+    if not streamable(t, src, stored):
         return None
-    full = stored.prefix + src.name
+    p, names = stored.prefix, stored_names(src, stored.prefix)
 
     def blocks() -> Iterator[np.ndarray]:
-        raw, dtype = ckpt.raw(full)
-        shape, tally = raw.shape, Tally()
+        fill, tally = half_filler(ckpt, t, src, p), Tally()
+        shape = t.shape
         step = max(1, BLOCK // max(1, int(np.prod(shape[1:], dtype=np.int64))))
         for lo in range(0, shape[0], step):
             out = np.empty((min(step, shape[0] - lo), *shape[1:]), np.float16)
-            round_block(raw, dtype, lo, out, tally, t.transform)
+            fill(lo, out, tally)
             if tally.veto or tally.beyond or tally.nonfinite:
-                raise NotHalf(full)
+                raise NotHalf(names[0])
             if lo + step >= shape[0]:  # the last block: every shard as opened, the build's reads long before included
-                ckpt.check_unchanged(full)
+                for name in dict.fromkeys(names):
+                    ckpt.check_unchanged(name)
             yield out
         if not tally.fits:
-            raise NotHalf(full)
+            raise NotHalf(names[0])
     return blocks
+
+
+def half_filler(ckpt: Checkpoint, t: Tensor, src: Source, p: str) -> Callable[[int, np.ndarray, Tally], None]:
+    """fill(lo, out, tally): the role's rows lo.. decoded into out (float16, as many rows) as half_reader decodes
+    them; a whole tensor's bf16 is read into out itself (round_block)."""
+    fn = t.transform
+    if isinstance(src, Stack):
+        def stack(lo: int, out: np.ndarray, tally: Tally) -> None:
+            for k in range(out.shape[0]):
+                round_rows(ckpt, p + src.name(lo + k), out[k], tally, fn)
+        return stack
+    if isinstance(src, Whole):
+        raw, dtype = ckpt.raw(p + src.name)
+        return lambda lo, out, tally: round_block(raw, dtype, lo, out, tally, fn)
+    rows_of, dtype = stored_rows(ckpt, src, p)
+
+    def part(lo: int, out: np.ndarray, tally: Tally) -> None:
+        for rows in row_blocks(out.shape):
+            dst = out[rows]
+            block = rows_of(lo + rows.start, lo + rows.start + dst.shape[0])
+            if fn is None and dtype == "BF16":
+                bf16_slice(block, dst, tally)
+            else:
+                round_slice(apply(fn, decode_slice(block, dtype)), dst, tally)
+    return part
 
 
 def row_reader(ckpt: Checkpoint, t: Tensor, src: Source, stored: Stored, allow_nonfinite: bool,
                warn) -> Callable[[], Iterator[np.ndarray]] | None:
-    """The float32 blocks of rows of one whole stored tensor, `fn` applied per block as the f16 path applies it,
-    judged by `finite` once the last block is read; None for integer tables, FP8 (block scales), parts of a fused
-    tensor and stacks (read whole)."""
-    if t.integer or not isinstance(src, Whole) or src.name in stored.scaled:
+    """The float32 blocks of rows of one role, `fn` applied per block as the f16 path applies it, judged by `finite`
+    as the whole-tensor reader judges it (a stored tensor or a part once its last block is read, named as `reader`
+    names it; a stack's each expert as it is read); None for integer tables and FP8 (read whole)."""
+    if not streamable(t, src, stored):
         return None
-    full = stored.prefix + src.name
+    p, names = stored.prefix, stored_names(src, stored.prefix)
+    if isinstance(src, Stack):
+        def experts() -> Iterator[np.ndarray]:
+            for i in range(src.count):
+                block = read_tensor(ckpt, src.name(i), stored, t.transform, allow_nonfinite, warn)[None]
+                if i == src.count - 1:
+                    for name in dict.fromkeys(names):
+                        ckpt.check_unchanged(name)  # read long after the build's reads (half_row_reader)
+                yield block
+        return experts
+    label = names[0] if isinstance(src, Whole) else part_name(src, p, t.role)
 
     def blocks() -> Iterator[np.ndarray]:
-        raw, dtype = ckpt.raw(full)
+        rows_of, dtype = stored_rows(ckpt, src, p)
         seen = Extremes()
-        for rows in row_blocks(raw.shape):
-            block = apply(t.transform, decode_slice(raw[rows], dtype))
+        for rows in row_blocks(t.shape):
+            block = apply(t.transform, decode_slice(rows_of(rows.start, rows.stop), dtype))
             seen.add(block)
-            if rows.stop >= raw.shape[0]:
-                ckpt.check_unchanged(full)  # read long after the build's reads (half_row_reader)
+            if rows.stop >= t.shape[0]:
+                ckpt.check_unchanged(names[0])  # read long after the build's reads (half_row_reader)
             yield block
-        judge(full, seen, allow_nonfinite, warn)
+        judge(label, seen, allow_nonfinite, warn)
     return blocks
 
 

@@ -1,0 +1,149 @@
+"""A Qwen3.5 MoE head's routed experts are streamed into the staged .bin as its dense matrices are (build.Stream):
+the halves of a fused experts.gate_up_proj and the one-tensor-per-expert layout alike, in f16 and f32, block by
+block (a block smaller than an expert, one expert, several), into the model a build holding every weight saves, with
+the refusals and the f32 fallback of a half f16 cannot hold, named as the whole-tensor readers name them."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from helpers.checkpoints import read_tensors, split_per_expert, write_variant
+from helpers.cli import invoke, one_error
+from lab.dirsnap import snapshot
+from irsurgeon import build
+from irsurgeon.families.qwen35_mtp import FAMILY
+from irsurgeon.weights import spec
+from irsurgeon.weights.safetensors_io import decode, f32_to_bf16
+
+MLP = "mtp.layers.0.mlp."
+EXPERTS = MLP + "experts."
+MTP_XML = "openvino_mtp_model.xml"
+
+
+@pytest.fixture(scope="module")
+def moe_pair(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """A synthesized qwen35-moe target, its fused checkpoint, and the same tensors one per expert."""
+    out = tmp_path_factory.mktemp("moe")
+    made = FAMILY.synth("qwen35-moe", out / "made", 4, False)
+    per_expert = write_variant(made["ckpt"], out / "per-expert", split_per_expert(read_tensors(made["ckpt"])))
+    return made["target"], made["ckpt"], per_expert
+
+
+def saved_build(ckpt: Path, fmt: str, path: Path) -> ov.Model:
+    """The head of ckpt built holding every weight (no stream), saved by openvino and read back."""
+    family = FAMILY.builder()
+    cfg, weights, opened = build.load_with(family, ckpt, warn=lambda _: None)
+    model = build.build_model(cfg, weights, fmt, family=family)
+    opened.close()
+    build.name_anonymous_nodes(model)
+    ov.save_model(model, path, compress_to_fp16=False)
+    return ov.Core().read_model(path)
+
+
+def weight_data(model: ov.Model) -> dict:
+    return {op.get_friendly_name(): (str(op.get_element_type()), tuple(op.get_shape()), op.get_data().tobytes())
+            for op in model.get_ops()
+            if op.get_type_name() == "Constant" and op.get_friendly_name().endswith(".weight")}
+
+
+def streamed_names(monkeypatch) -> list[str]:
+    """The names build.Stream is given placeholders for, as the patch builds (f16 and f32 alike)."""
+    names = []
+    for kind in ("placeholder", "half_placeholder"):
+        real = getattr(build.Stream, kind)
+        monkeypatch.setattr(build.Stream, kind, lambda self, name, *a, _real=real, **k:
+                            names.append(name) or _real(self, name, *a, **k))
+    return names
+
+
+def patched(tmp_path: Path, target: Path, ckpt: Path, fmt: str):
+    copy = tmp_path / "t"
+    shutil.copytree(target, copy)
+    result = invoke("patch", copy, "--checkpoint", ckpt, "--weight-format", fmt)
+    return copy, result
+
+
+# BLOCK values per f16 block: below one expert (one expert a block), two experts, the whole stack in one
+@pytest.mark.parametrize("block", [100, 2 * 32 * 32, 1 << 21], ids=["sub-expert", "two-experts", "whole"])
+@pytest.mark.parametrize("fmt", ["f16", "f32"])
+@pytest.mark.parametrize("layout", ["fused", "per-expert"])
+def test_routed_experts_stream_into_the_model_a_build_holding_them_saves(moe_pair, tmp_path, monkeypatch, layout,
+                                                                          fmt, block):
+    target, fused, per_expert = moe_pair
+    ckpt = fused if layout == "fused" else per_expert
+    monkeypatch.setattr(spec, "BLOCK", block)
+    monkeypatch.setattr(spec, "SLICE", 300)  # several slices in an expert's rows: the decode's own grid moves too
+    names = streamed_names(monkeypatch)
+    copy, result = patched(tmp_path, target, ckpt, fmt)
+    assert result.exit_code == 0, result.output
+    experts = [n for n in names if n.startswith(EXPERTS)]
+    assert sorted(experts) == [EXPERTS + f"{p}.weight" for p in ("down_proj", "gate_proj", "up_proj")], names
+    ours, theirs = ov.Core().read_model(copy / MTP_XML), saved_build(ckpt, fmt, tmp_path / "saved.xml")
+    got, want = weight_data(ours), weight_data(theirs)
+    assert got == want and all(EXPERTS + f"{p}.weight" in got for p in ("gate_proj", "up_proj", "down_proj"))
+    assert build._STREAMS == {}
+
+
+def fused_with(ckpt: Path, d: Path, value: float, expert: int, row: int) -> Path:
+    """ckpt's tensors with one value of experts.gate_up_proj (the expert, fused row `row`, column 0) replaced."""
+    tensors = read_tensors(ckpt)
+    raw, dt = tensors[EXPERTS + "gate_up_proj"]
+    w = decode(raw, dt).astype(np.float32)
+    w[expert, row, 0] = value
+    tensors[EXPERTS + "gate_up_proj"] = (f32_to_bf16(w), "BF16")
+    return write_variant(ckpt, d, tensors)
+
+
+def expert_size(ckpt: Path) -> int:
+    return read_tensors(ckpt)[EXPERTS + "gate_up_proj"][0].shape[1] // 2
+
+
+@pytest.mark.parametrize("fmt", ["f16", "f32"])
+def test_a_nan_in_a_streamed_fused_half_is_refused_naming_that_half_and_nothing_changes(moe_pair, tmp_path, fmt):
+    target, fused, _ = moe_pair
+    inner = expert_size(fused)
+    ckpt = fused_with(fused, tmp_path / "ckpt", np.nan, 3, inner + 1)  # the up half of the last expert
+    copy = tmp_path / "t"
+    shutil.copytree(target, copy)
+    before = snapshot(copy)
+    error = one_error(invoke("patch", copy, "--checkpoint", ckpt, "--weight-format", fmt))
+    part = (rf"tensor mtp\.layers\.0\.mlp\.experts\.gate_up_proj\[:, {inner}:{2 * inner}\] \(read as "
+            rf"mtp\.layers\.0\.mlp\.experts\.up_proj\.weight\): holds 1 NaN")  # f16: the f32 path names it
+    assert re.search(part, error), error
+    assert snapshot(copy) == before and build._STREAMS == {}
+
+
+def test_a_nan_in_one_streamed_expert_is_refused_naming_that_experts_tensor(moe_pair, tmp_path):
+    target, fused, _ = moe_pair
+    tensors = split_per_expert(read_tensors(fused))
+    raw, dt = tensors[EXPERTS + "2.down_proj.weight"]
+    bad = raw.copy()
+    bad[0, 1] = 0x7FC0  # bf16 NaN
+    tensors[EXPERTS + "2.down_proj.weight"] = (bad, dt)
+    ckpt = write_variant(fused, tmp_path / "ckpt", tensors)
+    copy = tmp_path / "t"
+    shutil.copytree(target, copy)
+    before = snapshot(copy)
+    error = one_error(invoke("patch", copy, "--checkpoint", ckpt, "--weight-format", "f32"))
+    assert "tensor mtp.layers.0.mlp.experts.2.down_proj.weight: holds 1 NaN" in error, error
+    assert snapshot(copy) == before and build._STREAMS == {}
+
+
+def test_a_streamed_fused_half_f16_cannot_hold_is_kept_f32_alone_as_the_build_keeps_it(moe_pair, tmp_path,
+                                                                                      monkeypatch):
+    target, fused, _ = moe_pair
+    monkeypatch.setattr(spec, "BLOCK", 100)  # the value is met in the last of many blocks, after the others are written
+    ckpt = fused_with(fused, tmp_path / "ckpt", 1e6, 3, expert_size(fused) + 1)  # beyond f16's 65504, the up half
+    copy, result = patched(tmp_path, target, ckpt, "f16")
+    assert result.exit_code == 0, result.output
+    assert "experts.up_proj.weight" in result.output and "kept as f32" in result.output, result.output
+    ours, theirs = ov.Core().read_model(copy / MTP_XML), saved_build(ckpt, "f16", tmp_path / "saved.xml")
+    got = weight_data(ours)
+    assert got[EXPERTS + "up_proj.weight"][0] == "<Type: 'float32'>"
+    assert got[EXPERTS + "gate_proj.weight"][0] == got[EXPERTS + "down_proj.weight"][0] == "<Type: 'float16'>"
+    assert got == weight_data(theirs) and build._STREAMS == {}
