@@ -344,6 +344,27 @@ def test_fused_halves_read_only_their_own_rows(synth_moe, monkeypatch):
     assert read[MLP + "experts.gate_up_proj"] == 2 * gate_up.size * 2  # bf16: 2 bytes a value
 
 
+def test_a_fused_half_is_read_into_the_decoders_buffer_one_expert_row_at_a_time(synth_moe, monkeypatch):
+    """StoredRows.read_into of a `[:, a:b]` narrowing (how a streamed f16 build reads a half of gate_up_proj): each
+    leading row's a..b rows land in the buffer, and only those bytes are read; another narrowing is refused."""
+    raw = read_stored(synth_moe)[MLP + "experts.gate_up_proj"][0]
+    read = Counter()
+    real = SafetensorsFile._read_into
+    monkeypatch.setattr(SafetensorsFile, "_read_into", lambda self, arr, offset, name: read.update({name: arr.nbytes})
+                        or real(self, arr, offset, name))
+    f = SafetensorsFile(synth_moe / "model.safetensors")
+    try:
+        rows = f.rows(MLP + "experts.gate_up_proj")
+        out = np.zeros((2, I, raw.shape[2]), np.float16)
+        got = rows[:, I:2 * I].read_into(slice(1, 3), out)
+        assert np.array_equal(got, raw[1:3, I:2 * I]) and np.shares_memory(got, out)
+        assert read[MLP + "experts.gate_up_proj"] == out.nbytes
+        with pytest.raises(TypeError, match=r"whole tensor or one narrowed \[:, a:b\]"):
+            rows[:, :, 1:3].read_into(slice(0, 1), np.zeros((1, 2 * I, 2), np.float16))
+    finally:
+        f.close()
+
+
 def test_nonfinite_expert_weights_refused_unless_allowed(synth_moe, tmp_path):
     d = tmp_path / "ckpt"
     shutil.copytree(synth_moe, d)

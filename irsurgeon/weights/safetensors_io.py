@@ -329,13 +329,26 @@ class StoredRows:
         return block[(slice(None), *self.trailing)] if self.trailing else block
 
     def read_into(self, rows: slice, out: np.ndarray) -> np.ndarray:
-        """Rows lo..hi of an un-narrowed tensor read straight into out (contiguous, as many bytes), viewed as the
-        storage dtype in those rows' shape: a decoder can then work in its output buffer, with no block of its own."""
+        """Rows lo..hi read straight into out (contiguous, as many bytes), viewed as the storage dtype in those rows'
+        shape: a decoder can then work in its output buffer, with no block of its own. The tensor is whole or
+        narrowed `[:, a:b]` (one read per leading row: its a..b rows are contiguous in the file)."""
         lo, hi, _ = rows.indices(self.info.shape[0])
         storage = STORAGE[self.info.dtype]
+        per_row = math.prod(self.info.shape[1:])
+        start = self.file.data_start + self.info.begin
+        if self.trailing:
+            narrow = self._second_axis_range()
+            if narrow is None:
+                raise TypeError("StoredRows.read_into takes a whole tensor or one narrowed [:, a:b]")
+            a, b = narrow
+            inner = math.prod(self.info.shape[2:])
+            block = out.view(storage).reshape(max(hi - lo, 0), b - a, *self.info.shape[2:])
+            for k in range(block.shape[0]):
+                self.file._read_into(block[k], start + ((lo + k) * per_row + a * inner) * storage.itemsize,
+                                     self.info.name)
+            return block
         block = out.view(storage).reshape(max(hi - lo, 0), *self.info.shape[1:])
-        offset = self.file.data_start + self.info.begin + lo * math.prod(self.info.shape[1:]) * storage.itemsize
-        self.file._read_into(block, offset, self.info.name)
+        self.file._read_into(block, start + lo * per_row * storage.itemsize, self.info.name)
         return block
 
     def _second_axis_range(self) -> tuple[int, int] | None:

@@ -231,9 +231,9 @@ def round_rows(ckpt: Checkpoint, name: str, dst: np.ndarray, tally: Tally, fn: T
 
 
 def round_block(raw, dtype: str, lo: int, dst: np.ndarray, tally: Tally, fn: Transform | None = None) -> None:
-    """Rows lo.. of a whole stored tensor (raw: its StoredRows, not narrowed) decoded into dst (float16, C-contiguous,
-    as many rows) a slice at a time, `fn` applied; bf16 is read into dst itself and its bits re-biased there
-    (half.py)."""
+    """Rows lo.. of a stored tensor (raw: its StoredRows, whole or narrowed `[:, a:b]`) decoded into dst (float16,
+    C-contiguous, as many rows) a slice at a time, `fn` applied; bf16 is read into dst itself and its bits re-biased
+    there (half.py)."""
     for rows in row_blocks(dst.shape):
         part = dst[rows]
         at = slice(lo + rows.start, lo + rows.start + part.shape[0])
@@ -401,9 +401,13 @@ def half_filler(ckpt: Checkpoint, t: Tensor, src: Source, p: str) -> Callable[[i
             for k in range(out.shape[0]):
                 round_rows(ckpt, p + src.name(lo + k), out[k], tally, fn)
         return stack
-    if isinstance(src, Whole):
+    if isinstance(src, Whole) or src.axis <= 1:  # a whole tensor, or a part whose rows are contiguous per leading row
         raw, dtype = ckpt.raw(p + src.name)
-        return lambda lo, out, tally: round_block(raw, dtype, lo, out, tally, fn)
+        if isinstance(src, Part):
+            view, first = (raw, src.lo) if src.axis == 0 else (raw[_index(src)], 0)
+        else:
+            view, first = raw, 0
+        return lambda lo, out, tally: round_block(view, dtype, first + lo, out, tally, fn)
     rows_of, dtype = stored_rows(ckpt, src, p)
 
     def part(lo: int, out: np.ndarray, tally: Tally) -> None:
