@@ -162,7 +162,8 @@ def as_dtype(tensors: dict, dtype: str, only=is_expert) -> dict:
 
 DTYPE_CASES = [("fused", "F16", "f16"), ("per-expert", "F32", "f32"),
                *[pytest.param(layout, dtype, fmt, marks=pytest.mark.slow)
-                 for layout in ("fused", "per-expert") for dtype in ("F16", "BF16", "F32", "F64") for fmt in ("f16", "f32")
+                 for layout in ("fused", "per-expert") for dtype in ("F16", "BF16", "F32", "F64")
+                 for fmt in ("f16", "f32")
                  if (layout, dtype, fmt) not in (("fused", "F16", "f16"), ("per-expert", "F32", "f32"))]]
 
 
@@ -451,7 +452,7 @@ def test_the_single_file_rewritten_between_the_build_and_the_stage_is_refused_an
     assert "model.safetensors" in error and "changed while" in error, error
 
 
-# --- values: NaN, Inf, beyond f16 in the last expert or the up half ----------------------------------------------------
+# --- values: NaN, Inf, beyond f16 in the last expert or the up half --------------------------------------------------
 
 LAST_DOWN = EXPERTS + "3.down_proj.weight"
 
@@ -561,3 +562,51 @@ def test_an_expert_of_another_shape_is_one_line_naming_it(moe_pair, tmp_path):
     error = assert_refused(tmp_path, target, ckpt, "f16")
     assert f"tensor {EXPERTS}2.down_proj.weight: expected shape [64, 32]" in error and "[64, 31]" in error, error
 
+
+# --- the gathered experts' graph form (irsurgeon.ops.moe.take_experts) ------------------------------------------------
+
+def built_and_saved(ckpt: Path, out: Path, fmt: str, moe_form: str, stream: bool,
+                    allow_nonfinite: bool = False) -> ov.Model:
+    """The head of ckpt built in `moe_form` (streamed into the .bin or held whole), saved by save_mtp_model."""
+    cfg, weights, opened = build.load_with(QWEN, ckpt, allow_nonfinite=allow_nonfinite, warn=lambda _: None)
+    try:
+        model = build.build_model(cfg, weights, fmt, family=QWEN, moe_form=moe_form, warn=lambda _: None,
+                                  stream=opened.close if stream else None)
+        xml = build.save_mtp_model(model, out)
+    finally:
+        opened.close()
+    return ov.Core().read_model(xml)
+
+
+@pytest.mark.parametrize("beyond,value", [(None, None), ("down_proj", 7e4), ("gate_up_proj", 7e4),
+                                          ("gate_up_proj", np.nan)], ids=["fits", "down-f32", "up-f32", "up-nan"])
+def test_gathered_experts_streamed_save_the_whole_builds_draft_even_when_a_stack_is_kept_f32(
+        moe_pair, tmp_path, monkeypatch, beyond, value):
+    """take_experts gathers the chosen experts of the f16 weight before its decompression: a streamed stack found
+    not to fit f16 (a value beyond f16; a NaN, allowed, which the build then stores f16 its own way) must be
+    replaced where the gather reads it, as the whole build's constant is gathered."""
+    target, fused, _ = moe_pair
+    small_blocks(monkeypatch)
+    tensors = read_tensors(fused)
+    if beyond:
+        tensors = with_value(tensors, EXPERTS + beyond, (-1, -1, -1), value)
+    ckpt = write_ckpt(fused, tmp_path / "ckpt", tensors)
+    allow = beyond is not None and np.isnan(value)
+    ours = built_and_saved(ckpt, tmp_path / "ours", "f16", "gather", stream=True, allow_nonfinite=allow)
+    theirs = built_and_saved(ckpt, tmp_path / "theirs", "f16", "gather", stream=False, allow_nonfinite=allow)
+    assert layers(ours) == layers(theirs) and weight_data(ours) == weight_data(theirs)
+    assert graph_of(ours) == graph_of(theirs)
+    if beyond and not allow:
+        role = "down_proj" if beyond == "down_proj" else "up_proj"
+        assert weight_data(ours)[f"{EXPERTS}{role}.weight"][0] == "<Type: 'float32'>"
+    assert build._STREAMS == {}
+
+
+def graph_of(model: ov.Model) -> list:
+    """Each op reached from the outputs as (type, output types and shapes, its inputs' producers likewise), sorted:
+    the graph's structure whatever names the save gave its anonymous ops."""
+    def kind(node) -> tuple:
+        return node.get_type_name(), tuple((str(o.get_element_type()), str(o.get_partial_shape()))
+                                           for o in node.outputs())
+    return sorted((kind(op), tuple(kind(i.get_source_output().get_node()) for i in op.inputs()))
+                  for op in model.get_ordered_ops())
