@@ -437,6 +437,27 @@ def test_an_experts_shard_rewritten_while_they_stream_is_refused_naming_it_and_n
     assert shard.name in error and "changed while" in error, error
 
 
+def raise_interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("layout,fmt", [("per-expert", "f16"), pytest.param("fused", "f32", marks=pytest.mark.slow)])
+def test_ctrl_c_while_the_experts_stream_is_interrupted_and_nothing_changes(moe_pair, tmp_path, monkeypatch, layout,
+                                                                            fmt):
+    target, fused, _ = moe_pair
+    small_blocks(monkeypatch)
+    shard_of = experts_apart if layout == "fused" else experts_split
+    ckpt = write_ckpt(fused, tmp_path / "ckpt", expert_tensors(fused, layout), shard_of)
+    done = while_experts_stream(monkeypatch, raise_interrupt, after=2)
+    copy = tmp_path / "t"
+    shutil.copytree(target, copy)
+    before = snapshot(copy)
+    result = invoke("patch", copy, "--checkpoint", ckpt, "--weight-format", fmt)
+    assert done and result.exit_code == 130 and result.stderr.strip() == "Error: interrupted", result.output
+    assert snapshot(copy) == before and not (copy / STAGE_DIR).exists()
+    assert left_behind(copy, ckpt) == CLEAN
+
+
 def test_the_single_file_rewritten_between_the_build_and_the_stage_is_refused_and_nothing_changes(
         moe_pair, tmp_path, monkeypatch):
     """Mirrors the dense case of test_attacks_stream for a per-expert head: before any matrix is streamed."""
@@ -578,26 +599,29 @@ def built_and_saved(ckpt: Path, out: Path, fmt: str, moe_form: str, stream: bool
     return ov.Core().read_model(xml)
 
 
-@pytest.mark.parametrize("beyond,value", [(None, None), ("down_proj", 7e4), ("gate_up_proj", 7e4),
-                                          ("gate_up_proj", np.nan)], ids=["fits", "down-f32", "up-f32", "up-nan"])
+@pytest.mark.parametrize("beyond,value,fmt", [(None, None, "f16"), ("down_proj", 7e4, "f16"),
+                                              ("gate_up_proj", 7e4, "f16"), ("gate_up_proj", np.nan, "f16"),
+                                              pytest.param(None, None, "f32", marks=pytest.mark.slow),
+                                              pytest.param("3.down_proj.weight", 7e4, "f16", marks=pytest.mark.slow)],
+                         ids=["fits", "down-f32", "up-f32", "up-nan", "f32-build", "per-expert-down-f32"])
 def test_gathered_experts_streamed_save_the_whole_builds_draft_even_when_a_stack_is_kept_f32(
-        moe_pair, tmp_path, monkeypatch, beyond, value):
+        moe_pair, tmp_path, monkeypatch, beyond, value, fmt):
     """take_experts gathers the chosen experts of the f16 weight before its decompression: a streamed stack found
     not to fit f16 (a value beyond f16; a NaN, allowed, which the build then stores f16 its own way) must be
     replaced where the gather reads it, as the whole build's constant is gathered."""
     target, fused, _ = moe_pair
     small_blocks(monkeypatch)
-    tensors = read_tensors(fused)
+    tensors = expert_tensors(fused, "per-expert" if beyond and beyond[0].isdigit() else "fused")
     if beyond:
-        tensors = with_value(tensors, EXPERTS + beyond, (-1, -1, -1), value)
+        tensors = with_value(tensors, EXPERTS + beyond, (-1,) * tensors[EXPERTS + beyond][0].ndim, value)
     ckpt = write_ckpt(fused, tmp_path / "ckpt", tensors)
     allow = beyond is not None and np.isnan(value)
-    ours = built_and_saved(ckpt, tmp_path / "ours", "f16", "gather", stream=True, allow_nonfinite=allow)
-    theirs = built_and_saved(ckpt, tmp_path / "theirs", "f16", "gather", stream=False, allow_nonfinite=allow)
+    ours = built_and_saved(ckpt, tmp_path / "ours", fmt, "gather", stream=True, allow_nonfinite=allow)
+    theirs = built_and_saved(ckpt, tmp_path / "theirs", fmt, "gather", stream=False, allow_nonfinite=allow)
     assert layers(ours) == layers(theirs) and weight_data(ours) == weight_data(theirs)
     assert graph_of(ours) == graph_of(theirs)
     if beyond and not allow:
-        role = "down_proj" if beyond == "down_proj" else "up_proj"
+        role = "up_proj" if beyond == "gate_up_proj" else "down_proj"
         assert weight_data(ours)[f"{EXPERTS}{role}.weight"][0] == "<Type: 'float32'>"
     assert build._STREAMS == {}
 
@@ -610,3 +634,18 @@ def graph_of(model: ov.Model) -> list:
                                            for o in node.outputs())
     return sorted((kind(op), tuple(kind(i.get_source_output().get_node()) for i in op.inputs()))
                   for op in model.get_ordered_ops())
+
+
+def test_gathered_experts_choosing_every_expert_save_the_whole_builds_draft_when_a_stack_is_kept_f32(
+        moe_pair, tmp_path, monkeypatch):
+    """top_k = num_experts: the whole f32 stack where the gathered rows belong broadcasts against the routing
+    weights, so a wrongly rewired gather is no shape error at the save but another model."""
+    _, fused, _ = moe_pair
+    small_blocks(monkeypatch)
+    tensors, edit = resized(fused, 2, 32)
+    ckpt = write_ckpt(fused, tmp_path / "ckpt", with_value(tensors, EXPERTS + "down_proj", (-1, -1, -1), 7e4),
+                      config_edit=edit)
+    ours = built_and_saved(ckpt, tmp_path / "ours", "f16", "gather", stream=True)
+    theirs = built_and_saved(ckpt, tmp_path / "theirs", "f16", "gather", stream=False)
+    assert graph_of(ours) == graph_of(theirs) and weight_data(ours) == weight_data(theirs)
+    assert weight_data(ours)[EXPERTS + "down_proj.weight"][0] == "<Type: 'float32'>"
