@@ -173,12 +173,29 @@ class Stream:
     def demote(self, model: ov.Model, name: str) -> None:
         """The f16 matrix `name` (its values do not fit f16: NotHalf) replaced in model by what the f16 build makes
         of it the f32 way (its fallback: the whole tensor read, checked and reported as that build reads it); its
-        placeholder and decompression removed."""
+        placeholder and decompression removed.
+
+        An op that reads the f16 values themselves (the Gather of ops.moe.take_experts, which picks experts before
+        their decompression) reads what take_experts reads of the built weight: its f16 constant, or the f32
+        constant itself, the Convert after the gather then dropped."""
         p = next(q for q in self.placeholders if q.get_friendly_name() == name)
         weight_out = self.fallbacks.pop(name)()
-        for convert in [i.get_node() for i in p.output(0).get_target_inputs()]:
-            for consumer in convert.output(0).get_target_inputs():
-                consumer.replace_source_output(weight_out)
+        built = weight_out.get_node()
+        stored = built.input_value(0) if built.get_type_name() == "Convert" else None
+        for reader in list(p.output(0).get_target_inputs()):
+            node = reader.get_node()
+            if node.get_type_name() == "Convert":  # the placeholder's decompression
+                for consumer in node.output(0).get_target_inputs():
+                    consumer.replace_source_output(weight_out)
+            elif stored is not None:  # built f16 after all: the gather reads its f16 constant
+                reader.replace_source_output(stored)
+            else:  # built f32: the gather reads it, and its own f32 output needs no Convert
+                reader.replace_source_output(weight_out)
+                node.validate_and_infer_types()
+                for convert in [i.get_node() for i in node.output(0).get_target_inputs()]:
+                    if convert.get_type_name() == "Convert":
+                        for consumer in convert.output(0).get_target_inputs():
+                            consumer.replace_source_output(node.output(0))
         model.remove_parameter(p)
         self.placeholders.remove(p)
         del self.blocks[name], self.shapes[name], self.types[name]
