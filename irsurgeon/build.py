@@ -411,6 +411,11 @@ def save_appended(model: ov.Model, xml: Path, stream: Stream | None = None, spen
     gives the .bin's page cache next, where holding every constant until the end made the kernel find 849 MB of
     fresh pages for a 27B head (2.6 s against 0.3 s in a fresh process on a virtual machine, benchmarks/
     profile_patch.py's save phase). Peak memory: the model's own, one block of rows for a stream."""
+    try:  # a graph that does not validate is the build's fault, never a disk's: write_staged would call any
+        model.validate_nodes_and_infer_types()  # RuntimeError of the save "cannot write it" (disk full comes so)
+    except RuntimeError as e:
+        raise IRError(f"{shown(xml)}: the graph built for it does not validate (a fault of irsurgeon's build, not "
+                      f"of the input): {cause(e)}") from None
     detached, tail, places = detach_constants(model), None, {}
     try:
         try:

@@ -308,3 +308,18 @@ def test_two_constants_over_one_buffer_are_written_once_as_openvino_writes_them(
     theirs, ours = (ov.Core().read_model(tmp_path / n) for n in ("saved.xml", "ours.xml"))
     assert graph(ours) == graph(theirs)
     assert (tmp_path / "ours.bin").stat().st_size == (tmp_path / "saved.bin").stat().st_size == w.nbytes
+
+
+def test_a_built_graph_that_does_not_validate_is_said_so_not_called_a_failed_write(tmp_path):
+    """Rule: a graph error met when the draft is saved (openvino validates the graph as it serializes it) is the
+    build's, one line saying so; write_staged's "cannot write it (N MB free there)" is for the disk's errors."""
+    x = ov.opset13.parameter([2, 3], ov.Type.f32, name="x")
+    product = ov.opset13.matmul(x, ov.opset13.constant(np.ones((3, 4), np.float32)), False, False)
+    model = ov.Model([product], [x], "broken")
+    product.input(1).replace_source_output(ov.opset13.constant(np.ones((5, 4), np.float32)).output(0))
+    out = tmp_path / "out"
+    with pytest.raises(IRError) as caught:
+        build.save_mtp_model(model, out)
+    line = str(caught.value)
+    assert "does not validate" in line and "MatMul" in line and "cannot write" not in line, line
+    assert "\n" not in line and not out.exists()
