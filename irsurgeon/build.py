@@ -125,6 +125,13 @@ def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | We
     return model
 
 
+def rewire(output: ov.Output, source: ov.Output) -> None:
+    """Every input that reads `output` reads `source` instead. Not ov.Output.replace, which also gives `source` the
+    tensor names of `output`: a rewired graph keeps the names it was built with (the saved IR as the held build's)."""
+    for consumer in output.get_target_inputs():
+        consumer.replace_source_output(source)
+
+
 @dataclass(eq=False)
 class Stream:
     """The matrices a build left as placeholders: Parameters of their shapes, with no tensor names (openvino
@@ -185,8 +192,7 @@ class Stream:
         for reader in list(p.output(0).get_target_inputs()):
             node = reader.get_node()
             if node.get_type_name() == "Convert":  # the placeholder's decompression
-                for consumer in node.output(0).get_target_inputs():
-                    consumer.replace_source_output(weight_out)
+                rewire(node.output(0), weight_out)
             elif stored is not None:  # built f16 after all: the gather reads its f16 constant
                 reader.replace_source_output(stored)
             else:  # built f32: the gather reads it, and its own f32 output needs no Convert
@@ -194,8 +200,7 @@ class Stream:
                 node.validate_and_infer_types()
                 for convert in [i.get_node() for i in node.output(0).get_target_inputs()]:
                     if convert.get_type_name() == "Convert":
-                        for consumer in convert.output(0).get_target_inputs():
-                            consumer.replace_source_output(node.output(0))
+                        rewire(convert.output(0), node.output(0))
         model.remove_parameter(p)
         self.placeholders.remove(p)
         del self.blocks[name], self.shapes[name], self.types[name]
@@ -385,8 +390,7 @@ def detach_constants(model: ov.Model, min_bytes: int | None = None) -> list[Deta
         p = ops.parameter(op.get_output_partial_shape(0), op.get_element_type())
         p.set_friendly_name(op.get_friendly_name())
         p.output(0).get_tensor().set_names(set())
-        for consumer in op.output(0).get_target_inputs():
-            consumer.replace_source_output(p.output(0))
+        rewire(op.output(0), p.output(0))
         out.append(Detached(op, p))
     if out:
         model.add_parameters([d.placeholder for d in out])
@@ -396,8 +400,7 @@ def detach_constants(model: ov.Model, min_bytes: int | None = None) -> list[Deta
 def reattach(model: ov.Model, detached: list[Detached]) -> None:
     """The constants detach_constants took, back in their consumers' inputs; the placeholders removed."""
     for d in detached:
-        for consumer in d.placeholder.output(0).get_target_inputs():
-            consumer.replace_source_output(d.constant.output(0))
+        rewire(d.placeholder.output(0), d.constant.output(0))
         model.remove_parameter(d.placeholder)
 
 
@@ -411,8 +414,10 @@ def save_appended(model: ov.Model, xml: Path, stream: Stream | None = None, spen
     gives the .bin's page cache next, where holding every constant until the end made the kernel find 849 MB of
     fresh pages for a 27B head (2.6 s against 0.3 s in a fresh process on a virtual machine, benchmarks/
     profile_patch.py's save phase). Peak memory: the model's own, one block of rows for a stream."""
-    try:  # a graph that does not validate is the build's fault, never a disk's: write_staged would call any
-        model.validate_nodes_and_infer_types()  # RuntimeError of the save "cannot write it" (disk full comes so)
+    # A graph that does not validate is the build's fault, never a disk's: checked here, or write_staged would call
+    # it "cannot write it", as it does every RuntimeError of the save (a full disk comes as one)
+    try:
+        model.validate_nodes_and_infer_types()
     except RuntimeError as e:
         raise IRError(f"{shown(xml)}: the graph built for it does not validate (a fault of irsurgeon's build, not "
                       f"of the input): {cause(e)}") from None
