@@ -20,7 +20,7 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from helpers.checkpoints import as_float, fp8_config, fp8_tensors, read_tensors, split_per_expert
+from helpers.checkpoints import as_float, fp8_config, fp8_tensors, read_tensors, split_per_expert, stored_as
 from helpers.cli import invoke, one_error
 from lab.dirsnap import snapshot
 from irsurgeon import build
@@ -73,13 +73,6 @@ def values(raw: np.ndarray, dtype: str) -> np.ndarray:
     return decode(raw, dtype).astype(np.float32)
 
 
-def stored_as(w: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
-    """float32 values as a tensor stored in dtype."""
-    if dtype == "BF16":
-        return f32_to_bf16(w), dtype
-    return w.astype({"F16": np.float16, "F32": np.float32, "F64": np.float64}[dtype]), dtype
-
-
 def with_value(tensors: dict, name: str, index: tuple, value: float) -> dict:
     """tensors with one value of `name` replaced (its dtype kept, BF16/F16 made F32 when the value needs it)."""
     out = dict(tensors)
@@ -109,16 +102,6 @@ def patched(tmp_path: Path, target: Path, ckpt: Path, fmt: str, *extra):
     return copy, invoke("patch", copy, "--checkpoint", ckpt, "--weight-format", fmt, *extra)
 
 
-def saved_allowing(ckpt: Path, fmt: str, path: Path) -> ov.Model:
-    """saved_build with --allow-nonfinite."""
-    cfg, weights, opened = build.load_with(QWEN, ckpt, allow_nonfinite=True, warn=lambda _: None)
-    model = build.build_model(cfg, weights, fmt, family=QWEN, warn=lambda _: None)
-    opened.close()
-    build.name_anonymous_nodes(model)
-    ov.save_model(model, path, compress_to_fp16=False)
-    return ov.Core().read_model(path)
-
-
 def assert_whole_builds_draft(tmp_path: Path, target: Path, ckpt: Path, fmt: str, monkeypatch,
                               allow_nonfinite: bool = False) -> dict:
     """The patch streams the three expert roles and writes the whole build's draft; its weights returned."""
@@ -128,7 +111,7 @@ def assert_whole_builds_draft(tmp_path: Path, target: Path, ckpt: Path, fmt: str
     assert result.exit_code == 0, result.output
     assert sorted(n for n in names if is_expert(n)) == ROLES, names
     ours = ov.Core().read_model(copy / MTP_XML)
-    theirs = (saved_allowing if allow_nonfinite else saved_build)(ckpt, fmt, tmp_path / "saved.xml")
+    theirs = saved_build(ckpt, fmt, tmp_path / "saved.xml", allow_nonfinite)
     got = weight_data(ours)
     assert got == weight_data(theirs) and all(r in got for r in ROLES)
     assert layers(ours) == layers(theirs)
@@ -155,11 +138,6 @@ def small_blocks(monkeypatch, block: int = 100, slice_: int = 300) -> None:
 
 # --- dtypes on disk ---------------------------------------------------------------------------------------------------
 
-def as_dtype(tensors: dict, dtype: str, only=is_expert) -> dict:
-    return as_float(tensors, dtype, only) if dtype != "F64" else {
-        n: (stored_as(values(*t), "F64") if only(n) else t) for n, t in tensors.items()}
-
-
 DTYPE_CASES = [("fused", "F16", "f16"), ("per-expert", "F32", "f32"),
                *[pytest.param(layout, dtype, fmt, marks=pytest.mark.slow)
                  for layout in ("fused", "per-expert") for dtype in ("F16", "BF16", "F32", "F64")
@@ -172,7 +150,7 @@ def test_experts_stored_in_any_float_dtype_stream_into_the_whole_builds_draft(mo
                                                                                layout, dtype, fmt):
     target, fused, _ = moe_pair
     small_blocks(monkeypatch)
-    ckpt = write_ckpt(fused, tmp_path / "ckpt", as_dtype(expert_tensors(fused, layout), dtype))
+    ckpt = write_ckpt(fused, tmp_path / "ckpt", as_float(expert_tensors(fused, layout), dtype, is_expert))
     got = assert_whole_builds_draft(tmp_path, target, ckpt, fmt, monkeypatch)
     assert {got[r][0] for r in ROLES} == {"<Type: 'float16'>" if fmt == "f16" else "<Type: 'float32'>"}
 
@@ -190,8 +168,8 @@ def mixed_between_experts(tensors: dict) -> dict:
 
 def mixed_fused(tensors: dict) -> dict:
     """gate_up_proj F32, down_proj F16."""
-    out = as_dtype(tensors, "F32", lambda n: n == EXPERTS + "gate_up_proj")
-    return as_dtype(out, "F16", lambda n: n == EXPERTS + "down_proj")
+    out = as_float(tensors, "F32", lambda n: n == EXPERTS + "gate_up_proj")
+    return as_float(out, "F16", lambda n: n == EXPERTS + "down_proj")
 
 
 @pytest.mark.parametrize("layout,fmt", [("per-expert", "f16"), ("fused", "f32"),

@@ -22,7 +22,7 @@ FP8_MAX = 448.0  # largest finite float8_e4m3fn
 FP8_LEAVES = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
               "up_proj.weight", "down_proj.weight", "experts.gate_up_proj", "experts.down_proj")
 MLP = "mtp.layers.0.mlp."
-NUMPY = {"F32": np.float32, "F16": np.float16}
+NUMPY = {"F64": np.float64, "F32": np.float32, "F16": np.float16}
 PER_TENSOR = "per-tensor"  # block argument: one scale per matrix (quantization_config weight_block_size null)
 
 
@@ -45,13 +45,18 @@ def write_variant(src: Path, dst: Path, tensors: dict, config_edit=None) -> Path
     return dst
 
 
+def stored_as(w: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
+    """float32 values as a tensor stored in dtype (F64 / F32 / F16 / BF16): (raw storage array, dtype)."""
+    return (f32_to_bf16(w) if dtype == "BF16" else w.astype(NUMPY[dtype])), dtype
+
+
 def as_float(tensors: dict, dtype: str, only=lambda name: True) -> dict:
-    """Tensors (those `only` selects) re-stored as F32 / F16 / BF16, values decoded then rounded to that dtype."""
+    """Tensors (those `only` selects) re-stored as F64 / F32 / F16 / BF16, values decoded then rounded to that
+    dtype."""
     out = dict(tensors)
     for name, (raw, dt) in tensors.items():
         if dt in ("BF16", "F16", "F32") and only(name):
-            w = decode(raw, dt).astype(np.float32)
-            out[name] = (f32_to_bf16(w) if dtype == "BF16" else w.astype(NUMPY[dtype]), dtype)
+            out[name] = stored_as(decode(raw, dt).astype(np.float32), dtype)
     return out
 
 
