@@ -10,6 +10,7 @@ fixture's own tensors), one matrix perturbed so it does not fit f16.
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import shutil
@@ -399,12 +400,11 @@ def faulty_tail(monkeypatch, at: int, error: BaseException, tail: int | None = N
     that Tail's (0 the first, 1 the retry after a demotion), counted within it: a save given up at a demotion stops
     its writer with pieces still queued, so how many of its writes ran is the threads' timing, not the input's."""
     seen: list[str] = []
-    made: list[int] = []
+    made = itertools.count()  # which Tail this is
     real = streamed.Tail.__init__
 
     def init(self, bin_file):
-        made.append(1)
-        counted = tail is None or len(made) - 1 == tail
+        counted = next(made) == tail or tail is None
         real(self, FaultyFile(bin_file, at, error, seen) if counted else bin_file)
     monkeypatch.setattr(streamed.Tail, "__init__", init)
     return seen
