@@ -23,7 +23,7 @@ from lab.procs import killed_commit, lock_held
 from lab.demo import DEMO_CKPT, DEMO_TARGET
 from lab.kills import CLI, KILLER, child_env, run_cli, run_killer
 
-from irsurgeon import journal
+from irsurgeon.commit import journal
 
 STAGE = ".irsurgeon-staging"
 LM, HEAD = "openvino_language_model.xml", "openvino_mtp_model.xml"

@@ -23,9 +23,9 @@ import openvino.opset13 as ops
 
 # Peak RSS is the child's own VmHWM: it restarts at exec, unlike ru_maxrss, which a forked child inherits.
 PEAK = ("import re; print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))")
-RUN = ("import sys, time; from irsurgeon.annotate import annotate_ir; t = time.perf_counter(); "
+RUN = ("import sys, time; from irsurgeon.commit.annotate import annotate_ir; t = time.perf_counter(); "
        "r = annotate_ir(sys.argv[1]); print(r.status, r.num_layers, f'{time.perf_counter() - t:.3f}'); " + PEAK)
-BASELINE = "import openvino, irsurgeon.annotate; " + PEAK
+BASELINE = "import openvino, irsurgeon.commit.annotate; " + PEAK
 
 
 def weight(rng, out_dim: int, in_dim: int, fmt: str, name: str) -> ov.Output:

@@ -27,8 +27,8 @@ import openvino as ov
 
 import irsurgeon.ops.moe as moe_ops
 from irsurgeon.families.qwen35_mtp import contract
-from irsurgeon.build import build_model
-from irsurgeon.head import load_mtp
+from irsurgeon.draft.build import build_model
+from irsurgeon.flows.standalone import load_mtp
 from irsurgeon.families.qwen35_mtp.model import MoEConfig, MTPConfig, tensors
 from irsurgeon.ops.core import WeightFormat
 

@@ -140,7 +140,7 @@ def measured(python: Path, entry: str, args: list, io_file: Path, what: str) -> 
 def prepare_target(export: Path, target: Path) -> Path:
     """The export as if optimum had no MTP support: no head files, no hidden-state annotation."""
     from irsurgeon.ir import xmlsafe
-    from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+    from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
 
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(export, target, ignore=shutil.ignore_patterns(*MTP_FILES))

@@ -47,7 +47,7 @@ def by_transformers(cfg: dict) -> dict | str:
 
 def by_irsurgeon(cfg: dict) -> tuple[dict | str, tuple[str, ...]]:
     from irsurgeon.families.qwen35_mtp.model import parse_config
-    from irsurgeon.errors import ConfigError
+    from irsurgeon.core.errors import ConfigError
 
     try:
         m = parse_config(copy.deepcopy(cfg), source="config.json")

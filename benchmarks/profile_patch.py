@@ -17,7 +17,7 @@ work (load average printed with every row); a floor comes between two rounds and
                   does), then as many bytes as the first format's patch wrote for the head written and fsynced
                   into page cache just freed (floor_run: the fastest this machine writes): read + write is the
                   I/O no patch can avoid
-    nncf alone    (int4) the f16 head built by the house (irsurgeon.build), then one plain nncf.compress_weights of
+    nncf alone    (int4) the f16 head built by the house (irsurgeon.draft.build), then one plain nncf.compress_weights of
                   that ov.Model with the house's int4 parameters, timed alone, in its own child process
 Prints the per-phase table (median over rounds), f16 wall / the run's fastest floor (target <= 2x), and int4 wall and the house's
 compress phase against nncf alone. --baseline DIR: each patch is also run by the irsurgeon package in DIR (e.g.
@@ -136,9 +136,9 @@ def write_once(sink: Path, size: int) -> tuple[float, float]:
 
 def nncf_alone(ckpt: Path) -> dict:
     """Child mode: the house's f16 head, then nncf.compress_weights of it with the house's int4 parameters."""
-    from irsurgeon.build import build_model, load_with
-    from irsurgeon.compress import DEFAULTS as p
-    from irsurgeon.compress import marked_consumers, routing_scope
+    from irsurgeon.draft.build import build_model, load_with
+    from irsurgeon.quant.compress import DEFAULTS as p
+    from irsurgeon.quant.compress import marked_consumers, routing_scope
     from irsurgeon.families import registry
 
     builder = registry.for_checkpoint(ckpt).builder()
@@ -153,7 +153,7 @@ def nncf_alone(ckpt: Path) -> dict:
     imported = time.perf_counter() - t
     scope = routing_scope(nncf, model, marked_consumers(model))
     t = time.perf_counter()
-    # the arguments irsurgeon.compress.compress_model passes for int4 (without its bounded-memory blocks)
+    # the arguments irsurgeon.quant.compress.compress_model passes for int4 (without its bounded-memory blocks)
     nncf.compress_weights(model, mode=nncf.CompressWeightsMode(p.mode), ignored_scope=scope, group_size=p.group_size,
                           ratio=p.ratio, all_layers=p.all_layers, backup_mode=nncf.BackupMode(p.backup),
                           advanced_parameters=AdvancedCompressionParameters(

@@ -34,13 +34,13 @@ sys.path.insert(0, str(ROOT))
 
 # (module, attribute or Class.method, phase): the house's functions by phase, in the order patch calls them
 SPANS = [
-    ("irsurgeon.patch", "patch", "other"),  # ends `startup`; the flow's own glue is `other`
-    ("irsurgeon.patch", "clear_interrupted", "commit"),
-    ("irsurgeon.patch", "inspect", "inspect"),
-    ("irsurgeon.patch", "is_done", "inspect"),
-    ("irsurgeon.patch", "pair", "identity"),
-    ("irsurgeon.patch", "plan", "inspect"),
-    ("irsurgeon.build", "load_with", "load"),
+    ("irsurgeon.flows.patch", "patch", "other"),  # ends `startup`; the flow's own glue is `other`
+    ("irsurgeon.flows.patch", "clear_interrupted", "commit"),
+    ("irsurgeon.flows.patch", "inspect", "inspect"),
+    ("irsurgeon.flows.patch", "is_done", "inspect"),
+    ("irsurgeon.flows.patch", "pair", "identity"),
+    ("irsurgeon.flows.patch", "plan", "inspect"),
+    ("irsurgeon.draft.build", "load_with", "load"),
     ("irsurgeon.weights.safetensors_io", "SafetensorsFile._read_into", "read"),
     ("irsurgeon.weights.safetensors_io", "SafetensorsFile._pread", "read"),
     ("irsurgeon.weights.safetensors_io", "bf16_to_f32", "convert"),
@@ -50,22 +50,22 @@ SPANS = [
     ("irsurgeon.weights.half", "round_slice", "convert"),
     ("irsurgeon.weights.half", "bf16_slice", "convert"),
     ("irsurgeon.weights.half", "to_half", "convert"),
-    ("irsurgeon.build", "build_model", "graph"),
+    ("irsurgeon.draft.build", "build_model", "graph"),
     ("irsurgeon.families.qwen35_mtp.patch", "finish_head", "graph"),
-    ("irsurgeon.compress", "compress_model", "compress"),
-    ("irsurgeon.build", "stage_ir", "save"),
+    ("irsurgeon.quant.compress", "compress_model", "compress"),
+    ("irsurgeon.draft.build", "stage_ir", "save"),
     ("irsurgeon.families.qwen35_mtp.patch", "smoke_test", "smoke test"),
     ("irsurgeon.families.qwen35_mtp.patch", "stage_annotation", "annotation"),
     ("irsurgeon.families.qwen35_mtp.patch", "stage_openvino_config", "annotation"),
-    ("irsurgeon.transaction", "DirectoryTransaction.__enter__", "commit"),
-    ("irsurgeon.transaction", "DirectoryTransaction.commit", "commit"),
-    ("irsurgeon.transaction", "DirectoryTransaction.__exit__", "commit"),
-    ("irsurgeon.patch", "confirm", "verify"),
+    ("irsurgeon.commit.transaction", "DirectoryTransaction.__enter__", "commit"),
+    ("irsurgeon.commit.transaction", "DirectoryTransaction.commit", "commit"),
+    ("irsurgeon.commit.transaction", "DirectoryTransaction.__exit__", "commit"),
+    ("irsurgeon.flows.patch", "confirm", "verify"),
 ]
 # sub-phases: labelled after the phase they run in
 SUBSPANS = [
     ("os", "fsync", "fsync"),
-    ("irsurgeon.journal_format", "digest", "sha256"),
+    ("irsurgeon.commit.journal_format", "digest", "sha256"),
     ("openvino", "Core.read_model", "read_model"),
     ("openvino", "Core.compile_model", "compile"),
     ("openvino", "InferRequest.infer", "infer"),

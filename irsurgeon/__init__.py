@@ -3,12 +3,12 @@
 Public API (openvino is imported on first use, so `import irsurgeon` and the CLI start fast):
     build_mtp_model, save_mtp_model   the Qwen3.5 MTP head from safetensors, and writing it
     build_head                        build -> compress -> KV-cache precision -> save, as `build-mtp` does
-    patch_directory, Options          make an exported directory MTP-ready in place (irsurgeon.patch.patch)
+    patch_directory, Options          make an exported directory MTP-ready in place (irsurgeon.flows.patch.patch)
     verify_directory                  the contract checks of a directory, one (name, ok, detail) per check
-    annotate_ir, show_path            hidden-state annotation; what an IR or directory holds (irsurgeon.show.show)
+    annotate_ir, show_path            hidden-state annotation; what an IR or directory holds (irsurgeon.flows.show.show)
     load_config, MTPConfig            the head's configuration from config.json
     IRSurgeonError                    the base of every error irsurgeon raises on purpose
-No exported name is also a submodule's: `irsurgeon.patch` and `irsurgeon.show` are the modules, always.
+No exported name is also a submodule's: `irsurgeon.flows.patch` and `irsurgeon.flows.show` are the modules, always.
 """
 import sys
 from importlib import import_module
@@ -23,17 +23,17 @@ __version__ = "0.1.0"
 if "openvino" not in sys.modules:
     sys.modules.setdefault("openvino_telemetry", None)
 
-from irsurgeon.errors import IRSurgeonError  # noqa: E402,F401
+from irsurgeon.core.errors import IRSurgeonError  # noqa: E402,F401
 
 _LAZY = {  # exported name -> (module, attribute)
-    "build_mtp_model": ("irsurgeon.head", "build_mtp_model"),
-    "save_mtp_model": ("irsurgeon.build", "save_mtp_model"),
-    "build_head": ("irsurgeon.head", "build_head"),
-    "patch_directory": ("irsurgeon.patch", "patch"),
-    "Options": ("irsurgeon.patch", "Options"),
-    "verify_directory": ("irsurgeon.verify", "verify_directory"),
-    "annotate_ir": ("irsurgeon.annotate", "annotate_ir"),
-    "show_path": ("irsurgeon.show", "show"),
+    "build_mtp_model": ("irsurgeon.flows.standalone", "build_mtp_model"),
+    "save_mtp_model": ("irsurgeon.draft.build", "save_mtp_model"),
+    "build_head": ("irsurgeon.flows.standalone", "build_head"),
+    "patch_directory": ("irsurgeon.flows.patch", "patch"),
+    "Options": ("irsurgeon.flows.patch", "Options"),
+    "verify_directory": ("irsurgeon.flows.verify", "verify_directory"),
+    "annotate_ir": ("irsurgeon.commit.annotate", "annotate_ir"),
+    "show_path": ("irsurgeon.flows.show", "show"),
     "load_config": ("irsurgeon.families.qwen35_mtp.model", "load_config"),  # the Qwen3.5 MTP head's config
     "MTPConfig": ("irsurgeon.families.qwen35_mtp.model", "MTPConfig"),
 }

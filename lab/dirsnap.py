@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 # The calls of a commit (and of a recovery) that change the disk; `rename_noreplace` is the product's own
-# no-replace rename (renameat2), looked up in irsurgeon.transaction. lab/procs.py counts the same ones.
+# no-replace rename (renameat2), looked up in irsurgeon.commit.transaction. lab/procs.py counts the same ones.
 MUTATING = ("replace", "rename", "link", "unlink", "mkdir", "rmdir", "chmod", "fchmod", "fsync", "write")
 
 
@@ -38,7 +38,7 @@ def _entry(p: Path, modes: bool) -> str:
 
 def full_disk_on_nth_replace(monkeypatch, n: int = 2) -> None:
     """Make the n-th os.replace of a directory transaction fail as a full disk would (ENOSPC)."""
-    import irsurgeon.transaction as transaction
+    import irsurgeon.commit.transaction as transaction
 
     real, calls = transaction.os.replace, []
 
@@ -61,7 +61,7 @@ class Faults:
     """
 
     def __init__(self, monkeypatch, at: int = 0, err: int = errno.ENOSPC, mode: str = "before", sigint_at: int = 0):
-        import irsurgeon.transaction as transaction
+        import irsurgeon.commit.transaction as transaction
 
         self.at, self.err, self.mode, self.on, self.names, self.hit = at, err, mode, False, [], False
         self.sigint_at = at if mode == "sigint" else sigint_at

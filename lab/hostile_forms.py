@@ -330,7 +330,7 @@ GEMMA4_TARGET_CONFIG_FORMS = {
 
 # Forms by kind of file: every family's file of that kind gets all of them
 KIND_FORMS = {".json": JSON_FORMS, ".xml": XML_FORMS, ".bin": BIN_FORMS, ".safetensors": SAFETENSORS_FORMS}
-# Forms by file name, whoever's target holds it (the house reads it: irsurgeon.precision for every family)
+# Forms by file name, whoever's target holds it (the house reads it: irsurgeon.quant.precision for every family)
 NAMED_FORMS = {"openvino_config.json": OPENVINO_CONFIG_FORMS}
 # family key -> role -> content forms added to the generic ones of the file's kind (a family without a table still
 # gets every generic form)

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # `committed`; os.unlink calls come after that, while the staging folder is cleared.
 KILL_IN_COMMIT = r'''
 import json, os, signal, sys
-import irsurgeon.transaction as t
+import irsurgeon.commit.transaction as t
 target, at, files, call = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
 real, calls = getattr(os, call), []
 def counted(*args, **kwargs):
@@ -41,7 +41,7 @@ with t.DirectoryTransaction(target) as tx:
 # Holds the product's directory lock on argv[1] until the file argv[2] is removed; creates argv[2].held once held.
 HOLD_LOCK = r'''
 import os, sys, time
-from irsurgeon.transaction import directory_lock
+from irsurgeon.commit.transaction import directory_lock
 with directory_lock(sys.argv[1]):
     open(sys.argv[2] + ".held", "w").close()
     while os.path.exists(sys.argv[2]):
@@ -91,7 +91,7 @@ def lock_held(directory: Path, gate: Path):
 # it made, "notes": what recover() said, "error": "<type>: <message>" or null}.
 SWEEP_SERVER = r'''
 import json, os, signal, sys
-import irsurgeon.transaction as t
+import irsurgeon.commit.transaction as t
 CALLS = %s
 WRITE, counted = os.write, []
 

@@ -7,7 +7,7 @@ Run with the product's Python (openvino-genai); only the export runs in the refe
 scripts/make_dflash_reference.py says: torch, transformers 5.2.0, optimum 2.3.0, optimum-intel 2.2.0, dflash 0.1.0).
 Steps: synth the pair (irsurgeon.families.dflash.synth_cycle) and patch its target with its checkpoint (ours); copy
 that directory with dflash_draft/openvino_model.xml/.bin replaced by optimum-intel's fp32 export of the same
-checkpoint (theirs); run irsurgeon.genai_check.run_equivalence on each (the plain and the DFlash LLMPipeline at
+checkpoint (theirs); run irsurgeon.flows.genai.run_equivalence on each (the plain and the DFlash LLMPipeline at
 INFERENCE_PRECISION_HINT=f32, greedy, EOS ignored, one DFlash pipeline for every K) and write theirs, after checking
 both are token-identical to plain greedy. The counts of ours are printed beside them; a difference is an error.
 """
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from dflash_export import export  # noqa: E402  (scripts/)
 from irsurgeon.families import registry  # noqa: E402
-from irsurgeon.genai_check import PROMPTS, run_equivalence  # noqa: E402
+from irsurgeon.flows.genai import PROMPTS, run_equivalence  # noqa: E402
 
 KIND = "dflash-cycle"
 # three built-in prompts (their last tokens lie on 3-cycles) and one whose last token lies on a 4-cycle at seed 0
@@ -95,7 +95,7 @@ def main() -> None:
         "draft": "optimum-intel fp32 export of the synth checkpoint: " + " ".join(command),
         "reference_venv": ref_versions(args.ref),
         "runtime": {p: version(p) for p in ("openvino", "openvino-genai")},
-        "run": "irsurgeon.genai_check.run_equivalence: LLMPipeline on the paged backend, prefix caching off, "
+        "run": "irsurgeon.flows.genai.run_equivalence: LLMPipeline on the paged backend, prefix caching off, "
                "INFERENCE_PRECISION_HINT=f32, greedy, EOS ignored; accepted = get_num_accepted_tokens(), drafted = "
                "get_num_draft_processed_tokens()"},
         "prompts": list(GOLDEN_PROMPTS), "max_new_tokens": MAX_NEW_TOKENS, "runs": golden}

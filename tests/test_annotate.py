@@ -14,13 +14,13 @@ import pytest
 from click.testing import CliRunner
 from helpers.decoders import Spec, make_decoder, write_target
 
-from irsurgeon.annotate import annotate_ir
+from irsurgeon.commit.annotate import annotate_ir
 from irsurgeon.cli import main
-from irsurgeon.errors import IRError, OutputError
+from irsurgeon.core.errors import IRError, OutputError
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.ir.export import LANGUAGE_MODEL, language_model_xml
 from irsurgeon.ir.hidden_states import annotation_json, decoder_stack, discover_hidden_states, parse_annotation
-from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
 
 KEY = (HIDDEN_STATES_LAYERS,)
 EXPORTS = ["dense-fp16", "dense-bf16", "dense-f32ckpt-fp32", "dense-int4", "dense-bigram-fp16", "dense-bigram-int4",

@@ -29,10 +29,10 @@ def writable_copy(src: Path, dest: Path) -> Path:
 
 def test_an_exported_name_is_the_same_object_before_and_after_its_module_is_imported():
     first = {name: getattr(irsurgeon, name) for name in irsurgeon.__all__}
-    for module in ("irsurgeon.patch", "irsurgeon.show", "irsurgeon.verify", "irsurgeon.build", "irsurgeon.head"):
+    for module in ("irsurgeon.flows.patch", "irsurgeon.flows.show", "irsurgeon.flows.verify", "irsurgeon.draft.build", "irsurgeon.flows.standalone"):
         importlib.import_module(module)
     assert {name: getattr(irsurgeon, name) for name in irsurgeon.__all__} == first
-    assert irsurgeon.show.__name__ == "irsurgeon.show" and irsurgeon.patch.__name__ == "irsurgeon.patch"  # modules
+    assert irsurgeon.flows.show.__name__ == "irsurgeon.flows.show" and irsurgeon.flows.patch.__name__ == "irsurgeon.flows.patch"  # modules
     assert not set(irsurgeon.__all__) & {"show", "patch", "verify", "build", "head", "annotate"}
 
 
@@ -56,8 +56,8 @@ def test_build_and_save(tmp_path):
 
 
 def test_build_head_writes_the_chosen_format(tmp_path):
-    from irsurgeon.precision import choose_format
-    from irsurgeon.rtinfo import PROVENANCE, RUNTIME_OPTIONS
+    from irsurgeon.quant.precision import choose_format
+    from irsurgeon.core.rtinfo import PROVENANCE, RUNTIME_OPTIONS
 
     xml = api("build_head")(DEMO / "ckpt", tmp_path / "out", choose_format("f32"), kv_cache_precision="u8",
                             echo=lambda _: None)

@@ -23,11 +23,11 @@ import pytest
 from helpers.checkpoints import as_float, fp8_config, fp8_tensors, read_tensors, split_per_expert, stored_as
 from helpers.cli import invoke, one_error
 from lab.dirsnap import snapshot
-from irsurgeon import build
+from irsurgeon.draft import build
 from irsurgeon.families.qwen35_mtp import patch as qwen_patch
 from irsurgeon.families.qwen35_mtp.model import BUILDER as QWEN
 from irsurgeon.ir import streamed
-from irsurgeon.journal_format import STAGE_DIR
+from irsurgeon.commit.journal_format import STAGE_DIR
 from irsurgeon.weights import spec
 from irsurgeon.weights.safetensors_io import STORAGE, decode, encode_header, f32_to_bf16
 from test_attacks_stream import CLEAN, left_behind

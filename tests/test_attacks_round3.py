@@ -19,7 +19,7 @@ import pytest
 
 from lab.hub import run_cli
 from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
-from irsurgeon.errors import ConfigError, OutputError
+from irsurgeon.core.errors import ConfigError, OutputError
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
 from irsurgeon.weights.hub import store
@@ -277,7 +277,7 @@ def test_a_staging_folder_moved_while_the_files_are_hashed_is_refused_before_any
     """The check before the journal came before the files were fsynced and hashed (seconds for a large head): a
     folder moved then took the journal with it, and a kill during the moves left a half patch that the next run,
     finding an empty staging folder under the name, could not roll back."""
-    from irsurgeon.transaction import JOURNAL, STAGE_DIR, DirectoryTransaction
+    from irsurgeon.commit.transaction import JOURNAL, STAGE_DIR, DirectoryTransaction
 
     target = tmp_path / "target"
     target.mkdir()
@@ -320,7 +320,7 @@ def test_a_generation_config_openvino_genai_refuses_is_refused_naming_the_key(tm
     verdict is also openvino-genai's own (its GenerationConfig reads the file as the pipelines do)."""
     import openvino_genai
 
-    from irsurgeon.config import check_generation_config
+    from irsurgeon.core.config import check_generation_config
 
     path = tmp_path / "generation_config.json"
     path.write_text(text)

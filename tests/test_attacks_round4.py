@@ -1,6 +1,6 @@
-"""Attacks on the draft's weight-writing path (irsurgeon.build.save_appended, irsurgeon.ir.streamed.Tail, the
+"""Attacks on the draft's weight-writing path (irsurgeon.draft.build.save_appended, irsurgeon.ir.streamed.Tail, the
 journal's digest taken from the write: DirectoryTransaction.written) and on the target's annotation staged on a
-thread beside the head (irsurgeon.concurrency.alongside), each stating a rule of docs/reliability.md or of the
+thread beside the head (irsurgeon.core.concurrency.alongside), each stating a rule of docs/reliability.md or of the
 docstrings of those modules.
 
 Most cases patch a bundled fixture in-process with `build.DETACH_BYTES = 1`, so every constant of the draft takes
@@ -24,9 +24,10 @@ import pytest
 from helpers.cli import invoke, one_error
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
-from irsurgeon import build, transaction
+from irsurgeon.draft import build
+from irsurgeon.commit import transaction
 from irsurgeon.ir import streamed
-from irsurgeon.journal_format import STAGE_DIR, staged
+from irsurgeon.commit.journal_format import STAGE_DIR, staged
 
 QWEN_HEAD_BIN = "openvino_mtp_model.bin"
 QWEN_HEAD_XML = "openvino_mtp_model.xml"
@@ -338,7 +339,7 @@ def test_an_annotation_that_fails_beside_a_head_that_succeeds_is_its_own_one_lin
                          ids=["annotation ok", "annotation fails too"])
 def test_a_head_that_fails_beside_the_annotation_is_the_one_line_said(tmp_path, monkeypatch, key,
                                                                        annotation_fails):
-    """Rule (irsurgeon.concurrency): the head's error comes first; the annotation's lines are said only when the
+    """Rule (irsurgeon.core.concurrency): the head's error comes first; the annotation's lines are said only when the
     head's block succeeded, so no line claims an annotation that was rolled back; nothing changed."""
     head_bin, lm_xml, _ = ALONGSIDE[key]
     target = copy_target(tmp_path, key)
@@ -412,7 +413,7 @@ def test_ctrl_c_during_the_heads_save_waits_for_the_annotation_and_nothing_chang
 
 @pytest.mark.parametrize("key", [k if k == "qwen3_5" else pytest.param(k, marks=pytest.mark.slow) for k in ALONGSIDE])
 def test_ctrl_c_while_the_head_waits_for_the_annotation_still_waits_for_it(tmp_path, monkeypatch, key):
-    """Rule (irsurgeon.concurrency): leaving the block waits for the thread whatever happens, since it may be
+    """Rule (irsurgeon.core.concurrency): leaving the block waits for the thread whatever happens, since it may be
     writing into the staging folder the block's error is about to remove. Ctrl-C once the head is saved and
     checked, while the annotation is still being staged: the thread is done when patch ends, nothing changed."""
     target = copy_target(tmp_path, key)
@@ -524,7 +525,7 @@ def test_save_mtp_model_leaves_the_model_whole_for_a_second_save_and_for_inferen
 def test_a_failed_save_mtp_model_leaves_the_model_whole_and_the_next_save_as_the_first(tmp_path, monkeypatch):
     """Rule: a save that fails in the middle of the appended weights (ENOSPC) raises one OutputError, creates no
     output folder, and the model is as it was: it infers the same and the next save writes what a clean one does."""
-    from irsurgeon.errors import OutputError
+    from irsurgeon.core.errors import OutputError
     model = chain_model(["a", "b", "c"])
     build.name_anonymous_nodes(model)
     clean = build.save_mtp_model(model, tmp_path / "clean")
@@ -757,7 +758,7 @@ def test_a_real_sized_heads_matrices_are_never_held_whole(tmp_path):
     assert (got["peak"][0] - base) / head <= 1.5, shown
 
 
-DETACH_ALL = "import irsurgeon.build as _build; _build.DETACH_BYTES = 1\n"
+DETACH_ALL = "import irsurgeon.draft.build as _build; _build.DETACH_BYTES = 1\n"
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Attacks on the streamed f16 patch (irsurgeon.build.Stream's f16 placeholders, weights.spec.half_row_reader,
+"""Attacks on the streamed f16 patch (irsurgeon.draft.build.Stream's f16 placeholders, weights.spec.half_row_reader,
 the retry after NotHalf in build.stage_ir) and on the writes now made on Tail's worker thread
 (irsurgeon.ir.streamed.Tail._put), each stating a rule of docs/reliability.md or of those modules' docstrings:
 the draft written is the one the f16 build holding every matrix makes; bad input or a fault is one `Error:` line
@@ -25,13 +25,13 @@ import pytest
 from helpers.cli import invoke, one_error
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
-from irsurgeon import build
-from irsurgeon.errors import IRError
+from irsurgeon.draft import build
+from irsurgeon.core.errors import IRError
 from irsurgeon.families.dflash import synth
 from irsurgeon.families.dflash.model import BUILDER
 from irsurgeon.families.registry import FAMILIES
 from irsurgeon.ir import streamed
-from irsurgeon.journal_format import STAGE_DIR, staged
+from irsurgeon.commit.journal_format import STAGE_DIR, staged
 from irsurgeon.weights import spec
 from irsurgeon.weights.safetensors_io import f32_to_bf16, write_safetensors
 from test_attacks_round4 import hint_ended

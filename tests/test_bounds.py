@@ -20,10 +20,10 @@ from helpers.cli import invoke, no_hang, one_error  # noqa: F401  (no_hang: an a
 from lab.hostile import DEMO_CKPT, DEMO_TARGET, Lab, judge, run_cli
 from lab.hostile_forms import (CANARY, GEMMA4_ASSISTANT_FORMS, INPUTS, OPENVINO_CONFIG_FORMS, REQUIRED_ROLES, Case,
                                    all_cases, roles_of, sample)
-from irsurgeon import limits
-from irsurgeon.errors import ConfigError, IRError
+from irsurgeon.core import limits
+from irsurgeon.core.errors import ConfigError, IRError
 from irsurgeon.families import registry
-from irsurgeon.precision import detect_target_format
+from irsurgeon.quant.precision import detect_target_format
 
 
 # --- the bounded readers ------------------------------------------------------------------------------------------
@@ -346,7 +346,7 @@ def test_every_hostile_input(lab, case):
 
 def test_genai_never_gets_a_directory_holding_a_fifo(tmp_path):
     """openvino-genai opens generation_config.json and the rest itself: a FIFO there made `verify --genai` hang."""
-    from irsurgeon.errors import IRSurgeonError
+    from irsurgeon.core.errors import IRSurgeonError
 
     target = tmp_path / "target"
     shutil.copytree(DEMO_TARGET, target)

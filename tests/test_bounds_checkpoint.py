@@ -19,8 +19,8 @@ import pytest
 from helpers.cli import invoke, no_hang, one_error  # noqa: F401  (no_hang: an autouse fixture)
 from lab.hostile import DEMO_CKPT, truncation_race
 from lab.hostile_forms import CANARY, absurd_checkpoint, secret_link
-from irsurgeon import limits
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core import limits
+from irsurgeon.core.errors import CheckpointError
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.weights.safetensors_io import SafetensorsFile
 
@@ -156,8 +156,8 @@ def test_a_tensor_read_checks_the_budget_too(tmp_path):
 
 
 def test_the_budget_refuses_only_what_does_not_fit(tmp_path, monkeypatch):
-    from irsurgeon.build import memory_need
-    from irsurgeon.head import build_mtp_model
+    from irsurgeon.draft.build import memory_need
+    from irsurgeon.flows.standalone import build_mtp_model
     from irsurgeon.families.qwen35_mtp.model import load_config, tensors
 
     need = memory_need(tensors(load_config(DEMO_CKPT / "config.json")).shapes())

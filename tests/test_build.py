@@ -10,8 +10,8 @@ import pytest
 
 import irsurgeon
 from irsurgeon.families.qwen35_mtp import contract
-from irsurgeon.build import build_model, save_mtp_model
-from irsurgeon.head import build_mtp_model, load_mtp
+from irsurgeon.draft.build import build_model, save_mtp_model
+from irsurgeon.flows.standalone import build_mtp_model, load_mtp
 from irsurgeon.families.qwen35_mtp.model import load_config
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint

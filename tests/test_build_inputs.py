@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from irsurgeon.families.qwen35_mtp import contract
-from irsurgeon.head import build_mtp_model, load_mtp
+from irsurgeon.flows.standalone import build_mtp_model, load_mtp
 from irsurgeon.cli import main
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core.errors import CheckpointError
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.spec import finite
@@ -192,7 +192,7 @@ def test_write_failure_is_one_line_error_and_leaves_nothing(tmp_path, monkeypatc
 
     def deny(src, dst, **dir_fds):
         raise PermissionError(13, "Permission denied", str(dst))
-    monkeypatch.setattr("irsurgeon.build.os.replace", deny)
+    monkeypatch.setattr("irsurgeon.draft.build.os.replace", deny)
     code, text = run("build-mtp", tmp_path / "ckpt", "-o", out)
     assert_one_line_error(code, text, "Permission denied", str(out))
     assert list(out.iterdir()) == []

@@ -17,13 +17,13 @@ from helpers.checkpoints import (PER_TENSOR, as_float, dequantized, fp8_config, 
                                  read_tensors, split_per_expert, write_variant)
 from helpers.heads import max_diff, run_head, run_reference, scale, three_calls
 from irsurgeon.families.qwen35_mtp import contract
-from irsurgeon.head import build_mtp_model, load_mtp
+from irsurgeon.flows.standalone import build_mtp_model, load_mtp
 from irsurgeon.cli import main
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core.errors import CheckpointError
 from irsurgeon.ops.core import WeightFormat, weight
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.synth.strip import strip_mtp
-from irsurgeon.verify import verify_directory
+from irsurgeon.flows.verify import verify_directory
 from irsurgeon.weights.fp8 import dequantize_blocks, unconverted_by
 from irsurgeon.weights.safetensors_io import FP8_E4M3FN, decode, write_safetensors
 
@@ -343,7 +343,7 @@ def test_patch_from_each_checkpoint_format_passes_verify(patched_from, name):
 def test_genai_mtp_decoding_equals_plain_greedy(patched_from, patch_sources, export, name):
     """Token-identical to plain greedy; on the bigram checkpoint the FP8 head's drafts are accepted as often as
     optimum's bf16 head's (within 2 points, as in test_patch)."""
-    from irsurgeon.genai_check import run_equivalence
+    from irsurgeon.flows.genai import run_equivalence
 
     report = run_equivalence(patched_from(name), prompts=3, nats=(1, 2, 3, 4), echo=lambda _: None)
     assert len(report.runs) == 12 and report.identical, [r for r in report.runs if not r.identical]

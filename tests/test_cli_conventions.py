@@ -15,10 +15,12 @@ import pytest
 from click.testing import CliRunner
 from helpers.checkpoints import read_tensors, write_variant
 
-from irsurgeon import build_mtp_model, rtinfo
+from irsurgeon import build_mtp_model
+
+from irsurgeon.core import rtinfo
 from irsurgeon.cli import main
-from irsurgeon.compress import WEIGHT_FORMATS
-from irsurgeon.errors import IRSurgeonError, cause
+from irsurgeon.quant.compress import WEIGHT_FORMATS
+from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.ir import xmlsafe
 from irsurgeon.ir.hidden_states import annotation_json
 from irsurgeon.synth import synthesize
@@ -232,7 +234,7 @@ def test_exit_codes_usage_2_failure_1_unexpected_1(tmp_path, monkeypatch):
 
     def boom(*args, **kwargs):
         raise ValueError("first line\nsecond line")
-    monkeypatch.setattr("irsurgeon.show.show", boom)
+    monkeypatch.setattr("irsurgeon.flows.show.show", boom)
     res = invoke("show", tmp_path)
     assert res.exit_code == 1 and "unexpected ValueError: first line" in res.output
     assert "second line" not in res.output

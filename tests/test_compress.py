@@ -1,6 +1,6 @@
 """Weight compression of the head (int4 / int8 / auto), the precision inspector, and openvino_config.json updates.
 
-Structure is checked on seeded synthetic checkpoints with a graph walk written here (not with irsurgeon.precision,
+Structure is checked on seeded synthetic checkpoints with a graph walk written here (not with irsurgeon.quant.precision,
 which is itself under test); accuracy is measured on the reference checkpoints against the f32 head.
 """
 from __future__ import annotations
@@ -14,13 +14,13 @@ import pytest
 from click.testing import CliRunner
 
 from irsurgeon.families.qwen35_mtp import contract
-from irsurgeon.build import save_mtp_model
-from irsurgeon.head import build_mtp_model
+from irsurgeon.draft.build import save_mtp_model
+from irsurgeon.flows.standalone import build_mtp_model
 from irsurgeon.cli import main
-from irsurgeon.compress import (CompressionParams, compress_model, params_from_rt_info, planned_group,
+from irsurgeon.quant.compress import (CompressionParams, compress_model, params_from_rt_info, planned_group,
                                 resolve_params, update_openvino_config)
-from irsurgeon.errors import CompressionError
-from irsurgeon.precision import choose_format, detect_target_format, weight_summary
+from irsurgeon.core.errors import CompressionError
+from irsurgeon.quant.precision import choose_format, detect_target_format, weight_summary
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 
 LOW_BIT = {ov.Type.u4, ov.Type.i4, ov.Type.u8, ov.Type.i8}
@@ -404,8 +404,8 @@ def _topk_choices(model, feed):
 def test_moe_routing_stays_float_and_routes_closer_to_the_f32_head(ckpt):
     """Router and shared-expert gate are kept out of int4; measured on 512 tokens, the expert choice then agrees
     with the f32 head more often than with a compressed router (seen: 0.918 vs 0.883)."""
-    import irsurgeon.compress as C
-    from irsurgeon.head import build_mtp_model
+    import irsurgeon.quant.compress as C
+    from irsurgeon.flows.standalone import build_mtp_model
     source = ckpt("qwen35-moe")
     rng = np.random.default_rng(0)
     T, H = 512, 64

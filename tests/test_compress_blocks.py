@@ -1,4 +1,4 @@
-"""nncf's compression in blocks (irsurgeon.compress_blocks): the same IR as one nncf call on the whole weight.
+"""nncf's compression in blocks (irsurgeon.quant.blocks): the same IR as one nncf call on the whole weight.
 
 Each case builds the f16 head of a seeded synthetic checkpoint twice and compresses it with the same parameters:
 once through compress_model as the product runs it, with blocks forced down to the smallest nncf still quantizes
@@ -18,10 +18,10 @@ import pytest
 
 import nncf.openvino.optimized_functions as optimized
 
-from irsurgeon import compress_blocks
-from irsurgeon.build import save_mtp_model
-from irsurgeon.head import build_mtp_model
-from irsurgeon.compress import compress_model, resolve_params
+from irsurgeon.quant import blocks as compress_blocks
+from irsurgeon.draft.build import save_mtp_model
+from irsurgeon.flows.standalone import build_mtp_model
+from irsurgeon.quant.compress import compress_model, resolve_params
 from irsurgeon.families.qwen35_mtp.contract import MTP_BIN, MTP_XML
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 

@@ -1,4 +1,4 @@
-"""irsurgeon.concurrency.alongside: the work beside the block is always joined, the block's error comes first, the
+"""irsurgeon.core.concurrency.alongside: the work beside the block is always joined, the block's error comes first, the
 work's lines are said in order only when the block succeeded."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from irsurgeon.concurrency import alongside
+from irsurgeon.core.concurrency import alongside
 
 
 def test_the_works_lines_and_value_come_after_the_block_in_order():

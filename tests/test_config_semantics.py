@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from helpers.golden import compile_f32, golden_outputs, run_sequence, three_calls
-from irsurgeon.head import build_mtp_model
+from irsurgeon.flows.standalone import build_mtp_model
 from irsurgeon.cli import main
 from irsurgeon.families.qwen35_mtp.model import MoEConfig, load_config, parse_config, tensors
-from irsurgeon.errors import ConfigError
+from irsurgeon.core.errors import ConfigError
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.synth.strip import strip_mtp
 

@@ -12,12 +12,12 @@ import pytest
 from helpers.cli import invoke, one_error
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
-from irsurgeon.config import read_json
-from irsurgeon.errors import ConfigError
+from irsurgeon.core.config import read_json
+from irsurgeon.core.errors import ConfigError
 from irsurgeon.families import registry
-from irsurgeon.families.base import Match
+from irsurgeon.draft.protocol import Match
 from irsurgeon.families.dflash import FAMILY
-from irsurgeon.verify import verify_directory
+from irsurgeon.flows.verify import verify_directory
 
 TARGET, CKPT = FIXTURE_PAIRS["dflash"]
 OPTIMUM = TARGET.parents[2] / "tests" / "data" / "dflash" / "base" / "optimum"

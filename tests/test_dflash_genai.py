@@ -23,7 +23,7 @@ from helpers.checkpoints import read_tensors
 from helpers.cli import invoke
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
-from irsurgeon import rtinfo
+from irsurgeon.core import rtinfo
 from irsurgeon.families.dflash import FAMILY, genai, synth_cycle
 from irsurgeon.families.dflash.synth import write_qwen3_target
 from irsurgeon.ir.hidden_states import parse_annotation
@@ -122,7 +122,7 @@ def golden_runs(report) -> list[dict]:
 
 
 def equivalence(target: Path, golden: dict):
-    from irsurgeon.genai_check import run_equivalence
+    from irsurgeon.flows.genai import run_equivalence
 
     nats = tuple(dict.fromkeys(r["num_assistant_tokens"] for r in golden["runs"]))
     return run_equivalence(target, golden["prompts"], nats, golden["max_new_tokens"], echo=lambda line: None)
@@ -209,8 +209,8 @@ def test_a_hybrid_qwen35_target_runs_every_k_to_7_token_identical(tmp_path):
     target = patched("dflash-qwen35", tmp_path)
     runs = verify_all_k(target, "--min-acceptance", "0")
     assert all(verdict == "identical" for _, _, verdict, _, _ in runs), runs
-    from irsurgeon.errors import IRSurgeonError
-    from irsurgeon.genai_check import _config, _genai, generate
+    from irsurgeon.core.errors import IRSurgeonError
+    from irsurgeon.flows.genai import _config, _genai, generate
 
     g = _genai()
     pipe = genai.pipeline(g, target, "CPU", genai.equivalence_properties(target), True, max_assistant_tokens=0)
@@ -240,7 +240,7 @@ def sliding_pair(tmp: Path) -> Path:
 def test_a_sliding_window_draft_over_a_context_longer_than_its_window(tmp_path):
     """Prompts of 18 and 30 tokens (byte-level tokenizer: one per character) against a window of 3, blocks of up to
     8 rows: token-identical to plain greedy at every K."""
-    from irsurgeon.genai_check import run_equivalence
+    from irsurgeon.flows.genai import run_equivalence
 
     target = sliding_pair(tmp_path)
     draft = json.loads((target / "dflash_draft" / "config.json").read_text())

@@ -17,8 +17,8 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from irsurgeon.build import build_model, load_with
-from irsurgeon.errors import ConfigError
+from irsurgeon.draft.build import build_model, load_with
+from irsurgeon.core.errors import ConfigError
 from irsurgeon.families.dflash import rope as rope_tables
 from irsurgeon.families.dflash.model import (BUILDER, INPUTS, OUTPUT, annotate, draft, key_state, parse_config,
                                              value_state)

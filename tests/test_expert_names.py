@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from irsurgeon.head import load_mtp
-from irsurgeon.errors import CheckpointError
+from irsurgeon.flows.standalone import load_mtp
+from irsurgeon.core.errors import CheckpointError
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.weights.safetensors_io import SafetensorsFile
 from helpers.checkpoints import write_header_only

@@ -10,9 +10,9 @@ import pytest
 
 from helpers.checkpoints import read_tensors, write_variant
 from helpers.gemma4 import DATA
-from irsurgeon.build import build_model
-from irsurgeon.head import build_mtp_model, load_mtp
-from irsurgeon.errors import CheckpointError, ConfigError
+from irsurgeon.draft.build import build_model
+from irsurgeon.flows.standalone import build_mtp_model, load_mtp
+from irsurgeon.core.errors import CheckpointError, ConfigError
 from irsurgeon.families.gemma4_mtp import model as gemma4_assistant
 from irsurgeon.families.qwen35_mtp import model as qwen35_mtp
 from irsurgeon.families.registry import FAMILIES, family_for

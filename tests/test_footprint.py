@@ -16,10 +16,10 @@ from click.testing import CliRunner
 from lab.demo import patch_demo
 
 from irsurgeon.cli import main
-from irsurgeon.config import read_json, text_section
-from irsurgeon.footprint import kv_cache, row_bytes, shape_text
+from irsurgeon.core.config import read_json, text_section
+from irsurgeon.ir.footprint import kv_cache, row_bytes, shape_text
 from irsurgeon.ir import xmlsafe
-from irsurgeon.show import show
+from irsurgeon.flows.show import show
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "fixtures" / "demo"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from helpers.gemma4 import DATA, CASES, calls, worst_errors
-from irsurgeon.errors import CheckpointError, ConfigError
+from irsurgeon.core.errors import CheckpointError, ConfigError
 from irsurgeon.families.gemma4_mtp.build import build_assistant
 from irsurgeon.families.gemma4_mtp.model import load_assistant_config
 

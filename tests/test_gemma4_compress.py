@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from helpers.gemma4 import copy_pair, genai_report
 from irsurgeon.cli import main as cli
-from irsurgeon.compress import DEFAULTS, compress_model
+from irsurgeon.quant.compress import DEFAULTS, compress_model
 from irsurgeon.ir.storage import weight_summary
 
 FLOAT = {"masked_embedding.centroids.weight", "model.embed_tokens.weight"}

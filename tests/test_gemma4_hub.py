@@ -13,7 +13,7 @@ from pathlib import Path
 from lab.dirsnap import snapshot
 from helpers.gemma4 import copy_pair
 from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
-from irsurgeon.verify import verify_directory
+from irsurgeon.flows.verify import verify_directory
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = "acme/gemma4-assistant"

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from helpers.gemma4 import PAIR, copy_pair, genai_report
 from irsurgeon.cli import main as cli
 from irsurgeon.families.gemma4_mtp.verify import target_outputs
-from irsurgeon.verify import verify_directory
+from irsurgeon.flows.verify import verify_directory
 
 
 def verdicts(target) -> dict[str, bool]:

@@ -171,7 +171,7 @@ def variants(ckpt, root) -> dict:
                                   "moe-f16"])
 def test_f16_read_path_stores_what_the_pass_stores(kind, ckpt, tmp_path):
     """Every tensor decoded straight to f16 equals openvino's pass applied to the float32 reader's output."""
-    from irsurgeon.head import load_mtp
+    from irsurgeon.flows.standalone import load_mtp
 
     _, weights, handle = load_mtp(variants(ckpt, tmp_path)[kind])
     try:

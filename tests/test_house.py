@@ -18,9 +18,9 @@ from helpers.checkpoints import read_tensors, write_variant
 from helpers.cli import invoke, one_error
 from lab.dirsnap import snapshot
 from lab.families import FAMILIES, FIXTURE_PAIRS, fixture_pair, synth_pair
-from irsurgeon.config import read_json
+from irsurgeon.core.config import read_json
 from irsurgeon.families import registry
-from irsurgeon.verify import verify_directory
+from irsurgeon.flows.verify import verify_directory
 
 
 def test_every_family_has_a_fixture_pair_a_synth_kind_and_its_own_files():
@@ -127,8 +127,8 @@ def test_already_ready_only_when_verify_agrees(family, tmp_path):
 def test_patch_never_succeeds_on_a_directory_verify_rejects(family, tmp_path, monkeypatch):
     """Whatever the staged checks miss (here: verify made to reject the committed directory), patch fails in one
     line naming verify's failed check instead of reporting success."""
-    from irsurgeon import patch as flow
-    from irsurgeon.families.base import Check
+    from irsurgeon.flows import patch as flow
+    from irsurgeon.draft.protocol import Check
 
     target, ckpt = fixture_pair(family, tmp_path)
     real = flow.verify_directory

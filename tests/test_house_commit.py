@@ -14,7 +14,7 @@ import pytest
 from helpers.cli import invoke
 from lab.dirsnap import snapshot
 from lab.families import FAMILIES, FIXTURE_PAIRS
-from irsurgeon.verify import verify_directory
+from irsurgeon.flows.verify import verify_directory
 
 STAGE_DIR = ".irsurgeon-staging"
 CALLS = ("replace", "rename", "link", "unlink", "mkdir", "rmdir", "chmod", "fsync", "open", "write")

@@ -15,7 +15,7 @@ from lab.hub import run_cli
 from lab.hub_server import Blackhole, Faults, HubServer, Refusing, Revision, split_checkpoint
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
-from irsurgeon.verify import verify_directory
+from irsurgeon.flows.verify import verify_directory
 
 REPO = "acme/qwen35-tiny"
 EMBED_SHARD, REST_SHARD, MTP_SHARD = (f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3))

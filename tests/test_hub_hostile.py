@@ -23,7 +23,7 @@ from helpers.tiers import default_tier
 
 from lab.dirsnap import snapshot
 from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core.errors import CheckpointError
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
 

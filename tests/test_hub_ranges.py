@@ -23,10 +23,10 @@ import pytest
 from lab.families import FAMILIES, FIXTURE_PAIRS
 from lab.hub import cli_env, run_cli
 from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core.errors import CheckpointError
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
-from irsurgeon.verify import verify_directory
+from irsurgeon.flows.verify import verify_directory
 from irsurgeon.weights.safetensors_io import SafetensorsFile
 
 REPO = "acme/qwen35-tiny"
@@ -209,7 +209,7 @@ def test_a_run_killed_mid_download_leaves_nothing_a_later_run_trusts(pair, tmp_p
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_familys_hub_prefix_covers_what_its_loader_reads(family):
     """What a repo id's fetch takes (hub_prefix*) holds every tensor the strict loader reads (the table's prefix)."""
-    from irsurgeon.config import read_json
+    from irsurgeon.core.config import read_json
 
     ckpt = FIXTURE_PAIRS[family.key][1]
     cfg = family.builder().parse_config(read_json(ckpt / "config.json"), "config.json")

@@ -169,7 +169,7 @@ def test_beam_reorder_moves_the_linear_states(hybrid):
 
 
 def test_show_reports_linear_states_as_constant_size(tmp_path, export):
-    from irsurgeon.show import show
+    from irsurgeon.flows.show import show
 
     out = synthesize(tmp_path, "qwen35", seed=3)
     s = out.spec
@@ -229,7 +229,7 @@ def patched(tmp_path, kind: str, **spec):
 def test_genai_rolls_linear_states_back_on_rejected_drafts(tmp_path):
     """A full-strength (non-bigram) model: its head's drafts are mostly rejected, so genai must roll the conv and
     recurrent states back on nearly every step; the tokens still equal plain greedy."""
-    from irsurgeon.genai_check import run_equivalence
+    from irsurgeon.flows.genai import run_equivalence
 
     out = patched(tmp_path, "qwen35", bigram=False)
     report = run_equivalence(out.target, prompts=2, nats=(1, 2, 3, 4), max_new_tokens=20, echo=lambda _: None)
@@ -260,7 +260,7 @@ def test_genai_runs_real_size_linear_attention_states(tmp_path):
     loads and MTP equals greedy."""
     import openvino_genai as g
 
-    from irsurgeon.genai_check import run_equivalence
+    from irsurgeon.flows.genai import run_equivalence
 
     out = patched(tmp_path, "qwen35", layers=6, layer_types=(LINEAR,) * 5 + (FULL,), **REAL_LINEAR)
     old = g.SchedulerConfig()

@@ -163,7 +163,7 @@ def test_a_target_bin_that_shrinks_while_identity_reads_it_is_one_line(tmp_path,
     import shutil
 
     from lab.demo import DEMO_CKPT, DEMO_TARGET
-    from irsurgeon.errors import IRError
+    from irsurgeon.core.errors import IRError
     from irsurgeon.families.qwen35_mtp import identity
 
     target = tmp_path / "t"

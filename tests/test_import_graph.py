@@ -15,32 +15,31 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "irsurgeon"
 
-# Layers, lowest first: a module may import its own layer or a lower one (never a higher one), and the graph has no
-# cycle. Longest matching prefix wins. The house's building blocks sit below the families; the families below their
-# registry; the flows (patch, verify, show, genai_check, head) above it, reaching a family only through it.
+# Layers, lowest first: the package's folders (and its three top-level modules). A module may import its own folder
+# or a lower one, never a higher one, and the graph has no cycle. Every module must sit in a folder named here: there
+# is no catch-all, so a new folder or top-level module fails test_every_module_has_a_layer until it is placed. The
+# folders' own docstrings say the same (test_every_folder_says_what_it_may_import).
 RANK = {
-    "irsurgeon": 0, "irsurgeon.errors": 0, "irsurgeon.rtinfo": 0, "irsurgeon.config": 0, "irsurgeon.limits": 0,
-    "irsurgeon.families.base": 0, "irsurgeon.text": 0, "irsurgeon.signals": 0,                        # the protocol; safe terminal text
-    "irsurgeon.concurrency": 0,                                                # work on a thread beside the main one
-    "irsurgeon.fsat": 0,                                                       # calls relative to held directories
-    "irsurgeon.ir": 1, "irsurgeon.journal": 1, "irsurgeon.journal_format": 1,  # what a directory and an IR are
-    "irsurgeon.recovery": 2,
-    "irsurgeon.weights": 2, "irsurgeon.footprint": 2, "irsurgeon.transaction": 2,
-    "irsurgeon.quantization": 2,                                               # weight formats as data
-    "irsurgeon.ops": 3, "irsurgeon.compress": 3, "irsurgeon.families.builder": 3,
-    "irsurgeon.build": 4, "irsurgeon.precision": 4, "irsurgeon.annotate": 4,
-    "irsurgeon.synth": 5, "irsurgeon.families": 5,                             # fixture builders; each family
-    "irsurgeon.families.registry": 6,
-    "irsurgeon.verify": 7, "irsurgeon.show": 8, "irsurgeon.genai_check": 8, "irsurgeon.head": 8,
-    "irsurgeon.patch": 9,
-    "irsurgeon.cli": 10, "irsurgeon.entry": 11, "irsurgeon.__main__": 12,
+    "irsurgeon": 0,               # the public API's lazy table (irsurgeon/__init__.py), importing core.errors only
+    "irsurgeon.core": 0,          # errors, limits, config readers, rt_info keys, text, signals, fsat, concurrency
+    "irsurgeon.ir": 1,            # what an export directory and an IR are, read only; the footprint
+    "irsurgeon.commit": 2,        # every write into a target: transaction, journal, recovery, the annotation
+    "irsurgeon.weights": 2,       # safetensors, the tensor table, the hub
+    "irsurgeon.quant": 2,         # weight formats, the format choice, nncf
+    "irsurgeon.ops": 3,           # graph builders on ov.Output
+    "irsurgeon.draft": 4,         # the family protocol and the build
+    "irsurgeon.synth": 5,         # the shared seeded fixture builders
+    "irsurgeon.families": 6,      # each family, and their registry
+    "irsurgeon.flows": 7,         # patch, verify, show, genai, a draft alone: family-neutral
+    "irsurgeon.cli": 8,           # click commands
+    "irsurgeon.entry": 9, "irsurgeon.__main__": 9,
 }
-FLOWS = ("irsurgeon.patch", "irsurgeon.verify", "irsurgeon.show", "irsurgeon.genai_check", "irsurgeon.head",
-         "irsurgeon.footprint", "irsurgeon.journal", "irsurgeon.transaction", "irsurgeon.synth", "irsurgeon.cli",
-         "irsurgeon.build")
-READ_ONLY = ("irsurgeon.footprint", "irsurgeon.ir")  # statically; show and verify: what they load when they run
-WRITE_FLOW = ("irsurgeon.patch", "irsurgeon.transaction", "irsurgeon.build", "irsurgeon.compress", "irsurgeon.head",
-              "irsurgeon.annotate")
+FLOWS = ("irsurgeon.flows", "irsurgeon.commit", "irsurgeon.synth", "irsurgeon.cli", "irsurgeon.draft",
+         "irsurgeon.ir.footprint")
+READ_ONLY = ("irsurgeon.ir",)  # statically; show and verify: what they load when they run
+WRITE_FLOW = ("irsurgeon.flows.patch", "irsurgeon.commit.transaction", "irsurgeon.commit.recovery",
+              "irsurgeon.commit.annotate", "irsurgeon.draft.build", "irsurgeon.quant.compress",
+              "irsurgeon.flows.standalone")
 
 
 def module_files() -> dict[str, Path]:
@@ -101,14 +100,22 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def placed(module: str) -> str | None:
+    """The RANK entry a module sits in: its folder (irsurgeon.<folder>), or itself for a top-level module."""
+    parts = module.split(".")
+    for key in (".".join(parts[:2]), module):
+        if key in RANK and (key == module or key != "irsurgeon"):
+            return key
+    return None
+
+
 def rank(module: str) -> int:
-    prefix = max((p for p in RANK if module == p or module.startswith(p + ".")), key=len)
-    return RANK[prefix]
+    return RANK[placed(module)]
 
 
 def test_the_graph_is_read(graph):
     # the parser sees the edges it must (a function-local one included), or every assertion below is vacuous
-    assert "irsurgeon.families.registry" in graph["irsurgeon.patch"] and "irsurgeon.show" in graph["irsurgeon.cli.show"]
+    assert "irsurgeon.families.registry" in graph["irsurgeon.flows.patch"] and "irsurgeon.flows.show" in graph["irsurgeon.cli.show"]
     assert len(graph) > 50
 
 
@@ -121,7 +128,23 @@ def test_cycle_finder_finds_one():
 
 
 def test_every_module_has_a_layer(graph):
-    assert all(any(m == p or m.startswith(p + ".") for p in RANK) for m in graph)
+    assert not [m for m in graph if placed(m) is None]
+
+
+def test_a_module_in_no_folder_is_not_placed():
+    assert placed("irsurgeon.newmodule") is None and placed("irsurgeon.newfolder.x") is None
+    assert placed("irsurgeon.core.errors") == "irsurgeon.core" and placed("irsurgeon") == "irsurgeon"
+
+
+def test_every_folder_says_what_it_may_import():
+    """Each folder's __init__ opens with one docstring saying what it is and what it may import."""
+    for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()):
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+        assert doc.startswith(folder.name + ":") and "import" in doc.lower(), folder.name
+
+
+def test_the_top_level_holds_few_modules():
+    assert len(list(PACKAGE.glob("*.py"))) <= 10
 
 
 def test_imports_point_down(graph):
@@ -142,7 +165,7 @@ def test_show_and_verify_load_no_writing_module():
     family's patch module) is loaded."""
     root = PACKAGE.parent
     dirs = [root / "fixtures" / "demo" / "target", root / "fixtures" / "gemma4" / "target"]
-    code = ("import sys\nfrom irsurgeon.show import show\nfrom irsurgeon.verify import verify_directory\n"
+    code = ("import sys\nfrom irsurgeon.flows.show import show\nfrom irsurgeon.flows.verify import verify_directory\n"
             f"for d in {[str(d) for d in dirs]!r}:\n    show(d)\n    verify_directory(d)\n"
             "print(sorted(m for m in sys.modules if m.startswith(%r) or m.endswith('.patch')))" % (WRITE_FLOW,))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from lab.demo import patch_demo
 
 from irsurgeon.cli import main
-from irsurgeon.footprint import kv_cache
-from irsurgeon.genai_check import MIN_SPEEDUP, PROMPTS, Measurement, SpeedReport, peak_memory_bytes
-from irsurgeon.show import show_ir
+from irsurgeon.ir.footprint import kv_cache
+from irsurgeon.flows.genai import MIN_SPEEDUP, PROMPTS, Measurement, SpeedReport, peak_memory_bytes
+from irsurgeon.flows.show import show_ir
 
 SWEEP = (1, 3)
 MAX_NEW = 30

@@ -16,11 +16,11 @@ from click.testing import CliRunner
 
 import irsurgeon.ops.moe as moe_ops
 from irsurgeon.families.qwen35_mtp import contract
-from irsurgeon.build import build_model
-from irsurgeon.head import build_mtp_model, load_mtp
+from irsurgeon.draft.build import build_model
+from irsurgeon.flows.standalone import build_mtp_model, load_mtp
 from irsurgeon.cli import main as cli
 from irsurgeon.families.qwen35_mtp.model import MoEConfig, MTPConfig, tensors
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core.errors import CheckpointError
 from irsurgeon.ops.core import WeightFormat, weight
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.weights.fp8 import dequantize_blocks

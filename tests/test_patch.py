@@ -16,7 +16,7 @@ from lab.dirsnap import full_disk_on_nth_replace, snapshot
 
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.cli import main
-from irsurgeon.verify import verify_directory
+from irsurgeon.flows.verify import verify_directory
 from irsurgeon.synth.strip import strip_mtp as strip
 from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 
@@ -103,7 +103,7 @@ def test_force_rebuilds_a_ready_head(tmp_path):
 @pytest.mark.parametrize("name", default_tier(sorted(PAIRS), keep={"dense-bigram-fp16"}))
 def test_genai_mtp_decoding_equals_plain_greedy(patch_once, export, name):
     """Several prompts x num_assistant_tokens 1..4 token-identical; bigram acceptance within 2 points of optimum."""
-    from irsurgeon.genai_check import run_equivalence
+    from irsurgeon.flows.genai import run_equivalence
 
     name, target, _ = patch_once(name)
     ours = run_equivalence(target, prompts=3, nats=(1, 2, 3, 4), echo=lambda _: None)
@@ -127,7 +127,7 @@ def test_the_language_model_is_parsed_once_before_and_once_after_its_edit(tmp_pa
     """The annotation is planned from inspection's parse of the language model, and the committed language model is
     the staged copy OpenVINO read back (same inode, moved in), which verify after the commit gets instead of
     parsing it again. A file changed after the read-back is parsed again, and its verify failure fails the patch."""
-    from irsurgeon import patch as flow
+    from irsurgeon.flows import patch as flow
     from irsurgeon.ir import files
 
     target = writable_copy(DEMO_TARGET, tmp_path / "t")
@@ -152,9 +152,9 @@ def test_the_language_model_is_parsed_once_before_and_once_after_its_edit(tmp_pa
 def test_a_language_model_changed_after_inspection_is_planned_again(tmp_path, monkeypatch):
     """The annotation planned at inspection edits the bytes read then; a language model changed before staging (here:
     during the build) is read and planned again, so the staged edit carries that change too."""
-    from irsurgeon import patch as flow
+    from irsurgeon.flows import patch as flow
     from irsurgeon.ir import xmlsafe
-    from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+    from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
 
     target = writable_copy(DEMO_TARGET, tmp_path / "t")
     build = flow.build

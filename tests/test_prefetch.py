@@ -19,7 +19,7 @@ from helpers.cli import invoke, one_error
 from lab.dirsnap import snapshot
 from lab.families import FAMILIES, FIXTURE_PAIRS, fixture_pair
 from lab.hostile_forms import fifo
-from irsurgeon import patch as patch_module
+from irsurgeon.flows import patch as patch_module
 from irsurgeon.weights import prefetch
 from irsurgeon.weights.safetensors_io import SafetensorsFile
 

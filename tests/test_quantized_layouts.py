@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from lab.dirsnap import snapshot
 from helpers.checkpoints import read_tensors, write_header_only, write_variant
-from irsurgeon.head import load_mtp
+from irsurgeon.flows.standalone import load_mtp
 from irsurgeon.cli import main
 from irsurgeon.families.qwen35_mtp.model import parse_config
 from irsurgeon.families.qwen35_mtp.model import tensors as table_of

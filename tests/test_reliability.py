@@ -90,8 +90,8 @@ def test_kill_point_sweep_every_write(family_lab, sig):
 
 def test_journal_naming_files_outside_the_target_is_refused(tmp_path):
     """A downloaded directory can carry a crafted staging folder: its journal must not steer deletes outside."""
-    from irsurgeon.errors import OutputError
-    from irsurgeon.transaction import DirectoryTransaction
+    from irsurgeon.core.errors import OutputError
+    from irsurgeon.commit.transaction import DirectoryTransaction
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
@@ -112,8 +112,8 @@ def test_journal_naming_files_outside_the_target_is_refused(tmp_path):
 @pytest.mark.parametrize("leftover", ["journal.json.tmp", "journal.json"])
 def test_half_written_journal_is_handled(tmp_path, leftover):
     """Killed while writing the journal: no file has moved yet, so the folder is junk (or refused when garbled)."""
-    from irsurgeon.errors import OutputError
-    from irsurgeon.transaction import DirectoryTransaction
+    from irsurgeon.core.errors import OutputError
+    from irsurgeon.commit.transaction import DirectoryTransaction
 
     target = tmp_path / "target"
     (target / STAGE_DIR).mkdir(parents=True)

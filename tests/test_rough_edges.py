@@ -44,7 +44,7 @@ def test_synth_refuses_a_hybrid_without_a_full_attention_layer(tmp_path):
 
 def test_an_unknown_weight_format_is_refused_before_any_note():
     from irsurgeon import Options, patch_directory
-    from irsurgeon.errors import CompressionError
+    from irsurgeon.core.errors import CompressionError
 
     said = []
     try:

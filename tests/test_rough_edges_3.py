@@ -14,7 +14,7 @@ from lab.demo import DEMO_CKPT, DEMO_TARGET, patch_demo, sharded_demo_ckpt, writ
 from lab.dirsnap import snapshot
 from lab.families import FAMILIES, FIXTURE_PAIRS, fixture_pair
 from helpers.gemma4 import copy_pair
-from irsurgeon.errors import ConfigError
+from irsurgeon.core.errors import ConfigError
 from irsurgeon.families import registry
 
 
@@ -269,7 +269,7 @@ def interrupt(*_args, **_kwargs):
 
 
 def test_ctrl_c_during_the_check_after_the_commit_says_the_patch_is_complete(tmp_path, monkeypatch):
-    import irsurgeon.patch as flow
+    import irsurgeon.flows.patch as flow
 
     target = writable_copy(DEMO_TARGET, tmp_path / "t")
     monkeypatch.setattr(flow, "confirm", interrupt)
@@ -284,7 +284,7 @@ def test_ctrl_c_during_the_check_after_the_commit_says_the_patch_is_complete(tmp
 
 
 def test_ctrl_c_held_through_the_commit_says_the_patch_is_complete(tmp_path, monkeypatch):
-    from irsurgeon.transaction import DirectoryTransaction
+    from irsurgeon.commit.transaction import DirectoryTransaction
 
     target = writable_copy(DEMO_TARGET, tmp_path / "t")
     commit = DirectoryTransaction.commit
@@ -298,7 +298,7 @@ def test_ctrl_c_held_through_the_commit_says_the_patch_is_complete(tmp_path, mon
 
 
 def test_ctrl_c_before_the_commit_is_a_plain_interruption(tmp_path, monkeypatch):
-    from irsurgeon.transaction import DirectoryTransaction
+    from irsurgeon.commit.transaction import DirectoryTransaction
 
     target = writable_copy(DEMO_TARGET, tmp_path / "t")
     before = snapshot(target)

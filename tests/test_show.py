@@ -9,15 +9,15 @@ import pytest
 from click.testing import CliRunner
 from helpers.decoders import Spec, write_target
 
-from irsurgeon.annotate import annotate_ir
+from irsurgeon.commit.annotate import annotate_ir
 from irsurgeon.cli import main
-from irsurgeon.config import read_json, text_section
-from irsurgeon.errors import IRError
+from irsurgeon.core.config import read_json, text_section
+from irsurgeon.core.errors import IRError
 from irsurgeon.ir import xmlsafe
 from irsurgeon.ir.export import CONFIG, LANGUAGE_MODEL
 from irsurgeon.ir.hidden_states import annotation_json, parse_annotation
-from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
-from irsurgeon.show import DIR_KEYS, IR_KEYS, show
+from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
+from irsurgeon.flows.show import DIR_KEYS, IR_KEYS, show
 
 
 def snapshot(directory: Path) -> dict:

@@ -1,5 +1,5 @@
 """Ctrl-C is a KeyboardInterrupt even when a library left the main thread a stale alternate signal stack (as
-openvino-genai 2026.4.1 does once a VLMPipeline has run): irsurgeon.signals keeps SIGINT off that stack."""
+openvino-genai 2026.4.1 does once a VLMPipeline has run): irsurgeon.core.signals keeps SIGINT off that stack."""
 from __future__ import annotations
 
 import os
@@ -27,7 +27,7 @@ assert libc.sigaltstack(ctypes.byref(st), None) == 0
 libc.munmap(ctypes.c_void_p(region), ctypes.c_size_t(size))  # the alternate stack is gone, still registered
 mode = sys.argv[1]
 if mode == "transaction":
-    from irsurgeon.transaction import _deferred_sigint
+    from irsurgeon.commit.transaction import _deferred_sigint
     try:
         with _deferred_sigint():
             os.kill(os.getpid(), signal.SIGINT)
@@ -59,9 +59,9 @@ def test_ctrl_c_under_the_cli_survives_a_stale_alternate_stack():
 
 
 def test_the_cli_and_the_commit_keep_sigint_off_the_alternate_stack():
-    from irsurgeon import signals
+    from irsurgeon.core import signals
     from irsurgeon.cli import _watch_sigint
-    from irsurgeon.transaction import _deferred_sigint
+    from irsurgeon.commit.transaction import _deferred_sigint
 
     previous = signal.getsignal(signal.SIGINT)
     try:
@@ -80,7 +80,7 @@ def test_the_cli_and_the_commit_keep_sigint_off_the_alternate_stack():
 
 NATIVE = r'''
 import signal, sys, threading, time
-from irsurgeon.signals import NativeCalls, interrupted
+from irsurgeon.core.signals import NativeCalls, interrupted
 seconds, kills = float(sys.argv[1]), int(sys.argv[2])
 start = time.monotonic()
 try:
@@ -117,7 +117,7 @@ def test_a_second_ctrl_c_during_a_long_native_call_exits_at_once_with_130_after_
 def test_two_ctrl_c_read_by_the_watcher_at_once_exit_with_130(monkeypatch):
     """Broke (fixed): the watcher counted one Ctrl-C per read of the wakeup pipe, so two pressed before it ran
     (a loaded machine, or the main thread holding the GIL in a C++ call) were one, and the second did not exit."""
-    from irsurgeon.signals import NativeCalls
+    from irsurgeon.core.signals import NativeCalls
 
     def exit_(code):
         raise SystemExit(code)
@@ -137,12 +137,12 @@ def test_two_ctrl_c_read_by_the_watcher_at_once_exit_with_130(monkeypatch):
 
 
 def signals_notice() -> str:
-    from irsurgeon.signals import NativeCalls
+    from irsurgeon.core.signals import NativeCalls
     return NativeCalls.FIRST
 
 
 def test_the_block_restores_the_sigint_handler_and_wakeup_fd():
-    from irsurgeon.signals import NativeCalls
+    from irsurgeon.core.signals import NativeCalls
     before = signal.getsignal(signal.SIGINT)
     with NativeCalls():
         assert signal.getsignal(signal.SIGINT) is not before

@@ -8,10 +8,10 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from irsurgeon.build import build_model, load_with
-from irsurgeon.head import load_mtp
-from irsurgeon.errors import IRError
-from irsurgeon.compress import compress_model, resolve_params
+from irsurgeon.draft.build import build_model, load_with
+from irsurgeon.flows.standalone import load_mtp
+from irsurgeon.core.errors import IRError
+from irsurgeon.quant.compress import compress_model, resolve_params
 from irsurgeon.families.qwen35_mtp.smoke import SMOKE_WIDTH, feed_forward, narrow_feed_forward, smoke_test
 
 

@@ -1,4 +1,4 @@
-"""An f32 patch writes its draft's matrices into the staged .bin block by block (irsurgeon.build.Stream,
+"""An f32 patch writes its draft's matrices into the staged .bin block by block (irsurgeon.draft.build.Stream,
 irsurgeon.ir.streamed): the same model as saving a built one, the same refusals, the checkpoint closed after."""
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from helpers.cli import invoke, one_error
 from helpers.tiers import default_tier
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
-from irsurgeon import build
-from irsurgeon.compress import compress_model
+from irsurgeon.draft import build
+from irsurgeon.quant.compress import compress_model
 from irsurgeon.families.registry import FAMILIES
-from irsurgeon.precision import choose_format
-from irsurgeon.errors import IRError
+from irsurgeon.quant.precision import choose_format
+from irsurgeon.core.errors import IRError
 from irsurgeon.families.dflash import synth
 from irsurgeon.families.dflash.model import BUILDER
 from irsurgeon.ir import streamed
-from irsurgeon.journal_format import digest
+from irsurgeon.commit.journal_format import digest
 from irsurgeon.weights.safetensors_io import write_safetensors
 
 TARGET, CKPT = FIXTURE_PAIRS["dflash"]

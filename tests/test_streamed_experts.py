@@ -15,7 +15,7 @@ import pytest
 from helpers.checkpoints import read_tensors, split_per_expert, write_variant
 from helpers.cli import invoke, one_error
 from lab.dirsnap import snapshot
-from irsurgeon import build
+from irsurgeon.draft import build
 from irsurgeon.families.qwen35_mtp import FAMILY
 from irsurgeon.weights import spec
 from irsurgeon.weights.safetensors_io import decode, f32_to_bf16

@@ -297,7 +297,7 @@ def test_cli_writes_a_model(tmp_path):
 def test_genai_greedy_equals_mtp_speculative_after_patch(kind, tmp_path):
     """`irsurgeon patch` a synthesized (hybrid) target from its own checkpoint; MTP decoding equals plain greedy for
     3 prompts x K = 1..4 and the bigram-style head's drafts are accepted."""
-    from irsurgeon.genai_check import run_equivalence
+    from irsurgeon.flows.genai import run_equivalence
 
     out = synthesize(tmp_path, kind, seed=21)
     assert LINEAR in layer_types(out.spec)

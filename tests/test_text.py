@@ -1,4 +1,4 @@
-"""Every value echoed from a file or server is one safe terminal line: escaped and cut (irsurgeon.text)."""
+"""Every value echoed from a file or server is one safe terminal line: escaped and cut (irsurgeon.core.text)."""
 from __future__ import annotations
 
 import shutil
@@ -9,7 +9,7 @@ from helpers.checkpoints import read_tensors, write_variant
 from helpers.cli import invoke
 from lab.demo import DEMO_CKPT, DEMO_TARGET
 from lab.dirsnap import snapshot
-from irsurgeon.text import LINE, RUN, shown
+from irsurgeon.core.text import LINE, RUN, shown
 
 
 @pytest.mark.parametrize("raw, want", [

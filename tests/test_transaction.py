@@ -17,9 +17,9 @@ import pytest
 
 from lab.dirsnap import full_disk_on_nth_replace, snapshot
 from lab.procs import killed_commit
-from irsurgeon import journal
-from irsurgeon.errors import OutputError
-from irsurgeon.transaction import (BACKUP_SUFFIX, JOURNAL, STAGE_DIR, DirectoryTransaction, ForeignLeftovers,
+from irsurgeon.commit import journal
+from irsurgeon.core.errors import OutputError
+from irsurgeon.commit.transaction import (BACKUP_SUFFIX, JOURNAL, STAGE_DIR, DirectoryTransaction, ForeignLeftovers,
                                    leftover_state, recover)
 
 LM = "openvino_language_model.xml"

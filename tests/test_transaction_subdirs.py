@@ -23,9 +23,9 @@ import pytest
 
 from lab.dirsnap import Faults, snapshot
 from lab.procs import Sweeper
-from irsurgeon import journal
-from irsurgeon.errors import OutputError
-from irsurgeon.transaction import (COMMITTED, JOURNAL, STAGE_DIR, DirectoryTransaction, ForeignLeftovers,
+from irsurgeon.commit import journal
+from irsurgeon.core.errors import OutputError
+from irsurgeon.commit.transaction import (COMMITTED, JOURNAL, STAGE_DIR, DirectoryTransaction, ForeignLeftovers,
                                    clear_interrupted, leftover_state, recover)
 
 TOP = "openvino_model.xml"
@@ -131,7 +131,7 @@ def test_staged_files_of_a_subdirectory_sit_flat_in_the_staging_folder(tmp_path)
 
 
 def test_a_missing_subdirectory_is_made_after_the_journal_and_recorded_with_its_identity(tmp_path, monkeypatch):
-    import irsurgeon.transaction as transaction
+    import irsurgeon.commit.transaction as transaction
 
     target, seen = build(tmp_path, "fresh"), []
     real = transaction.rename_noreplace

@@ -1,4 +1,4 @@
-"""The `irsurgeon` command line: a click group, one module per command, errors turned into one line here."""
+"""cli: the `irsurgeon` command line (imports flows/ and anything below): a click group, one module per command, errors turned into one line here."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,9 @@ import sys
 import click
 
 from irsurgeon import __version__
-from irsurgeon.errors import Interrupted, IRSurgeonError, cause
-from irsurgeon.signals import on_own_stack
-from irsurgeon.text import shown
+from irsurgeon.core.errors import Interrupted, IRSurgeonError, cause
+from irsurgeon.core.signals import on_own_stack
+from irsurgeon.core.text import shown
 
 DEBUG_ENV = "IRSURGEON_DEBUG"
 
@@ -70,7 +70,7 @@ def _watch_sigint() -> list:
         raise KeyboardInterrupt
     try:
         signal.signal(signal.SIGINT, handler)
-        on_own_stack()  # not on a stale alternate stack openvino-genai may leave (irsurgeon.signals)
+        on_own_stack()  # not on a stale alternate stack openvino-genai may leave (irsurgeon.core.signals)
     except ValueError:  # not the main thread (embedded use): leave signal handling to the host
         pass
     return seen

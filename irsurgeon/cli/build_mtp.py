@@ -1,7 +1,7 @@
 """irsurgeon build-mtp CHECKPOINT -o OUT_DIR: the MTP head of a checkpoint as openvino_mtp_model.xml/.bin.
 
     --weight-format f32|f16              float weights, no nncf
-    --weight-format int8|int4            built as f16, then compressed with nncf (see irsurgeon.compress)
+    --weight-format int8|int4            built as f16, then compressed with nncf (see irsurgeon.quant.compress)
     --weight-format auto --target DIR    the format of DIR's language model (read, never written)
 
 An OUT_DIR that already holds a head is refused unless --force, as `patch` refuses to rebuild a ready head.
@@ -49,11 +49,11 @@ def command(checkpoint: str, out_dir: Path, config: Path | None, weight_format: 
     """Build the MTP head of CHECKPOINT (a checkpoint directory, a .safetensors file, or a Hugging Face repo id)."""
     # the library is loaded here, not with the CLI: it imports openvino (and nncf to compress), which `--help` and
     # every other command do not need
-    from irsurgeon.build import existing_head
-    from irsurgeon.head import build_head
+    from irsurgeon.draft.build import existing_head
+    from irsurgeon.flows.standalone import build_head
     from irsurgeon.ir.export import MTP_XML
-    from irsurgeon.journal import STAGE_DIR
-    from irsurgeon.precision import choose_format
+    from irsurgeon.commit.journal import STAGE_DIR
+    from irsurgeon.quant.precision import choose_format
 
     start, echo = time.perf_counter(), echo_for(as_json)
     # refused before any work (building takes minutes), unless an interrupted run's leftovers may account for the

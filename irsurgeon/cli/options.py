@@ -6,8 +6,8 @@ import json
 
 import click
 
-from irsurgeon.compress import KV_CACHE_PRECISIONS, WEIGHT_FORMATS
-from irsurgeon.text import shown
+from irsurgeon.quant.compress import KV_CACHE_PRECISIONS, WEIGHT_FORMATS
+from irsurgeon.core.text import shown
 
 
 def choice(values) -> click.Choice:
@@ -33,7 +33,7 @@ def json_flag(f):
 
 
 def echo_for(as_json: bool):
-    """click.echo of one safe line (irsurgeon.text.shown), sent to stderr when stdout carries the JSON document."""
+    """click.echo of one safe line (irsurgeon.core.text.shown), sent to stderr when stdout carries the JSON document."""
     return functools.partial(safe_echo, err=as_json)
 
 

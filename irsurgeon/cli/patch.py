@@ -32,7 +32,7 @@ def command(target: Path, source: str, weight_format: str, kv_cache_precision: s
             token: str | None, cache_dir: Path | None) -> None:
     """Make TARGET ready for the draft of --checkpoint's family (Qwen3.5 MTP head, Gemma 4 assistant), verified
     before anything moves, all of it in one commit."""
-    from irsurgeon.patch import Options, patch  # on use: it imports openvino and the build (~0.3 s of every start)
+    from irsurgeon.flows.patch import Options, patch  # on use: it imports openvino and the build (~0.3 s of every start)
 
     options = Options(weight_format, kv_cache_precision, force, dry_run, wait, allow_nonfinite,
                       allow_foreign_checkpoint, make_hub(revision, token, cache_dir))

@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.options import safe_echo
-from irsurgeon.footprint import human, shape_text
-from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+from irsurgeon.ir.footprint import human, shape_text
+from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
 
 
 @click.command("show")
@@ -21,7 +21,7 @@ from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
 @click.pass_context
 def command(ctx: click.Context, path: Path, as_json: bool, context: int) -> None:
     """Describe PATH: an OpenVINO IR .xml, or an exported model directory (MTP readiness, memory footprint)."""
-    from irsurgeon.show import show  # on use: it imports openvino (~0.2 s of every other command's start)
+    from irsurgeon.flows.show import show  # on use: it imports openvino (~0.2 s of every other command's start)
 
     info = show(path, context)
     if info["kind"] == "ir" and ctx.get_parameter_source("context") != click.core.ParameterSource.DEFAULT:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.options import choice, echo_for, json_flag, print_json, weight_format_option
-from irsurgeon.errors import OutputError
+from irsurgeon.core.errors import OutputError
 from irsurgeon.families import registry
 
 KINDS = tuple(registry.synth_kinds())  # every family's fixtures

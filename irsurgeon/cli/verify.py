@@ -15,9 +15,9 @@ import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
 from irsurgeon.cli.options import safe_echo
-from irsurgeon import limits
-from irsurgeon.errors import IRSurgeonError
-from irsurgeon.signals import NativeCalls
+from irsurgeon.core import limits
+from irsurgeon.core.errors import IRSurgeonError
+from irsurgeon.core.signals import NativeCalls
 
 
 # Below this share of accepted drafts the draft cannot pay for itself at any K (each rejected draft costs a draft step)
@@ -94,7 +94,7 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
             max_new_tokens: int, device: str, rounds: int, min_acceptance: float, json_out: Path | None,
             checkpoint: str | None, revision: str | None, token: str | None, cache_dir: Path | None) -> None:
     """Check TARGET (an exported model directory) is ready for speculative decoding with its draft."""
-    from irsurgeon.verify import verify_directory  # on use: it imports openvino (~0.2 s of every command's start)
+    from irsurgeon.flows.verify import verify_directory  # on use: it imports openvino (~0.2 s of every command's start)
 
     if sweep and ctx.get_parameter_source("nats") != click.core.ParameterSource.DEFAULT:
         raise click.UsageError("give either --sweep or --num-assistant-tokens, not both")
@@ -133,7 +133,7 @@ def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int
               results: dict, echo=click.echo, min_acceptance: float = MIN_ACCEPTANCE) -> list[str]:
     """Equivalence and acceptance, then (when both hold) the speed sweep; fills `results`, returns the names of
     failed steps."""
-    from irsurgeon.genai_check import run_equivalence, run_speed  # on use: as verify_directory
+    from irsurgeon.flows.genai import run_equivalence, run_speed  # on use: as verify_directory
 
     report = run_equivalence(target, prompts, sweep, max_new_tokens, device, echo=echo)
     results["genai"] = report.as_dict()

@@ -1,1 +1,1 @@
-"""Draft-model families other than the Qwen3.5 MTP head, one package each."""
+"""families: one folder per draft family, and their registry (registry.py). Imports every folder below flows/; no family imports another."""

@@ -1,16 +1,16 @@
 """The registered draft families, and how the flows find the one a checkpoint or a directory belongs to.
 
-Adding a family: a package under irsurgeon.families with its `FAMILY` (families.base.Family), and one line in
+Adding a family: a package under irsurgeon.families with its `FAMILY` (draft.protocol.Family), and one line in
 FAMILIES. Nothing else in the house names a family.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.config import checked_model_type, peek_json
-from irsurgeon.errors import ConfigError
+from irsurgeon.core.config import checked_model_type, peek_json
+from irsurgeon.core.errors import ConfigError
 from irsurgeon.families import dflash, gemma4_mtp, qwen35_mtp
-from irsurgeon.families.base import Family, Match
+from irsurgeon.draft.protocol import Family, Match
 
 FAMILIES: tuple[Family, ...] = (
     qwen35_mtp.FAMILY,
@@ -69,7 +69,7 @@ def for_directory(directory: Path) -> Family:
 
 
 def writable() -> frozenset[str]:
-    """Every name any family's patch moves into a target: what a commit journal may name (irsurgeon.journal)."""
+    """Every name any family's patch moves into a target: what a commit journal may name (irsurgeon.commit.journal)."""
     return frozenset(n for f in FAMILIES for n in f.layout.writes)
 
 

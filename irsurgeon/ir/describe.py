@@ -15,11 +15,11 @@ from pathlib import Path
 
 from openvino import Type
 
-from irsurgeon.errors import IRError
+from irsurgeon.core.errors import IRError
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.hidden_states import parse_annotation
 from irsurgeon.ir.storage import WeightSummary, weight_summary
-from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS, RUNTIME_OPTIONS
+from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS, RUNTIME_OPTIONS
 
 IR_KEYS = ("kind", "path", "inputs", "outputs", "states", "rt_info", "hidden_states", "runtime_options",
            "op_histogram", "constants", "role", "weights")

@@ -8,7 +8,7 @@ Layouts (optimum-intel exports):
 Either has config.json; an optimum-intel export may have openvino_config.json (its quantization record). The MTP
 head is openvino_mtp_model.xml/.bin (its I/O: irsurgeon.contract). The language model's `logits` output must be
 made by the lm_head MatMul (ir.graph.logits_matmul). The directory lock and the staging folder belong to the write
-side (irsurgeon.transaction, irsurgeon.journal): nothing here writes.
+side (irsurgeon.commit.transaction, irsurgeon.commit.journal): nothing here writes.
 
 Nothing here imports openvino at module level: the CLI reads these names while it starts.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from irsurgeon.errors import IRError
+from irsurgeon.core.errors import IRError
 
 LANGUAGE_MODEL = "openvino_language_model.xml"
 TEXT_EMBEDDINGS = "openvino_text_embeddings_model.xml"

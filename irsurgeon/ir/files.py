@@ -11,8 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from irsurgeon import limits
-from irsurgeon.errors import IRError, OutputError, cause
+from irsurgeon.core import limits
+from irsurgeon.core.errors import IRError, OutputError, cause
 from irsurgeon.ir import xmlsafe
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from irsurgeon.errors import IRError
+from irsurgeon.core.errors import IRError
 
 MODULE_PREFIX = "__module"
 LOGITS = "logits"

@@ -8,7 +8,7 @@ stored as the rt_info string
     {"layers":{"<i>":{"producer":"<friendly name>","output_index":<k>}, ...}}
 This is optimum-intel's rule, applied to the graph alone: the stack comes from friendly names, N from config.json
 (or the graph, cross-checked), H from config.json (or the lm_head input). Producers must be unique names and no two
-layers may share a value; any ambiguity is refused with what was found. Writing it: irsurgeon.annotate.
+layers may share a value; any ambiguity is refused with what was found. Writing it: irsurgeon.commit.annotate.
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from irsurgeon import limits
-from irsurgeon.config import read_optional_json, text_section
-from irsurgeon.errors import ConfigError, IRError
+from irsurgeon.core import limits
+from irsurgeon.core.config import read_optional_json, text_section
+from irsurgeon.core.errors import ConfigError, IRError
 from irsurgeon.ir import export, graph
-from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
 
 Locator = tuple[str, int]
 

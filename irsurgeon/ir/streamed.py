@@ -1,7 +1,7 @@
 """A staged IR's weights written by irsurgeon, not by openvino's serializer: placeholders made Const layers, the
 bytes appended to the `.bin` and hashed as they go.
 
-stage_ir (irsurgeon.build) saves every draft this way. Each weight a build leaves as a placeholder Parameter (an
+stage_ir (irsurgeon.draft.build) saves every draft this way. Each weight a build leaves as a placeholder Parameter (an
 f32 or f16 matrix streamed from the checkpoint, build.Stream) or that is detached from a built model (a constant of
 at least DETACH_BYTES: every matrix of a compressed draft) is written by Tail.append after openvino has
 serialized the graph and the small constants: 64-byte aligned, where it went recorded (Place). openvino's
@@ -35,7 +35,7 @@ from typing import BinaryIO, Iterable
 
 import numpy as np
 
-from irsurgeon.errors import IRError
+from irsurgeon.core.errors import IRError
 from irsurgeon.ir.xmlsafe import unescape_attr
 
 ALIGN = 64           # each appended weight starts on a cache line (the serializer packs its constants)

@@ -19,7 +19,7 @@ import codecs
 import re
 from dataclasses import dataclass
 
-from irsurgeon.errors import IRError
+from irsurgeon.core.errors import IRError
 
 _FORBIDDEN = (b"<!DOCTYPE", b"<!ENTITY")
 _ROOT = re.compile(rb'<net\s[^>]*?version="(\d{1,9})"')

@@ -1,4 +1,5 @@
-"""Small graph builders on `ov.Output`: each takes outputs (and plain numbers) and returns an output.
+"""ops: small graph builders on `ov.Output` (imports core/ and weights/): each takes outputs and plain numbers, and
+returns an output.
 
 Every node they create gets a friendly name under the `name` prefix they are given (a checkpoint path such as
 `mtp.layers.0.self_attn`), so the graph speaks the checkpoint's language.

@@ -26,7 +26,7 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.errors import ConfigError
+from irsurgeon.core.errors import ConfigError
 from irsurgeon.ops.core import const, linear, named
 from irsurgeon.ops.mlp import silu, swiglu
 

@@ -1,4 +1,5 @@
-"""Tiny, seeded, valid models and checkpoints for tests (irsurgeon's own and its users').
+"""synth: tiny, seeded, valid models and checkpoints for tests (irsurgeon's own and its users'); imports draft/
+and the folders below it.
 
     from irsurgeon.synth import synthesize, default_spec
     out = synthesize(tmp_path, "qwen35", default_spec("qwen35").with_(layers=3), seed=0)   # out.target, out.ckpt

@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from irsurgeon.errors import OutputError, with_hint
-from irsurgeon.signals import deferred_sigint
-from irsurgeon.transaction import directory_lock
+from irsurgeon.core.errors import OutputError, with_hint
+from irsurgeon.core.signals import deferred_sigint
+from irsurgeon.commit.transaction import directory_lock
 
 OWN = ("target", "ckpt")  # what synth writes into OUT_DIR, every kind
 STAGING_PREFIX = ".synth-"  # the folder a run writes into first (one a killed run left is undone by the next)

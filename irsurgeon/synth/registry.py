@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from irsurgeon import limits, rtinfo
-from irsurgeon.build import name_anonymous_nodes
-from irsurgeon.errors import ConfigError, OutputError
+from irsurgeon.core import limits, rtinfo
+from irsurgeon.draft.build import name_anonymous_nodes
+from irsurgeon.core.errors import ConfigError, OutputError
 from irsurgeon.ir import export as ex
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.synth import configs

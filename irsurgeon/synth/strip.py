@@ -10,7 +10,7 @@ from pathlib import Path
 
 from irsurgeon.ir import xmlsafe
 from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_BIN, MTP_XML
-from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
+from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
 
 
 def strip_mtp(export_dir: str | Path, dest: str | Path) -> Path:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from irsurgeon import limits
-from irsurgeon.errors import CheckpointError, with_hint
+from irsurgeon.core import limits
+from irsurgeon.core.errors import CheckpointError, with_hint
 from irsurgeon.weights.safetensors_io import SafetensorsFile, StoredRows, TensorInfo
 
 SINGLE_FILE = "model.safetensors"

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core.errors import CheckpointError
 
 FP8_DTYPE = "F8_E4M3"
 SCALE_SUFFIX = "_scale_inv"

@@ -18,8 +18,8 @@ import os
 import threading
 from pathlib import Path
 
-from irsurgeon.config import read_json
-from irsurgeon.errors import IRSurgeonError
+from irsurgeon.core.config import read_json
+from irsurgeon.core.errors import IRSurgeonError
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.spec import read_names
 

@@ -15,8 +15,8 @@ the MTP head unquantized, and the tensors are what is read.
 """
 from __future__ import annotations
 
-from irsurgeon.config import read_json, text_section
-from irsurgeon.errors import CheckpointError, ConfigError
+from irsurgeon.core.config import read_json, text_section
+from irsurgeon.core.errors import CheckpointError, ConfigError
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, parse_scheme
 from irsurgeon.weights.safetensors_io import FLOAT_DTYPES

@@ -15,8 +15,8 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from irsurgeon import limits
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core import limits
+from irsurgeon.core.errors import CheckpointError
 from irsurgeon.weights.safetensors_io import STORAGE, TensorInfo, decode, parse_header
 
 MERGE_GAP = 4096  # rows closer than this are fetched in one range: one page either way

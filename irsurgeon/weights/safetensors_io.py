@@ -17,8 +17,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from irsurgeon import limits
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core import limits
+from irsurgeon.core.errors import CheckpointError
 
 MAX_HEADER_BYTES = limits.SAFETENSORS_HEADER_BYTES
 DTYPE_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,15}")  # a dtype name is shown in errors; any other value is not

@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core.errors import CheckpointError
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, check_scale, dequantize_blocks, split_scales
 from irsurgeon.weights.half import SLICE, NotHalf, Tally, bf16_slice, round_slice
@@ -194,12 +194,12 @@ class LazyWeights(Mapping):
     def half_rows(self, role: str) -> Callable[[], Iterator[np.ndarray]] | None:
         """The role's float16 values as blocks of leading-axis rows, decoded as `half` decodes them, the last block
         followed by NotHalf where `half` would have given None (an f16 build that streams its weights into the .bin:
-        irsurgeon.build), or None where only the whole tensor is read."""
+        irsurgeon.draft.build), or None where only the whole tensor is read."""
         return self.half_streams.get(role)
 
     def rows(self, role: str) -> Callable[[], Iterator[np.ndarray]] | None:
         """The role's float32 values as blocks of leading-axis rows, in order (a build that streams its weights into
-        the .bin: irsurgeon.build), or None where only the whole tensor is read."""
+        the .bin: irsurgeon.draft.build), or None where only the whole tensor is read."""
         return self.streams.get(role)
 
     def __iter__(self) -> Iterator[str]:

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core.errors import CheckpointError
 
 Transform = Callable[[np.ndarray], np.ndarray]
 

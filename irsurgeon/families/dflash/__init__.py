@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.families.base import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging, refuse_sizing
+from irsurgeon.draft.protocol import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging, refuse_sizing
 from irsurgeon.families.dflash import layout as names
 
 UNPROVEN = ("a DFlash draft shares no tensor with its target (no embedding, no lm_head): only its geometry (hidden "

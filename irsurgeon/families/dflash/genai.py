@@ -1,4 +1,4 @@
-"""How openvino-genai runs a DFlash pair, for `verify --genai` (irsurgeon.genai_check asks the family).
+"""How openvino-genai runs a DFlash pair, for `verify --genai` (irsurgeon.flows.genai asks the family).
 
     pipeline    LLMPipeline(TARGET, device, scheduler_config=sc) (VLMPipeline for a decomposed VLM target), with
                 draft_model=draft_model(TARGET/dflash_draft, device) for the DFlash one; genai 2026.4.1 runs DFlash
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon import limits
-from irsurgeon.errors import IRSurgeonError, cause
+from irsurgeon.core import limits
+from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.families.dflash.layout import DRAFT_DIR, LANGUAGE_XML, MODEL_XML, target_xml_name
-from irsurgeon.footprint import kv_cache
+from irsurgeon.ir.footprint import kv_cache
 from irsurgeon.ir.describe import show_ir
 
 GIB = 1 << 30

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.config import peek_json
+from irsurgeon.core.config import peek_json
 
 ARCHITECTURE = "DFlashDraftModel"
 TARGET_TYPE = "qwen3"

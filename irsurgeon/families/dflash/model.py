@@ -31,9 +31,9 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.config import MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, Key, Range, ints, lookup, read_keys
-from irsurgeon.errors import ConfigError
-from irsurgeon.families.builder import Builder, Weights
+from irsurgeon.core.config import MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, Key, Range, ints, lookup, read_keys
+from irsurgeon.core.errors import ConfigError
+from irsurgeon.draft.recipe import Builder, Weights
 from irsurgeon.families.dflash import rope as rope_tables
 from irsurgeon.ops import apply_rope, expand_kv, kv_cache, linear, rms_norm, sdpa, swiglu
 from irsurgeon.ops.attention import heads, to_bnsd

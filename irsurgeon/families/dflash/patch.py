@@ -1,15 +1,15 @@
 """`irsurgeon patch` for a DFlash pair: the draft's finish, what is staged, and the checks where it is staged.
 
-    finish   compress (auto = mirror the target; irsurgeon.precision / irsurgeon.compress), the rt_info genai reads
+    finish   compress (auto = mirror the target; irsurgeon.quant.precision / irsurgeon.quant.compress), the rt_info genai reads
              (model.annotate: dflash_mode, dflash/mask_token_id, dflash/target_layer_ids), runtime_options as
              optimum-intel 2.2.0 writes them (KV_CACHE_PRECISION f16, ACTIVATIONS_SCALE_FACTOR 8.0), provenance
     stage    TARGET/dflash_draft/openvino_model.xml/.bin (checked: read back, one call with a 2-row context and a
              K = 3 block, MLPs narrowed, finite [1, 3, H]) and config.json (the checkpoint's, for verify's pair
              check);
-             the target IR's .xml with the hidden-state annotation (irsurgeon.annotate's write path, its .bin never
+             the target IR's .xml with the hidden-state annotation (irsurgeon.commit.annotate's write path, its .bin never
              rewritten), whose last layer must be the lm_head MatMul's input (the post-final-norm tensor)
 
-All of it is one transaction of the target directory (irsurgeon.transaction): the house commits every file at once.
+All of it is one transaction of the target directory (irsurgeon.commit.transaction): the house commits every file at once.
 """
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ import numpy as np
 import openvino as ov
 
 import irsurgeon
-from irsurgeon import limits, rtinfo
-from irsurgeon.annotate import Status, plan_annotation, write_annotation
-from irsurgeon.build import stage_ir
-from irsurgeon.compress import compress_model, set_kv_cache_precision
-from irsurgeon.concurrency import alongside
-from irsurgeon.errors import ConfigError, IRError
+from irsurgeon.core import limits, rtinfo
+from irsurgeon.commit.annotate import Status, plan_annotation, write_annotation
+from irsurgeon.draft.build import stage_ir
+from irsurgeon.quant.compress import compress_model, set_kv_cache_precision
+from irsurgeon.core.concurrency import alongside
+from irsurgeon.core.errors import ConfigError, IRError
 from irsurgeon.families.dflash import model as dflash
 from irsurgeon.families.dflash.layout import CONFIG, DRAFT_DIR, MODEL_BIN, MODEL_XML
 from irsurgeon.families.dflash.target import DFlashTarget

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from irsurgeon.config import read_json, text_section
-from irsurgeon.errors import ConfigError, IRError, IRSurgeonError
+from irsurgeon.core.config import read_json, text_section
+from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError
 from irsurgeon.families.dflash.layout import CONFIG, target_xml_name
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.hidden_states import lm_head_input

@@ -11,7 +11,7 @@
     hidden-state annotation  on the target IR: one entry per decoder layer, every producer an op of the graph with that
                              output, the last one the lm_head MatMul's input (post-final-norm)
 
-Each check is a Check row; a failed check never raises. The house (irsurgeon.verify) adds the interrupted-run line.
+Each check is a Check row; a failed check never raises. The house (irsurgeon.flows.verify) adds the interrupted-run line.
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import openvino as ov
 
-from irsurgeon import rtinfo
-from irsurgeon.config import read_json
-from irsurgeon.errors import IRSurgeonError
-from irsurgeon.families.base import Check
+from irsurgeon.core import rtinfo
+from irsurgeon.core.config import read_json
+from irsurgeon.core.errors import IRSurgeonError
+from irsurgeon.draft.protocol import Check
 from irsurgeon.families.dflash import model as dflash
 from irsurgeon.families.dflash.layout import CONFIG, DRAFT_DIR, DRAFT_FILES, MODEL_XML
 from irsurgeon.families.dflash.target import check_pair, inspect_target

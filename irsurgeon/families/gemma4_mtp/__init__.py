@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.families.base import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging, refuse_sizing
+from irsurgeon.draft.protocol import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging, refuse_sizing
 from irsurgeon.families.gemma4_mtp import layout as names
 
 UNPROVEN = ("a Gemma 4 assistant shares no tensor with its target: only its geometry (widths, vocabulary, head dims "

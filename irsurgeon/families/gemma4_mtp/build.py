@@ -1,4 +1,4 @@
-"""Build the Gemma 4 assistant IR from its checkpoint through the generic build (irsurgeon.build): the family
+"""Build the Gemma 4 assistant IR from its checkpoint through the generic build (irsurgeon.draft.build): the family
 module (irsurgeon.families.gemma4_mtp.model) gives its config, tensor table and graph.
 
 Gemma 4 norms are plain gains: its table has no transform (the Qwen3.5 `1 + w` fold is that family's own row).
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from irsurgeon.build import build_model, load_tensors, open_checkpoint
+from irsurgeon.draft.build import build_model, load_tensors, open_checkpoint
 from irsurgeon.families.gemma4_mtp.model import BUILDER, OUTPUTS, AssistantConfig, load_assistant_config, scale_check
 from irsurgeon.ops.core import WeightFormat
 

@@ -1,4 +1,4 @@
-"""How openvino-genai runs a Gemma 4 pair, for `verify --genai` (irsurgeon.genai_check asks the family).
+"""How openvino-genai runs a Gemma 4 pair, for `verify --genai` (irsurgeon.flows.genai asks the family).
 
     pipeline    LLMPipeline(TARGET, device, ATTENTION_BACKEND="SDPA"), with
                 draft_model=draft_model(TARGET/mtp_assistant, device) for the MTP one; genai 2026.4.1 pairs the two
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon import limits
-from irsurgeon.errors import IRSurgeonError, cause
+from irsurgeon.core import limits
+from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.families.gemma4_mtp.layout import ASSISTANT_DIR, MODEL_XML
-from irsurgeon.precision import detect_target_format
+from irsurgeon.quant.precision import detect_target_format
 
 FILES = (MODEL_XML, f"{ASSISTANT_DIR}/{MODEL_XML}")  # (target, draft): the KV growth of each
 HONOURS_EOS = True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.config import peek_json
+from irsurgeon.core.config import peek_json
 
 TARGET_TYPES = ("gemma4_text", "gemma4")
 MODEL_TYPE = "gemma4_assistant"

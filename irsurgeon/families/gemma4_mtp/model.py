@@ -32,9 +32,9 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.config import flag, read_json
-from irsurgeon.errors import CheckpointError, ConfigError
-from irsurgeon.families.builder import Builder
+from irsurgeon.core.config import flag, read_json
+from irsurgeon.core.errors import CheckpointError, ConfigError
+from irsurgeon.draft.recipe import Builder
 from irsurgeon.ops import apply_rope, expand_kv, linear, rms_norm
 from irsurgeon.ops.core import const, named
 from irsurgeon.families.gemma4_mtp.layout import MODEL_TYPE
@@ -43,7 +43,7 @@ from irsurgeon.weights.table import Table, Tensor
 I64 = np.int64
 TEXT_TYPE = "gemma4_text"
 TYPES = ("sliding_attention", "full_attention")
-Weights = Callable[[str], ov.Output]  # checkpoint name -> weight output (irsurgeon.build.GraphWeights)
+Weights = Callable[[str], ov.Output]  # checkpoint name -> weight output (irsurgeon.draft.build.GraphWeights)
 OUTPUTS = ("logits", "last_hidden_state")
 KV_INPUTS = {kind: (f"{kind}_key", f"{kind}_value") for kind in TYPES}  # the target K/V per layer type, as genai feeds
 

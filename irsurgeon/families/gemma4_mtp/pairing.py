@@ -14,8 +14,8 @@ from pathlib import Path
 
 import openvino as ov
 
-from irsurgeon.config import read_json
-from irsurgeon.errors import ConfigError, IRError, IRSurgeonError
+from irsurgeon.core.config import read_json
+from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError
 from irsurgeon.families.gemma4_mtp import target as surgery
 from irsurgeon.families.gemma4_mtp.layout import CONFIG, MODEL_XML
 from irsurgeon.families.gemma4_mtp.model import AssistantConfig, Layer, resolve_layers

@@ -4,8 +4,8 @@
     pair check  assistant backbone_hidden_size = target hidden, vocab, and per layer type the head dim and KV heads
                 of the target's store layer = the assistant's (it attends over exactly those K/V); nothing else can be
                 proven offline: the assistant shares no tensor with its target (verify --genai measures acceptance)
-    format      --weight-format as for every family (irsurgeon.precision.choose_format): auto mirrors the target's
-                openvino_model.xml; int4/int8 compress the f16-built assistant with nncf (irsurgeon.compress), its
+    format      --weight-format as for every family (irsurgeon.quant.precision.choose_format): auto mirrors the target's
+                openvino_model.xml; int4/int8 compress the f16-built assistant with nncf (irsurgeon.quant.compress), its
                 lm_head kept float (FLOAT_WEIGHTS). openvino_config.json is left alone: no entry for a Gemma 4
                 assistant is known to be read (the optimum-intel fixture export has no such file at all); the
                 format is in the assistant's rt_info (irsurgeon/weight_format, nncf/weight_compression)
@@ -14,7 +14,7 @@
     check       the staged assistant read back and run one step; the staged target XML read back with the
                 untouched .bin and its outputs named
 
-All of it is one transaction of the target directory (irsurgeon.transaction): the house commits every file at once.
+All of it is one transaction of the target directory (irsurgeon.commit.transaction): the house commits every file at once.
 """
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ import numpy as np
 import openvino as ov
 
 import irsurgeon
-from irsurgeon import limits, rtinfo
-from irsurgeon.build import stage_ir
-from irsurgeon.compress import compress_model
-from irsurgeon.config import check_generation_config, present
-from irsurgeon.errors import ConfigError, IRError
+from irsurgeon.core import limits, rtinfo
+from irsurgeon.draft.build import stage_ir
+from irsurgeon.quant.compress import compress_model
+from irsurgeon.core.config import check_generation_config, present
+from irsurgeon.core.errors import ConfigError, IRError
 from irsurgeon.families.gemma4_mtp import target as surgery
 from irsurgeon.families.gemma4_mtp.layout import ASSISTANT_DIR, CONFIG, GENERATION, MODEL_BIN, MODEL_XML
 from irsurgeon.families.gemma4_mtp.model import AssistantConfig, Layer

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import openvino as ov
 
-from irsurgeon.errors import IRError
+from irsurgeon.core.errors import IRError
 from irsurgeon.ir import files, xmlsafe
 
 LOGITS = "logits"

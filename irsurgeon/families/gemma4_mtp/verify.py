@@ -9,7 +9,7 @@
                        i64, {full,sliding}_attention_{key,value} f32 rank 4; outputs logits and last_hidden_state
     pair               the same check `patch` makes (pairing.check_pair), on mtp_assistant/config.json
 
-Each check is a Check row; the house (irsurgeon.verify) adds the interrupted-run line. Nothing is written.
+Each check is a Check row; the house (irsurgeon.flows.verify) adds the interrupted-run line. Nothing is written.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import openvino as ov
 
-from irsurgeon.errors import IRSurgeonError
-from irsurgeon.families.base import Check
+from irsurgeon.core.errors import IRSurgeonError
+from irsurgeon.draft.protocol import Check
 from irsurgeon.families.gemma4_mtp import target as surgery
 from irsurgeon.families.gemma4_mtp.layout import ASSISTANT_DIR, ASSISTANT_FILES, CONFIG, MODEL_XML
 from irsurgeon.families.gemma4_mtp.pairing import check_pair, inspect_target

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.config import present
-from irsurgeon.families.base import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging
+from irsurgeon.core.config import present
+from irsurgeon.draft.protocol import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging
 from irsurgeon.families.qwen35_mtp import layout as names
 from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_XML, OPENVINO_CONFIG
 from irsurgeon.synth.kinds import QWEN_KINDS

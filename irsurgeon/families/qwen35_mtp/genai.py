@@ -1,4 +1,4 @@
-"""How openvino-genai runs a Qwen3.5 directory, for `verify --genai` (irsurgeon.genai_check asks the family).
+"""How openvino-genai runs a Qwen3.5 directory, for `verify --genai` (irsurgeon.flows.genai asks the family).
 
     pipeline    VLMPipeline(dir, device) on the paged-attention backend with prefix caching off (genai's MTP path
                 needs that); the MTP one gets `draft_model(dir)`, which loads `dir/openvino_mtp_model.xml`
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon import limits
-from irsurgeon.errors import IRSurgeonError, cause
-from irsurgeon.footprint import kv_cache
+from irsurgeon.core import limits
+from irsurgeon.core.errors import IRSurgeonError, cause
+from irsurgeon.ir.footprint import kv_cache
 from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_XML
-from irsurgeon.precision import detect_target_format
+from irsurgeon.quant.precision import detect_target_format
 from irsurgeon.ir.describe import show_ir
 
 FILES = (LANGUAGE_MODEL, MTP_XML)  # (target, draft): the KV growth of each

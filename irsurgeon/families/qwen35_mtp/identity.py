@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from irsurgeon.config import present
-from irsurgeon.errors import CheckpointError, IRError, cause
+from irsurgeon.core.config import present
+from irsurgeon.core.errors import CheckpointError, IRError, cause
 from irsurgeon.ir import files
 from irsurgeon.ir.export import ExportDir
 from irsurgeon.weights.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint

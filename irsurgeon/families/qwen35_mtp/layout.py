@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.config import peek_json
+from irsurgeon.core.config import peek_json
 from irsurgeon.ir.export import HEAD_FILES, LANGUAGE_MODEL, MTP_XML, OPENVINO_CONFIG
 
 DENSE_TYPES = ("qwen3_5", "qwen3_5_text")

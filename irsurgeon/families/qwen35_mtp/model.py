@@ -27,18 +27,18 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.config import (MAX_EXPERTS, MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, Key, Range, disagreement, ints,
+from irsurgeon.core.config import (MAX_EXPERTS, MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, Key, Range, disagreement, ints,
                               lookup, read_json, read_keys)
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.contract import KEY_STATE, VALUE_STATE
-from irsurgeon.errors import ConfigError
-from irsurgeon.families.builder import Builder, Weights
+from irsurgeon.core.errors import ConfigError
+from irsurgeon.draft.recipe import Builder, Weights
 from irsurgeon.ops import (apply_rope, attention_mask_bias, expand_kv, kv_cache, linear, rms_norm, rope_cos_sin, sdpa,
                            swiglu)
 from irsurgeon.ops.attention import heads, to_bnsd
 from irsurgeon.ops.core import const, named
 from irsurgeon.ops.moe import DEFAULT_FORM, MoEShape, sparse_moe
-from irsurgeon.rtinfo import MTP_MODE
+from irsurgeon.core.rtinfo import MTP_MODE
 from irsurgeon.weights.table import Part, Stack, Table, Tensor, Whole
 
 

@@ -2,8 +2,8 @@
 
     pair     the checkpoint's config describes the same model (hidden, heads, KV heads, head_dim, vocab, model_type),
              then 16 token-embedding rows equal the target's within its storage's rounding (identity.py)
-    finish   compress (auto = mirror the target; irsurgeon.precision), KV-cache precision, provenance (rt_info)
-    stage    openvino_mtp_model.xml/.bin; openvino_language_model.xml annotated (irsurgeon.annotate's write path, the
+    finish   compress (auto = mirror the target; irsurgeon.quant.precision), KV-cache precision, provenance (rt_info)
+    stage    openvino_mtp_model.xml/.bin; openvino_language_model.xml annotated (irsurgeon.commit.annotate's write path, the
              .bin never rewritten); openvino_config.json with the head's quantization (when the target has one)
     check    the staged head read back against the contract and run one two-token step on the CPU (smoke.py)
 """
@@ -14,19 +14,19 @@ from pathlib import Path
 import openvino as ov
 
 import irsurgeon
-from irsurgeon import rtinfo
-from irsurgeon.annotate import Status, write_annotation
-from irsurgeon.build import ir_bin, stage_ir
-from irsurgeon.compress import compress_model, set_kv_cache_precision, updated_openvino_config
-from irsurgeon.concurrency import alongside
-from irsurgeon.errors import IRError, IRSurgeonError
+from irsurgeon.core import rtinfo
+from irsurgeon.commit.annotate import Status, write_annotation
+from irsurgeon.draft.build import ir_bin, stage_ir
+from irsurgeon.quant.compress import compress_model, set_kv_cache_precision, updated_openvino_config
+from irsurgeon.core.concurrency import alongside
+from irsurgeon.core.errors import IRError, IRSurgeonError
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.model import MTPConfig
 from irsurgeon.families.qwen35_mtp.smoke import smoke_test
 from irsurgeon.families.qwen35_mtp.target import Target
 from irsurgeon.families.qwen35_mtp.verify import annotation_check
 from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG
-from irsurgeon.transaction import DirectoryTransaction
+from irsurgeon.commit.transaction import DirectoryTransaction
 
 
 def check_source_matches(target: Target, source: MTPConfig) -> None:
@@ -59,7 +59,7 @@ def finish_head(model: ov.Model, choice, kv_cache_precision: str, echo, **proven
 def stage_head(tx: DirectoryTransaction, target: Target, model: ov.Model, cfg: MTPConfig, choice, force: bool,
                echo) -> None:
     """Save the head into the transaction and check it there while the annotation is staged beside it (its read-back
-    by openvino on a thread: irsurgeon.concurrency), then openvino_config.json."""
+    by openvino on a thread: irsurgeon.core.concurrency), then openvino_config.json."""
     for name in (ir_bin(contract.MTP_XML), contract.MTP_XML):
         tx.stage(name)  # the head's names first, as the commit lists them, whichever thread stages next
     with alongside(lambda say: stage_annotation(tx, target, force, say)) as annotation:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from irsurgeon.errors import IRError
+from irsurgeon.core.errors import IRError
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.model import MTPConfig
 from irsurgeon.ir.narrow import SMOKE_WIDTH, feed_forward, narrow_feed_forward  # noqa: F401  (tests import them here)

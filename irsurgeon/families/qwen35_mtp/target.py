@@ -2,7 +2,7 @@
 
 The directory itself (file names, layout) is irsurgeon.ir.export; this adds the family's reading of its config.json
 and the language model's vocabulary and width, read from the graph. For patch (plan=True), the hidden-state
-annotation is planned from the same parse of the language model (irsurgeon.annotate.plan_annotation), with the
+annotation is planned from the same parse of the language model (irsurgeon.commit.annotate.plan_annotation), with the
 identity of the files it was read from: staging uses that plan only while they are unchanged, so the 64-layer graph
 is parsed once before the build and not held through it.
 """
@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from irsurgeon.config import read_json
-from irsurgeon.errors import ConfigError, IRError
+from irsurgeon.core.config import read_json
+from irsurgeon.core.errors import ConfigError, IRError
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.export import EMBEDS_INPUT, ExportDir
 from irsurgeon.families.qwen35_mtp.model import MTPConfig, parse_config
 
 if TYPE_CHECKING:  # annotate is the write side: verify, which reads targets too, must not load it
-    from irsurgeon.annotate import AnnotationResult
+    from irsurgeon.commit.annotate import AnnotationResult
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Target:
     def annotation_plan(self, force: bool) -> AnnotationResult:
         """The annotation to stage: the plan made at inspection while the language model's files are unchanged,
         else planned now."""
-        from irsurgeon.annotate import plan_annotation, with_force
+        from irsurgeon.commit.annotate import plan_annotation, with_force
 
         xml = self.lm_xml
         if self.planned is not None and self.planned[0] == files.file_identity(xml, xml.with_suffix(".bin")):
@@ -82,7 +82,7 @@ def inspect_target(path: str | Path, plan: bool = False) -> Target:
 def early_plan(target: Target, lm, data: bytes, identity: tuple) -> tuple[tuple, AnnotationResult] | None:
     """The annotation planned from the graph just read, with the identity of its files (None if they changed
     while being read, or if discovery refuses: staging plans again and reports it, as it did before the build)."""
-    from irsurgeon.annotate import plan_annotation
+    from irsurgeon.commit.annotate import plan_annotation
 
     xml = target.lm_xml
     try:

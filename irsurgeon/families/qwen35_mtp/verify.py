@@ -8,7 +8,7 @@ paged-attention conversion, hidden-state annotation) and, with a checkpoint, its
     paged-attention conversion  the pass genai runs on the draft leaves one PagedAttention and no state
     hidden-state annotation     one entry per decoder layer on the language model
 
-Each check is a Check row; a failed check never raises. The house (irsurgeon.verify) adds the interrupted-run line.
+Each check is a Check row; a failed check never raises. The house (irsurgeon.flows.verify) adds the interrupted-run line.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import openvino as ov
 
-from irsurgeon import rtinfo
-from irsurgeon.errors import IRError, IRSurgeonError, cause
-from irsurgeon.families.base import Check
+from irsurgeon.core import rtinfo
+from irsurgeon.core.errors import IRError, IRSurgeonError, cause
+from irsurgeon.draft.protocol import Check
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.identity import check_identity
 from irsurgeon.families.qwen35_mtp.target import inspect_target

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from irsurgeon import limits
-from irsurgeon.errors import CheckpointError, cause, with_hint
+from irsurgeon.core import limits
+from irsurgeon.core.errors import CheckpointError, cause, with_hint
 from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE, home_of
 from irsurgeon.weights.hub.guard import TIMEOUT_ENV, Clock, HubGuardError, HubTimeout, check_timeout, default_timeout
 from irsurgeon.weights.hub.names import commit_problem, etag_problem, revision_problem, shown

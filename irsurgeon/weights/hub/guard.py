@@ -13,7 +13,7 @@ import os
 import threading
 import time
 
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core.errors import CheckpointError
 from irsurgeon.weights.hub.names import shown
 
 DEFAULT_TIMEOUT = 600.0

@@ -36,9 +36,9 @@ import sys
 import threading
 from pathlib import Path
 
-from irsurgeon import limits
-from irsurgeon.errors import CheckpointError
-from irsurgeon.text import shown
+from irsurgeon.core import limits
+from irsurgeon.core.errors import CheckpointError
+from irsurgeon.core.text import shown
 from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE, SINGLE_FILE, weight_map
 from irsurgeon.weights.hub import store
 from irsurgeon.weights.hub.fetch import (Echo, HubOptions, cache_root, cached_file, fetcher, is_repo_id, probe,

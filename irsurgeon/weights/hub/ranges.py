@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core.errors import CheckpointError
 from irsurgeon.weights.hub import store
 from irsurgeon.weights.hub.fetch import (HubOptions, HubUnreachable, cache_root, check_metadata, hub_error,
                                          hub_failures, is_offline, labelled, probe_timeout)

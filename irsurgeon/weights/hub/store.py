@@ -25,8 +25,8 @@ import struct
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from irsurgeon import fsat, limits
-from irsurgeon.errors import CheckpointError
+from irsurgeon.core import fsat, limits
+from irsurgeon.core.errors import CheckpointError
 from irsurgeon.weights.hub.fetch import looks_like_repo_id
 from irsurgeon.weights.hub.names import COMMIT, shown
 from irsurgeon.weights.safetensors_io import MAX_HEADER_BYTES, parse_header

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from irsurgeon.config import read_optional_json
-from irsurgeon.errors import CompressionError, ConfigError
+from irsurgeon.core.config import read_optional_json
+from irsurgeon.core.errors import CompressionError, ConfigError
 from irsurgeon.ir.export import OPENVINO_CONFIG
 
 WEIGHT_FORMATS = ("auto", "f32", "f16", "int8", "int4")  # one order in every message and help text

@@ -1,5 +1,5 @@
 """Filesystem calls relative to held directory descriptors (`dir_fd`), none of which follows a symbolic link: what
-the directory transaction (irsurgeon.transaction, irsurgeon.journal, irsurgeon.recovery) is built from."""
+the directory transaction (irsurgeon.commit.transaction, irsurgeon.commit.journal, irsurgeon.commit.recovery) is built from."""
 from __future__ import annotations
 
 import ctypes

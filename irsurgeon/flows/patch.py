@@ -1,8 +1,8 @@
 """Make an exported target directory ready for a draft family in place: check, build, stage, verify, commit.
 
-The same flow for every registered family (families.base.Family); the family supplies what differs:
+The same flow for every registered family (draft.protocol.Family); the family supplies what differs:
 
-    recover    what an interrupted run left in the target is rolled back or cleared first (irsurgeon.transaction)
+    recover    what an interrupted run left in the target is rolled back or cleared first (irsurgeon.commit.transaction)
     family     the checkpoint's (its config.json's model_type, families.registry.for_config); for a repo id the
                directory's until the config is fetched; a model_type that is not a string, the target's or the
                checkpoint's, is refused (config.checked_model_type)
@@ -14,9 +14,9 @@ The same flow for every registered family (families.base.Family); the family sup
     done?      the family's verify passes and the draft is in the format asked for: nothing to do (--force rebuilds)
     source     config.json (and the index) only; family.pair checks geometry and identity before any weight is read,
                refusing a checkpoint of another model unless --allow-foreign-checkpoint (said, and recorded)
-    plan       the weight format (auto mirrors the target: irsurgeon.precision); --dry-run prints the steps
+    plan       the weight format (auto mirrors the target: irsurgeon.quant.precision); --dry-run prints the steps
     build      the family's weights fetched (a repo id's `hub_prefix*` tensors, by byte range), loaded under
-               strict accounting and built (irsurgeon.build), then family.finish (compress, runtime options,
+               strict accounting and built (irsurgeon.draft.build), then family.finish (compress, runtime options,
                provenance)
     stage      family.stage writes every new file into ONE transaction of the target (subfolders included) and
                checks each where it is staged; the house commits them all at once, or none
@@ -31,19 +31,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from irsurgeon import rtinfo
-from irsurgeon.build import build_model, load_with, stream_of
-from irsurgeon.config import read_json
-from irsurgeon.compress import WEIGHT_FORMATS
-from irsurgeon.errors import CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError
+from irsurgeon.core import rtinfo
+from irsurgeon.draft.build import build_model, load_with, stream_of
+from irsurgeon.core.config import read_json
+from irsurgeon.quant.compress import WEIGHT_FORMATS
+from irsurgeon.core.errors import CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError
 from irsurgeon.families import registry
-from irsurgeon.families.base import Family, Staging
+from irsurgeon.draft.protocol import Family, Staging
 from irsurgeon.ir import files, xmlsafe
-from irsurgeon.precision import build_format, choose_format
-from irsurgeon.show import weight_precision, weights
-from irsurgeon.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted,  # noqa: F401
+from irsurgeon.quant.precision import build_format, choose_format
+from irsurgeon.flows.show import weight_precision, weights
+from irsurgeon.commit.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted,  # noqa: F401
                                    shown, write_staged)
-from irsurgeon.verify import config_checks, verify_directory
+from irsurgeon.flows.verify import config_checks, verify_directory
 from irsurgeon.weights import prefetch
 from irsurgeon.weights.checkpoint import config_of, weightless
 from irsurgeon.weights.hub import fetch_weights, resolve_source

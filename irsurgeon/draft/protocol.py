@@ -1,7 +1,7 @@
 """The protocol every draft family implements: what the house's flows ask of a family, and nothing else.
 
 A family is one package `irsurgeon/families/<name>/` whose `__init__.py` ends with `FAMILY = <its Family subclass>()`,
-and one line in families/registry.py. The flows (irsurgeon.patch, verify, show, genai_check, footprint, the CLI)
+and one line in families/registry.py. The flows (irsurgeon.flows.patch, verify, show, genai_check, footprint, the CLI)
 reach a family only through the registry and this protocol; they never import a family's modules. A family's
 `__init__` imports nothing heavy: each method imports its own modules on use, so `irsurgeon --help` starts without
 openvino.
@@ -12,7 +12,7 @@ openvino.
     hub_prefix            the tensors a repo id's weights are fetched for (by byte range, from whatever shard
                           holds them): those named `prefix*`, "" for every tensor; it must cover the prefix of the
                           builder's table, whose tensors the strict loader reads
-    builder()             the build's view of its checkpoints (families.builder.Builder)
+    builder()             the build's view of its checkpoints (draft.recipe.Builder)
     recognise(dir)        how surely a directory is this family's: DRAFT (its draft is there), TARGET (a target of
                           its kind, not patched), NONE
     claims(config)        whether a checkpoint's config.json (an object) is this family's draft
@@ -132,7 +132,7 @@ class Family(ABC):
 
     @abstractmethod
     def builder(self):
-        """families.builder.Builder of the family's checkpoints."""
+        """draft.recipe.Builder of the family's checkpoints."""
 
     @abstractmethod
     def recognise(self, directory: Path) -> Match:
@@ -189,7 +189,7 @@ class Family(ABC):
 def refuse_sizing(kind: str, options: dict) -> None:
     """For a synth kind that writes one fixed pair: any size, layer pattern, --with-mtp or non-default
     --weight-format given is one ConfigError line naming them."""
-    from irsurgeon.errors import ConfigError
+    from irsurgeon.core.errors import ConfigError
 
     given = [f"--{k.replace('_', '-')}" for k in (options.get("sizes") or {})]
     given += [f"--{k.replace('_', '-')}" for k in ("layer_types", "with_mtp") if options.get(k) is not None]

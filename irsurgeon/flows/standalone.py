@@ -1,6 +1,6 @@
 """A draft from a checkpoint alone, as `build-mtp` and the Python API make it (no target directory):
 
-    family (the checkpoint's config.json model_type: families.registry) -> build (irsurgeon.build, f16 when it is
+    family (the checkpoint's config.json model_type: families.registry) -> build (irsurgeon.draft.build, f16 when it is
     to be compressed) -> family.finish (compress, runtime options, provenance) -> save (staged, under the lock)
 
 Only a family whose draft stands alone (Family.standalone: the Qwen3.5 MTP head) is written this way; the others
@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import Callable
 
 import irsurgeon
-from irsurgeon import rtinfo
-from irsurgeon.build import build_model, float_format, load_with, save_mtp_model
-from irsurgeon.compress import check_kv_cache_precision
-from irsurgeon.config import read_json
-from irsurgeon.errors import ConfigError
+from irsurgeon.core import rtinfo
+from irsurgeon.draft.build import build_model, float_format, load_with, save_mtp_model
+from irsurgeon.quant.compress import check_kv_cache_precision
+from irsurgeon.core.config import read_json
+from irsurgeon.core.errors import ConfigError
 from irsurgeon.families import registry
-from irsurgeon.families.base import Family, Staging
+from irsurgeon.draft.protocol import Family, Staging
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.weights.checkpoint import config_of
-from irsurgeon.precision import Choice, build_format
+from irsurgeon.quant.precision import Choice, build_format
 from irsurgeon.weights.hub import fetch_weights, resolve_source
 
 Echo = Callable[[str], None]
@@ -85,7 +85,7 @@ def build_head(checkpoint: str | Path, out_dir: str | Path, choice: Choice, *, c
     """Build, finish and save the draft of `checkpoint` into out_dir; returns the written `.xml`.
 
     Only a standalone family's (the default family's MTP head) is accepted; replace=False refuses an out_dir that
-    already holds a head (irsurgeon.build.save_mtp_model).
+    already holds a head (irsurgeon.draft.build.save_mtp_model).
     """
     check_kv_cache_precision(kv_cache_precision)
     standalone = next(f for f in registry.FAMILIES if f.standalone)

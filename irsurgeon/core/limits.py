@@ -25,7 +25,7 @@ import re
 import stat
 from pathlib import Path
 
-from irsurgeon.errors import IRSurgeonError
+from irsurgeon.core.errors import IRSurgeonError
 
 MiB = 1 << 20
 CONFIG_JSON_BYTES = 16 * MiB

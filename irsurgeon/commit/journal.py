@@ -1,5 +1,5 @@
 """The commit journal of a directory transaction read back against the disk: what recovery would do, and when it
-refuses (the journal's format and the staging folder's names: irsurgeon.journal_format).
+refuses (the journal's format and the staging folder's names: irsurgeon.commit.journal_format).
 
 A journal binds itself to the run that wrote it. Recovery acts on it only when
   - the staging folder it is read from is the one it was written in (dev and inode),
@@ -20,9 +20,9 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from irsurgeon.errors import OutputError
-from irsurgeon.fsat import DIR_FLAGS, lstat_at, open_dir
-from irsurgeon.journal_format import (BACKUP_SUFFIX, COMMITTED, FORMAT, JOURNAL, MAX_JOURNAL_BYTES, SLASH,  # noqa: F401
+from irsurgeon.core.errors import OutputError
+from irsurgeon.core.fsat import DIR_FLAGS, lstat_at, open_dir
+from irsurgeon.commit.journal_format import (BACKUP_SUFFIX, COMMITTED, FORMAT, JOURNAL, MAX_JOURNAL_BYTES, SLASH,  # noqa: F401
                                       STAGE_DIR, WRITABLE, check_writable, decode, digest, encode, identity, leaf,
                                       made_dirs, stage_names, staged, staged_dir, subdir)
 

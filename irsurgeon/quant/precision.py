@@ -1,7 +1,7 @@
 """The weight format a target directory uses (for `--weight-format auto`), and the format a build will use.
 
 A target's format comes from `openvino_config.json` (`quantization_config.quantization_configs.lm_model`, as
-optimum-intel writes it; irsurgeon.quantization reads it) when present, else from the language model's own weight
+optimum-intel writes it; irsurgeon.quant.formats reads it) when present, else from the language model's own weight
 constants.
 """
 from __future__ import annotations
@@ -10,12 +10,12 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from irsurgeon.compress import resolve_params
-from irsurgeon.errors import CompressionError, IRError
+from irsurgeon.quant.compress import resolve_params
+from irsurgeon.core.errors import CompressionError, IRError
 from irsurgeon.ir import files
 from irsurgeon.ir.export import LANGUAGE_MODELS, OPENVINO_CONFIG
 from irsurgeon.ir.storage import WeightSummary, weight_summary
-from irsurgeon.quantization import (DEFAULTS, QUANTIZED_FORMATS, WEIGHT_FORMATS, CompressionParams,  # noqa: F401
+from irsurgeon.quant.formats import (DEFAULTS, QUANTIZED_FORMATS, WEIGHT_FORMATS, CompressionParams,  # noqa: F401
                                     TargetFormat, openvino_config_format)
 
 OPTION_FLAGS = {"group_size": "--group-size", "ratio": "--ratio", "backup": "--backup-precision", "sym": "--sym/--asym",

@@ -1,4 +1,4 @@
-"""Undo or clear what an interrupted directory transaction left, after irsurgeon.journal has checked it all.
+"""Undo or clear what an interrupted directory transaction left, after irsurgeon.commit.journal has checked it all.
 
 Order, so that a recovery killed at any point is finished by the next one: each file is put back (its backup
 renamed over it) or removed; then each folder the run made is removed, when it is empty and still that folder;
@@ -12,8 +12,8 @@ import errno
 import os
 from pathlib import Path
 
-from irsurgeon.fsat import lstat_at
-from irsurgeon.journal import BACKUP_SUFFIX, JOURNAL, SLASH, STAGE_DIR, Plan, examine, leaf, open_stage, staged
+from irsurgeon.core.fsat import lstat_at
+from irsurgeon.commit.journal import BACKUP_SUFFIX, JOURNAL, SLASH, STAGE_DIR, Plan, examine, leaf, open_stage, staged
 
 
 def remove_stage(target_fd: int, stage_fd: int, names: list[str]) -> None:

@@ -35,14 +35,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from irsurgeon.config import check_generation_config
-from irsurgeon.errors import IRSurgeonError, cause
+from irsurgeon.core.config import check_generation_config
+from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.families import registry
-from irsurgeon.families.base import num_draft_tokens
-from irsurgeon.footprint import kv_cache
+from irsurgeon.draft.protocol import num_draft_tokens
+from irsurgeon.ir.footprint import kv_cache
 from irsurgeon.ir.describe import show_ir
-from irsurgeon.signals import check_interrupted, interrupted
-from irsurgeon.verify import generation_configs
+from irsurgeon.core.signals import check_interrupted, interrupted
+from irsurgeon.flows.verify import generation_configs
 
 PROMPTS = (
     "Hello world, the quick brown fox",

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.config import read_json, text_section
-from irsurgeon.errors import IRError, IRSurgeonError
+from irsurgeon.core.config import read_json, text_section
+from irsurgeon.core.errors import IRError, IRSurgeonError
 from irsurgeon.families import registry
-from irsurgeon.footprint import footprint
+from irsurgeon.ir.footprint import footprint
 from irsurgeon.ir import files
 from irsurgeon.ir.describe import IR_KEYS, show_ir, weights  # noqa: F401  (`show` of an .xml)
 from irsurgeon.ir.export import CONFIG, ExportDir
-from irsurgeon.verify import verify_directory
+from irsurgeon.flows.verify import verify_directory
 
 DIR_KEYS = ("kind", "path", "layout", "family", "config", "irs", "mtp", "footprint")
 ENTRY_KEYS = ("file", "ok", "error", "summary", "ops", "inputs", "outputs", "states", "weights", "runtime_options",

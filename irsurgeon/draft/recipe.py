@@ -1,7 +1,7 @@
 """What a draft family gives the build: how to read its config, its tensor table, its inputs and its graph.
 
 Each family's model module (irsurgeon.families.<name>.model) ends with a `BUILDER = Builder(...)` line; its family
-(families.base.Family.builder) hands it to the build. The build (irsurgeon.build) reads the config with
+(draft.protocol.Family.builder) hands it to the build. The build (irsurgeon.draft.build) reads the config with
 `parse_config`, loads the tensors of `tensors(cfg)` by role (irsurgeon.weights.spec), makes the inputs with
 `parameters(cfg)`, calls `graph(inputs, w, cfg, **options)` where `w(name)` turns the tensor named
 `table.prefix + role` into a weight constant, and refuses a table row the graph never asked for.

@@ -11,13 +11,13 @@ Leaving the block without commit() removes the staging folder: the directory is 
   2. for each missing one a folder is made in the staging folder (and held open)
   3. each staged file is fsynced, hashed (or the digest recorded as it was written taken, `written`; one changed
      since is refused) and given its original's mode; each original is hard-linked as its backup
-  4. the journal is written whole (journal.json.tmp, fsync, renamed into place; irsurgeon.journal_format)
+  4. the journal is written whole (journal.json.tmp, fsync, renamed into place; irsurgeon.commit.journal_format)
   5. each made folder is renamed into the target (never over anything there), the target fsynced
   6. each file is renamed into place, the directories fsynced
   7. the journal is renamed `committed`: the commit is complete; then the staging folder is removed
 A process killed in between leaves the journal; the next transaction (or recover()) on the directory rolls the
-half-done commit back, or clears a complete one's leftovers, before anything else (irsurgeon.recovery, after
-irsurgeon.journal has proven every step against the disk). A call that fails in between runs that same recovery at
+half-done commit back, or clears a complete one's leftovers, before anything else (irsurgeon.commit.recovery, after
+irsurgeon.commit.journal has proven every step against the disk). A call that fails in between runs that same recovery at
 once: the error says "rolled back" only when it finished, else that the next run finishes it. Ctrl-C during a
 commit, its rollback or a recovery is held until it is done.
 
@@ -45,11 +45,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from irsurgeon import recovery
-from irsurgeon.signals import deferred_sigint as _deferred_sigint
-from irsurgeon.errors import OutputError, cause
-from irsurgeon.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
-from irsurgeon.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, SLASH, STAGE_DIR, WRITABLE,  # noqa: F401
+from irsurgeon.commit import recovery
+from irsurgeon.core.signals import deferred_sigint as _deferred_sigint
+from irsurgeon.core.errors import OutputError, cause
+from irsurgeon.core.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
+from irsurgeon.commit.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, SLASH, STAGE_DIR, WRITABLE,  # noqa: F401
                                ForeignLeftovers, check_writable, digest, encode, identity, leaf, leftover_state,
                                staged, staged_dir, subdir)
 

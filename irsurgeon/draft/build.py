@@ -1,9 +1,9 @@
 """The only place a draft's `ov.Model` is made and written: checkpoint -> builder -> weights -> graph -> model -> files.
 
-Every family's draft goes through here (families.builder.Builder gives its config, table and graph), so the strict
+Every family's draft goes through here (draft.recipe.Builder gives its config, table and graph), so the strict
 accounting is the house's: the checkpoint's tensors are checked against the table (missing, extra, misshaped, tied
 copies proven equal: irsurgeon.weights.spec), and every row loaded must be used by the graph, every weight the graph
-asks for must be loaded. Finding the builder of a checkpoint by its model_type is the flows' (irsurgeon.head).
+asks for must be loaded. Finding the builder of a checkpoint by its model_type is the flows' (irsurgeon.flows.standalone).
 
 An uncompressed (f32 or f16) draft built for `patch` (build_model's `stream`) holds no matrix: each is a
 placeholder that stage_ir fills from the checkpoint block by block into the staged .bin (Stream, save_appended), so
@@ -26,15 +26,15 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon import limits, rtinfo
-from irsurgeon.config import read_json
-from irsurgeon.errors import CheckpointError, CompressionError, IRError, OutputError, cause, with_hint
-from irsurgeon.families.builder import Builder
+from irsurgeon.core import limits, rtinfo
+from irsurgeon.core.config import read_json
+from irsurgeon.core.errors import CheckpointError, CompressionError, IRError, OutputError, cause, with_hint
+from irsurgeon.draft.recipe import Builder
 from irsurgeon.ir import streamed
 from irsurgeon.ir.export import MTP_XML
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
 from irsurgeon.ops.half import decompressed
-from irsurgeon.transaction import DirectoryTransaction, Known, cannot_write, shown, write_staged
+from irsurgeon.commit.transaction import DirectoryTransaction, Known, cannot_write, shown, write_staged
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.half import NotHalf
 from irsurgeon.weights.spec import LazyWeights, load_weights
@@ -279,7 +279,7 @@ def float_format(weight_format: str | WeightFormat) -> WeightFormat:
     except ValueError:
         choices = ", ".join(f.value for f in WeightFormat)
         raise CompressionError(f"weight_format {weight_format!r}: build_mtp_model writes {choices} "
-                               "(int4/int8: compress the result with irsurgeon.compress.compress_model)") from None
+                               "(int4/int8: compress the result with irsurgeon.quant.compress.compress_model)") from None
 
 
 def existing_head(out_dir: Path) -> OutputError:
@@ -493,7 +493,7 @@ def named_failures(path: Path) -> Iterator[None]:
 def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:
     """Write openvino_mtp_model.xml/.bin into out_dir (created if missing) under its directory lock.
 
-    The files go through the same staged transaction as `patch` (irsurgeon.transaction): written into a staging
+    The files go through the same staged transaction as `patch` (irsurgeon.commit.transaction): written into a staging
     folder inside out_dir, then moved in under a rollback journal. Weights are written exactly as built (no implicit
     fp16 compression). On failure out_dir is as it was (a folder this call created is removed again). echo gets
     one line per thing done to what an interrupted run left there. replace=False refuses an out_dir that holds a

@@ -7,7 +7,7 @@ The family is the one the directory belongs to (families.registry.for_directory)
                         journal irsurgeon cannot prove it wrote is named)
     generation config   every generation_config.json openvino-genai reads itself (the target's, and each of the
                         family's subfolders'), checked as `verify --genai` checks them before genai runs
-    openvino config     openvino_config.json, read as `patch` reads it (irsurgeon.quantization): a file patch would
+    openvino config     openvino_config.json, read as `patch` reads it (irsurgeon.quant.formats): a file patch would
                         refuse in an unpatched target is a failed check of a patched one
 
 Each check is a Check row; `verify_directory` never raises for a failed check, only for a directory it cannot read
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.config import check_generation_config, present
-from irsurgeon.errors import IRSurgeonError
+from irsurgeon.core.config import check_generation_config, present
+from irsurgeon.core.errors import IRSurgeonError
 from irsurgeon.families import registry
-from irsurgeon.families.base import Check, Family
+from irsurgeon.draft.protocol import Check, Family
 from irsurgeon.ir.export import GENERATION_CONFIG, OPENVINO_CONFIG
-from irsurgeon.journal import leftover_state
-from irsurgeon.quantization import openvino_config_format
+from irsurgeon.commit.journal import leftover_state
+from irsurgeon.quant.formats import openvino_config_format
 
 
 def verify_directory(target: str | Path, checkpoint: str | Path | None = None, hub=None, echo=print) -> list[Check]:

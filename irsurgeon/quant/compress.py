@@ -29,12 +29,12 @@ import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from irsurgeon import rtinfo
-from irsurgeon.config import read_optional_json
-from irsurgeon.errors import CompressionError, cause
+from irsurgeon.core import rtinfo
+from irsurgeon.core.config import read_optional_json
+from irsurgeon.core.errors import CompressionError, cause
 from irsurgeon.ir.export import OPENVINO_CONFIG
 from irsurgeon.ir.files import write_atomic
-from irsurgeon.quantization import (BACKUP_PRECISIONS, DEFAULTS, INT8_DEFAULTS, KV_CACHE_PRECISIONS,  # noqa: F401
+from irsurgeon.quant.formats import (BACKUP_PRECISIONS, DEFAULTS, INT8_DEFAULTS, KV_CACHE_PRECISIONS,  # noqa: F401
                                     MAX_GROUP_SIZE, QUANTIZED_FORMATS, WEIGHT_FORMATS, CompressionParams,
                                     check_kv_cache_precision, check_params, quantization_section)
 
@@ -122,7 +122,7 @@ def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...]
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
 
-    from irsurgeon.compress_blocks import bounded  # openvino (~0.2 s): for the same reason
+    from irsurgeon.quant.blocks import bounded  # openvino (~0.2 s): for the same reason
     from irsurgeon.ir.storage import weight_summary
 
     before = {w.name: w for w in weight_summary(model).weights}

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from irsurgeon import limits
-from irsurgeon.errors import ConfigError
+from irsurgeon.core import limits
+from irsurgeon.core.errors import ConfigError
 
 MAX_WIDTH = 1 << 17
 MAX_HEADS = 1 << 12
@@ -80,7 +80,7 @@ def read_keys(cfg: dict, keys: tuple[Key, ...], text_type: str, where: dict[str,
 
 
 def read_json(path: Path) -> dict:
-    """Read a JSON object from path (bounded: irsurgeon.limits); any failure is a ConfigError naming the file."""
+    """Read a JSON object from path (bounded: irsurgeon.core.limits); any failure is a ConfigError naming the file."""
     data = limits.read_json(path, ConfigError)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, found {type(data).__name__}")

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import math
 
-from irsurgeon.errors import IRError
+from irsurgeon.core.errors import IRError
 from irsurgeon.ir.export import LANGUAGE_MODELS, MTP_XML, TARGET_MODELS, VISION_MODELS
-from irsurgeon.rtinfo import KV_CACHE_PRECISION
+from irsurgeon.core.rtinfo import KV_CACHE_PRECISION
 
 CPU_DEFAULT_KV = "u8"
 # the draft's IR: Qwen3.5's MTP head, or Gemma 4's assistant (families.gemma4.layout; its KV is the target's)

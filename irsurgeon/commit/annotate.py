@@ -13,8 +13,8 @@ from typing import Callable
 
 from irsurgeon.ir import export, files, xmlsafe
 from irsurgeon.ir.hidden_states import Locator, annotation_json, config_facts, discover, producers_resolve
-from irsurgeon.rtinfo import HIDDEN_STATES_LAYERS
-from irsurgeon.transaction import directory_lock, recover
+from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
+from irsurgeon.commit.transaction import directory_lock, recover
 
 
 class Status(str, Enum):

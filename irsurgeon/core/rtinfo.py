@@ -21,7 +21,7 @@ def set_runtime_option(model, key: str, value: str) -> None:
 
 
 def keep_float(model) -> tuple[str, ...]:
-    """The weight constants the head's family marks as never compressed (set by irsurgeon.build)."""
+    """The weight constants the head's family marks as never compressed (set by irsurgeon.draft.build)."""
     if not model.has_rt_info([PROVENANCE, KEEP_FLOAT]):
         return ()
     return tuple(model.get_rt_info([PROVENANCE, KEEP_FLOAT]).astype(str).split())

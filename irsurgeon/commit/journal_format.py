@@ -1,5 +1,5 @@
-"""The journal file of a directory transaction, and the names a transaction may write (irsurgeon.journal reads a
-journal back against the disk; irsurgeon.transaction writes it).
+"""The journal file of a directory transaction, and the names a transaction may write (irsurgeon.commit.journal reads a
+journal back against the disk; irsurgeon.commit.transaction writes it).
 
 Names. A transaction moves into its target only names of its writable set (default WRITABLE): a plain name, or
 `folder/name` one subdirectory down. In the staging folder TARGET/.irsurgeon-staging everything sits flat, a `/`

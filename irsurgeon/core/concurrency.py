@@ -16,7 +16,7 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from irsurgeon.signals import deferred_sigint
+from irsurgeon.core.signals import deferred_sigint
 
 
 class Other:
