@@ -12,9 +12,9 @@ install:
 # The main job on bundled tiny data: a published-style export without the MTP head is patched in place,
 # checked against the contract, and run with openvino-genai (MTP speculative decoding vs plain greedy).
 demo: install
-	rm -rf $(DEMO_OUT) && mkdir -p $(dir $(DEMO_OUT)) && cp -r fixtures/demo/target $(DEMO_OUT)
+	rm -rf $(DEMO_OUT) && mkdir -p $(dir $(DEMO_OUT)) && cp -r fixtures/qwen3_5/target $(DEMO_OUT)
 	irsurgeon show $(DEMO_OUT)
-	irsurgeon patch $(DEMO_OUT) --checkpoint fixtures/demo/ckpt
+	irsurgeon patch $(DEMO_OUT) --checkpoint fixtures/qwen3_5/ckpt
 	irsurgeon verify $(DEMO_OUT) --genai --prompts 3
 
 # The same for the second draft family: a tiny Gemma 4 text-only export gets its MTP assistant (mtp_assistant/) and
@@ -22,7 +22,7 @@ demo: install
 demo-gemma4: install
 	rm -rf $(DEMO_GEMMA4_OUT) && mkdir -p $(dir $(DEMO_GEMMA4_OUT)) && cp -r fixtures/gemma4/target $(DEMO_GEMMA4_OUT)
 	irsurgeon show $(DEMO_GEMMA4_OUT)
-	irsurgeon patch $(DEMO_GEMMA4_OUT) --checkpoint fixtures/gemma4/assistant
+	irsurgeon patch $(DEMO_GEMMA4_OUT) --checkpoint fixtures/gemma4/ckpt
 	irsurgeon verify $(DEMO_GEMMA4_OUT) --genai --prompts 3
 
 # The tests run the CLI in hundreds of child processes: its modules are byte-compiled once here, where a machine

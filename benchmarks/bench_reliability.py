@@ -2,7 +2,7 @@
 
     python benchmarks/bench_reliability.py [--fuzz-examples 300] [--timed-kills 24] [--work DIR]
 
-1. Kill-point sweep: patch on a copy of fixtures/demo/target is stopped (SIGKILL, then SIGINT) just before each
+1. Kill-point sweep: patch on a copy of fixtures/qwen3_5/target is stopped (SIGKILL, then SIGINT) just before each
    numbered filesystem write it makes in the target (lab/kills.py: KILLER); after each kill the
    directory is judged (as before / completely patched / interrupted commit that verify reports) and patched again.
 2. Timed kills: the same, but the signal comes from outside after a delay spread over the whole run (imports,

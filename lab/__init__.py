@@ -2,7 +2,7 @@
 root; tests/conftest.py and the benchmarks put the root on sys.path). Not part of the installed package.
 
     families      every registered family's bundled pair (fixtures/...) and synthesized pairs of any seed
-    demo          writable copies of the Qwen3.5 demo pair (fixtures/demo), patched or sharded variants
+    demo          writable copies of the Qwen3.5 demo pair (fixtures/qwen3_5), patched or sharded variants
     dirsnap       snapshots of a directory tree (content, modes, links) and injected filesystem faults
     procs         child processes holding the directory lock or killed mid-commit
     kills         the kill lab: `patch` stopped before each numbered filesystem write, and the rules of the aftermath

@@ -1,4 +1,4 @@
-"""The bundled tiny demo (fixtures/demo): writable copies of its target, patched or sharded variants."""
+"""The bundled tiny demo (fixtures/qwen3_5): writable copies of its target, patched or sharded variants."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from irsurgeon.cli import main
 from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "fixtures" / "demo"
+DEMO = ROOT / "fixtures" / "qwen3_5"
 DEMO_TARGET = DEMO / "target"
 DEMO_CKPT = DEMO / "ckpt"
 

@@ -27,8 +27,8 @@ from lab.hostile_forms import CANARY, INDEX, INPUTS, PROMPTS, SHARDS, Case, fami
 from irsurgeon.families import registry
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO_TARGET = ROOT / "fixtures" / "demo" / "target"  # the reader tests' own copies (test_bounds, _checkpoint)
-DEMO_CKPT = ROOT / "fixtures" / "demo" / "ckpt"
+DEMO_TARGET = ROOT / "fixtures" / "qwen3_5" / "target"  # the reader tests' own copies (test_bounds, _checkpoint)
+DEMO_CKPT = ROOT / "fixtures" / "qwen3_5" / "ckpt"
 CLI = "import sys; from irsurgeon.entry import run; sys.argv[0] = 'irsurgeon'; run()"  # the console script
 TIMEOUT = 60.0
 RSS_LIMIT = 2 << 30

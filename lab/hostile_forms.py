@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-DEMO_CKPT = Path(__file__).resolve().parents[1] / "fixtures" / "demo" / "ckpt"
+DEMO_CKPT = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_5" / "ckpt"
 CANARY = "CANARY-7f3a-secret-bytes"
 SPARSE = (2 << 30) + 4096
 

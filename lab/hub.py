@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO_CKPT = ROOT / "fixtures" / "demo" / "ckpt"
+DEMO_CKPT = ROOT / "fixtures" / "qwen3_5" / "ckpt"
 
 
 def hub_snapshot(tmp_path: Path, blobs_elsewhere: Path | None = None, shared_store: bool = False) -> Path:

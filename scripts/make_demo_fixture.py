@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Regenerate fixtures/demo/ from the reference data (tests/data/reference, or $IRSURGEON_REFERENCE).
+"""Regenerate fixtures/qwen3_5/ from the reference data (tests/data/reference, or $IRSURGEON_REFERENCE).
 
-fixtures/demo/target : optimum-intel 2.2.0's export of the seeded `qwen35-dense-bigram` checkpoint
+fixtures/qwen3_5/target : optimum-intel 2.2.0's export of the seeded `qwen35-dense-bigram` checkpoint
                        (`--task image-text-to-text --weight-format fp16`) with openvino_mtp_model.* removed and the
                        `hidden_states_decoder_layers` rt_info line taken out of openvino_language_model.xml:
                        a published IR without the MTP head, as users have them.
-fixtures/demo/ckpt   : that checkpoint's config.json, its `mtp.*` tensors and its token-embedding table (bf16 bytes
+fixtures/qwen3_5/ckpt   : that checkpoint's config.json, its `mtp.*` tensors and its token-embedding table (bf16 bytes
                        copied verbatim): the head, and the rows `patch` compares to prove the checkpoint is the
                        target's own.
 The bigram checkpoint's head really predicts (about half of its drafts are accepted), so the demo shows a speed-up
@@ -21,7 +21,7 @@ from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = Path(os.environ.get("IRSURGEON_REFERENCE") or ROOT / "tests" / "data" / "reference")
-OUT = ROOT / "fixtures" / "demo"
+OUT = ROOT / "fixtures" / "qwen3_5"
 EMBEDDINGS = "model.language_model.embed_tokens.weight"
 
 

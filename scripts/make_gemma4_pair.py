@@ -147,9 +147,9 @@ def main(out: Path) -> None:
     make_target(out, emb, perm, rng)
     write_tokenizer(out / "target")
     cfg = assistant_config(target_config())
-    (out / "assistant").mkdir(parents=True, exist_ok=True)
-    (out / "assistant" / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    save_file(assistant_tensors(cfg, emb, perm, rng), str(out / "assistant" / "model.safetensors"))
+    (out / "ckpt").mkdir(parents=True, exist_ok=True)
+    (out / "ckpt" / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    save_file(assistant_tensors(cfg, emb, perm, rng), str(out / "ckpt" / "model.safetensors"))
     np.save(out / "permutation.npy", perm)
     print(f"{out}: target and assistant written")
 

@@ -1,5 +1,5 @@
 """The package-level API: every name `irsurgeon` exports resolves to the same object on every access, is not
-shadowed by a submodule of the same name, and does its job on the bundled tiny demo (fixtures/demo)."""
+shadowed by a submodule of the same name, and does its job on the bundled tiny demo (fixtures/qwen3_5)."""
 from __future__ import annotations
 
 import importlib
@@ -12,7 +12,7 @@ import pytest
 
 import irsurgeon
 
-DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo"
+DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_5"
 
 
 def api(name: str):

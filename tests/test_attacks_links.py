@@ -21,8 +21,8 @@ from lab.procs import killed_commit, lock_held
 from irsurgeon.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO_TARGET = ROOT / "fixtures" / "demo" / "target"
-DEMO_CKPT = ROOT / "fixtures" / "demo" / "ckpt"
+DEMO_TARGET = ROOT / "fixtures" / "qwen3_5" / "target"
+DEMO_CKPT = ROOT / "fixtures" / "qwen3_5" / "ckpt"
 STAGE_DIR = ".irsurgeon-staging"
 
 

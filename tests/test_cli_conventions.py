@@ -25,7 +25,7 @@ from irsurgeon.ir import xmlsafe
 from irsurgeon.ir.hidden_states import annotation_json
 from irsurgeon.synth import synthesize
 
-DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo"
+DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_5"
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 OTHER_TOOL = re.compile(r"`(?!irsurgeon )[a-z][\w-]* [^`]*`")  # a quoted command line of another program
 

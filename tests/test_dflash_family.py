@@ -35,7 +35,7 @@ def test_claims_dflash_configs_and_never_a_plain_qwen3_one():
 
 def test_recognition(tmp_path):
     assert FAMILY.recognise(TARGET) is Match.TARGET
-    assert FAMILY.recognise(TARGET.parents[1] / "demo" / "target") is Match.NONE  # Qwen3.5 VLM: the MTP family's
+    assert FAMILY.recognise(TARGET.parents[1] / "qwen3_5" / "target") is Match.NONE  # Qwen3.5 VLM: the MTP family's
     assert FAMILY.recognise(TARGET.parents[1] / "gemma4" / "target") is Match.NONE
     target = tmp_path / "t"
     shutil.copytree(TARGET, target)

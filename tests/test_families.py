@@ -19,7 +19,7 @@ from irsurgeon.families.registry import FAMILIES, family_for
 from irsurgeon.weights.spec import LazyWeights
 from irsurgeon.weights.table import Tensor
 
-DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo" / "ckpt"
+DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_5" / "ckpt"
 
 
 def test_every_model_type_has_one_family():
@@ -132,7 +132,7 @@ def test_build_mtp_and_a_qwen_patch_refuse_a_checkpoint_of_another_family(tmp_pa
         load_mtp(DATA / "plain", family=qwen35_mtp.BUILDER)
 
 
-GEMMA_ASSISTANT = Path(__file__).resolve().parents[1] / "fixtures" / "gemma4" / "assistant"
+GEMMA_ASSISTANT = Path(__file__).resolve().parents[1] / "fixtures" / "gemma4" / "ckpt"
 
 
 def ordered_off(config: dict) -> None:

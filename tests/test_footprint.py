@@ -22,7 +22,7 @@ from irsurgeon.ir import xmlsafe
 from irsurgeon.flows.show import show
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "fixtures" / "demo"
+DEMO = ROOT / "fixtures" / "qwen3_5"
 TYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "u8": 1}
 KV_KEY = ("runtime_options", "KV_CACHE_PRECISION")
 FLOATS = ("f32", "f16", "bf16")

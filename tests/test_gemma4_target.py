@@ -82,7 +82,7 @@ def test_outputs_carry_the_final_norm_and_the_store_layers_cache(patched):
 def test_second_run_does_nothing(patched):
     target, _, _ = patched
     before = snapshot(target)
-    result = run_patch(target, PAIR / "assistant")
+    result = run_patch(target, PAIR / "ckpt")
     assert result.exit_code == 0 and "nothing to do" in result.output and snapshot(target) == before
 
 
@@ -111,7 +111,7 @@ def test_non_gemma_target_is_refused(tmp_path):
     from irsurgeon.synth import synthesize
 
     synthesize(tmp_path / "qwen", "qwen35", seed=1)
-    refused(tmp_path / "qwen", PAIR / "assistant", "is not a target for")
+    refused(tmp_path / "qwen", PAIR / "ckpt", "is not a target for")
 
 
 def test_vlm_layout_is_refused(tmp_path):

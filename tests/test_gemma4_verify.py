@@ -35,7 +35,7 @@ def pair(tmp_path_factory):
 
 
 def test_patched_directory_passes(pair):
-    result = CliRunner().invoke(cli, ["verify", str(pair[0]), "--checkpoint", str(PAIR / "assistant")])
+    result = CliRunner().invoke(cli, ["verify", str(pair[0]), "--checkpoint", str(PAIR / "ckpt")])
     assert result.exit_code == 0, result.output
     names = [ln.split(":")[0] for ln in result.output.splitlines() if ln.startswith("ok")]
     assert names == ["ok   target layout", "ok   target outputs", "ok   embedding path", "ok   assistant files",
@@ -135,7 +135,7 @@ def test_show_unpatched_directory_says_what_is_missing(pair):
 
 
 def test_show_names_the_qwen_family_elsewhere():
-    assert show_json(PAIR.parent / "demo" / "target")["family"] == "qwen3_5"
+    assert show_json(PAIR.parent / "qwen3_5" / "target")["family"] == "qwen3_5"
 
 
 @pytest.mark.genai

@@ -129,8 +129,8 @@ def test_a_single_value_moved_by_one_bf16_ulp_is_caught(seeds, tmp_path):
 
 def test_checkpoint_without_an_embedding_table_warns_and_is_recorded(tmp_path):
     """An `mtp.*`-only extract of the demo checkpoint cannot be checked: said, recorded, not refused."""
-    target = shutil.copytree(ROOT / "fixtures" / "demo" / "target", tmp_path / "t")
-    ckpt = shutil.copytree(ROOT / "fixtures" / "demo" / "ckpt", tmp_path / "ckpt")
+    target = shutil.copytree(ROOT / "fixtures" / "qwen3_5" / "target", tmp_path / "t")
+    ckpt = shutil.copytree(ROOT / "fixtures" / "qwen3_5" / "ckpt", tmp_path / "ckpt")
     st = SafetensorsFile(ckpt / "model.safetensors")
     assert EMBED in st.tensors  # the bundled demo checkpoint carries its table; the extract drops it
     mtp = [n for n in st.tensors if n.startswith("mtp.")]

@@ -164,7 +164,7 @@ def test_show_and_verify_load_no_writing_module():
     too; what they run must not: after show and verify of a directory of every family, no write-flow module (nor a
     family's patch module) is loaded."""
     root = PACKAGE.parent
-    dirs = [root / "fixtures" / "demo" / "target", root / "fixtures" / "gemma4" / "target"]
+    dirs = [root / "fixtures" / "qwen3_5" / "target", root / "fixtures" / "gemma4" / "target"]
     code = ("import sys\nfrom irsurgeon.flows.show import show\nfrom irsurgeon.flows.verify import verify_directory\n"
             f"for d in {[str(d) for d in dirs]!r}:\n    show(d)\n    verify_directory(d)\n"
             "print(sorted(m for m in sys.modules if m.startswith(%r) or m.endswith('.patch')))" % (WRITE_FLOW,))

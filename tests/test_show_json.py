@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from irsurgeon.cli import main
 from irsurgeon.ir import xmlsafe
 
-DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo"
+DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_5"
 OPTIONAL = type(None)
 SHAPE = (list, OPTIONAL)
 SCHEMA = {  # field -> accepted types

@@ -28,7 +28,7 @@ from irsurgeon.core.rtinfo import KV_CACHE_PRECISION
 CPU_DEFAULT_KV = "u8"
 # the draft's IR: Qwen3.5's MTP head, or Gemma 4's assistant (families.gemma4.layout; its KV is the target's)
 MTP_FILES = (MTP_XML, "mtp_assistant/openvino_model.xml")
-RUNTIME_BASELINE = 160 * 2**20  # measured: 138-165 MiB VmHWM, plain and MTP VLMPipeline on fixtures/demo
+RUNTIME_BASELINE = 160 * 2**20  # measured: 138-165 MiB VmHWM, plain and MTP VLMPipeline on fixtures/qwen3_5
 BLOCK_TOKENS = 32
 BITS = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "f8e4m3": 8, "f8e5m2": 8, "u8": 8, "i8": 8, "u4": 4, "i4": 4}
 GROUP_EXTRA = {"u8": 8, "u4": 8, "i4": 4}  # bytes per (head, token): f32 scale (+ f32 zero point)

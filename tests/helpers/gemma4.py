@@ -41,7 +41,7 @@ def copy_pair(tmp: Path) -> tuple[Path, Path]:
 
     target = tmp / "target"
     shutil.copytree(PAIR / "target", target)
-    return target, PAIR / "assistant"
+    return target, PAIR / "ckpt"
 
 
 def genai_report(directory: Path) -> dict:
