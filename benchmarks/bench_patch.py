@@ -74,7 +74,7 @@ def draft_step_latency(reference: Path, work: Path) -> None:
     if not export.is_dir():
         print(f"draft-step latency: skipped, no reference export at {export}")
         return
-    from irsurgeon.synth.strip import strip_mtp
+    from irsurgeon.families.qwen35_mtp.strip import strip_mtp
 
     shutil.rmtree(work / "latency-target", ignore_errors=True)
     target = strip_mtp(export, work / "latency-target")

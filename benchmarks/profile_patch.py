@@ -141,7 +141,7 @@ def nncf_alone(ckpt: Path) -> dict:
     from irsurgeon.quant.compress import marked_consumers, routing_scope
     from irsurgeon.families import registry
 
-    builder = registry.for_checkpoint(ckpt).builder()
+    builder = registry.for_checkpoint(ckpt).recipe()
     t = time.perf_counter()
     cfg, weights, opened = load_with(builder, ckpt, warn=lambda _: None)
     model = build_model(cfg, weights, "f16", lambda _: None, family=builder)

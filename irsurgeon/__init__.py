@@ -1,7 +1,7 @@
 """irsurgeon: graph surgery on OpenVINO IR.
 
 Public API (openvino is imported on first use, so `import irsurgeon` and the CLI start fast):
-    build_mtp_model, save_mtp_model   the Qwen3.5 MTP head from safetensors, and writing it
+    build_mtp_model, save_draft   the Qwen3.5 MTP head from safetensors, and writing it
     build_head                        build -> compress -> KV-cache precision -> save, as `build-mtp` does
     patch_directory, Options          make an exported directory MTP-ready in place (irsurgeon.flows.patch.patch)
     verify_directory                  the contract checks of a directory, one (name, ok, detail) per check
@@ -27,12 +27,12 @@ from irsurgeon.core.errors import IRSurgeonError  # noqa: E402,F401
 
 _LAZY = {  # exported name -> (module, attribute)
     "build_mtp_model": ("irsurgeon.flows.standalone", "build_mtp_model"),
-    "save_mtp_model": ("irsurgeon.draft.build", "save_mtp_model"),
+    "save_draft": ("irsurgeon.flows.standalone", "save_draft"),
     "build_head": ("irsurgeon.flows.standalone", "build_head"),
     "patch_directory": ("irsurgeon.flows.patch", "patch"),
-    "Options": ("irsurgeon.flows.patch", "Options"),
+    "Options": ("irsurgeon.draft.protocol", "Options"),
     "verify_directory": ("irsurgeon.flows.verify", "verify_directory"),
-    "annotate_ir": ("irsurgeon.commit.annotate", "annotate_ir"),
+    "annotate_ir": ("irsurgeon.flows.annotate", "annotate_ir"),
     "show_path": ("irsurgeon.flows.show", "show"),
     "load_config": ("irsurgeon.families.qwen35_mtp.model", "load_config"),  # the Qwen3.5 MTP head's config
     "MTPConfig": ("irsurgeon.families.qwen35_mtp.model", "MTPConfig"),

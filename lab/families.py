@@ -19,6 +19,7 @@ FIXTURES = ROOT / "fixtures"
 # By convention, never by list: a family's bundled pair is fixtures/<its key>/target and fixtures/<its key>/ckpt
 # (tests/test_house.py fails for a registered family without one, and for a pair folder no family registers).
 FIXTURE_PAIRS = {f.key: (FIXTURES / f.key / "target", FIXTURES / f.key / "ckpt") for f in registry.FAMILIES}
+WRITABLE = registry.writable()  # every name any family writes: what the flows pass to a transaction
 FAMILIES = [pytest.param(f, id=f.key) for f in registry.FAMILIES]
 
 
@@ -31,5 +32,5 @@ def fixture_pair(family, tmp: Path) -> tuple[Path, Path]:
 
 
 def synth_pair(family, out: Path, seed: int) -> tuple[Path, Path]:
-    parts = family.synth(family.synth_kinds[0], out, seed, False)
+    parts = family.synth(next(iter(family.synth_kinds)), out, seed, False)
     return parts["target"], parts["ckpt"]

@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 KILL_IN_COMMIT = r'''
 import json, os, signal, sys
 import irsurgeon.commit.transaction as t
+from irsurgeon.families.registry import writable
+WRITABLE = writable()
 target, at, files, call = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
 real, calls = getattr(os, call), []
 def counted(*args, **kwargs):
@@ -32,7 +34,7 @@ def counted(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(*args, **kwargs)
 setattr(t.os, call, counted)
-with t.DirectoryTransaction(target) as tx:
+with t.DirectoryTransaction(target, writable=WRITABLE) as tx:
     for name, text in files.items():
         tx.stage(name).write_text(text)
     tx.commit()
@@ -92,6 +94,8 @@ def lock_held(directory: Path, gate: Path):
 SWEEP_SERVER = r'''
 import json, os, signal, sys
 import irsurgeon.commit.transaction as t
+from irsurgeon.families.registry import writable
+WRITABLE = writable()
 CALLS = %s
 WRITE, counted = os.write, []
 
@@ -110,14 +114,14 @@ def arm(at):
 
 def work(req):
     if req["do"] == "commit":
-        with t.DirectoryTransaction(req["target"]) as tx:
+        with t.DirectoryTransaction(req["target"], writable=WRITABLE) as tx:
             for name, data in req["files"].items():
                 tx.stage(name).write_bytes(bytes.fromhex(data))
             arm(req["at"])
             tx.commit()
         return []
     arm(req["at"])
-    return t.recover(req["target"])
+    return t.recover(req["target"], writable=WRITABLE)
 
 for line in sys.stdin:
     req = json.loads(line)

@@ -16,7 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from irsurgeon.synth.strip import strip_mtp
+from irsurgeon.families.qwen35_mtp.strip import strip_mtp
 from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 
 ROOT = Path(__file__).resolve().parents[1]

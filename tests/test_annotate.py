@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from helpers.decoders import Spec, make_decoder, write_target
 
-from irsurgeon.commit.annotate import annotate_ir
+from irsurgeon.flows.annotate import annotate_ir
 from irsurgeon.cli import main
 from irsurgeon.core.errors import IRError, OutputError
 from irsurgeon.ir import files, xmlsafe

@@ -51,7 +51,7 @@ def test_config_and_error(tmp_path):
 def test_build_and_save(tmp_path):
     model = api("build_mtp_model")(DEMO / "ckpt", weight_format="f32", warn=lambda _: None)
     assert isinstance(model, ov.Model) and [o.get_any_name() for o in model.outputs] == ["last_hidden_state"]
-    xml = api("save_mtp_model")(model, tmp_path / "out")
+    xml = api("save_draft")(model, tmp_path / "out")
     assert xml == tmp_path / "out" / "openvino_mtp_model.xml" and xml.with_suffix(".bin").stat().st_size > 0
 
 
@@ -74,7 +74,7 @@ def test_patch_verify_show_annotate(tmp_path):
     checks = api("verify_directory")(target)
     assert checks and all(c.ok for c in checks), [(c.name, c.detail) for c in checks if not c.ok]
     shown = api("show_path")(target)
-    assert shown["kind"] == "directory" and shown["mtp"]["ready"] is True
+    assert shown["kind"] == "directory" and shown["draft"]["ready"] is True
     assert api("annotate_ir")(target).status == "unchanged"  # patch wrote the annotation annotate would
 
 

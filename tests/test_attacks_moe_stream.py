@@ -22,10 +22,11 @@ import pytest
 
 from helpers.checkpoints import as_float, fp8_config, fp8_tensors, read_tensors, split_per_expert, stored_as
 from helpers.cli import invoke, one_error
+from irsurgeon.flows.standalone import save_draft
 from lab.dirsnap import snapshot
 from irsurgeon.draft import build
 from irsurgeon.families.qwen35_mtp import patch as qwen_patch
-from irsurgeon.families.qwen35_mtp.model import BUILDER as QWEN
+from irsurgeon.families.qwen35_mtp.model import RECIPE as QWEN
 from irsurgeon.ir import streamed
 from irsurgeon.commit.journal_format import STAGE_DIR
 from irsurgeon.weights import spec
@@ -566,12 +567,12 @@ def test_an_expert_of_another_shape_is_one_line_naming_it(moe_pair, tmp_path):
 
 def built_and_saved(ckpt: Path, out: Path, fmt: str, moe_form: str, stream: bool,
                     allow_nonfinite: bool = False) -> ov.Model:
-    """The head of ckpt built in `moe_form` (streamed into the .bin or held whole), saved by save_mtp_model."""
+    """The head of ckpt built in `moe_form` (streamed into the .bin or held whole), saved by save_draft."""
     cfg, weights, opened = build.load_with(QWEN, ckpt, allow_nonfinite=allow_nonfinite, warn=lambda _: None)
     try:
-        model = build.build_model(cfg, weights, fmt, family=QWEN, moe_form=moe_form, warn=lambda _: None,
+        model = build.build_model(cfg, weights, fmt, recipe=QWEN, moe_form=moe_form, warn=lambda _: None,
                                   stream=opened.close if stream else None)
-        xml = build.save_mtp_model(model, out)
+        xml = save_draft(model, out)
     finally:
         opened.close()
     return ov.Core().read_model(xml)

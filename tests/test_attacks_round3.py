@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lab.families import WRITABLE
 from lab.hub import run_cli
 from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
 from irsurgeon.core.errors import ConfigError, OutputError
@@ -291,7 +292,7 @@ def test_a_staging_folder_moved_while_the_files_are_hashed_is_refused_before_any
         return real(self, name)
 
     monkeypatch.setattr(DirectoryTransaction, "_prepare", prepare)
-    with DirectoryTransaction(target) as tx:
+    with DirectoryTransaction(target, writable=WRITABLE) as tx:
         tx.stage("openvino_language_model.xml").write_text("new")
         tx.stage("openvino_mtp_model.xml").write_text("head")
         with pytest.raises(OutputError, match="replaced or moved since files were staged in it; nothing was written"):

@@ -22,6 +22,8 @@ import openvino as ov
 import pytest
 
 from helpers.cli import invoke, one_error
+from irsurgeon.flows.standalone import save_draft
+from lab.families import WRITABLE
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.draft import build
@@ -464,9 +466,9 @@ def chain_model(names: list[str], seed: int = 0, input_name: str = "x", output_n
 
 
 def theirs_and_ours(model: ov.Model, tmp_path: Path) -> tuple[ov.Model, ov.Model]:
-    build.name_anonymous_nodes(model)  # as save_mtp_model does first
+    build.name_anonymous_nodes(model)  # as save_draft does first
     ov.save_model(model, tmp_path / "saved.xml", compress_to_fp16=False)
-    xml = build.save_mtp_model(model, tmp_path / "out")
+    xml = save_draft(model, tmp_path / "out")
     return ov.Core().read_model(tmp_path / "saved.xml"), ov.Core().read_model(xml)
 
 
@@ -483,7 +485,7 @@ def appended_names(monkeypatch) -> list[str]:
 
 @pytest.mark.parametrize("name", list(SPECIAL.values()), ids=list(SPECIAL))
 def test_a_weight_named_with_xml_special_characters_is_written_as_openvino_writes_it(tmp_path, monkeypatch, name):
-    """Rule: save_mtp_model saves any model openvino saves, as openvino would (the placeholder's layer is found
+    """Rule: save_draft saves any model openvino saves, as openvino would (the placeholder's layer is found
     by its name as the serializer escaped it): the same graph read back, the same bytes in each constant."""
     model = chain_model([name, "plain"])
     appended = appended_names(monkeypatch)
@@ -510,13 +512,13 @@ def infer(model: ov.Model) -> np.ndarray:
 
 
 def test_save_mtp_model_leaves_the_model_whole_for_a_second_save_and_for_inference(tmp_path):
-    """Rule (save_mtp_model): the model stays whole: the same graph and outputs afterwards, and saving it again
+    """Rule (save_draft): the model stays whole: the same graph and outputs afterwards, and saving it again
     writes byte-identical files."""
     model = chain_model(["a", "b", "c"])
     build.name_anonymous_nodes(model)
     before, y = graph(model), infer(model)
-    first = build.save_mtp_model(model, tmp_path / "one")
-    second = build.save_mtp_model(model, tmp_path / "two")
+    first = save_draft(model, tmp_path / "one")
+    second = save_draft(model, tmp_path / "two")
     assert graph(model) == before and np.array_equal(infer(model), y)
     assert [p.read_bytes() for p in (first, first.with_suffix(".bin"))] == \
         [p.read_bytes() for p in (second, second.with_suffix(".bin"))]
@@ -528,7 +530,7 @@ def test_a_failed_save_mtp_model_leaves_the_model_whole_and_the_next_save_as_the
     from irsurgeon.core.errors import OutputError
     model = chain_model(["a", "b", "c"])
     build.name_anonymous_nodes(model)
-    clean = build.save_mtp_model(model, tmp_path / "clean")
+    clean = save_draft(model, tmp_path / "clean")
     before, y = graph(model), infer(model)
     real, count = streamed.Tail._write, []
 
@@ -539,10 +541,10 @@ def test_a_failed_save_mtp_model_leaves_the_model_whole_and_the_next_save_as_the
         return real(self, piece)
     monkeypatch.setattr(streamed.Tail, "_write", write)
     with pytest.raises(OutputError, match="No space left on device"):
-        build.save_mtp_model(model, tmp_path / "failed")
+        save_draft(model, tmp_path / "failed")
     monkeypatch.setattr(streamed.Tail, "_write", real)
     assert not (tmp_path / "failed").exists() and graph(model) == before and np.array_equal(infer(model), y)
-    again = build.save_mtp_model(model, tmp_path / "again")
+    again = save_draft(model, tmp_path / "again")
     assert again.read_bytes() == clean.read_bytes() and again.with_suffix(".bin").read_bytes() == \
         clean.with_suffix(".bin").read_bytes()
 
@@ -567,7 +569,7 @@ def shared_chain(arrays: list[np.ndarray]) -> ov.Model:
 def staged_into(directory: Path, model: ov.Model) -> Path:
     """stage_ir of the model as openvino_mtp_model.xml into a transaction on directory, committed."""
     directory.mkdir(exist_ok=True)
-    with transaction.DirectoryTransaction(directory) as tx:
+    with transaction.DirectoryTransaction(directory, writable=WRITABLE) as tx:
         build.stage_ir(tx, QWEN_HEAD_XML, model)
         tx.commit()
     return directory / QWEN_HEAD_XML

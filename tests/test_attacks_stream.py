@@ -23,12 +23,13 @@ import openvino as ov
 import pytest
 
 from helpers.cli import invoke, one_error
+from irsurgeon.flows.standalone import save_draft
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.draft import build
 from irsurgeon.core.errors import IRError
 from irsurgeon.families.dflash import synth
-from irsurgeon.families.dflash.model import BUILDER
+from irsurgeon.families.dflash.model import RECIPE
 from irsurgeon.families.registry import FAMILIES
 from irsurgeon.ir import streamed
 from irsurgeon.commit.journal_format import STAGE_DIR, staged
@@ -122,8 +123,8 @@ def nan_tail(w):
 
 def streamed_order() -> list[str]:
     """The DFlash draft's streamed matrices in the order stage_ir writes them."""
-    cfg, weights, ckpt = build.load_with(BUILDER, CKPT, warn=lambda _: None)
-    model = build.build_model(cfg, weights, "f16", family=BUILDER, stream=ckpt.close)
+    cfg, weights, ckpt = build.load_with(RECIPE, CKPT, warn=lambda _: None)
+    model = build.build_model(cfg, weights, "f16", recipe=RECIPE, stream=ckpt.close)
     stream = build.stream_of(model)
     names = list(stream.blocks)
     stream.close()
@@ -132,9 +133,9 @@ def streamed_order() -> list[str]:
 
 def saved(key: str, ckpt: Path, path: Path, fmt: str = "f16", allow_nonfinite: bool = False) -> ov.Model:
     """The draft built holding every weight (no stream), saved by openvino, read back."""
-    family = next(f for f in FAMILIES if f.key == key).builder()
+    family = next(f for f in FAMILIES if f.key == key).recipe()
     cfg, weights, opened = build.load_with(family, ckpt, allow_nonfinite=allow_nonfinite, warn=lambda _: None)
-    model = build.build_model(cfg, weights, fmt, family=family)
+    model = build.build_model(cfg, weights, fmt, recipe=family)
     opened.close()
     build.name_anonymous_nodes(model)
     ov.save_model(model, path, compress_to_fp16=False)
@@ -304,15 +305,15 @@ def test_a_fused_expert_stack_that_does_not_fit_f16_is_demoted_by_its_graph_name
     """Broke (fixed): NotHalf named the stored tensor (mtp.layers.0.mlp.experts.down_proj) while the placeholder
     is the graph's weight (....down_proj.weight): Stream.demote's lookup raised StopIteration out of stage_ir
     (a traceback). Rule: the draft is the whole build's, the stack kept f32."""
-    from irsurgeon.families.qwen35_mtp.model import BUILDER as QWEN
+    from irsurgeon.families.qwen35_mtp.model import RECIPE as QWEN
     cfg, weights, ckpt = build.load_with(QWEN, fused_moe, warn=lambda _: None)
-    model = build.build_model(cfg, weights, "f16", family=QWEN, stream=ckpt.close, warn=lambda _: None)
+    model = build.build_model(cfg, weights, "f16", recipe=QWEN, stream=ckpt.close, warn=lambda _: None)
     assert "mtp.layers.0.mlp.experts.down_proj.weight" in build.stream_of(model).blocks
-    ours = build.save_mtp_model(model, tmp_path / "ours")
+    ours = save_draft(model, tmp_path / "ours")
     cfg, weights, ckpt = build.load_with(QWEN, fused_moe, warn=lambda _: None)
-    whole = build.build_model(cfg, weights, "f16", family=QWEN, warn=lambda _: None)
+    whole = build.build_model(cfg, weights, "f16", recipe=QWEN, warn=lambda _: None)
     ckpt.close()
-    theirs = build.save_mtp_model(whole, tmp_path / "theirs")
+    theirs = save_draft(whole, tmp_path / "theirs")
     a, b = (ov.Core().read_model(p) for p in (ours, theirs))
     assert layers(a) == layers(b) and weight_data(a) == weight_data(b)
     assert weight_data(a)["mtp.layers.0.mlp.experts.down_proj.weight"][0] == "<Type: 'float32'>"
@@ -582,8 +583,8 @@ def test_an_int4_patch_streams_nothing_and_closes_its_checkpoint(tmp_path, monke
 
 def test_a_streamed_f16_model_holds_no_matrix(tmp_path):
     """Rule (peak memory): the model built for an uncompressed f16 patch holds no matrix constant."""
-    cfg, weights, ckpt = build.load_with(BUILDER, CKPT, warn=lambda _: None)
-    model = build.build_model(cfg, weights, "f16", family=BUILDER, stream=ckpt.close)
+    cfg, weights, ckpt = build.load_with(RECIPE, CKPT, warn=lambda _: None)
+    model = build.build_model(cfg, weights, "f16", recipe=RECIPE, stream=ckpt.close)
     try:
         held = [op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "Constant"
                 and len(op.get_shape()) >= 2 and op.get_byte_size() >= 1024]
@@ -593,30 +594,30 @@ def test_a_streamed_f16_model_holds_no_matrix(tmp_path):
     assert build._STREAMS == {}
 
 
-# --- save_mtp_model (spend=False) with and without a stream -----------------------------------------------------------
+# --- save_draft (spend=False) with and without a stream -----------------------------------------------------------
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_save_mtp_model_of_an_f16_model_writes_the_whole_builds_draft_and_a_second_save_is_never_a_silent_other(
         tmp_path, stream):
-    """Broke (fixed): a streamed model saved once by save_mtp_model (spend=False: "the caller's model stays
+    """Broke (fixed): a streamed model saved once by save_draft (spend=False: "the caller's model stays
     whole") lost its stream token, so a second save wrote its 15 placeholders as graph inputs, silently. Rule: the
     first save is the whole build's draft; a second one is the same again (whole) or an IRError (streamed)."""
     ckpt = dflash_ckpt(tmp_path, {ORDER[-1]: beyond_last})
-    cfg, weights, opened = build.load_with(BUILDER, ckpt, warn=lambda _: None)
-    model = build.build_model(cfg, weights, "f16", family=BUILDER, stream=opened.close if stream else None,
+    cfg, weights, opened = build.load_with(RECIPE, ckpt, warn=lambda _: None)
+    model = build.build_model(cfg, weights, "f16", recipe=RECIPE, stream=opened.close if stream else None,
                               warn=lambda _: None)
     if not stream:
         opened.close()
-    first = ov.Core().read_model(build.save_mtp_model(model, tmp_path / "one"))
+    first = ov.Core().read_model(save_draft(model, tmp_path / "one"))
     theirs = saved("dflash", ckpt, tmp_path / "saved.xml")
     assert layers(first) == layers(theirs) and weight_data(first) == weight_data(theirs)
     assert build._STREAMS == {} and house_threads() == []
     if stream:
         with pytest.raises(IRError, match="its streamed weights are no longer open"):
-            build.save_mtp_model(model, tmp_path / "two")
+            save_draft(model, tmp_path / "two")
         assert not (tmp_path / "two").exists()
     else:
-        second = ov.Core().read_model(build.save_mtp_model(model, tmp_path / "two"))
+        second = ov.Core().read_model(save_draft(model, tmp_path / "two"))
         assert graph(second) == graph(first)
 
 

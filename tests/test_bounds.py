@@ -332,7 +332,7 @@ def test_build_mtp_refuses_the_checkpoint_of_a_family_without_a_standalone_draft
     out = work / family.key / "out"
     code, stdout, err, seconds, peak = run_cli(["build-mtp", str(work / family.key / "ckpt"), "-o", str(out)])
     outcome = judge(f"{family.key} checkpoint / build-mtp", code, stdout, err, seconds, peak, [])
-    assert outcome.refused and any(t in err for t in family.builder_types()) and not out.exists(), outcome
+    assert outcome.refused and any(t in err for t in family.model_types) and not out.exists(), outcome
 
 
 @pytest.mark.slow

@@ -6,11 +6,12 @@ from collections import Counter
 
 import numpy as np
 import openvino as ov
+from irsurgeon.flows.standalone import save_draft
 import pytest
 
 import irsurgeon
 from irsurgeon.families.qwen35_mtp import contract
-from irsurgeon.draft.build import build_model, save_mtp_model
+from irsurgeon.draft.build import build_model
 from irsurgeon.flows.standalone import build_mtp_model, load_mtp
 from irsurgeon.families.qwen35_mtp.model import load_config
 from irsurgeon.ops.core import WeightFormat
@@ -110,7 +111,7 @@ def op_counts(model: ov.Model) -> Counter:
 def saved_head(tmp_path_factory):
     d = tmp_path_factory.mktemp("saved")
     write_checkpoint(d / "ckpt", SynthSpec(), seed=3)
-    save_mtp_model(build_mtp_model(d / "ckpt", weight_format="f16"), d / "out")
+    save_draft(build_mtp_model(d / "ckpt", weight_format="f16"), d / "out")
     return ov.Core().read_model(d / "out" / contract.MTP_XML), load_config(d / "ckpt" / "config.json")
 
 
@@ -145,7 +146,7 @@ def test_names_and_rt_info(saved_head):
 def test_f16_weights_are_stored_f16_and_f32_stays_f32(tmp_path):
     write_checkpoint(tmp_path / "ckpt", SynthSpec(), seed=4)
     for fmt, want in (("f16", ov.Type.f16), ("f32", ov.Type.f32)):
-        save_mtp_model(build_mtp_model(tmp_path / "ckpt", weight_format=fmt), tmp_path / fmt)
+        save_draft(build_mtp_model(tmp_path / "ckpt", weight_format=fmt), tmp_path / fmt)
         model = ov.Core().read_model(tmp_path / fmt / contract.MTP_XML)
         for mm in (op for op in model.get_ops() if op.get_type_name() == "MatMul"):
             src = mm.input_value(1).get_node()
@@ -169,7 +170,7 @@ def test_paged_attention_pass_converts_the_head(saved_head):
 def test_same_checkpoint_builds_byte_identical_files(tmp_path):
     write_checkpoint(tmp_path / "ckpt", SynthSpec(), seed=6)
     for out in ("a", "b"):
-        save_mtp_model(build_mtp_model(tmp_path / "ckpt"), tmp_path / out)
+        save_draft(build_mtp_model(tmp_path / "ckpt"), tmp_path / out)
     for name in (contract.MTP_XML, contract.MTP_BIN):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 

@@ -22,7 +22,7 @@ from irsurgeon.cli import main
 from irsurgeon.core.errors import CheckpointError
 from irsurgeon.ops.core import WeightFormat, weight
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
-from irsurgeon.synth.strip import strip_mtp
+from irsurgeon.families.qwen35_mtp.strip import strip_mtp
 from irsurgeon.flows.verify import verify_directory
 from irsurgeon.weights.fp8 import dequantize_blocks, unconverted_by
 from irsurgeon.weights.safetensors_io import FP8_E4M3FN, decode, write_safetensors

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from irsurgeon.families.qwen35_mtp import contract
-from irsurgeon.draft.build import save_mtp_model
+from irsurgeon.flows.standalone import save_draft
 from irsurgeon.flows.standalone import build_mtp_model
 from irsurgeon.cli import main
 from irsurgeon.quant.compress import (CompressionParams, compress_model, params_from_rt_info, planned_group,
@@ -61,7 +61,7 @@ def built(tmp_path, spec: SynthSpec, fmt: str, **overrides) -> tuple[ov.Model, o
     model, report = compress_model(build_mtp_model(tmp_path / "ckpt", weight_format="f16"),
                                    resolve_params(fmt, **overrides))
     out = tmp_path / f"{fmt}-{'-'.join(f'{k}{v}' for k, v in overrides.items())}"
-    save_mtp_model(model, out)
+    save_draft(model, out)
     return ov.Core().read_model(out / contract.MTP_XML), report
 
 

@@ -19,7 +19,7 @@ import pytest
 import nncf.openvino.optimized_functions as optimized
 
 from irsurgeon.quant import blocks as compress_blocks
-from irsurgeon.draft.build import save_mtp_model
+from irsurgeon.flows.standalone import save_draft
 from irsurgeon.flows.standalone import build_mtp_model
 from irsurgeon.quant.compress import compress_model, resolve_params
 from irsurgeon.families.qwen35_mtp.contract import MTP_BIN, MTP_XML
@@ -39,7 +39,7 @@ ODD = SynthSpec(hidden=192, heads=3, kv_heads=1, head_dim=64, intermediate=96, n
 
 
 def saved(model: ov.Model, out) -> tuple[bytes, bytes]:
-    save_mtp_model(model, out)
+    save_draft(model, out)
     return (out / MTP_XML).read_bytes(), (out / MTP_BIN).read_bytes()
 
 
@@ -113,7 +113,7 @@ def test_compressed_values_survive_the_release_of_their_sources(tmp_path):
             "beam_idx": np.zeros(1, np.int32)}
     core = ov.Core()
     live = core.compile_model(model, "CPU").create_infer_request().infer(feed)[0]
-    save_mtp_model(model, tmp_path / "head")
+    save_draft(model, tmp_path / "head")
     del model
     read = core.compile_model(core.read_model(tmp_path / "head" / MTP_XML), "CPU").create_infer_request().infer(feed)[0]
     assert np.isfinite(live).all() and np.abs(live).max() > 0

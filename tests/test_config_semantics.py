@@ -21,7 +21,7 @@ from irsurgeon.cli import main
 from irsurgeon.families.qwen35_mtp.model import MoEConfig, load_config, parse_config, tensors
 from irsurgeon.core.errors import ConfigError
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
-from irsurgeon.synth.strip import strip_mtp
+from irsurgeon.families.qwen35_mtp.strip import strip_mtp
 
 # folder -> (hidden, heads, kv heads, head_dim, dense intermediate, vocab, layers, MoE or None, dtype, quantized)
 REAL = {

@@ -20,7 +20,7 @@ import pytest
 from irsurgeon.draft.build import build_model, load_with
 from irsurgeon.core.errors import ConfigError
 from irsurgeon.families.dflash import rope as rope_tables
-from irsurgeon.families.dflash.model import (BUILDER, INPUTS, OUTPUT, annotate, draft, key_state, parse_config,
+from irsurgeon.families.dflash.model import (RECIPE, INPUTS, OUTPUT, annotate, draft, key_state, parse_config,
                                              value_state)
 
 DATA = Path(__file__).resolve().parent / "data" / "dflash"
@@ -38,17 +38,17 @@ def goldens(case: str, name: str = "golden.npz") -> tuple[list[dict], list[np.nd
 
 
 def load(case: str):
-    cfg, weights, ckpt = load_with(BUILDER, DATA / case / "draft", warn=lambda line: None)
+    cfg, weights, ckpt = load_with(RECIPE, DATA / case / "draft", warn=lambda line: None)
     return cfg, {role: np.array(weights[role]) for role in weights}, ckpt
 
 
-def build(case: str, cfg=None, adjust=None, builder=BUILDER) -> ov.Model:
+def build(case: str, cfg=None, adjust=None, builder=RECIPE) -> ov.Model:
     loaded, weights, ckpt = load(case)
     ckpt.close()
     if adjust:
         weights = {role: adjust(role, w) for role, w in weights.items()}
     cfg = cfg or loaded
-    return annotate(build_model(cfg, weights, "f32", family=builder), cfg)
+    return annotate(build_model(cfg, weights, "f32", recipe=builder), cfg)
 
 
 def run(model: ov.Model, feeds: list[dict], permute=None) -> list[np.ndarray]:
@@ -112,7 +112,7 @@ CONTROLS = {
     "causal block": lambda case: dict(cfg=with_layers(case, causal=True)),
     "target layers in reverse order": lambda case: dict(permute=reversed_blocks(load(case)[0])),
     "norms 1 + w": lambda case: dict(adjust=lambda role, w: w + 1 if role.endswith("norm.weight") else w),
-    "seed row kept": lambda case: dict(builder=dataclasses.replace(BUILDER, graph=keep_seed_graph)),
+    "seed row kept": lambda case: dict(builder=dataclasses.replace(RECIPE, graph=keep_seed_graph)),
 }
 SLIDING_CONTROLS = {
     "window - 1": lambda: dict(cfg=window_moved("sliding", -1)),
@@ -127,7 +127,7 @@ def keep_seed_graph(x, w, cfg):
     return {OUTPUT: out}, sinks
 
 
-def control_error(case: str, cfg=None, adjust=None, builder=BUILDER, permute=None) -> float:
+def control_error(case: str, cfg=None, adjust=None, builder=RECIPE, permute=None) -> float:
     feeds, want = goldens(case)
     return max(errors(run(build(case, cfg, adjust, builder), feeds, permute), want))
 

@@ -127,7 +127,7 @@ def test_the_readme_has_an_example_of_every_job():
     python = "".join(b.code for b in found if b.lang in PYTHON)
     assert [job for job in JOBS if job not in shell] == []
     for name in ("patch_directory", "verify_directory", "show_path", "annotate_ir", "build_mtp_model",
-                 "save_mtp_model", "openvino_genai"):
+                 "save_draft", "openvino_genai"):
         assert name in python, name
     assert any(b.genai and b.lang in PYTHON for b in found), "no Python example runs a patched directory in genai"
 

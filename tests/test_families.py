@@ -15,7 +15,8 @@ from irsurgeon.flows.standalone import build_mtp_model, load_mtp
 from irsurgeon.core.errors import CheckpointError, ConfigError
 from irsurgeon.families.gemma4_mtp import model as gemma4_assistant
 from irsurgeon.families.qwen35_mtp import model as qwen35_mtp
-from irsurgeon.families.registry import FAMILIES, family_for
+from irsurgeon.families import registry
+from irsurgeon.families.registry import FAMILIES
 from irsurgeon.weights.spec import LazyWeights
 from irsurgeon.weights.table import Tensor
 
@@ -23,15 +24,23 @@ DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_5" / "ckpt"
 
 
 def test_every_model_type_has_one_family():
-    types = [t for f in FAMILIES for t in f.builder().model_types]
-    assert len(types) == len(set(types))
-    assert {f.builder().name for f in FAMILIES} == {"qwen3_5_mtp", "gemma4_assistant", "dflash_draft"}
+    types = registry.model_types()
+    assert len(types) == len(set(types)) and set(types) >= {"qwen3_5", "gemma4_assistant", "qwen3"}
+    assert {f.recipe().name for f in FAMILIES} == {"qwen3_5_mtp", "gemma4_assistant", "dflash_draft"}
     for family in FAMILIES:
-        assert family.builder_types() == family.builder().model_types  # the light spelling agrees with the build's
-        for t in family.builder().model_types:
-            assert family_for(t, "config.json") is family.builder()
+        for t in family.model_types:
+            config = {"model_type": t, "architectures": ["DFlashDraftModel"]} if family.key == "dflash" else \
+                {"model_type": t}
+            assert registry.for_config(config, "config.json") is family
     with pytest.raises(ConfigError, match=r"model_type 'llama' has no supported draft family .*qwen3_5.*gemma4_assistant"):
-        family_for("llama", "config.json")
+        registry.for_config({"model_type": "llama"}, "config.json")
+
+
+def test_a_family_that_does_not_state_its_claims_is_refused_where_it_is_defined():
+    from irsurgeon.draft.protocol import Family
+
+    with pytest.raises(TypeError, match="does not state .*model_types.*synth_kinds"):
+        type("Nameless", (Family,), {"key": "x", "title": "X", "describe": "x", "layout": object()})
 
 
 def test_only_the_qwen_norm_rows_carry_the_one_plus_fold():
@@ -56,12 +65,12 @@ def test_a_loaded_tensor_the_graph_never_uses_is_refused():
     weights = random_weights(cfg)
     build_model(cfg, weights, "f32")  # the family's own table: every row used
     extra = Tensor("spare.weight", (cfg.hidden_size,))
-    family = dataclasses.replace(qwen35_mtp.BUILDER, tensors=lambda c: dataclasses.replace(
+    family = dataclasses.replace(qwen35_mtp.RECIPE, tensors=lambda c: dataclasses.replace(
         qwen35_mtp.tensors(c), tensors=qwen35_mtp.tensors(c).tensors + (extra,)))
     weights["spare.weight"] = np.ones(cfg.hidden_size, np.float32)
     with pytest.raises(CheckpointError, match=r"tensor mtp\.spare\.weight was loaded but the qwen3_5_mtp graph "
                                               r"never used it"):
-        build_model(cfg, weights, "f32", family=family)
+        build_model(cfg, weights, "f32", recipe=family)
 
 
 def test_a_tensor_the_table_does_not_load_is_refused():
@@ -129,7 +138,7 @@ def test_build_mtp_and_a_qwen_patch_refuse_a_checkpoint_of_another_family(tmp_pa
     assert "expected a Qwen3.5 / Qwen3.6 MTP head" in result.output
     assert not (tmp_path / "out").exists()
     with pytest.raises(ConfigError, match="expected a Qwen3.5"):
-        load_mtp(DATA / "plain", family=qwen35_mtp.BUILDER)
+        load_mtp(DATA / "plain", family=registry.by_key("qwen3_5"))
 
 
 GEMMA_ASSISTANT = Path(__file__).resolve().parents[1] / "fixtures" / "gemma4" / "ckpt"

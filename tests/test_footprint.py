@@ -64,13 +64,13 @@ def test_demo_footprint_matches_hand_computation(patched):
         tc["linear_num_value_heads"] * tc["linear_value_head_dim"]
     ssm = tc["linear_num_value_heads"] * tc["linear_key_head_dim"] * tc["linear_value_head_dim"]
     constant = kinds["linear_attention"] * (conv_dim * tc["linear_conv_kernel_dim"] + ssm) * 4
-    t, m = fp["kv"]["target"], fp["kv"]["mtp"]
+    t, m = fp["kv"]["target"], fp["kv"]["draft"]
     assert (t["bytes_per_token"], t["layers"], t["constant_bytes"]) == (target_token, kinds["full_attention"], constant)
     assert t["constant_states"] == 2 * kinds["linear_attention"] and t["bytes_at_context"] == context * target_token
     assert (m["bytes_per_token"], m["layers"], m["constant_states"]) == (mtp_token, 1, 0)
     assert m["bytes_at_context"] == context * mtp_token and not t["estimate"] and not m["estimate"]
     # OpenVINO drops a few tiny shape constants on read: float weights must match exactly, totals within 0.1%
-    for part, xmls in (("target", (lm, patched / "openvino_text_embeddings_model.xml")), ("mtp", (head,))):
+    for part, xmls in (("target", (lm, patched / "openvino_text_embeddings_model.xml")), ("draft", (head,))):
         by_xml = sum((xml_constant_bytes(x) for x in xmls), Counter())
         got = fp["weights"][part]
         assert {t: got["by_type"][t] for t in FLOATS if t in by_xml} == {t: by_xml[t] for t in FLOATS if t in by_xml}
@@ -89,7 +89,7 @@ def test_footprint_json_keys_and_text(patched):
     assert "estimate" in fp["runtime_overhead"]["basis"]
     text = CliRunner().invoke(main, ["show", str(patched), "--context", "2048"])
     assert text.exit_code == 0, text.output
-    assert "at 2048 tokens" in text.output and "MTP KV cache" in text.output and "runtime overhead" in text.output
+    assert "at 2048 tokens" in text.output and "draft KV cache" in text.output and "runtime overhead" in text.output
 
 
 def test_bad_context_is_refused(patched):
@@ -99,7 +99,7 @@ def test_bad_context_is_refused(patched):
 
 def test_target_without_head():
     fp = show(DEMO / "target", 10)["footprint"]
-    assert fp["kv"]["mtp"] is None and not fp["weights"]["mtp"]["files"]
+    assert fp["kv"]["draft"] is None and not fp["weights"]["draft"]["files"]
     assert fp["kv"]["target"]["bytes_per_token"] > 0
 
 
@@ -140,6 +140,6 @@ def test_constant_and_odd_states():
 
 def test_reference_int4_uses_the_cpu_default_estimate(export):
     fp = show(export("dense-int4"), 4096)["footprint"]
-    t, m = fp["kv"]["target"], fp["kv"]["mtp"]
+    t, m = fp["kv"]["target"], fp["kv"]["draft"]
     assert t["estimate"] and m["estimate"] and t["precision"] == m["precision"] == "u8"
     assert m["bytes_per_token"] * t["layers"] == t["bytes_per_token"]

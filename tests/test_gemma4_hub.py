@@ -116,7 +116,7 @@ def test_dry_run_and_a_ready_target_fetch_no_weights(tmp_path):
         assert hub.served("model.safetensors") == (0, 0) and not (target / "mtp_assistant").exists()
         run_cli("patch", target, "--checkpoint", source, endpoint=hub.url, home=tmp_path / "hf")
         again = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
-    assert again.returncode == 0 and "already MTP-ready" in again.stdout, again.stderr
+    assert again.returncode == 0 and "already has its draft" in again.stdout, again.stderr
     assert hub.served("model.safetensors") == (0, 0)
 
 

@@ -105,7 +105,7 @@ def test_genai_runs_the_pair_token_identical_with_drafts_accepted(pair):
     drafted = sum(r["draft_tokens"] for r in runs)
     assert drafted > 0 and sum(r["accepted"] for r in runs) > 0.8 * drafted
     speed = report["speed"]["measurements"]
-    assert [m["label"] for m in speed] == ["plain", "mtp K=1", "mtp K=2", "mtp K=3", "mtp K=4"]
+    assert [m["label"] for m in speed] == ["plain", "draft K=1", "draft K=2", "draft K=3", "draft K=4"]
     assert all(m["generated_tokens"] == 3 * 40 and m["tokens_per_second"] > 0 for m in speed)
     assert all(m["draft_evaluations"] > 0 and m["target_evaluations"] < 3 * 40 for m in speed[1:])
 
@@ -118,19 +118,19 @@ def show_json(path) -> dict:
 
 def test_show_patched_directory_has_the_assistant_and_is_ready(pair):
     info = show_json(pair[0])
-    assert info["family"] == "gemma4" and info["mtp"]["ready"] and not info["mtp"]["reasons"]
+    assert info["family"] == "gemma4" and info["draft"]["ready"] and not info["draft"]["reasons"]
     entry = {r["file"]: r for r in info["irs"]}["mtp_assistant/openvino_model.xml"]
     assert entry["ok"] and [p["name"] for p in entry["outputs"]] == ["logits", "last_hidden_state"]
     assert {p["name"]: p["shape"] for p in entry["inputs"]}["inputs_embeds"] == [None, None, 128]
-    assert info["footprint"]["weights"]["mtp"]["files"] == ["mtp_assistant/openvino_model.xml"]
+    assert info["footprint"]["weights"]["draft"]["files"] == ["mtp_assistant/openvino_model.xml"]
     text = CliRunner().invoke(cli, ["show", str(pair[0])]).output
     assert "draft family: Gemma 4 MTP assistant" in text and "): READY" in text
 
 
 def test_show_unpatched_directory_says_what_is_missing(pair):
     info = show_json(pair[1])
-    assert info["family"] == "gemma4" and not info["mtp"]["ready"]
-    assert [r.split(":")[0] for r in info["mtp"]["reasons"]] == ["target outputs", "assistant files"]
+    assert info["family"] == "gemma4" and not info["draft"]["ready"]
+    assert [r.split(":")[0] for r in info["draft"]["reasons"]] == ["target outputs", "assistant files"]
     assert not any(r["file"].startswith("mtp_assistant/") for r in info["irs"])
 
 

@@ -35,7 +35,7 @@ def test_every_family_has_a_fixture_pair_a_synth_kind_and_its_own_files():
 
 
 def table_of(family, ckpt):
-    builder = family.builder()
+    builder = family.recipe()
     cfg = builder.parse_config(read_json(ckpt / "config.json"), str(ckpt / "config.json"))
     return builder.tensors(cfg)
 
@@ -114,12 +114,12 @@ def test_already_ready_only_when_verify_agrees(family, tmp_path):
     first = invoke("patch", target, "--checkpoint", ckpt)
     assert first.exit_code == 0, first.output
     again = invoke("patch", target, "--checkpoint", ckpt)
-    assert again.exit_code == 0 and "already MTP-ready" in again.output, again.output
+    assert again.exit_code == 0 and "already has its draft" in again.output, again.output
     done = snapshot(target)
     damage_draft(target, family)
     assert not all(c.ok for c in verify_directory(target))
     repaired = invoke("patch", target, "--checkpoint", ckpt)
-    assert repaired.exit_code == 0 and "already MTP-ready" not in repaired.output, repaired.output
+    assert repaired.exit_code == 0 and "already has its draft" not in repaired.output, repaired.output
     assert "does not pass verify" in repaired.output
     assert all(c.ok for c in verify_directory(target)) and snapshot(target) == done
 

@@ -212,8 +212,8 @@ def test_every_familys_hub_prefix_covers_what_its_loader_reads(family):
     from irsurgeon.core.config import read_json
 
     ckpt = FIXTURE_PAIRS[family.key][1]
-    cfg = family.builder().parse_config(read_json(ckpt / "config.json"), "config.json")
-    assert family.builder().tensors(cfg).prefix.startswith(family.hub_prefix)
+    cfg = family.recipe().parse_config(read_json(ckpt / "config.json"), "config.json")
+    assert family.recipe().tensors(cfg).prefix.startswith(family.hub_prefix)
 
 
 @pytest.mark.slow  # the default run has Qwen3.5 above and Gemma 4 in tests/test_gemma4_hub.py

@@ -21,7 +21,7 @@ from irsurgeon.cli import main
 from irsurgeon.families.qwen35_mtp.identity import check_identity, sample_ids
 from irsurgeon.ir.export import TEXT_EMBEDDINGS as EMBEDDINGS_XML
 from irsurgeon.synth import synthesize
-from irsurgeon.synth.strip import strip_mtp
+from irsurgeon.families.qwen35_mtp.strip import strip_mtp
 from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -188,14 +188,21 @@ def test_every_module_imports_in_a_fresh_interpreter():
 
 
 def family_packages(graph) -> set[str]:
+    """The family folders under irsurgeon/families/, read from the graph (not from the registry)."""
     return {m.split(".")[2] for m in graph if m.startswith("irsurgeon.families.") and m.count(".") >= 2
-            and m.split(".")[2] not in ("base", "builder", "registry")}
+            and m.split(".")[2] != "registry"}
+
+
+def registered_packages() -> set[str]:
+    from irsurgeon.families import registry
+
+    return {type(f).__module__.split(".")[2] for f in registry.FAMILIES}
 
 
 def test_flows_reach_a_family_only_through_the_registry(graph):
     """No flow (nor any house module) imports a family's package or modules: only families.registry does."""
     families = family_packages(graph)
-    assert {"qwen35_mtp", "gemma4_mtp"} <= families
+    assert families == registered_packages()  # every family folder is registered, and only those are families
     direct = sorted(f"{m} -> {d}" for m, deps in graph.items() if not m.startswith("irsurgeon.families.")
                     for d in deps if d.startswith("irsurgeon.families.") and d.split(".")[2] in families)
     assert not direct, direct
@@ -225,7 +232,8 @@ def test_no_flow_names_a_family():
 
     from irsurgeon.families import registry
 
-    words = {f.key for f in registry.FAMILIES} | {"qwen35_mtp", "gemma4_mtp"}
+    packages = registered_packages()
+    words = {f.key for f in registry.FAMILIES} | packages
     pattern = re.compile(r"""(==|!=|\bin\b)\s*\(?\s*["'](%s)["']""" % "|".join(map(re.escape, words)))
     hits = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -236,7 +244,44 @@ def test_no_flow_names_a_family():
         skip = docstring_lines(ast.parse(text))
         for n, line in enumerate(text.splitlines(), 1):
             code = line.split("#")[0]
-            if n not in skip and (pattern.search(code) or re.search(r"families\.(qwen35_mtp|gemma4_mtp)", code)):
+            if n not in skip and (pattern.search(code) or re.search(r"families\.(%s)\b" % "|".join(packages), code)):
+                hits.append(f"{rel}:{n}: {line.strip()}")
+    assert not hits, hits
+
+
+def family_spellings() -> set[str]:
+    """What only one family writes: each family's draft file (without its suffix) or its own subfolder, from the
+    registry; a file several families write (config.json, a target IR) is the house's."""
+    from irsurgeon.families import registry
+
+    counts: dict[str, int] = {}
+    for family in registry.FAMILIES:
+        for name in family.layout.writes:
+            counts[name] = counts.get(name, 0) + 1
+    own = set()
+    for family in registry.FAMILIES:
+        own |= set(family.layout.subfolders)
+        draft = family.layout.draft_xml
+        if "/" not in draft and counts[draft] == 1:
+            own.add(draft.rsplit(".", 1)[0])
+    return own
+
+
+def test_nothing_outside_the_families_spells_a_family_file():
+    """No code outside irsurgeon/families/ (docstrings and comments aside) spells a file or folder only one family
+    writes: the flows read it from the family's Layout."""
+    words = family_spellings()
+    assert {"mtp_assistant", "dflash_draft", "openvino_mtp_model"} <= words  # the check sees every family's
+    hits = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("families/"):
+            continue
+        text = path.read_text()
+        skip = docstring_lines(ast.parse(text))
+        for n, line in enumerate(text.splitlines(), 1):
+            code = line.split("#")[0]
+            if n not in skip and any(w in code for w in words):
                 hits.append(f"{rel}:{n}: {line.strip()}")
     assert not hits, hits
 

@@ -96,11 +96,11 @@ def test_table_and_verdict(run):
     fastest = max(mtp, key=lambda m: m["tokens_per_second"])
     assert speed["best"] == {"num_assistant_tokens": fastest["num_assistant_tokens"], "speedup": fastest["speedup"]}
     assert speed["pays"] == (fastest["speedup"] >= MIN_SPEEDUP)
-    assert speed["verdict"].startswith("best num_assistant_tokens" if speed["pays"] else "MTP does not pay here")
+    assert speed["verdict"].startswith("best num_assistant_tokens" if speed["pays"] else "speculative decoding does not pay here")
     assert speed["verdict"] in run.output and "at the device's default INFERENCE_PRECISION_HINT=" in run.output
     kv = " ".join(f"{p}={v}" for p, v in speed["kv_precision"].items())
     assert f"; KV cache {kv}, " in run.output and "KV cache as run" not in run.output  # said once, with its source
-    assert all(f"mtp K={k}" in run.output for k in SWEEP) and "speed [3/3]" in run.output
+    assert all(f"draft K={k}" in run.output for k in SWEEP) and "speed [3/3]" in run.output
     assert f"round {ROUNDS}/{ROUNDS}" in run.output and f"median of {ROUNDS}" in run.output
 
 
@@ -117,7 +117,7 @@ def fake_result(batches: list[int], ttft: float, draft: tuple[list[int], int, in
 
 
 def test_measurement_counts_one_pass_and_times_every_round():
-    m = Measurement("mtp K=2", 2, 100, 50)
+    m = Measurement("draft K=2", 2, 100, 50)
     for r, seconds in enumerate((0.5, 2.0, 1.0)):
         m.round_seconds.append(0.0)
         m.add(fake_result([1, 3, 2], 10.0, ([2, 2], 4, 3)), seconds / 2, first_round=r == 0)
@@ -131,7 +131,7 @@ def test_measurement_counts_one_pass_and_times_every_round():
 @pytest.mark.parametrize("fast,pays", [(1.3, True), (MIN_SPEEDUP, True), (0.8, False)])
 def test_verdict_names_the_best_k_or_says_it_does_not_pay(fast, pays):
     report = SpeedReport("CPU", {}, {}, {}, "m", "k")
-    for label, nat, speedup in (("plain", None, 1.0), ("mtp K=1", 1, fast - 0.1), ("mtp K=2", 2, fast)):
+    for label, nat, speedup in (("plain", None, 1.0), ("draft K=1", 1, fast - 0.1), ("draft K=2", 2, fast)):
         m = Measurement(label, nat, 1, 1, generated_tokens=100, round_seconds=[1 / speedup], speedup=speedup)
         report.measurements.append(m)
     assert report.best.num_assistant_tokens == 2 and report.pays is pays

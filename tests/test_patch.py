@@ -17,7 +17,7 @@ from lab.dirsnap import full_disk_on_nth_replace, snapshot
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.cli import main
 from irsurgeon.flows.verify import verify_directory
-from irsurgeon.synth.strip import strip_mtp as strip
+from irsurgeon.families.qwen35_mtp.strip import strip_mtp as strip
 from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 
 LM = "openvino_language_model.xml"
@@ -78,11 +78,20 @@ def test_int4_target_gets_an_int4_head_and_its_config_entry(patch_once):
     assert head.get_rt_info(["runtime_options", "KV_CACHE_PRECISION"]).astype(str) == "f16"
 
 
-def test_second_run_is_a_no_op(patched):
-    _, target, _ = patched
+def test_second_run_is_a_no_op(patched, ckpt):
+    name, target, _ = patched
     before = snapshot(target)
-    code, out = run("patch", target, "--checkpoint", "unused-because-already-patched")
-    assert code == 0 and "already MTP-ready" in out
+    code, out = run("patch", target, "--checkpoint", ckpt(PAIRS[name]))
+    assert code == 0 and "already has its draft" in out
+    assert snapshot(target) == before
+
+
+def test_a_missing_checkpoint_is_said_first_even_on_a_patched_directory(tmp_path):
+    """The checkpoint is read before the target is judged done: a typo is an error, never 'nothing to do'."""
+    target = patch_demo(tmp_path / "target")
+    before = snapshot(target)
+    code, out = run("patch", target, "--checkpoint", tmp_path / "fixtures" / "ckp")
+    assert code == 1 and "no such" in out and "nothing to do" not in out, out
     assert snapshot(target) == before
 
 
@@ -91,7 +100,7 @@ def test_force_rebuilds_a_ready_head(tmp_path):
     head = target / contract.MTP_XML
     inode, before = head.stat().st_ino, head.read_bytes()
     code, out = run("patch", target, "--checkpoint", DEMO_CKPT)
-    assert code == 0 and "already MTP-ready" in out and head.stat().st_ino == inode
+    assert code == 0 and "already has its draft" in out and head.stat().st_ino == inode
     code, out = run("patch", target, "--checkpoint", DEMO_CKPT, "--force")
     assert code == 0 and f"wrote {contract.MTP_BIN}, {contract.MTP_XML} in" in out, out
     assert head.stat().st_ino != inode and head.read_bytes() == before  # a new file, built the same way
@@ -140,10 +149,10 @@ def test_the_language_model_is_parsed_once_before_and_once_after_its_edit(tmp_pa
     other = writable_copy(DEMO_TARGET, tmp_path / "u")
     confirm = flow.confirm
 
-    def tamper_then_confirm(path):  # a graph change only a parse of the committed file can see
+    def tamper_then_confirm(family, path):  # a graph change only a parse of the committed file can see
         xml = path / LM
         xml.write_bytes(xml.read_bytes().replace(b'"inputs_embeds"', b'"inputs_embeds_"'))
-        confirm(path)
+        confirm(family, path)
     monkeypatch.setattr(flow, "confirm", tamper_then_confirm)
     code, out = run("patch", other, "--checkpoint", DEMO_CKPT, "--weight-format", "f16")
     assert code == 1 and "verify rejects the directory: target layout" in out and "inputs_embeds" in out, out

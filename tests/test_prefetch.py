@@ -148,7 +148,7 @@ def test_a_checkpoint_the_flow_refuses_only_ends_the_hint(family, form, tmp_path
         (ckpt / f.name).write_bytes(f.read_bytes())
     broken_forms(ckpt)[form]()
     done = threading.Event()
-    thread = threading.Thread(target=lambda: (prefetch.advise(family.builder(), ckpt), done.set()), daemon=True)
+    thread = threading.Thread(target=lambda: (prefetch.advise(family.recipe(), ckpt), done.set()), daemon=True)
     thread.start()
     assert done.wait(10), "the hint is blocked"
     assert advised == []

@@ -79,7 +79,7 @@ def test_a_link_loop_only_ends_the_hint(family, form, tmp_path):
     _, fixture = fixture_pair(family, tmp_path)
     ckpt = copy_ckpt(fixture, tmp_path)
     form(ckpt)
-    prefetch.advise(family.builder(), ckpt)
+    prefetch.advise(family.recipe(), ckpt)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -16,7 +16,7 @@ from irsurgeon.flows.standalone import load_mtp
 from irsurgeon.cli import main
 from irsurgeon.families.qwen35_mtp.model import parse_config
 from irsurgeon.families.qwen35_mtp.model import tensors as table_of
-from irsurgeon.synth.strip import strip_mtp
+from irsurgeon.families.qwen35_mtp.strip import strip_mtp
 
 
 def run(*args):

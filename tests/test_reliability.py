@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from lab.families import WRITABLE
 from lab.demo import DEMO_CKPT, DEMO_TARGET, sharded_demo_ckpt
 from lab.dirsnap import digest as snapshot
 from lab.families import FAMILIES, FIXTURE_PAIRS
@@ -99,7 +100,7 @@ def test_journal_naming_files_outside_the_target_is_refused(tmp_path):
     (target / STAGE_DIR).mkdir(parents=True)
     (target / STAGE_DIR / "journal.json").write_text(json.dumps(["../victim.txt"]))
     with pytest.raises(OutputError, match="not a journal irsurgeon wrote"):
-        with DirectoryTransaction(target):
+        with DirectoryTransaction(target, writable=WRITABLE):
             pass
     assert victim.read_text() == "precious"
     fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
@@ -120,12 +121,12 @@ def test_half_written_journal_is_handled(tmp_path, leftover):
     (target / "a.xml").write_text("a")
     (target / STAGE_DIR / leftover).write_text('["a.x')
     if leftover == "journal.json.tmp":
-        with DirectoryTransaction(target):
+        with DirectoryTransaction(target, writable=WRITABLE):
             pass
         assert not (target / STAGE_DIR).exists()
     else:
         with pytest.raises(OutputError, match="journal"):
-            with DirectoryTransaction(target):
+            with DirectoryTransaction(target, writable=WRITABLE):
                 pass
     assert (target / "a.xml").read_text() == "a"
 
@@ -159,7 +160,7 @@ def test_second_run_is_refused_or_waits_while_the_first_holds_the_lock(lab, tmp_
     gate.unlink()
     assert a.wait(120) == 0, a.communicate()
     c_out, c_err = c.communicate(timeout=120)
-    assert c.returncode == 0 and "already MTP-ready" in c_out, c_out + c_err
+    assert c.returncode == 0 and "already has its draft" in c_out, c_out + c_err
     assert snapshot(target) == lab.after
 
 

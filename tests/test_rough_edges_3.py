@@ -169,7 +169,7 @@ def checkpoint_config(family: str, path: str, value) -> dict:
     ("text_config.use_double_wide_mlp", 0),
 ])
 def test_gemma4_assistant_booleans_must_be_true_or_false(key, value):
-    parse = registry.by_key("gemma4").builder().parse_config
+    parse = registry.by_key("gemma4").recipe().parse_config
     with pytest.raises(ConfigError) as e:
         parse(checkpoint_config("gemma4", key, value), "config.json")
     assert str(e.value) == f"config.json: {key} must be true or false, found {json.dumps(value)}"
@@ -181,7 +181,7 @@ def test_gemma4_assistant_booleans_must_be_true_or_false(key, value):
 ])
 def test_every_family_refuses_a_boolean_that_is_not_one(family, key, value):
     with pytest.raises(ConfigError) as e:
-        registry.by_key(family).builder().parse_config(checkpoint_config(family, key, value), "config.json")
+        registry.by_key(family).recipe().parse_config(checkpoint_config(family, key, value), "config.json")
     assert str(e.value) == f"config.json: {key} must be true or false, found {json.dumps(value)}"
 
 
@@ -241,7 +241,7 @@ def test_show_text_of_an_ir_keeps_the_bracket_shapes(patched_demo):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_synth_force_replaces_an_earlier_synth_output(tmp_path, family):
-    kind = family.synth_kinds[0]
+    kind = next(iter(family.synth_kinds))
     first, again, fresh = tmp_path / "first", tmp_path / "again", tmp_path / "fresh"
     for out, seed in ((first, 0), (again, 0), (fresh, 1)):
         assert invoke("synth", out, "--kind", kind, "--seed", seed).exit_code == 0

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from helpers.decoders import Spec, write_target
 
-from irsurgeon.commit.annotate import annotate_ir
+from irsurgeon.flows.annotate import annotate_ir
 from irsurgeon.cli import main
 from irsurgeon.core.config import read_json, text_section
 from irsurgeon.core.errors import IRError
@@ -43,7 +43,7 @@ def test_reference_directory_is_ready(export):
     assert info["config"]["mtp_num_hidden_layers"] == tc["mtp_num_hidden_layers"]
     assert {r["file"] for r in info["irs"]} == {p.name for p in directory.glob("*.xml")}
     assert all(r["ok"] for r in info["irs"]), info["irs"]
-    assert info["mtp"]["ready"] and not info["mtp"]["reasons"]
+    assert info["draft"]["ready"] and not info["draft"]["reasons"]
     assert snapshot(directory) == before
 
 
@@ -73,8 +73,8 @@ def test_reference_ir(export):
 def test_directory_not_ready_says_why(export, tmp_path, drop, reason):
     directory = copy_export(export("dense-fp16"), tmp_path / "t", drop)
     info = show(directory)
-    assert not info["mtp"]["ready"]
-    assert any(reason in r for r in info["mtp"]["reasons"]), info["mtp"]
+    assert not info["draft"]["ready"]
+    assert any(reason in r for r in info["draft"]["reasons"]), info["draft"]
 
 
 def test_missing_annotation_is_a_reason(export, tmp_path):
@@ -82,17 +82,17 @@ def test_missing_annotation_is_a_reason(export, tmp_path):
     xml = directory / LANGUAGE_MODEL
     xml.write_bytes(xmlsafe.remove_value(xml.read_bytes(), (HIDDEN_STATES_LAYERS,)))
     info = show(directory)
-    assert not info["mtp"]["ready"] and any("annotation" in r for r in info["mtp"]["reasons"])
+    assert not info["draft"]["ready"] and any("annotation" in r for r in info["draft"]["reasons"])
     annotate_ir(directory)
-    assert show(directory)["mtp"]["ready"]
+    assert show(directory)["draft"]["ready"]
 
 
 def test_text_only_target(tmp_path):
     spec = Spec(fmt="int4", layers=(0, 1, 2, 3))
     xml, expected = write_target(tmp_path, spec)
     info = show(tmp_path)
-    assert info["layout"] == "text-only" and not info["mtp"]["ready"]
-    assert any("decomposed VLM layout" in r for r in info["mtp"]["reasons"])
+    assert info["layout"] == "text-only" and not info["draft"]["ready"]
+    assert any("decomposed VLM layout" in r for r in info["draft"]["reasons"])
     ir = show(xml)
     assert ir["hidden_states"] is None
     assert ir["weights"]["compressed"] and ir["weights"]["bits"] == 4

@@ -86,15 +86,15 @@ DFLASH_CKPT = Path(__file__).resolve().parents[1] / "fixtures" / "dflash" / "ckp
 
 def staged_dflash(tmp_path, edit=None):
     """The bundled DFlash draft built f32 and written as patch stages it; `edit(weights)` as in staged()."""
-    from irsurgeon.families.dflash.model import BUILDER
+    from irsurgeon.families.dflash.model import RECIPE
 
-    cfg, lazy, handle = load_with(BUILDER, DFLASH_CKPT)
+    cfg, lazy, handle = load_with(RECIPE, DFLASH_CKPT)
     weights = {name: lazy[name] for name in lazy}
     handle.close()
     if edit:
         edit(weights)
     xml = tmp_path / "openvino_model.xml"
-    ov.save_model(build_model(cfg, weights, "f32", family=BUILDER), xml, compress_to_fp16=False)
+    ov.save_model(build_model(cfg, weights, "f32", recipe=RECIPE), xml, compress_to_fp16=False)
     return xml, cfg
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from helpers.cli import invoke, one_error
 from helpers.tiers import default_tier
+from irsurgeon.flows.standalone import save_draft
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.draft import build
@@ -22,7 +23,7 @@ from irsurgeon.families.registry import FAMILIES
 from irsurgeon.quant.precision import choose_format
 from irsurgeon.core.errors import IRError
 from irsurgeon.families.dflash import synth
-from irsurgeon.families.dflash.model import BUILDER
+from irsurgeon.families.dflash.model import RECIPE
 from irsurgeon.ir import streamed
 from irsurgeon.commit.journal_format import digest
 from irsurgeon.weights.safetensors_io import write_safetensors
@@ -61,8 +62,8 @@ def test_an_f32_patch_streams_the_matrices_into_the_same_model_a_save_makes(tmp_
     matrices = [int(o) for n, shape, o, _ in extents if "," in shape and n.endswith(".weight")]
     others = [int(o) + int(z) for n, shape, o, z in extents if not ("," in shape and n.endswith(".weight"))]
     assert len(matrices) == 15 and all(o % 64 == 0 for o in matrices) and min(matrices) >= max(others)  # appended
-    cfg, weights, ckpt = build.load_with(BUILDER, CKPT)
-    saved = build.build_model(cfg, weights, "f32", family=BUILDER)
+    cfg, weights, ckpt = build.load_with(RECIPE, CKPT)
+    saved = build.build_model(cfg, weights, "f32", recipe=RECIPE)
     ckpt.close()
     ov.save_model(saved, tmp_path / "saved.xml", compress_to_fp16=False)
     ours, theirs = (ov.Core().read_model(p) for p in (target / DRAFT_XML, tmp_path / "saved.xml"))
@@ -77,9 +78,9 @@ def test_an_f32_patch_streams_the_matrices_into_the_same_model_a_save_makes(tmp_
 
 def saved_build(key: str, ckpt, fmt: str, path) -> ov.Model:
     """The family's draft of ckpt built holding every weight (no stream), saved by openvino and read back."""
-    family = next(f for f in FAMILIES if f.key == key).builder()
+    family = next(f for f in FAMILIES if f.key == key).recipe()
     cfg, weights, opened = build.load_with(family, ckpt, warn=lambda _: None)
-    model = build.build_model(cfg, weights, fmt, family=family)
+    model = build.build_model(cfg, weights, fmt, recipe=family)
     opened.close()
     build.name_anonymous_nodes(model)
     ov.save_model(model, path, compress_to_fp16=False)
@@ -241,9 +242,9 @@ def test_a_draft_saved_with_its_weights_appended_reads_back_as_openvinos_save_of
                                                                                     detach):
     key, fmt = case
     monkeypatch.setattr(build, "DETACH_BYTES", detach)
-    family = next(f for f in FAMILIES if f.key == key).builder()
+    family = next(f for f in FAMILIES if f.key == key).recipe()
     cfg, weights, ckpt = build.load_with(family, FIXTURE_PAIRS[key][1])
-    model = build.build_model(cfg, weights, "f32" if fmt == "int4" else fmt, family=family)
+    model = build.build_model(cfg, weights, "f32" if fmt == "int4" else fmt, recipe=family)
     ckpt.close()
     if fmt == "int4":
         model, _ = compress_model(model, choose_format("int4").params)
@@ -319,7 +320,7 @@ def test_a_built_graph_that_does_not_validate_is_said_so_not_called_a_failed_wri
     product.input(1).replace_source_output(ov.opset13.constant(np.ones((5, 4), np.float32)).output(0))
     out = tmp_path / "out"
     with pytest.raises(IRError) as caught:
-        build.save_mtp_model(model, out)
+        save_draft(model, out)
     line = str(caught.value)
     assert "does not validate" in line and "MatMul" in line and "cannot write" not in line, line
     assert "\n" not in line and not out.exists()

@@ -36,9 +36,9 @@ def moe_pair(tmp_path_factory) -> tuple[Path, Path, Path]:
 
 def saved_build(ckpt: Path, fmt: str, path: Path, allow_nonfinite: bool = False) -> ov.Model:
     """The head of ckpt built holding every weight (no stream), saved by openvino and read back."""
-    family = FAMILY.builder()
+    family = FAMILY.recipe()
     cfg, weights, opened = build.load_with(family, ckpt, allow_nonfinite=allow_nonfinite, warn=lambda _: None)
-    model = build.build_model(cfg, weights, fmt, family=family, warn=lambda _: None)
+    model = build.build_model(cfg, weights, fmt, recipe=family, warn=lambda _: None)
     opened.close()
     build.name_anonymous_nodes(model)
     ov.save_model(model, path, compress_to_fp16=False)

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from lab.families import WRITABLE
 from lab.dirsnap import full_disk_on_nth_replace, snapshot
 from lab.procs import killed_commit
 from irsurgeon.commit import journal
@@ -45,7 +46,7 @@ def outside(tmp_path):
 
 
 def test_commit_replaces_and_adds_and_leaves_nothing_else(target):
-    with DirectoryTransaction(target) as tx:
+    with DirectoryTransaction(target, writable=WRITABLE) as tx:
         tx.stage(LM).write_text("new language model")
         tx.stage(HEAD).write_text("head")
         tx.commit()
@@ -54,7 +55,7 @@ def test_commit_replaces_and_adds_and_leaves_nothing_else(target):
 
 
 def test_only_the_files_irsurgeon_writes_can_be_staged(target):
-    with DirectoryTransaction(target) as tx:
+    with DirectoryTransaction(target, writable=WRITABLE) as tx:
         with pytest.raises(ValueError, match="openvino_language_model.bin"):
             tx.stage("openvino_language_model.bin")
 
@@ -62,7 +63,7 @@ def test_only_the_files_irsurgeon_writes_can_be_staged(target):
 def test_leaving_without_commit_changes_nothing(target):
     before = snapshot(target)
     with pytest.raises(RuntimeError):
-        with DirectoryTransaction(target) as tx:
+        with DirectoryTransaction(target, writable=WRITABLE) as tx:
             tx.stage(LM).write_text("new")
             raise RuntimeError("verification failed")
     assert snapshot(target) == before
@@ -72,7 +73,7 @@ def test_failure_in_the_middle_of_commit_rolls_back(target, monkeypatch):
     before = snapshot(target)
     full_disk_on_nth_replace(monkeypatch, 3)  # the journal, the first file in, then the second fails
     with pytest.raises(OutputError, match="rolled back"):
-        with DirectoryTransaction(target) as tx:
+        with DirectoryTransaction(target, writable=WRITABLE) as tx:
             tx.stage(LM).write_text("new")
             tx.stage(HEAD).write_text("head")
             tx.commit()
@@ -85,16 +86,16 @@ def test_recover_rolls_back_a_killed_commit(target, at):
     before = snapshot(target)
     assert killed_commit(target, {LM: "new", HEAD: "head"}, at) == -9
     assert (target / STAGE_DIR / JOURNAL).exists()
-    assert leftover_state(target)[0] is False
-    notes = recover(target)
+    assert leftover_state(target, WRITABLE)[0] is False
+    notes = recover(target, writable=WRITABLE)
     assert notes and "rolled back" in notes[0], notes
     assert snapshot(target) == before
 
 
 def test_killed_after_the_commit_mark_is_just_cleared(target):
     assert killed_commit(target, {LM: "new"}, 1, "unlink") == -9  # `journal.json` already renamed `committed`
-    assert "leftovers" in leftover_state(target)[1]
-    notes = recover(target)
+    assert "leftovers" in leftover_state(target, WRITABLE)[1]
+    notes = recover(target, writable=WRITABLE)
     assert "removed leftover" in notes[0] and (target / LM).read_text() == "new"
     assert not (target / STAGE_DIR).exists()
 
@@ -105,7 +106,7 @@ def test_recovery_killed_halfway_never_deletes_a_restored_original(target):
     assert killed_commit(target, {LM: "new", HEAD: "head"}, 4) == -9
     stage = target / STAGE_DIR
     os.replace(stage / (LM + BACKUP_SUFFIX), target / LM)  # what the first recovery's restore did
-    recover(target)
+    recover(target, writable=WRITABLE)
     assert snapshot(target) == before
 
 
@@ -113,16 +114,16 @@ def test_a_new_transaction_recovers_leftovers_first(target):
     (target / STAGE_DIR).mkdir()
     (target / STAGE_DIR / "openvino_mtp_model.bin").write_bytes(b"partial")
     seen = []
-    with DirectoryTransaction(target, echo=seen.append):
+    with DirectoryTransaction(target, writable=WRITABLE, echo=seen.append):
         pass
     assert not (target / STAGE_DIR).exists()
     assert any("leftover" in s for s in seen)
 
 
 def test_second_run_on_a_locked_directory_is_refused(target):
-    with DirectoryTransaction(target):
+    with DirectoryTransaction(target, writable=WRITABLE):
         with pytest.raises(OutputError, match="another irsurgeon run holds"):
-            with DirectoryTransaction(target):
+            with DirectoryTransaction(target, writable=WRITABLE):
                 pass
 
 
@@ -135,7 +136,7 @@ def test_lock_of_a_dead_process_is_released(target):
     """)
     proc = subprocess.run([sys.executable, "-c", code])
     assert proc.returncode == -9
-    with DirectoryTransaction(target) as tx:
+    with DirectoryTransaction(target, writable=WRITABLE) as tx:
         tx.stage(CONFIG).write_text("{}")
         tx.commit()
     assert (target / CONFIG).read_text() == "{}"
@@ -147,11 +148,11 @@ def refused_untouched(target, outside, match: str) -> None:
     """recover, a new transaction and verify's check all refuse; neither folder changes."""
     before, around = snapshot(target), snapshot(outside)
     with pytest.raises(ForeignLeftovers, match=match):
-        recover(target)
+        recover(target, writable=WRITABLE)
     with pytest.raises(ForeignLeftovers, match="nothing was touched"):
-        with DirectoryTransaction(target):
+        with DirectoryTransaction(target, writable=WRITABLE):
             pass
-    ok, detail = leftover_state(target)
+    ok, detail = leftover_state(target, WRITABLE)
     assert not ok and "by hand" in detail
     assert snapshot(target) == before and snapshot(outside) == around
 
@@ -219,7 +220,7 @@ def test_staging_folder_holding_what_irsurgeon_never_writes_is_refused(target, o
 def test_staging_folder_swapped_for_a_link_mid_run_is_refused_before_anything_moves(target, outside):
     """The journal would be in a folder the next run cannot find under the staging name: no commit without it."""
     around, before = snapshot(outside), (target / LM).read_text()
-    with DirectoryTransaction(target) as tx:
+    with DirectoryTransaction(target, writable=WRITABLE) as tx:
         tx.stage(LM).write_text("new")
         tx.stage(HEAD).write_text("head")
         os.replace(target / STAGE_DIR, target / "moved-away")
@@ -235,7 +236,7 @@ def test_staging_folder_swapped_for_a_link_mid_run_is_refused_before_anything_mo
 def test_target_swapped_for_a_link_mid_run_redirects_nothing(target, outside):
     around = snapshot(outside)
     real = target.parent / "real-target"
-    with DirectoryTransaction(target) as tx:
+    with DirectoryTransaction(target, writable=WRITABLE) as tx:
         os.replace(target, real)
         target.symlink_to(outside)
         tx.stage(LM).write_text("new")
@@ -252,7 +253,7 @@ def test_a_linked_original_is_replaced_never_written_through_and_restored_as_the
     before, around = snapshot(target), snapshot(outside)
     assert killed_commit(target, {LM: "new", HEAD: "head"}, 4) == -9
     assert snapshot(outside) == around and (target / LM).read_text() == "new" and not (target / LM).is_symlink()
-    recover(target)
+    recover(target, writable=WRITABLE)
     assert snapshot(target) == before and snapshot(outside) == around and (target / LM).is_symlink()
 
 
@@ -295,7 +296,7 @@ def test_a_digest_made_as_the_file_was_written_is_the_one_journaled(target, monk
     seen, spy = journaled(target, HEAD)
     monkeypatch.setattr(os, "replace", spy)
     handed = Handed({"size": 4, "sha256": "0" * 64})  # not the file's: proves which one the journal took
-    with DirectoryTransaction(target) as tx:
+    with DirectoryTransaction(target, writable=WRITABLE) as tx:
         staged = tx.stage(HEAD)
         staged.write_text("head")
         tx.written(HEAD, handed, os.stat(staged))
@@ -307,7 +308,7 @@ def test_a_digest_made_as_the_file_was_written_is_the_one_journaled(target, monk
 def test_a_file_written_again_after_it_was_recorded_is_refused_and_nothing_moves_in(target):
     before = snapshot(target)
     with pytest.raises(OutputError, match=f"{HEAD}: its staged copy changed after it was written and checked"):
-        with DirectoryTransaction(target) as tx:
+        with DirectoryTransaction(target, writable=WRITABLE) as tx:
             staged = tx.write(HEAD, b"head")
             tx.write(LM, b"new language model")
             time.sleep(0.02)  # past the file system's timestamp tick (a jiffy, at most 10 ms)
@@ -319,7 +320,7 @@ def test_a_file_written_again_after_it_was_recorded_is_refused_and_nothing_moves
 def test_dropping_a_transaction_stops_the_hash_of_what_it_staged(target):
     handed = Handed({"size": 4, "sha256": "0" * 64})
     with pytest.raises(RuntimeError):
-        with DirectoryTransaction(target) as tx:
+        with DirectoryTransaction(target, writable=WRITABLE) as tx:
             staged = tx.stage(HEAD)
             staged.write_text("head")
             tx.written(HEAD, handed, os.stat(staged))
@@ -330,7 +331,7 @@ def test_dropping_a_transaction_stops_the_hash_of_what_it_staged(target):
 def test_a_recorded_transaction_refuses_a_file_staged_without_its_record(target):
     before = snapshot(target)
     with pytest.raises(OutputError, match=f"{LM}: staged with no record of what was written"):
-        with DirectoryTransaction(target, recorded=True) as tx:
+        with DirectoryTransaction(target, writable=WRITABLE, recorded=True) as tx:
             tx.write(HEAD, b"head")
             tx.stage(LM).write_text("written around the record")
             tx.commit()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.families import WRITABLE
 from lab.dirsnap import Faults, snapshot
 from lab.procs import Sweeper
 from irsurgeon.commit import journal
@@ -60,7 +61,7 @@ def files_for(target: Path, layout: str) -> dict[str, bytes]:
 
 
 def commit_with(target: Path, files: dict[str, bytes], faults: Faults | None = None, **kwargs) -> None:
-    with DirectoryTransaction(target, **kwargs) as tx:
+    with DirectoryTransaction(target, **{"writable": WRITABLE, **kwargs}) as tx:
         for name, data in files.items():
             tx.stage(name).write_bytes(data)
         with faults.armed() if faults else nullcontext():
@@ -123,7 +124,7 @@ def test_one_commit_writes_the_target_file_and_the_subdirectory_files(tmp_path, 
 
 def test_staged_files_of_a_subdirectory_sit_flat_in_the_staging_folder(tmp_path):
     target = build(tmp_path, "fresh")
-    with DirectoryTransaction(target) as tx:
+    with DirectoryTransaction(target, writable=WRITABLE) as tx:
         staged = tx.stage(ASSISTANT[0])
         assert staged.parent == tx.stage_dir and "/" not in staged.name and staged.name != ASSISTANT[0]
         assert tx.names == [ASSISTANT[0]]
@@ -149,7 +150,7 @@ def test_a_missing_subdirectory_is_made_after_the_journal_and_recorded_with_its_
 
 def test_names_outside_the_writable_set_are_refused_and_the_set_can_be_given(tmp_path):
     target = build(tmp_path, "fresh")
-    with DirectoryTransaction(target) as tx:
+    with DirectoryTransaction(target, writable=WRITABLE) as tx:
         with pytest.raises(ValueError, match="mtp_assistant/notes.txt"):
             tx.stage(f"{SUB}/notes.txt")
     mine = frozenset({"sub/a.txt", "b.txt"})
@@ -221,7 +222,7 @@ def test_staging_folder_entries_for_subdirectories_that_irsurgeon_never_leaves_a
 def test_a_link_appearing_where_a_subdirectory_was_missing_is_refused_at_commit(tmp_path, outside):
     target = build(tmp_path, "fresh")
     with pytest.raises(OutputError, match="a link or a file") as raised:
-        with DirectoryTransaction(target) as tx:
+        with DirectoryTransaction(target, writable=WRITABLE) as tx:
             for name, data in files_for(target, "fresh").items():
                 tx.stage(name).write_bytes(data)
             (target / SUB).symlink_to(outside)
@@ -261,7 +262,7 @@ def test_a_subdirectory_swapped_for_a_link_before_the_commit_is_refused(tmp_path
     target = build(tmp_path, "existing")
     around = snapshot(outside)
     with pytest.raises(OutputError, match="mtp_assistant") as raised:
-        with DirectoryTransaction(target) as tx:
+        with DirectoryTransaction(target, writable=WRITABLE) as tx:
             for name, data in files_for(target, "existing").items():
                 tx.stage(name).write_bytes(data)
             os.replace(target / SUB, target / "moved")
@@ -325,7 +326,7 @@ def test_rollback_keeps_a_made_subdirectory_holding_a_file_it_did_not_write(tmp_
     before = snapshot(target, modes=True)
     killed_before(sweeper, target, "fresh", f"replace {COMMITTED}")  # every file moved in
     (target / SUB / "notes.txt").write_text("the user's")
-    notes = recover(target)
+    notes = recover(target, writable=WRITABLE)
     assert any(SUB in n and "kept" in n for n in notes), notes
     state = snapshot(target, modes=True)
     assert without_stage(state) == {**before, SUB: state[SUB], f"{SUB}/notes.txt": state[f"{SUB}/notes.txt"]}
@@ -354,14 +355,14 @@ def refused_untouched(target: Path, outside: Path, match: str) -> None:
     """recover, clear_interrupted, a new transaction and verify's check all refuse; neither folder changes."""
     before, around = snapshot(target, modes=True), snapshot(outside, modes=True)
     with pytest.raises(ForeignLeftovers, match=match) as raised:
-        recover(target)
+        recover(target, writable=WRITABLE)
     assert "\n" not in str(raised.value) and "nothing was touched" in str(raised.value)
     with pytest.raises(ForeignLeftovers):
-        clear_interrupted(target)
+        clear_interrupted(target, writable=WRITABLE)
     with pytest.raises(ForeignLeftovers):
-        with DirectoryTransaction(target):
+        with DirectoryTransaction(target, writable=WRITABLE):
             pass
-    ok, detail = leftover_state(target)
+    ok, detail = leftover_state(target, WRITABLE)
     assert not ok and "by hand" in detail
     assert snapshot(target, modes=True) == before and snapshot(outside, modes=True) == around
 
@@ -385,12 +386,13 @@ def content_of(entry: dict) -> dict:
 
 @pytest.mark.parametrize("forgery", ["format-2", "another-staging-folder", "other-inodes"])
 def test_a_crafted_journal_claiming_the_real_files_as_new_is_refused(tmp_path, outside, forgery):
-    """A checksummed journal saying the run added config.json, openvino_model.bin and generation_config.json
-    (`old: null`, `new` their real hashes): recovery would delete them."""
+    """A checksummed journal saying the run added openvino_model.xml and openvino_config.json (names a patch writes;
+    `old: null`, `new` their real hashes): recovery would delete them."""
     target = build(tmp_path, "existing")
+    (target / "openvino_config.json").write_text("{}")
     stage = target / STAGE_DIR
     stage.mkdir()
-    victims = ["config.json", "openvino_model.bin", "generation_config.json"]
+    victims = [TOP, "openvino_config.json"]
     files = [{"name": n, "old": None, "new": {**content(target / n), "dev": os.stat(target / n).st_dev,
                                              "ino": os.stat(target / n).st_ino}} for n in victims]
     here = {"dev": os.stat(stage).st_dev, "ino": os.stat(stage).st_ino}
@@ -424,7 +426,7 @@ def test_a_real_journal_copied_with_its_directory_is_refused_there_and_recovers_
         else:
             shutil.copytree(home, away, symlinks=True)
         refused_untouched(away, outside, "another staging folder")
-        recover(home)
+        recover(home, writable=WRITABLE)
         assert snapshot(home, modes=True) in (before, after), at
         copied += 1
     assert copied >= 10
@@ -461,9 +463,9 @@ def test_a_fault_at_any_call_of_a_commit_leaves_the_tree_as_it_was(tmp_path, mon
         assert "rolled back" in message and snapshot(target, modes=True) == before, (where, message)
     if message is not None:
         assert "\n" not in message and str(target) in message and os.strerror(err) in message, message
-    recover(target)
+    recover(target, writable=WRITABLE)
     assert snapshot(target, modes=True) == (after if message is None else before), where
-    assert recover(target) == []
+    assert recover(target, writable=WRITABLE) == []
 
 
 def test_the_fault_sweeps_cover_every_kind_of_call():

@@ -12,6 +12,7 @@ from irsurgeon import __version__
 from irsurgeon.core.errors import Interrupted, IRSurgeonError, cause
 from irsurgeon.core.signals import on_own_stack
 from irsurgeon.core.text import shown
+from irsurgeon.families import registry
 
 DEBUG_ENV = "IRSURGEON_DEBUG"
 
@@ -92,11 +93,12 @@ def _wants_json(ctx: click.Context) -> bool:
     return bool(args) and args[0] != "verify" and "--json" in args[1:]
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
+             help=f"Graph surgery on OpenVINO IR: build speculative-decoding drafts ({registry.titles()}) from "
+                  f"safetensors without PyTorch, and attach them to exported model directories.")
 @click.version_option(__version__, prog_name="irsurgeon")
 def main() -> None:
-    """Graph surgery on OpenVINO IR: build speculative-decoding drafts (the Qwen3.5 / Qwen3.6 MTP head, the Gemma 4
-    MTP assistant) from safetensors without PyTorch, and attach them to exported model directories."""
+    """The command group (its help names every registered family: families.registry.titles)."""
 
 
 from irsurgeon.cli import annotate, build_mtp, patch, show, synth, verify  # noqa: E402

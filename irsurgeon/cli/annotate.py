@@ -23,7 +23,7 @@ def command(target: Path, force: bool, dry_run: bool, num_layers: int | None, wa
 
     Only the .xml's net-level <rt_info> changes; the .bin is never touched.
     """
-    from irsurgeon.commit.annotate import Status, annotate_ir  # on use: it imports openvino (~0.2 s of every command's start)
+    from irsurgeon.flows.annotate import Status, annotate_ir  # on use: it imports openvino (~0.2 s of every command's start)
 
     echo = echo_for(as_json)
     result = annotate_ir(target, force=force, dry_run=dry_run, num_layers=num_layers, wait=wait)

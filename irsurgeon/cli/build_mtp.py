@@ -1,4 +1,5 @@
-"""irsurgeon build-mtp CHECKPOINT -o OUT_DIR: the MTP head of a checkpoint as openvino_mtp_model.xml/.bin.
+"""irsurgeon build-mtp CHECKPOINT -o OUT_DIR: the draft of a standalone family (Family.standalone: the Qwen3.5 MTP
+head) as its own IR.
 
     --weight-format f32|f16              float weights, no nncf
     --weight-format int8|int4            built as f16, then compressed with nncf (see irsurgeon.quant.compress)
@@ -17,12 +18,15 @@ import click
 from irsurgeon.cli.hub_options import hub_options, make_hub
 from irsurgeon.cli.options import (choice, echo_for, json_flag, kv_cache_option, print_json,
                                    weight_format_option)
+from irsurgeon.families import registry
+
+STANDALONE = next(f for f in registry.FAMILIES if f.standalone)  # the family whose draft stands alone
 
 
 @click.command("build-mtp")
 @click.argument("checkpoint")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path),
-              help="Directory that receives openvino_mtp_model.xml/.bin.")
+              help=f"Directory that receives the draft ({STANDALONE.layout.draft_xml} and its .bin).")
 @click.option("--config", type=click.Path(path_type=Path), default=None,
               help="config.json, when CHECKPOINT is a single .safetensors file without one beside it.")
 @weight_format_option("f16", text="Weight storage: f32/f16 floats, int8/int4 through nncf, or auto (mirror --target). "
@@ -46,20 +50,20 @@ def command(checkpoint: str, out_dir: Path, config: Path | None, weight_format: 
             group_size: int | None, ratio: float | None, backup: str | None, sym: bool | None,
             all_layers: bool | None, kv_cache_precision: str, allow_nonfinite: bool, force: bool, wait: bool,
             as_json: bool, revision: str | None, token: str | None, cache_dir: Path | None) -> None:
-    """Build the MTP head of CHECKPOINT (a checkpoint directory, a .safetensors file, or a Hugging Face repo id)."""
+    """Build the draft of CHECKPOINT alone (a checkpoint directory, a .safetensors file, or a Hugging Face repo id)."""
     # the library is loaded here, not with the CLI: it imports openvino (and nncf to compress), which `--help` and
     # every other command do not need
-    from irsurgeon.draft.build import existing_head
-    from irsurgeon.flows.standalone import build_head
-    from irsurgeon.ir.export import MTP_XML
+    from irsurgeon.draft.build import existing_draft
+    from irsurgeon.flows.standalone import build_head, standalone_family
     from irsurgeon.commit.journal import STAGE_DIR
     from irsurgeon.quant.precision import choose_format
 
     start, echo = time.perf_counter(), echo_for(as_json)
     # refused before any work (building takes minutes), unless an interrupted run's leftovers may account for the
-    # head: save_mtp_model checks again once they are undone
-    if not force and os.path.lexists(out_dir / MTP_XML) and not os.path.lexists(out_dir / STAGE_DIR):
-        raise existing_head(out_dir)
+    # head: save_draft checks again once they are undone
+    draft = standalone_family().layout.draft_xml
+    if not force and os.path.lexists(out_dir / draft) and not os.path.lexists(out_dir / STAGE_DIR):
+        raise existing_draft(out_dir, draft)
     choice_ = choose_format(weight_format, target, group_size=group_size, ratio=ratio, backup=backup, sym=sym,
                             all_layers=all_layers)
     if choice_.note:

@@ -1,4 +1,4 @@
-"""irsurgeon patch TARGET_DIR --checkpoint SRC: make an exported directory MTP-ready in place, all or nothing."""
+"""irsurgeon patch TARGET_DIR --checkpoint SRC: give an exported directory its draft in place, all or nothing."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,21 +7,23 @@ import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
 from irsurgeon.cli.options import echo_for, json_flag, kv_cache_option, print_json, weight_format_option
+from irsurgeon.families import registry
 
 
-@click.command("patch")
+@click.command("patch", help=f"Make TARGET ready for the draft of --checkpoint's family ({registry.titles()}), "
+                             f"verified before anything moves, all of it in one commit.")
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--checkpoint", "source", required=True,
               help="The draft's checkpoint: a directory, a .safetensors file, or a Hugging Face repo id (only the "
                    "draft's tensors are fetched, by byte range, into irsurgeon's folder of the cache); its "
                    "config.json's model_type picks the family.")
-@weight_format_option("auto", text="Storage of the head's weights; auto mirrors the target's language model. "
-                                    "A ready head in another format than one given here is rebuilt.")
+@weight_format_option("auto", text="Storage of the draft's weights; auto mirrors the target's language model. "
+                                    "A ready draft in another format than one given here is rebuilt.")
 @kv_cache_option
 @click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
-@click.option("--force", is_flag=True, help="Rebuild even when the directory is already MTP-ready.")
+@click.option("--force", is_flag=True, help="Rebuild even when the directory already has its draft.")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run on the same directory to finish.")
-@click.option("--allow-nonfinite", is_flag=True, help="Build even if the head's weights hold NaN or Inf (warns).")
+@click.option("--allow-nonfinite", is_flag=True, help="Build even if the draft's weights hold NaN or Inf (warns).")
 @click.option("--allow-foreign-checkpoint", is_flag=True,
               help="Build even if the checkpoint's token embeddings differ from the target's (a fine-tune that "
                    "knowingly reuses its base model's head); recorded in the head's rt_info.")
@@ -30,12 +32,12 @@ from irsurgeon.cli.options import echo_for, json_flag, kv_cache_option, print_js
 def command(target: Path, source: str, weight_format: str, kv_cache_precision: str, dry_run: bool, force: bool,
             wait: bool, allow_nonfinite: bool, allow_foreign_checkpoint: bool, as_json: bool, revision: str | None,
             token: str | None, cache_dir: Path | None) -> None:
-    """Make TARGET ready for the draft of --checkpoint's family (Qwen3.5 MTP head, Gemma 4 assistant), verified
-    before anything moves, all of it in one commit."""
+    """`irsurgeon patch` (its help: the decorator's, which names every registered family)."""
     from irsurgeon.flows.patch import Options, patch  # on use: it imports openvino and the build (~0.3 s of every start)
 
-    options = Options(weight_format, kv_cache_precision, force, dry_run, wait, allow_nonfinite,
-                      allow_foreign_checkpoint, make_hub(revision, token, cache_dir))
+    options = Options(weight_format=weight_format, kv_cache_precision=kv_cache_precision, force=force,
+                      dry_run=dry_run, wait=wait, allow_nonfinite=allow_nonfinite,
+                      allow_foreign_checkpoint=allow_foreign_checkpoint, hub=make_hub(revision, token, cache_dir))
     echo = echo_for(as_json)
     result = patch(target, source, options, echo=echo)
     if as_json:

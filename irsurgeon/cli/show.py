@@ -1,5 +1,5 @@
 """irsurgeon show PATH [--context N] [--json]: an IR's ports, states, rt_info, hidden states, weights; a directory's
-MTP readiness and memory footprint."""
+draft readiness and memory footprint."""
 from __future__ import annotations
 
 import json
@@ -20,7 +20,7 @@ from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
               help="Tokens per sequence for the KV-cache footprint of a directory.")
 @click.pass_context
 def command(ctx: click.Context, path: Path, as_json: bool, context: int) -> None:
-    """Describe PATH: an OpenVINO IR .xml, or an exported model directory (MTP readiness, memory footprint)."""
+    """Describe PATH: an OpenVINO IR .xml, or an exported model directory (draft readiness, memory footprint)."""
     from irsurgeon.flows.show import show  # on use: it imports openvino (~0.2 s of every other command's start)
 
     info = show(path, context)
@@ -82,8 +82,8 @@ def weights_text(w: dict) -> list[str]:
 def directory_text(info: dict) -> list[str]:
     from irsurgeon.families import registry
 
-    family = registry.by_key(info["family"]).describe
-    lines = [f"directory {info['path']} (layout: {info['layout']}, draft family: {family})"]
+    family = registry.by_key(info["family"])
+    lines = [f"directory {info['path']} (layout: {info['layout']}, draft family: {family.describe})"]
     cfg = info["config"]
     if cfg is None:
         lines.append("config.json: absent")
@@ -96,10 +96,11 @@ def directory_text(info: dict) -> list[str]:
                      + ("" if mtp is None else f", mtp_num_hidden_layers {mtp}"))
     lines.append("IRs:")
     lines += [f"   {r['file']}: {'' if r['ok'] else 'ERROR '}{r['summary']}" for r in info["irs"]] or ["   (none)"]
-    mtp = info["mtp"]
-    lines.append(f"MTP speculative decoding (openvino-genai): {'READY' if mtp['ready'] else 'NOT READY'}")
-    lines += [f"   [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}" for c in mtp["checks"]]
-    lines += [f"   reason: {r}" for r in mtp["reasons"] if not mtp["checks"]]
+    draft = info["draft"]
+    lines.append(f"speculative decoding with the {family.title} (openvino-genai): "
+                 f"{'READY' if draft['ready'] else 'NOT READY'}")
+    lines += [f"   [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}" for c in draft["checks"]]
+    lines += [f"   reason: {r}" for r in draft["reasons"] if not draft["checks"]]
     return lines + footprint_text(info["footprint"])
 
 
@@ -107,18 +108,18 @@ def footprint_text(fp: dict) -> list[str]:
 
     n = fp["context"]
     lines = [f"Footprint (from the IRs' shapes and types; batch 1, context {n} tokens):"]
-    for part, label in (("target", "target weights"), ("mtp", "MTP weights"), ("vision", "vision weights"),
+    for part, label in (("target", "target weights"), ("draft", "draft weights"), ("vision", "vision weights"),
                         ("other", "other IRs")):
         w = fp["weights"][part]
         if w["files"]:
             types = ", ".join(f"{t} {human(b)}" for t, b in sorted(w["by_type"].items(), key=lambda x: -x[1]))
             lines.append(f"   {label:<18} {human(w['bytes']):>10}   ({types}; {', '.join(w['files'])})")
-    for part, label in (("target", "target KV cache"), ("mtp", "MTP KV cache")):
+    for part, label in (("target", "target KV cache"), ("draft", "draft KV cache")):
         kv = fp["kv"][part]
         if kv is None:
-            lines.append(f"   {label:<18} {'-':>10}   (no {'language model' if part == 'target' else 'MTP head'})")
+            lines.append(f"   {label:<18} {'-':>10}   (no {'language model' if part == 'target' else 'draft'})")
             continue
-        if part == "mtp" and not kv["growing_states"] and not kv["constant_states"]:  # Gemma 4's assistant
+        if part == "draft" and not kv["growing_states"] and not kv["constant_states"]:  # Gemma 4's assistant
             lines.append(f"   {label:<18} {'0 B':>10}   (the draft has no KV cache of its own: it attends over the "
                          f"target's)")
             continue

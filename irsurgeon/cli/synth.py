@@ -38,11 +38,9 @@ def refuse_foreign(out_dir: Path) -> None:
 
 @click.command("synth")
 @click.argument("out_dir", type=click.Path(path_type=Path))
-@click.option("--kind", type=choice(KINDS), default="qwen35", show_default=True,
-              help="qwen35 / qwen35-moe: the VLM layout openvino-genai loads; llama: a text-only openvino_model.xml; "
-                   "gemma4: a text-only Gemma 4 target and its MTP assistant checkpoint; dflash: a Qwen3 target and "
-                   "a random DFlash draft checkpoint, dflash-cycle: a pair whose drafts are accepted, dflash-qwen35: "
-                   "a hybrid Qwen3.5 target and a random DFlash draft.")
+@click.option("--kind", type=choice(KINDS), default=next(iter(registry.DEFAULT.synth_kinds)), show_default=True,
+              help="; ".join(f"{kind}: {words}" for f in registry.FAMILIES for kind, words in f.synth_kinds.items())
+              + ".")
 @size_options
 @click.option("--layer-types", default=None,
               help="qwen35 kinds: N (every N-th layer full attention, the rest Gated DeltaNet linear attention; 1: "

@@ -1,9 +1,9 @@
-"""irsurgeon verify TARGET_DIR [--genai]: check a directory against the MTP contract; optionally run and time genai.
+"""irsurgeon verify TARGET_DIR [--genai]: check a directory against its draft family's contract; optionally run and time genai.
 
 With --genai: equivalence (MTP tokens == plain greedy tokens, at the contract's f32 properties) for every K of the
 sweep and the share of drafts accepted, which must reach --min-acceptance (a draft that is not the target's, or
 built wrong, stays token-identical but is almost never accepted); then, when both hold, the speed sweep at the
-device's default precision: one table, the best K or a plain "MTP does not pay here", and everything in --json.
+device's default precision: one table, the best K or a plain "speculative decoding does not pay here", and everything in --json.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class SweepParam(click.ParamType):
 @click.command("verify")
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--genai", "with_genai", is_flag=True,
-              help="Also run openvino-genai MTP speculative decoding against plain greedy decoding, then time it.")
+              help="Also run openvino-genai speculative decoding with the draft against plain greedy decoding, then time it.")
 @click.option("--prompts", type=PromptsParam(), default="3", show_default=True,
               help="With --genai: a number N (the first N of 6 built-in prompts) or a file with one prompt per line.")
 @click.option("--sweep", type=SweepParam(), default=None,
@@ -138,11 +138,11 @@ def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int
     report = run_equivalence(target, prompts, sweep, max_new_tokens, device, echo=echo)
     results["genai"] = report.as_dict()
     same = sum(r.identical for r in report.runs)
-    echo(f"equivalence at {settings(report.properties)}: {same}/{len(report.runs)} MTP runs token-identical to "
+    echo(f"equivalence at {settings(report.properties)}: {same}/{len(report.runs)} speculative runs token-identical to "
          f"plain greedy; draft acceptance {report.acceptance:.1%}")
     if not report.identical:
         results["speed"] = None
-        echo("speed not measured: MTP output differs from plain greedy")
+        echo("speed not measured: the speculative output differs from plain greedy")
         return ["genai equivalence"]
     accepted, drafted = sum(r.accepted for r in report.runs), sum(r.draft_tokens for r in report.runs)
     results["genai"]["min_acceptance"] = min_acceptance

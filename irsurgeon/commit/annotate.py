@@ -45,19 +45,20 @@ class AnnotationResult:
         return self.status in (Status.WRITTEN, Status.REWRITTEN)
 
 
-def annotate_ir(xml_path: str | Path, *, force: bool = False, dry_run: bool = False,
+def annotate_ir(xml_path: str | Path, *, writable: frozenset[str], force: bool = False, dry_run: bool = False,
                 num_layers: int | None = None, wait: bool = False) -> AnnotationResult:
     """Discover the hidden states of a target (directory or `.xml`) and write the annotation into its `.xml`.
 
     An identical annotation is left alone; a different one only with force. dry_run writes nothing. The write
     holds the directory lock every writing command takes (wait: wait for another run to release it) and first
-    rolls back a commit a killed run left there, as `patch` does.
+    rolls back a commit a killed run left there, as `patch` does (writable: the names it may have written; the flow
+    irsurgeon.flows.annotate passes every registered family's).
     """
     xml = export.language_model_xml(xml_path)
     if dry_run:
         return plan_annotation(xml, force, num_layers)
     with directory_lock(xml.parent, wait) as fd:
-        notes = recover(xml.parent, fd)
+        notes = recover(xml.parent, fd, writable=writable)
         result = write_annotation(plan_annotation(xml, force, num_layers))
     result.notes[:0] = notes
     return result

@@ -23,7 +23,7 @@ from pathlib import Path
 from irsurgeon.core.errors import OutputError
 from irsurgeon.core.fsat import DIR_FLAGS, lstat_at, open_dir
 from irsurgeon.commit.journal_format import (BACKUP_SUFFIX, COMMITTED, FORMAT, JOURNAL, MAX_JOURNAL_BYTES, SLASH,  # noqa: F401
-                                      STAGE_DIR, WRITABLE, check_writable, decode, digest, encode, identity, leaf,
+                                      STAGE_DIR, check_writable, decode, digest, encode, identity, leaf,
                                       made_dirs, stage_names, staged, staged_dir, subdir)
 
 
@@ -137,10 +137,10 @@ def open_stage(target_fd: int, where: Path) -> int | None:
         raise
 
 
-def examine(target_fd: int, stage_fd: int, where: Path, writable: frozenset[str] | None = None) -> Plan:
+def examine(target_fd: int, stage_fd: int, where: Path, writable: frozenset[str]) -> Plan:
     """Check everything recovery would act on, reading only: the entries, the commit mark, the journal and each
     rollback step. The caller closes the plan."""
-    writable, stage = check_writable(WRITABLE if writable is None else writable), str(where / STAGE_DIR)
+    writable, stage = check_writable(writable), str(where / STAGE_DIR)
     names = check_entries(stage_fd, stage, writable)
     if COMMITTED in names:
         read(stage_fd, COMMITTED, stage, writable)
@@ -214,7 +214,7 @@ def _holds(dir_fd: int, name: str, new: dict) -> bool:
     return content_at(dir_fd, leaf(name)) == {"size": new["size"], "sha256": new["sha256"]}
 
 
-def leftover_state(target: str | Path, writable: frozenset[str] | None = None) -> tuple[bool, str] | None:
+def leftover_state(target: str | Path, writable: frozenset[str]) -> tuple[bool, str] | None:
     """For verify, without changing anything: None when target has no staging folder, else (ok, what it holds)."""
     where, fd, stage_fd = Path(target), None, None
     try:

@@ -1,7 +1,9 @@
 """The journal file of a directory transaction, and the names a transaction may write (irsurgeon.commit.journal reads a
 journal back against the disk; irsurgeon.commit.transaction writes it).
 
-Names. A transaction moves into its target only names of its writable set (default WRITABLE): a plain name, or
+Names. A transaction moves into its target only names of its writable set (the caller's: every flow passes the
+names every registered family writes, families.registry.writable, so any family's leftovers are recovered by any
+command): a plain name, or
 `folder/name` one subdirectory down. In the staging folder TARGET/.irsurgeon-staging everything sits flat, a `/`
 spelled `%2F` (no writable name holds a `%`, so the spelling is unambiguous):
     mtp_assistant%2Fopenvino_model.xml       the staged new version of mtp_assistant/openvino_model.xml
@@ -33,8 +35,6 @@ import hashlib
 import json
 import os
 
-from irsurgeon.ir.export import (CONFIG, GENERATION_CONFIG, HEAD_FILES, LANGUAGE_MODEL, OPENVINO_CONFIG,
-                                 TEXT_ONLY_MODEL, bin_of)
 
 FORMAT = "irsurgeon-journal/3"
 JOURNAL = "journal.json"
@@ -42,12 +42,6 @@ COMMITTED = "committed"  # the journal renamed once every file has moved in: the
 BACKUP_SUFFIX = ".orig"
 STAGE_DIR = ".irsurgeon-staging"  # inside the target: staged files, backups, made folders and the journal
 SLASH = "%2F"  # a `/` of a name, in the staging folder
-ASSISTANT_DIR = "mtp_assistant"  # a Gemma 4 target's assistant folder (families.gemma4.layout.ASSISTANT_DIR)
-# The only names a transaction moves into a directory unless told otherwise: the head, the annotated language
-# model, the configs; for Gemma 4 the target's openvino_model.xml and the files of its mtp_assistant/ folder.
-WRITABLE = frozenset({*HEAD_FILES, LANGUAGE_MODEL, OPENVINO_CONFIG, TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL), CONFIG,
-                      GENERATION_CONFIG, *(f"{ASSISTANT_DIR}/{n}" for n in (TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL),
-                                                                             CONFIG, GENERATION_CONFIG))})
 MAX_JOURNAL_BYTES = 1 << 16
 
 

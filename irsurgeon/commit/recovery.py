@@ -31,7 +31,7 @@ def remove_stage(target_fd: int, stage_fd: int, names: list[str]) -> None:
         os.rmdir(STAGE_DIR, dir_fd=target_fd)
 
 
-def recover_at(target_fd: int, where: Path, writable: frozenset[str] | None = None) -> list[str]:
+def recover_at(target_fd: int, where: Path, writable: frozenset[str]) -> list[str]:
     """Roll back or clear what an interrupted run left in the target held by target_fd (under its lock); what was
     done, one line each."""
     stage_fd = open_stage(target_fd, where)

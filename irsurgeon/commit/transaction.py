@@ -1,6 +1,6 @@
 """Change files of a directory all at once or not at all: stage, verify, then commit under a rollback journal.
 
-    with DirectoryTransaction(target) as tx:          # takes the directory lock, recovers what a killed run left
+    with DirectoryTransaction(target, writable=names) as tx:  # takes the directory lock, recovers what a killed run left
         write(tx.stage("openvino_model.xml"))         # new versions are written into a staging folder in target
         write(tx.stage("mtp_assistant/config.json"))  # one subdirectory level down too (made when missing)
         ... verify the staged files ...
@@ -49,11 +49,11 @@ from irsurgeon.commit import recovery
 from irsurgeon.core.signals import deferred_sigint as _deferred_sigint
 from irsurgeon.core.errors import OutputError, cause
 from irsurgeon.core.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
-from irsurgeon.commit.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, SLASH, STAGE_DIR, WRITABLE,  # noqa: F401
+from irsurgeon.commit.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, SLASH, STAGE_DIR,  # noqa: F401
                                ForeignLeftovers, check_writable, digest, encode, identity, leaf, leftover_state,
                                staged, staged_dir, subdir)
 
-__all__ = ["BACKUP_SUFFIX", "COMMITTED", "JOURNAL", "STAGE_DIR", "WRITABLE", "DirectoryTransaction",
+__all__ = ["BACKUP_SUFFIX", "COMMITTED", "JOURNAL", "STAGE_DIR", "DirectoryTransaction",
            "ForeignLeftovers", "clear_interrupted", "directory_lock", "leftover_state", "recover", "shown"]
 _SPELLED: dict[str, str] = {}  # "/proc/self/fd/N" of an open staging folder -> its spelled path, for messages
 
@@ -116,12 +116,12 @@ def shown(path: str | Path) -> str:
     return text
 
 
-def recover(target: str | Path, target_fd: int | None = None, writable: frozenset[str] | None = None) -> list[str]:
+def recover(target: str | Path, target_fd: int | None = None, *, writable: frozenset[str]) -> list[str]:
     """Undo (or clear) what an interrupted run left in target; returns what was done, one line each.
 
     Call it holding the directory lock (target_fd: the locked descriptor). Anything irsurgeon cannot prove it
     wrote raises ForeignLeftovers before a single file is touched. Ctrl-C is held until it is done. writable: the
-    names the interrupted run may have written (default WRITABLE).
+    names the interrupted run may have written (the flows: families.registry.writable()).
     """
     where, fd = Path(target), target_fd
     with _deferred_sigint():
@@ -135,25 +135,26 @@ def recover(target: str | Path, target_fd: int | None = None, writable: frozense
                 os.close(fd)
 
 
-def clear_interrupted(target: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None,
-                      writable: frozenset[str] | None = None) -> None:
+def clear_interrupted(target: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None, *,
+                      writable: frozenset[str]) -> None:
     """Under the directory lock, roll back or clear what an interrupted run left in target (nothing if clean)."""
     with directory_lock(target, wait, echo) as fd:
-        for note in recover(target, fd, writable):
+        for note in recover(target, fd, writable=writable):
             (echo or (lambda _m: None))(note)
 
 
 class DirectoryTransaction:
-    """Stage, then commit or drop, files of target whose names are in `writable` (default WRITABLE). recorded: every
+    """Stage, then commit or drop, files of target whose names are in `writable` (the flows: every name any family
+    writes, families.registry.writable(), so a run recovers any family's killed run first). recorded: every
     staged file must be recorded as written (`write`, `written`), or the commit is refused."""
 
-    def __init__(self, target: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None,
-                 writable: frozenset[str] | None = None, recorded: bool = False):
+    def __init__(self, target: str | Path, *, writable: frozenset[str], wait: bool = False,
+                 echo: Callable[[str], None] | None = None, recorded: bool = False):
         self.target = Path(target)
         self.recorded = recorded  # every staged file must come with `written` (patch, build-mtp)
         self.wait = wait
         self.echo = echo or (lambda _msg: None)
-        self.writable = check_writable(WRITABLE if writable is None else writable)
+        self.writable = check_writable(writable)
         self.names: list[str] = []
         self.run = uuid.uuid4().hex
         self.committed = False
@@ -172,7 +173,7 @@ class DirectoryTransaction:
     def __enter__(self) -> "DirectoryTransaction":
         self._fd = acquire(self.target, self.wait, self.echo)
         try:
-            for note in recover(self.target, self._fd, self.writable):
+            for note in recover(self.target, self._fd, writable=self.writable):
                 self.echo(note)
             with _deferred_sigint():  # a Ctrl-C here would orphan the new folder
                 self._make_stage()

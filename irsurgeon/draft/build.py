@@ -1,9 +1,9 @@
-"""The only place a draft's `ov.Model` is made and written: checkpoint -> builder -> weights -> graph -> model -> files.
+"""The only place a draft's `ov.Model` is made and written: checkpoint -> recipe -> weights -> graph -> model -> files.
 
-Every family's draft goes through here (draft.recipe.Builder gives its config, table and graph), so the strict
+Every family's draft goes through here (draft.recipe.Recipe gives its config, table and graph), so the strict
 accounting is the house's: the checkpoint's tensors are checked against the table (missing, extra, misshaped, tied
 copies proven equal: irsurgeon.weights.spec), and every row loaded must be used by the graph, every weight the graph
-asks for must be loaded. Finding the builder of a checkpoint by its model_type is the flows' (irsurgeon.flows.standalone).
+asks for must be loaded. Finding the recipe of a checkpoint by its model_type is the flows' (irsurgeon.flows.standalone).
 
 An uncompressed (f32 or f16) draft built for `patch` (build_model's `stream`) holds no matrix: each is a
 placeholder that stage_ir fills from the checkpoint block by block into the staged .bin (Stream, save_appended), so
@@ -29,9 +29,8 @@ import openvino.opset13 as ops
 from irsurgeon.core import limits, rtinfo
 from irsurgeon.core.config import read_json
 from irsurgeon.core.errors import CheckpointError, CompressionError, IRError, OutputError, cause, with_hint
-from irsurgeon.draft.recipe import Builder
+from irsurgeon.draft.recipe import Recipe
 from irsurgeon.ir import streamed
-from irsurgeon.ir.export import MTP_XML
 from irsurgeon.ops.core import WeightFormat, half_weight, weight
 from irsurgeon.ops.half import decompressed
 from irsurgeon.commit.transaction import DirectoryTransaction, Known, cannot_write, shown, write_staged
@@ -41,16 +40,16 @@ from irsurgeon.weights.spec import LazyWeights, load_weights
 from irsurgeon.weights.table import Table
 
 
-def load_with(builder: Builder, checkpoint: str | Path, config: str | Path | None = None,
+def load_with(recipe: Recipe, checkpoint: str | Path, config: str | Path | None = None,
               allow_nonfinite: bool = False, warn=print):
-    """Open a checkpoint, read its config as `builder` does, and check its tensors against its table (only the
+    """Open a checkpoint, read its config as `recipe` does, and check its tensors against its table (only the
     shards holding them are opened; no tensor is decoded yet). Returns (config, weights, open checkpoint)."""
     ckpt = open_checkpoint(checkpoint, config)
     try:
-        cfg = builder.parse_config(read_json(ckpt.config_path), str(ckpt.config_path))
+        cfg = recipe.parse_config(read_json(ckpt.config_path), str(ckpt.config_path))
         for line in cfg.warnings:
             warn(line)
-        weights = load_tensors(ckpt, builder, cfg, checkpoint, allow_nonfinite, warn)
+        weights = load_tensors(ckpt, recipe, cfg, checkpoint, allow_nonfinite, warn)
     except BaseException:
         ckpt.close()
         raise
@@ -67,10 +66,10 @@ def open_checkpoint(checkpoint: str | Path, config: str | Path | None = None) ->
     return ckpt
 
 
-def load_tensors(ckpt: Checkpoint, family: Builder, cfg, checkpoint: str | Path, allow_nonfinite: bool = False,
+def load_tensors(ckpt: Checkpoint, recipe: Recipe, cfg, checkpoint: str | Path, allow_nonfinite: bool = False,
                  warn=print) -> LazyWeights:
     """The family's table for cfg, checked against the checkpoint, within the memory budget (no tensor decoded)."""
-    table = family.tensors(cfg)
+    table = recipe.tensors(cfg)
     weights = load_weights(ckpt, table, cfg.dtype, allow_nonfinite, warn)
     # the headers now match the config; no tensor is read yet, and none is if the head cannot fit
     limits.check_memory(memory_need(table.shapes()), f"{checkpoint}: building its MTP head", CheckpointError)
@@ -85,11 +84,11 @@ def memory_need(shapes: dict[str, tuple[int, ...]]) -> int:
 
 
 def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | WeightFormat = WeightFormat.F16,
-                warn=None, moe_form: str | None = None, family: Family | None = None,
+                warn=None, moe_form: str | None = None, recipe: Recipe | None = None,
                 stream: Callable[[], None] | None = None) -> ov.Model:
     """The head as an ov.Model from weights keyed by their roles (names relative to the table's prefix).
 
-    family: by default the one of cfg.model_type (irsurgeon.models.registry). Every weight loaded must be used by the
+    recipe: by default the config's own (cfg.recipe). Every weight loaded must be used by the
     graph and every weight the graph asks for must be loaded. warn: where a weight kept f32 in an f16 build is
     reported (default: the loader's channel, else print). moe_form: the routed experts' graph form
     (irsurgeon.ops.moe.FORMS). stream (an f32 or f16 build from LazyWeights): every matrix the checkpoint gives
@@ -98,15 +97,15 @@ def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | We
     """
     fmt = float_format(fmt)
     warn = warn or getattr(weights, "warn", print)
-    family = family or cfg.builder
-    table = getattr(weights, "table", None) or family.tensors(cfg)
-    params, inputs = family.parameters(cfg)
+    recipe = recipe or cfg.recipe
+    table = getattr(weights, "table", None) or recipe.tensors(cfg)
+    params, inputs = recipe.parameters(cfg)
     deferred = Stream(stream) if stream is not None and fmt in (WeightFormat.F32, WeightFormat.F16) else None
-    source = GraphWeights(weights, table, fmt, warn, family.name, deferred)
-    outputs, sinks = family.graph(inputs, source, cfg, **({"moe_form": moe_form} if moe_form else {}))
+    source = GraphWeights(weights, table, fmt, warn, recipe.name, deferred)
+    outputs, sinks = recipe.graph(inputs, source, cfg, **({"moe_form": moe_form} if moe_form else {}))
     unused = sorted(set(weights) - source.used)
     if unused:
-        raise CheckpointError(f"tensor {table.prefix}{unused[0]} was loaded but the {family.name} graph never used it"
+        raise CheckpointError(f"tensor {table.prefix}{unused[0]} was loaded but the {recipe.name} graph never used it"
                               + (f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""))
     results = []
     for out_name, out in outputs.items():
@@ -115,8 +114,8 @@ def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | We
         result.output(0).get_tensor().set_names({out_name})
         out.set_names({out_name})
         results.append(result)
-    model = ov.Model(results, sinks, params + (deferred.placeholders if deferred else []), family.name)
-    for key, value in family.rt_info.items():
+    model = ov.Model(results, sinks, params + (deferred.placeholders if deferred else []), recipe.name)
+    for key, value in recipe.rt_info.items():
         model.set_rt_info(value, key)
     rtinfo.set_provenance(model, **{rtinfo.KEEP_FLOAT: keep_float(table)})
     if deferred and deferred.placeholders:
@@ -282,8 +281,8 @@ def float_format(weight_format: str | WeightFormat) -> WeightFormat:
                                "(int4/int8: compress the result with irsurgeon.quant.compress.compress_model)") from None
 
 
-def existing_head(out_dir: Path) -> OutputError:
-    return with_hint(OutputError(f"{out_dir}: already holds {MTP_XML}; not replaced"), "--force",
+def existing_draft(out_dir: Path, name: str) -> OutputError:
+    return with_hint(OutputError(f"{out_dir}: already holds {name}; not replaced"), "--force",
                      "pass --force to replace it")
 
 
@@ -490,14 +489,16 @@ def named_failures(path: Path) -> Iterator[None]:
         raise cannot_write(path, e) from None
 
 
-def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:
-    """Write openvino_mtp_model.xml/.bin into out_dir (created if missing) under its directory lock.
+def save_draft(model: ov.Model, out_dir: str | Path, name: str, *, writable: frozenset[str], wait: bool = False,
+               echo=None, replace: bool = True) -> Path:
+    """Write the draft as `name` (.xml, and its .bin) into out_dir (created if missing) under its directory lock;
+    writable: the names an interrupted run there may have left (families.registry.writable: any family's).
 
     The files go through the same staged transaction as `patch` (irsurgeon.commit.transaction): written into a staging
     folder inside out_dir, then moved in under a rollback journal. Weights are written exactly as built (no implicit
     fp16 compression). On failure out_dir is as it was (a folder this call created is removed again). echo gets
     one line per thing done to what an interrupted run left there. replace=False refuses an out_dir that holds a
-    head once what an interrupted run left there is undone.
+    draft `name` once what an interrupted run left there is undone.
     """
     out_dir = Path(out_dir)
     created = not os.path.lexists(out_dir)
@@ -506,13 +507,13 @@ def save_mtp_model(model: ov.Model, out_dir: str | Path, wait: bool = False, ech
     except OSError as e:
         raise OutputError(f"{out_dir}: cannot create output directory: {e.strerror}") from None
     try:
-        with DirectoryTransaction(out_dir, wait=wait, echo=echo, recorded=True) as tx:
-            if not replace and os.path.lexists(out_dir / MTP_XML):
-                raise existing_head(out_dir)
-            stage_ir(tx, MTP_XML, model, spend=False)  # the caller's model stays whole
+        with DirectoryTransaction(out_dir, writable=writable, wait=wait, echo=echo, recorded=True) as tx:
+            if not replace and os.path.lexists(out_dir / name):
+                raise existing_draft(out_dir, name)
+            stage_ir(tx, name, model, spend=False)  # the caller's model stays whole
             tx.commit()
     except BaseException:
         if created and out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()
         raise
-    return out_dir / MTP_XML
+    return out_dir / name

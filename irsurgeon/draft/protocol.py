@@ -1,34 +1,38 @@
 """The protocol every draft family implements: what the house's flows ask of a family, and nothing else.
 
 A family is one package `irsurgeon/families/<name>/` whose `__init__.py` ends with `FAMILY = <its Family subclass>()`,
-and one line in families/registry.py. The flows (irsurgeon.flows.patch, verify, show, genai_check, footprint, the CLI)
-reach a family only through the registry and this protocol; they never import a family's modules. A family's
-`__init__` imports nothing heavy: each method imports its own modules on use, so `irsurgeon --help` starts without
-openvino.
+its line in families/registry.py, and its bundled pair fixtures/<key>/{target,ckpt}. The flows reach a family only
+through the registry and this protocol; they never import a family's modules. A family's `__init__` imports nothing
+heavy: each method imports its own modules on use, so `irsurgeon --help` starts without openvino. A subclass that
+leaves a claim below unset is refused when it is defined (Family.__init_subclass__).
 
-    key, describe         the name `show` prints ("qwen3_5", "gemma4"), and one line for messages
+The claims (class attributes):
+    key, title, describe  the name `show` prints and fixtures/<key>/ holds; a few words for help texts; one line
+    model_types           config.json model_type values of the family's checkpoints: declared here, nowhere else
     layout                the files it writes into a target (names relative to it; one subfolder level allowed),
                           the draft IR and the target IR whose KV grows, for show / footprint / genai
-    hub_prefix            the tensors a repo id's weights are fetched for (by byte range, from whatever shard
-                          holds them): those named `prefix*`, "" for every tensor; it must cover the prefix of the
-                          builder's table, whose tensors the strict loader reads
-    builder()             the build's view of its checkpoints (draft.recipe.Builder)
-    recognise(dir)        how surely a directory is this family's: DRAFT (its draft is there), TARGET (a target of
-                          its kind, not patched), NONE
-    claims(config)        whether a checkpoint's config.json (an object) is this family's draft
-    inspect(dir)          the target as the family sees it (raises a one-line IRSurgeonError naming the problem)
-    pair(target, cfg, ctx)  what proves the checkpoint belongs to the target, checked before any weight is read:
-                          a Pairing (its proof for the draft's provenance, what could not be proven offline), or
-                          an IRSurgeonError (refused; with --allow-foreign-checkpoint the house says so and goes on)
+    hub_prefix            the tensors a repo id's weights are fetched for: those named `prefix*`, "" for every tensor;
+                          it must cover the prefix of the recipe's table, whose tensors the strict loader reads
+    standalone            `build-mtp` writes its draft alone into an output directory
+    synth_kinds           the seeded tiny fixtures `irsurgeon synth --kind ...` writes for it, each with a few words
+                          (at least one; the first is the one guarantee tests synthesize)
+The methods, in the order `patch` calls them:
+    claims(config)        whether a checkpoint's config.json (an object) is this family's draft (default: its
+                          model_type is one of model_types); the registry's for_config is the one caller
+    recognise(dir)        how surely a directory is this family's: DRAFT (its draft is there), TARGET, NONE
+    inspect(dir)          the target as the family sees it: a Target (raises a one-line IRSurgeonError otherwise)
+    recipe()              the build's view of its checkpoints (draft.recipe.Recipe)
+    pair(target, staging) what proves the checkpoint belongs to the target, checked before any weight is read:
+                          a Pairing, or an IRSurgeonError (with --allow-foreign-checkpoint the family says so)
     plan_steps(target, choice)  the "would ..." lines of --dry-run
-    finish(model, staging)    compress, runtime options, provenance of the built draft
+    finish(model, staging)      compress, runtime options, provenance of the built draft; returns the model
     stage(tx, target, staging)  write the draft and every other new file into the transaction and check them
                           there; the house commits them all at once
     verify(dir, checkpoint, hub, echo)  the family's checks of a directory, as Check rows (never raises for a
                           failed check)
     genai()               how openvino-genai runs the directory (GenaiRuntime)
     run_hint(dir)         one line: how to run the patched directory
-    synth_kinds, synth()  the seeded tiny fixtures the family can write (`irsurgeon synth --kind ...`)
+    synth(kind, ...)      write a seeded tiny fixture of one of its synth_kinds
 """
 from __future__ import annotations
 
@@ -36,7 +40,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:  # types only: the protocol loads without openvino (the CLI imports every family's __init__)
+    import openvino as ov
+
+    from irsurgeon.draft.recipe import Recipe
+    from irsurgeon.quant.precision import Choice
+    from irsurgeon.weights.hub import HubOptions
 
 Echo = Callable[[str], None]
 
@@ -85,18 +96,38 @@ class Pairing:
 
 
 @dataclass
+class Options:
+    """How a patch was asked for (the CLI's options; the Python API's irsurgeon.Options)."""
+    weight_format: str = "auto"
+    kv_cache_precision: str = "f16"
+    force: bool = False
+    dry_run: bool = False
+    wait: bool = False
+    allow_nonfinite: bool = False
+    allow_foreign_checkpoint: bool = False
+    hub: HubOptions | None = None  # revision, token, cache dir for a repo id
+
+
+class Target:
+    """What Family.inspect returns: the target directory as its family sees it. A family's own target class
+    subclasses it and adds what its pair, plan_steps and stage read; the house reads only these two."""
+    path: Path                     # the target directory
+    warnings: tuple[str, ...] = ()  # what its files say that openvino-genai or transformers read otherwise
+
+
+@dataclass
 class Staging:
-    """What a family's stage() gets from the house: the built draft and everything about how it was asked for."""
-    model: Any                 # the built ov.Model (strict accounting done); take() it: the house keeps no reference
+    """What a family's pair, finish and stage get from the house: the checkpoint and how the draft was asked for."""
     root: Path                 # the checkpoint directory (local, or the hub cache snapshot)
     source: str                # as the user spelled it (provenance, messages)
-    cfg: Any                   # the family's parsed checkpoint config
-    choice: Any                # precision.Choice: the weight format
-    options: Any               # patch.Options
+    cfg: object                # the family's parsed checkpoint config (its Recipe.parse_config's result)
+    options: Options
     echo: Echo = print
-    provenance: dict = field(default_factory=dict)  # rt_info irsurgeon/... for the draft
+    choice: Choice | None = None      # the weight format: set once planned (pair runs before)
+    provenance: dict[str, str] = field(default_factory=dict)  # rt_info irsurgeon/... for the draft
+    model: ov.Model | None = None     # the built draft (strict accounting done), for stage: take() it
 
-    def take(self):
+    def take(self) -> ov.Model:
         """The model, handed over: once the draft is saved its weights can be freed before the staged copy runs."""
         model, self.model = self.model, None
         return model
@@ -116,57 +147,67 @@ class GenaiRuntime:
     equivalence_properties: Callable[[Path], dict]
     honours_eos: bool = False  # the equivalence runs honour EOS in both pipelines (the draft path stops there)
     as_batch: bool = False     # generate(str) returns only text: a one-prompt list gets the metrics
-    drafted: Callable[[Any], int] = num_draft_tokens  # (extended perf metrics) -> tokens the draft proposed
+    drafted: Callable[[object], int] = num_draft_tokens  # (extended perf metrics) -> tokens the draft proposed
 
     def prompt(self, text: str) -> str | list[str]:
         return [text] if self.as_batch else text
 
 
+CLAIMS = ("key", "title", "describe", "layout", "model_types", "synth_kinds")
+
+
 class Family(ABC):
     key: str
+    title: str
     describe: str
     layout: Layout
+    model_types: tuple[str, ...]
     hub_prefix: str = ""
-    standalone: bool = False  # `build-mtp` writes its draft alone into an output directory
-    synth_kinds: tuple[str, ...] = ()
+    standalone: bool = False
+    synth_kinds: dict[str, str] = {}  # kind -> a few words for `synth --help`
 
-    @abstractmethod
-    def builder(self):
-        """draft.recipe.Builder of the family's checkpoints."""
+    def __init_subclass__(cls, **kwargs):
+        """A family class states its claims where it is defined (as llama.cpp's converter registers an arch on the
+        class): one missing or empty is a TypeError at import, not a family the house half knows."""
+        super().__init_subclass__(**kwargs)
+        missing = [name for name in CLAIMS if not getattr(cls, name, None)]
+        if missing:
+            raise TypeError(f"family {cls.__name__} does not state {', '.join(missing)}")
+
+    def claims(self, config: dict) -> bool:
+        return config.get("model_type") in self.model_types
 
     @abstractmethod
     def recognise(self, directory: Path) -> Match:
         ...
 
-    def claims(self, config: dict) -> bool:
-        return config.get("model_type") in self.builder_types()
-
     @abstractmethod
-    def builder_types(self) -> tuple[str, ...]:
-        """config.json model_type values of the family's checkpoints (known without importing openvino)."""
-
-    @abstractmethod
-    def inspect(self, directory: Path):
+    def inspect(self, directory: Path) -> Target:
         ...
 
     @abstractmethod
-    def pair(self, target, cfg, root: Path, source: str, options, echo: Echo) -> Pairing:
+    def recipe(self) -> Recipe:
+        """draft.recipe.Recipe of the family's checkpoints."""
+
+    @abstractmethod
+    def pair(self, target: Target, staging: Staging) -> Pairing:
         ...
 
     @abstractmethod
-    def plan_steps(self, target, choice) -> list[str]:
+    def plan_steps(self, target: Target, choice: Choice) -> list[str]:
         ...
 
     @abstractmethod
-    def finish(self, model, staging: Staging):
+    def finish(self, model: ov.Model, staging: Staging) -> ov.Model:
         """The built draft made ready to save (compressed, runtime options, provenance); returns the model."""
 
     @abstractmethod
-    def stage(self, tx, target, staging: Staging) -> None:
-        ...
+    def stage(self, tx, target: Target, staging: Staging) -> None:
+        """tx: the commit.transaction.DirectoryTransaction of the target."""
 
     @abstractmethod
-    def verify(self, directory: Path, checkpoint=None, hub=None, echo: Echo = print) -> list[Check]:
+    def verify(self, directory: Path, checkpoint=None, hub: HubOptions | None = None,
+               echo: Echo = print) -> list[Check]:
         ...
 
     @abstractmethod
@@ -177,10 +218,10 @@ class Family(ABC):
     def run_hint(self, directory: Path) -> str:
         ...
 
+    @abstractmethod
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
-        """Write the seeded fixture `kind` under out_dir; returns its parts by name ({"target": ..., ...}).
+        """Write the seeded fixture `kind` under out_dir; returns its parts by name ({"target": ..., "ckpt": ...}).
         options["force"]: replace an earlier output there (irsurgeon.synth.output)."""
-        raise NotImplementedError(f"{self.key} has no synth kinds")
 
     def __repr__(self) -> str:
         return f"<family {self.key}>"

@@ -28,24 +28,16 @@ def by_key(key: str) -> Family:
 
 
 def for_config(config: dict, source: str) -> Family:
-    """The family whose checkpoints have this config.json's top-level model_type, or a ConfigError listing them (or
-    naming a model_type that is not a string: config.checked_model_type)."""
+    """Whose checkpoint is this: the family that claims this config.json (Family.claims), or a ConfigError listing
+    the model types there are (or naming a model_type that is not a string: config.checked_model_type). The one
+    answer: every flow asks it (for_checkpoint too)."""
     checked_model_type(config, source)
     for family in FAMILIES:
         if family.claims(config):
             return family
-    known = ", ".join(t for f in FAMILIES for t in f.builder_types())
+    known = ", ".join(model_types())
     raise ConfigError(f"{source}: model_type {config.get('model_type')!r:.80} has no supported draft family "
                       f"(expected one of {known})")
-
-
-def family_for(model_type: object, source: str):
-    """The build's view (Builder) of the family reading a config.json of this model_type (a family may claim its
-    configs by more than the model_type: DFlash drafts are model_type qwen3 and named by their architectures)."""
-    for family in FAMILIES:
-        if model_type in family.builder_types():
-            return family.builder()
-    return for_config({"model_type": model_type}, source).builder()  # refused, listing the known types
 
 
 def for_checkpoint(root: Path) -> Family | None:
@@ -53,7 +45,12 @@ def for_checkpoint(root: Path) -> Family | None:
     flow that then runs reads the same file and reports what is wrong with it); a model_type that is not a string
     is refused (config.peek_json)."""
     config = peek_json(Path(root) / "config.json")
-    return next((f for f in FAMILIES if f.claims(config)), None) if config is not None else None
+    if config is None:
+        return None
+    try:
+        return for_config(config, str(Path(root) / "config.json"))
+    except ConfigError:
+        return None  # no family's: the flow that runs next reads the same file and says what is wrong with it
 
 
 def for_directory(directory: Path) -> Family:
@@ -73,8 +70,15 @@ def writable() -> frozenset[str]:
     return frozenset(n for f in FAMILIES for n in f.layout.writes)
 
 
-def draft_files() -> tuple[str, ...]:
-    return tuple(f.layout.draft_xml for f in FAMILIES)
+def model_types() -> tuple[str, ...]:
+    """Every config.json model_type a family claims, in registry order."""
+    return tuple(t for f in FAMILIES for t in f.model_types)
+
+
+def titles() -> str:
+    """The families in words, for help texts: "A, B and C"."""
+    names = [f.title for f in FAMILIES]
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
 
 def synth_kinds() -> dict[str, Family]:

@@ -1,12 +1,12 @@
-"""Run openvino-genai MTP speculative decoding against plain greedy decoding on a target directory.
+"""Run openvino-genai speculative decoding (any family's draft) against plain greedy decoding on a target directory.
 
 The directory's family (families.registry.for_directory) says how genai runs it (Family.genai: the plain and the
 speculative pipeline, the properties under which exact tokens can be demanded, whether the equivalence runs honour
 EOS) and which IRs' KV grows (Family.layout). Token ids are collected with a streamer.
 
 The speed sweep (`run_speed`) runs afterwards at the device's default precision (no properties: the IRs'
-rt_info runtime_options and the plugin defaults apply), plain greedy first, then MTP for each num_assistant_tokens K
-on one MTP pipeline. Per configuration: one untimed warm-up generate, then `rounds` passes over the prompts (EOS
+rt_info runtime_options and the plugin defaults apply), plain greedy first, then speculative decoding for each num_assistant_tokens K
+on one speculative pipeline. Per configuration: one untimed warm-up generate, then `rounds` passes over the prompts (EOS
 ignored, so every configuration produces the same tokens; greedy decoding repeats the counts exactly, so counts are
 those of the first pass and times are over all passes):
     tokens_per_second   median over passes of generated tokens / wall seconds of the pass's generate calls
@@ -156,7 +156,7 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
     g, (_, fam) = _genai(), runtime_of(target)
     props = fam.equivalence_properties(target)
     report = Report(properties=props)
-    echo(f"equivalence: loading the plain and the MTP pipeline on {device}")  # minutes for a large model
+    echo(f"equivalence: loading the plain and the speculative pipeline on {device}")  # minutes for a large model
     plain = fam.pipeline(g, target, device, props, False)
     check_interrupted()
     mtp = fam.pipeline(g, target, device, props, True, max_assistant_tokens=max(nats))
@@ -277,11 +277,11 @@ class SpeedReport:
     def verdict(self) -> str:
         best = self.best
         if best is None or best.speedup is None:
-            return "no MTP configuration was measured"
+            return "no speculative configuration was measured"
         if self.pays:
             return (f"best num_assistant_tokens on this machine: {best.num_assistant_tokens} "
                     f"({best.speedup:.2f}x the tokens/s of plain greedy)")
-        return (f"MTP does not pay here: the fastest num_assistant_tokens ({best.num_assistant_tokens}) runs at "
+        return (f"speculative decoding does not pay here: the fastest num_assistant_tokens ({best.num_assistant_tokens}) runs at "
                 f"{best.speedup:.2f}x the tokens/s of plain greedy (needs {MIN_SPEEDUP:.2f}x)")
 
     def as_dict(self) -> dict:
@@ -350,7 +350,7 @@ def _measure(pipe, prompts: list[str], config, rounds: int, m: Measurement,
 def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple[int, ...] = (1, 2, 3, 4),
               max_new_tokens: int = 40, device: str = "CPU", rounds: int = 3,
               echo: Callable[[str], None] = print) -> SpeedReport:
-    """Plain greedy, then MTP at each K of `sweep`, at the device's default precision (see the module docstring)."""
+    """Plain greedy, then speculative decoding at each K of `sweep`, at the device's default precision (see the module docstring)."""
     target, g = Path(target), _genai()
     family, fam = runtime_of(target)
     texts, defaults = [fam.prompt(p) for p in prompt_list(prompts)], device_defaults(device)
@@ -371,14 +371,14 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
                                         Measurement("plain", None, kv_target, 0, drafted=fam.drafted), echo))
     del plain
     gc.collect()
-    echo("speed: loading the MTP pipeline")
+    echo("speed: loading the speculative pipeline")
     mtp = fam.pipeline(g, target, device, {}, True, max_assistant_tokens=max(sweep))
     check_interrupted()
     for j, nat in enumerate(sweep):
-        echo(f"speed [{j + 2}/{len(sweep) + 1}] MTP num_assistant_tokens {nat}")
+        echo(f"speed [{j + 2}/{len(sweep) + 1}] speculative, num_assistant_tokens {nat}")
         reset_peak_memory()
         report.measurements.append(_measure(mtp, texts, _config(g, max_new_tokens, nat), rounds,
-                                            Measurement(f"mtp K={nat}", nat, kv_target, kv_draft, drafted=fam.drafted),
+                                            Measurement(f"draft K={nat}", nat, kv_target, kv_draft, drafted=fam.drafted),
                                             echo))
     base = report.measurements[0].tokens_per_second
     for m in report.measurements:

@@ -3,17 +3,18 @@
 The same flow for every registered family (draft.protocol.Family); the family supplies what differs:
 
     recover    what an interrupted run left in the target is rolled back or cleared first (irsurgeon.commit.transaction)
-    family     the checkpoint's (its config.json's model_type, families.registry.for_config); for a repo id the
-               directory's until the config is fetched; a model_type that is not a string, the target's or the
-               checkpoint's, is refused (config.checked_model_type)
+    source     the checkpoint's config.json (for a repo id: fetched with the index, no weight yet), so a checkpoint that
+               is not there is said first, whatever the target holds
+    family     the checkpoint's, resolved once (families.registry.for_config: its config.json's model_type); a
+               model_type that is not a string, the target's or the checkpoint's, is refused (config.checked_model_type)
     prefetch   a local checkpoint's head tensors asked of the kernel (posix_fadvise) on a thread, while the steps
                below judge the target: a hint that reads, checks and writes nothing (irsurgeon.weights.prefetch)
     target     family.inspect: the layout its genai path needs, refused in one line otherwise
     configs    the files others read (generation configs, openvino_config.json) as verify checks them
                (verify.config_checks), refused before any work, patched directory or not
     done?      the family's verify passes and the draft is in the format asked for: nothing to do (--force rebuilds)
-    source     config.json (and the index) only; family.pair checks geometry and identity before any weight is read,
-               refusing a checkpoint of another model unless --allow-foreign-checkpoint (said, and recorded)
+    pair       family.pair checks geometry and identity before any weight is read, refusing a checkpoint of another
+               model unless --allow-foreign-checkpoint (said, and recorded)
     plan       the weight format (auto mirrors the target: irsurgeon.quant.precision); --dry-run prints the steps
     build      the family's weights fetched (a repo id's `hub_prefix*` tensors, by byte range), loaded under
                strict accounting and built (irsurgeon.draft.build), then family.finish (compress, runtime options,
@@ -27,18 +28,18 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from irsurgeon.core import rtinfo
 from irsurgeon.draft.build import build_model, load_with, stream_of
-from irsurgeon.core.config import read_json
+from irsurgeon.core.config import peek_json, read_json
 from irsurgeon.quant.compress import WEIGHT_FORMATS
 from irsurgeon.core.errors import CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError
 from irsurgeon.families import registry
-from irsurgeon.draft.protocol import Family, Staging
+from irsurgeon.draft.protocol import Family, Options, Pairing, Staging, Target
 from irsurgeon.ir import files, xmlsafe
+from irsurgeon.ir.export import CONFIG
 from irsurgeon.quant.precision import build_format, choose_format
 from irsurgeon.flows.show import weight_precision, weights
 from irsurgeon.commit.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted,  # noqa: F401
@@ -55,33 +56,41 @@ def elapsed(start: float) -> str:
     return f"{time.perf_counter() - start:.1f} s"
 
 
-@dataclass
-class Options:
-    weight_format: str = "auto"
-    kv_cache_precision: str = "f16"
-    force: bool = False
-    dry_run: bool = False
-    wait: bool = False
-    allow_nonfinite: bool = False
-    allow_foreign_checkpoint: bool = False
-    hub: HubOptions | None = None  # revision, token, cache dir for a repo id
-
-
 def patch(target_dir: str | Path, source: str | Path, options: Options = Options(), echo: Echo = print) -> PatchResult:
     """The whole in-place flow (see the module docstring); returns what was written."""
+    start = time.perf_counter()
     target_dir = Path(target_dir)
     if options.weight_format.lower() not in WEIGHT_FORMATS:  # refused before any work or note
         raise CompressionError(f"unknown weight format {options.weight_format!r:.40}: expected one of "
                                f"{', '.join(WEIGHT_FORMATS)}")
     if not options.dry_run and os.path.lexists(target_dir / STAGE_DIR):  # a half-done commit mixes versions:
-        clear_interrupted(target_dir, options.wait, echo, registry.writable())  # undo it before judging the target
+        clear_interrupted(target_dir, options.wait, echo, writable=registry.writable())  # undo it before judging the target
     refuse_local_source(Path(source), target_dir)
-    mine = registry.for_directory(target_dir)  # reads the target's config.json (a model_type that is no name: refused)
-    local = Path(source).is_dir()
-    family = (registry.for_checkpoint(Path(source)) if local else None) or mine
+    peek_json(target_dir / CONFIG)  # the target's config.json: a model_type that is not a name is refused first
+    root = resolve_source(source, echo, options.hub)  # a repo id: config.json and the index only
+    where = config_of(root)
+    config = read_json(where)
+    family = registry.for_config(config, str(where))
     if Path(source).exists() and not options.dry_run:  # a local checkpoint, folder or file: its head's bytes are
-        prefetch.start(family.builder(), Path(source))  # read ahead while the target is judged (a hint only)
-    return patch_as(family, target_dir, source, options, echo)
+        prefetch.start(family.recipe(), Path(source))  # read ahead while the target is judged (a hint only)
+    target = inspect(family, target_dir, source)
+    for line in target.warnings:  # here, not in inspect: verify re-inspects the target
+        echo(line)
+    refuse_unreadable_configs(family, target.path)
+    result = PatchResult(target.path, run_hint=family.run_hint(target.path))
+    if is_done(family, target.path, options, echo):
+        result.skipped = True
+        return result
+    staging = Staging(root, str(source), family.recipe().parse_config(config, str(where)), options, echo)
+    pairing = pair(family, target, staging)
+    staging.choice = plan(family, target, source, options, echo)
+    if staging.choice is None:
+        result.skipped = True
+        return result
+    staging.root = fetch(family, source, root, options, echo)
+    staging.provenance = provenance(options, source, pairing.identity)
+    result.written = commit(family, target, staging, start)
+    return result
 
 
 def refuse_local_source(source: Path, target_dir: Path) -> None:
@@ -94,53 +103,23 @@ def refuse_local_source(source: Path, target_dir: Path) -> None:
                                                "checkpoint the target was exported from" if itself else problem))
 
 
-def patch_as(family: Family, target_dir: Path, source, options: Options, echo: Echo) -> PatchResult:
-    """The flow for one family (the checkpoint's, or for a repo id the directory's until its config says)."""
-    start = time.perf_counter()
-    target = inspect(family, target_dir, source)
-    for line in getattr(target, "warnings", ()):  # here, not in inspect: verify re-inspects the target
-        echo(line)
-    refuse_unreadable_configs(family, target.path)
-    result = PatchResult(target.path, run_hint=family.run_hint(target.path))
-    if is_done(family, target.path, options, echo):
-        result.skipped = True
-        return result
-    root = resolve_source(source, echo, options.hub)  # a repo id: config.json and the index only
-    where = config_of(root)
-    config = read_json(where)
-    found = registry.for_config(config, str(where))
-    if found is not family:  # a repo id's family, known from the config.json just fetched
-        return patch_as(found, target_dir, source, options, echo)
-    cfg = family.builder().parse_config(config, str(where))
-    pairing = pair(family, target, cfg, root, str(source), options, echo)
-    choice = plan(family, target, source, options, echo)
-    if choice is None:
-        result.skipped = True
-        return result
-    root = fetch(family, source, root, options, echo)
-    staging = Staging(None, root, str(source), cfg, choice, options, echo,
-                      provenance(options, source, pairing.identity))
-    result.written = commit(family, target, staging, start)
-    return result
-
-
 def commit(family: Family, target, staging: Staging, start: float) -> list[str]:
     """Build, finish and stage the draft with everything else the family writes, commit it at once, then confirm
     it; returns the names written. An uncompressed draft's checkpoint stays open until its matrices are staged
     (build.Stream), closed whatever happens. Ctrl-C once the commit is done (held through it, or during the
     confirming verify) is an Interrupted saying the patch is complete: the directory is patched, only its check did
     not run."""
-    staging.model = build(family, staging.root, staging.choice, staging.options, staging.echo)
+    staging.model = build(family, staging)
     stream = stream_of(staging.model)  # the family takes the model; this keeps its checkpoint's handle
-    tx = DirectoryTransaction(target.path, wait=staging.options.wait, echo=staging.echo,
-                              writable=registry.writable(), recorded=True)
+    tx = DirectoryTransaction(target.path, writable=registry.writable(), wait=staging.options.wait,
+                              echo=staging.echo, recorded=True)
     try:
         staging.model = family.finish(staging.model, staging)
         with tx:
             family.stage(tx, target, staging)
             tx.commit()
         staging.echo(f"{target.path}: wrote {', '.join(tx.names)} in {elapsed(start)}")
-        confirm(target.path)
+        confirm(family, target.path)
     except KeyboardInterrupt:
         if not tx.committed:
             raise  # nothing moved in: the plain interruption it is
@@ -153,10 +132,10 @@ def commit(family: Family, target, staging: Staging, start: float) -> list[str]:
     return list(tx.names)
 
 
-def confirm(target: Path) -> None:
+def confirm(family: Family, target: Path) -> None:
     """The committed directory must pass its family's verify: patch never reports success on one verify rejects
     (something the staged checks could not see, e.g. a file beside the ones written)."""
-    failed = [c for c in verify_directory(target) if not c.ok]
+    failed = [c for c in verify_directory(target, family=family) if not c.ok]
     if failed:
         raise IRSurgeonError(f"{target}: the files were written, but verify rejects the directory: {failed[0].name}: "
                              f"{failed[0].detail}")
@@ -171,15 +150,18 @@ def refuse_unreadable_configs(family: Family, target: Path) -> None:
         raise ConfigError(failed[0].detail)
 
 
-def inspect(family: Family, target_dir: Path, source):
+def inspect(family: Family, target_dir: Path, source) -> Target:
     """family.inspect; when the checkpoint chose a family the directory is not of, the refusal names both."""
     try:
-        return family.inspect(target_dir)
+        target = family.inspect(target_dir)
     except IRSurgeonError as e:
         if registry.for_directory(target_dir) is family:
             raise
-        raise type(e)(f"{target_dir} is not a target for {source}, a {family.builder_types()[0]} checkpoint: "
+        raise type(e)(f"{target_dir} is not a target for {source}, a {family.model_types[0]} checkpoint: "
                       f"{e}") from None
+    if not isinstance(target, Target):
+        raise TypeError(f"{family!r}.inspect returned {type(target).__name__}, not a draft.protocol.Target")
+    return target
 
 
 def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:
@@ -191,7 +173,7 @@ def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:
     draft = target / family.layout.draft_xml
     if options.force or not draft.is_file():
         return False
-    checks = verify_directory(target)
+    checks = verify_directory(target, family=family)
     if not all(c.ok for c in checks):
         failed = next(c for c in checks if not c.ok)
         echo(f"{target}: has {family.layout.draft_xml} but does not pass verify ({failed.name}); rebuilding it")
@@ -201,7 +183,7 @@ def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:
         echo(f"{target}: its draft is {present or 'of unknown format'}; --weight-format {asked}: rebuilding it")
         return False
     done = "; ".join(f"{c.name}: {c.detail}" for c in checks)
-    echo(f"{target}: already MTP-ready ({family.describe}: {done}); nothing to do (--force rebuilds)")
+    echo(f"{target}: already has its draft ({family.describe}: {done}); nothing to do (--force rebuilds)")
     return True
 
 
@@ -214,14 +196,11 @@ def draft_format(xml: Path) -> str | None:
     return "f16" if found == "bf16" else found
 
 
-head_format = draft_format  # the name the Qwen head's callers know
-
-
-def pair(family: Family, target, cfg, root: Path, source: str, options: Options, echo: Echo):
+def pair(family: Family, target: Target, staging: Staging) -> Pairing:
     """The family's pair check; what it cannot prove offline is said once."""
-    pairing = family.pair(target, cfg, root, source, options, echo)
+    pairing = family.pair(target, staging)
     if pairing.unproven:
-        echo(f"note: {pairing.unproven}")
+        staging.echo(f"note: {pairing.unproven}")
     return pairing
 
 
@@ -247,16 +226,16 @@ def fetch(family: Family, source, root: Path, options: Options, echo: Echo) -> P
     return fetch_weights(source, root, options.hub, family.hub_prefix, echo)
 
 
-def build(family: Family, root: Path, choice, options: Options, echo: Echo):
+def build(family: Family, staging: Staging):
     """The draft as an ov.Model, through the house's loader and build (strict tensor accounting for every family).
 
     Uncompressed (f32 or f16), a draft's matrices are left to stage_ir, which reads them from the checkpoint as it
     writes them (build.Stream): the checkpoint stays open until then, and the model holds no matrix."""
-    builder = family.builder()
-    cfg, weights, ckpt = load_with(builder, root, allow_nonfinite=options.allow_nonfinite, warn=echo)
+    recipe, options = family.recipe(), staging.options
+    cfg, weights, ckpt = load_with(recipe, staging.root, allow_nonfinite=options.allow_nonfinite, warn=staging.echo)
     try:
-        model = build_model(cfg, weights, build_format(choice), echo, family=builder,
-                            stream=None if choice.params else ckpt.close)
+        model = build_model(cfg, weights, build_format(staging.choice), staging.echo, recipe=recipe,
+                            stream=None if staging.choice.params else ckpt.close)
     except BaseException:
         ckpt.close()
         raise

@@ -7,7 +7,7 @@ the family's draft IR by its path relative to the directory, ENTRY_KEYS: file, o
 ops, inputs/outputs [{name, names, dtype, shape}], states [{id, dtype, shape}] (shape: a list of ints, null for a
 dynamic dimension, or null for a dynamic rank; the ports exactly as show_ir gives them), weights {precision, compressed, bits, count, modes, group_sizes},
 runtime_options, annotation ({layers: [{layer, producer, output_index, dtype, shape, problem}]} or null); on an IR
-that cannot be read only file, ok=false, error and summary are set), mtp {ready, reasons, checks} (openvino-genai
+that cannot be read only file, ok=false, error and summary are set), draft {ready, reasons, checks} (openvino-genai
 readiness: the family's verify checks), footprint (footprint.FOOTPRINT_KEYS: weights per part, target and draft KV
 cache per token and at `context` tokens, a runtime-overhead estimate), computed from the IR descriptions above.
 Nothing is written and nothing from the files is executed; every `.xml` is byte-checked before OpenVINO reads it.
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from irsurgeon.core.config import read_json, text_section
 from irsurgeon.core.errors import IRError, IRSurgeonError
+from irsurgeon.draft.protocol import Family
 from irsurgeon.families import registry
 from irsurgeon.ir.footprint import footprint
 from irsurgeon.ir import files
@@ -25,7 +26,7 @@ from irsurgeon.ir.describe import IR_KEYS, show_ir, weights  # noqa: F401  (`sho
 from irsurgeon.ir.export import CONFIG, ExportDir
 from irsurgeon.flows.verify import verify_directory
 
-DIR_KEYS = ("kind", "path", "layout", "family", "config", "irs", "mtp", "footprint")
+DIR_KEYS = ("kind", "path", "layout", "family", "config", "irs", "draft", "footprint")
 ENTRY_KEYS = ("file", "ok", "error", "summary", "ops", "inputs", "outputs", "states", "weights", "runtime_options",
               "annotation")
 DEFAULT_CONTEXT = 4096
@@ -59,9 +60,9 @@ def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
         "family": family.key,
         "config": config_facts(directory),
         "irs": irs,
-        "mtp": mtp_verdict(directory, {r["file"]: r for r in irs}, family),
+        "draft": draft_verdict(directory, {r["file"]: r for r in irs}, family),
         "footprint": footprint({k: v for k, v in described.items() if isinstance(v, dict)}, context,
-                               target=family.layout.target_in(directory), draft=family.layout.draft_xml),
+                               family.layout.draft_xml, target=family.layout.target_in(directory)),
     }
 
 
@@ -83,14 +84,14 @@ def config_facts(directory: Path) -> dict | None:
     return facts
 
 
-def mtp_verdict(directory: Path, irs: dict[str, dict], family) -> dict:
+def draft_verdict(directory: Path, irs: dict[str, dict], family: Family) -> dict:
     """Whether openvino-genai can run speculative decoding from this directory with its family's draft, and why
     not (an unreadable target or draft IR is named; else the family's verify checks)."""
     needed = (family.layout.target_in(directory), family.layout.draft_xml)
     unreadable = [f"{name}: {irs[name]['summary']}" for name in needed if name in irs and not irs[name]["ok"]]
     if unreadable:
         return {"ready": False, "reasons": unreadable, "checks": []}
-    checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in verify_directory(directory)]
+    checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in verify_directory(directory, family=family)]
     reasons = [f"{c['name']}: {c['detail']}" for c in checks if not c["ok"]]
     return {"ready": not reasons and bool(checks), "reasons": reasons, "checks": checks}
 

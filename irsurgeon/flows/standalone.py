@@ -13,12 +13,13 @@ from typing import Callable
 
 import irsurgeon
 from irsurgeon.core import rtinfo
-from irsurgeon.draft.build import build_model, float_format, load_with, save_mtp_model
+from irsurgeon.draft import build
+from irsurgeon.draft.build import build_model, float_format, load_with
 from irsurgeon.quant.compress import check_kv_cache_precision
 from irsurgeon.core.config import read_json
 from irsurgeon.core.errors import ConfigError
 from irsurgeon.families import registry
-from irsurgeon.draft.protocol import Family, Staging
+from irsurgeon.draft.protocol import Family, Options, Staging
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.weights.checkpoint import config_of
 from irsurgeon.quant.precision import Choice, build_format
@@ -43,17 +44,10 @@ def family_of(checkpoint: str | Path, config: str | Path | None = None, only: Fa
 def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_nonfinite: bool = False,
              warn=print, family=None):
     """Open a checkpoint, read its config as its family does, and check its tensors against the family's table
-    (only the shards holding them are opened; no tensor is decoded yet). family: a Builder or Family, the only one
-    accepted here. Returns (config, weights, open checkpoint)."""
-    only = _family_arg(family)
-    found = family_of(checkpoint, config, only)
-    return load_with(found.builder(), checkpoint, config, allow_nonfinite, warn)
-
-
-def _family_arg(family) -> Family | None:
-    if family is None or isinstance(family, Family):
-        return family
-    return next(f for f in registry.FAMILIES if f.builder() is family)  # a Builder
+    (only the shards holding them are opened; no tensor is decoded yet). family: the only Family accepted here.
+    Returns (config, weights, open checkpoint)."""
+    found = family_of(checkpoint, config, family)
+    return load_with(found.recipe(), checkpoint, config, allow_nonfinite, warn)
 
 
 def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
@@ -65,13 +59,12 @@ def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
     the CPU plugin fuses). family: the only family accepted (default: any registered one, by the config's
     model_type)."""
     fmt = float_format(weight_format)
-    only = _family_arg(family)
     root = resolve_source(checkpoint, warn, hub)  # a repo id: config.json and the index first
-    found = family_of(root, config, only)
+    found = family_of(root, config, family)
     root = fetch_weights(checkpoint, root, hub, found.hub_prefix, warn)  # a repo id's tensors, by byte range
-    cfg, weights, ckpt = load_with(found.builder(), root, config, allow_nonfinite, warn)
+    cfg, weights, ckpt = load_with(found.recipe(), root, config, allow_nonfinite, warn)
     try:
-        model = build_model(cfg, weights, fmt, warn, moe_form, family=found.builder())
+        model = build_model(cfg, weights, fmt, warn, moe_form, recipe=found.recipe())
     finally:
         ckpt.close()
     rtinfo.set_provenance(model, version=irsurgeon.__version__, source=str(checkpoint), weight_format=fmt.value,
@@ -85,21 +78,24 @@ def build_head(checkpoint: str | Path, out_dir: str | Path, choice: Choice, *, c
     """Build, finish and save the draft of `checkpoint` into out_dir; returns the written `.xml`.
 
     Only a standalone family's (the default family's MTP head) is accepted; replace=False refuses an out_dir that
-    already holds a head (irsurgeon.draft.build.save_mtp_model).
+    already holds a head (irsurgeon.draft.build.save_draft).
     """
     check_kv_cache_precision(kv_cache_precision)
-    standalone = next(f for f in registry.FAMILIES if f.standalone)
+    standalone = standalone_family()
     model = build_mtp_model(checkpoint, config, build_format(choice), allow_nonfinite=allow_nonfinite, warn=echo,
                             hub=hub, family=standalone)
-    options = _Options(kv_cache_precision)
-    model = standalone.finish(model, Staging(model, Path(str(checkpoint)), str(checkpoint), None, choice, options,
-                                             echo))
-    return save_mtp_model(model, out_dir, wait=wait, echo=echo, replace=replace)
+    staging = Staging(Path(str(checkpoint)), str(checkpoint), None, Options(kv_cache_precision=kv_cache_precision),
+                      echo, choice)
+    return save_draft(standalone.finish(model, staging), out_dir, wait=wait, echo=echo, replace=replace)
 
 
-class _Options:
-    """What a family's finish reads of patch's options, for a build without a target."""
+def standalone_family() -> Family:
+    """The family whose draft `build-mtp` writes alone (Family.standalone; test_families: exactly one)."""
+    return next(f for f in registry.FAMILIES if f.standalone)
 
-    def __init__(self, kv_cache_precision: str):
-        self.kv_cache_precision = kv_cache_precision
-        self.force = False
+
+def save_draft(model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:
+    """Write a standalone family's draft into out_dir as that family names it (draft.build.save_draft), recovering
+    first what a killed run of any family left there."""
+    return build.save_draft(model, out_dir, standalone_family().layout.draft_xml, writable=registry.writable(),
+                            wait=wait, echo=echo, replace=replace)

@@ -26,11 +26,13 @@ from irsurgeon.commit.journal import leftover_state
 from irsurgeon.quant.formats import openvino_config_format
 
 
-def verify_directory(target: str | Path, checkpoint: str | Path | None = None, hub=None, echo=print) -> list[Check]:
-    """The checks of the directory's family; with `checkpoint` (a path or repo id; `hub`: weights.hub.HubOptions)
-    also whether that checkpoint belongs to the directory, as the family can tell."""
+def verify_directory(target: str | Path, checkpoint: str | Path | None = None, hub=None, echo=print,
+                     family: Family | None = None) -> list[Check]:
+    """The checks of the directory's family (`family`: the one the caller already resolved); with `checkpoint` (a
+    path or repo id; `hub`: weights.hub.HubOptions) also whether that checkpoint belongs to the directory, as the
+    family can tell."""
     target = Path(target)
-    family = registry.for_directory(target)
+    family = family or registry.for_directory(target)
     checks = family.verify(target, checkpoint, hub, echo)
     leftovers = leftover_state(target, registry.writable()) if target.is_dir() else None
     if leftovers is not None:  # after the layout line, as every family's first check is its target's layout

@@ -1,12 +1,12 @@
-"""An exported model directory, described once: its file names, and its layout (the family-aware view patch takes
-of a target: irsurgeon.target).
+"""An exported model directory, described once: its file names, and its layout (each family's view of a target is
+its own: Family.inspect).
 
 Layouts (optimum-intel exports):
     decomposed VLM   openvino_language_model.xml/.bin + openvino_text_embeddings_model.xml/.bin (+ vision,
-                     tokenizers, preprocessor_config.json): what openvino-genai's MTP pipeline loads
+                     tokenizers, preprocessor_config.json): what openvino-genai's VLMPipeline loads
     text-only        openvino_model.xml/.bin
-Either has config.json; an optimum-intel export may have openvino_config.json (its quantization record). The MTP
-head is openvino_mtp_model.xml/.bin (its I/O: irsurgeon.contract). The language model's `logits` output must be
+Either has config.json; an optimum-intel export may have openvino_config.json (its quantization record). A draft's
+files are its family's (draft.protocol.Layout). The language model's `logits` output must be
 made by the lm_head MatMul (ir.graph.logits_matmul). The directory lock and the staging folder belong to the write
 side (irsurgeon.commit.transaction, irsurgeon.commit.journal): nothing here writes.
 
@@ -29,15 +29,12 @@ VISION_MERGER = "openvino_vision_embeddings_merger_model.xml"
 VISION_MODELS = (VISION_EMBEDDINGS, VISION_POS, VISION_MERGER)
 TOKENIZER = "openvino_tokenizer.xml"
 DETOKENIZER = "openvino_detokenizer.xml"
-MTP_XML = "openvino_mtp_model.xml"
-MTP_BIN = "openvino_mtp_model.bin"
 CONFIG = "config.json"
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
 GENERATION_CONFIG = "generation_config.json"
 OPENVINO_CONFIG = "openvino_config.json"
 LANGUAGE_MODELS = (LANGUAGE_MODEL, TEXT_ONLY_MODEL)  # in the order a directory's language model is looked up
-TARGET_MODELS = (LANGUAGE_MODEL, TEXT_EMBEDDINGS, TEXT_ONLY_MODEL)  # the target's own weights (not the head's)
-HEAD_FILES = (MTP_XML, MTP_BIN)
+TARGET_MODELS = (LANGUAGE_MODEL, TEXT_EMBEDDINGS, TEXT_ONLY_MODEL)  # the target's own weights (not the draft's)
 
 
 def bin_of(xml_name: str) -> str:
@@ -51,7 +48,7 @@ EMBEDS_INPUT = "inputs_embeds"
 
 
 class Layout(str, Enum):
-    VLM = "vlm"                         # decomposed: what genai MTP needs
+    VLM = "vlm"                         # decomposed: what genai's VLMPipeline loads
     VLM_INCOMPLETE = "vlm-incomplete"   # a language model without its text embeddings model
     TEXT_ONLY = "text-only"
     NONE = "none"
@@ -68,14 +65,8 @@ class ExportDir:
     language_model = property(lambda self: self.path / LANGUAGE_MODEL)
     text_embeddings = property(lambda self: self.path / TEXT_EMBEDDINGS)
     text_only_model = property(lambda self: self.path / TEXT_ONLY_MODEL)
-    mtp_xml = property(lambda self: self.path / MTP_XML)
-    mtp_bin = property(lambda self: self.path / MTP_BIN)
     config = property(lambda self: self.path / CONFIG)
     openvino_config = property(lambda self: self.path / OPENVINO_CONFIG)
-
-    @property
-    def has_mtp(self) -> bool:
-        return self.mtp_xml.is_file() and self.mtp_bin.is_file()
 
     def layout(self) -> Layout:
         if self.language_model.is_file():
@@ -89,7 +80,7 @@ class ExportDir:
                 return self.path / name
         raise IRError(f"{self.path}: no language model found (expected {' or '.join(LANGUAGE_MODELS)})")
 
-    def missing_for_mtp(self) -> list[str]:
+    def missing_for_vlm(self) -> list[str]:
         """The files of the decomposed VLM layout this directory lacks."""
         return [f for f in VLM_FILES if not (self.path / f).is_file()]
 

@@ -22,30 +22,29 @@ from __future__ import annotations
 import math
 
 from irsurgeon.core.errors import IRError
-from irsurgeon.ir.export import LANGUAGE_MODELS, MTP_XML, TARGET_MODELS, VISION_MODELS
+from irsurgeon.ir.export import LANGUAGE_MODELS, TARGET_MODELS, VISION_MODELS
 from irsurgeon.core.rtinfo import KV_CACHE_PRECISION
 
 CPU_DEFAULT_KV = "u8"
-# the draft's IR: Qwen3.5's MTP head, or Gemma 4's assistant (families.gemma4.layout; its KV is the target's)
-MTP_FILES = (MTP_XML, "mtp_assistant/openvino_model.xml")
 RUNTIME_BASELINE = 160 * 2**20  # measured: 138-165 MiB VmHWM, plain and MTP VLMPipeline on fixtures/qwen3_5
 BLOCK_TOKENS = 32
 BITS = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "f8e4m3": 8, "f8e5m2": 8, "u8": 8, "i8": 8, "u4": 4, "i4": 4}
 GROUP_EXTRA = {"u8": 8, "u4": 8, "i4": 4}  # bytes per (head, token): f32 scale (+ f32 zero point)
 OV_TYPE_NAMES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "uint8_t": "u8", "int8_t": "i8",
                  "u4": "u4", "i4": "i4"}
-PARTS = ("target", "mtp", "vision", "other")
+PARTS = ("target", "draft", "vision", "other")
 FOOTPRINT_KEYS = ("context", "weights", "kv", "runtime_overhead", "total_at_context")
 KV_KEYS = ("file", "precision", "precision_source", "estimate", "layers", "growing_states", "bytes_per_token",
            "bytes_at_context", "constant_states", "constant_bytes", "problems")
 
 
-def part_of(file: str, draft: str = MTP_XML) -> str:
-    """Which footprint line an IR belongs to: target, mtp (the draft IR `draft`), vision or other (tokenizers)."""
+def part_of(file: str, draft: str) -> str:
+    """Which footprint line an IR belongs to: target, draft (the draft IR `draft`, as its family names it), vision
+    or other (tokenizers)."""
     if file in TARGET_MODELS:
         return "target"
     if file == draft:
-        return "mtp"
+        return "draft"
     return "vision" if file in VISION_MODELS else "other"
 
 
@@ -99,7 +98,7 @@ def kv_cache(file: str, info: dict, context: int, device_default: str | None = N
             "problems": problems}
 
 
-def weights(infos: dict[str, dict], draft: str = MTP_XML) -> dict[str, dict]:
+def weights(infos: dict[str, dict], draft: str) -> dict[str, dict]:
     """Per part: its IR files, Constant bytes per element type, and their total."""
     out = {p: {"files": [], "bytes": 0, "by_type": {}} for p in PARTS}
     for file, info in sorted(infos.items()):
@@ -113,15 +112,16 @@ def weights(infos: dict[str, dict], draft: str = MTP_XML) -> dict[str, dict]:
     return out
 
 
-def footprint(infos: dict[str, dict], context: int, device_default: str | None = None, target: str | None = None,
-              draft: str = MTP_XML) -> dict:
+def footprint(infos: dict[str, dict], context: int, draft: str, device_default: str | None = None,
+              target: str | None = None) -> dict:
     """The whole footprint of a directory from its readable IRs' `show_ir` descriptions (file name -> info); `target`
-    and `draft` name the IRs whose KV counts (default: the first language model found, the MTP head)."""
+    and `draft` name the IRs whose KV counts (target default: the first language model found; draft: the family's
+    draft IR, Layout.draft_xml)."""
     w = weights(infos, draft)
     lm = target if target in infos else next((f for f in LANGUAGE_MODELS if f in infos), None)
-    mtp = draft if draft in infos else None
+    found = draft if draft in infos else None
     kv = {"target": kv_cache(lm, infos[lm], context, device_default) if lm else None,
-          "mtp": kv_cache(mtp, infos[mtp], context, device_default) if mtp else None}
+          "draft": kv_cache(found, infos[found], context, device_default) if found else None}
     total = sum(p["bytes"] for p in w.values())
     total += sum(k["bytes_at_context"] + k["constant_bytes"] for k in kv.values() if k)
     return {"context": context, "weights": w, "kv": kv, "runtime_overhead": overhead(), "total_at_context": total}
@@ -130,7 +130,7 @@ def footprint(infos: dict[str, dict], context: int, device_default: str | None =
 def overhead() -> dict:
     """The runtime-overhead line: a fixed estimate (deterministic, so `show` describes files, not this process)."""
     return {"bytes": RUNTIME_BASELINE, "measured": False,
-            "basis": "estimate: peak RSS of a Python process running the openvino-genai MTP pipeline on the 1 MB demo "
+            "basis": "estimate: peak RSS of a Python process running the openvino-genai speculative pipeline on the 1 MB Qwen3.5 "
                      "fixture (interpreter, OpenVINO and genai libraries, compiled graphs; x86 CPU, openvino 2026.4); "
                      "activations of long prompts and weight repacking are not included: "
                      "`irsurgeon verify DIR --genai` measures the peak process memory on this machine"}

@@ -24,24 +24,24 @@ from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.spec import read_names
 
 
-def start(builder, checkpoint: Path) -> threading.Thread | None:
+def start(recipe, checkpoint: Path) -> threading.Thread | None:
     """The hint for a local checkpoint directory or file, on a daemon thread (it never holds the process up)."""
     if not hasattr(os, "posix_fadvise"):
         return None
-    thread = threading.Thread(target=advise, args=(builder, checkpoint), name="irsurgeon-prefetch", daemon=True)
+    thread = threading.Thread(target=advise, args=(recipe, checkpoint), name="irsurgeon-prefetch", daemon=True)
     thread.start()
     return thread
 
 
-def advise(builder, checkpoint: Path) -> None:
-    """Open the checkpoint, name the tensors `builder` reads for its config, and ask for their bytes."""
+def advise(recipe, checkpoint: Path) -> None:
+    """Open the checkpoint, name the tensors `recipe` reads for its config, and ask for their bytes."""
     try:
         ckpt = Checkpoint.open(checkpoint)
     except IRSurgeonError:
         return  # the flow opens it again and reports it
     try:
-        cfg = builder.parse_config(read_json(ckpt.config_path), str(ckpt.config_path))
-        ckpt.advise(read_names(ckpt, builder.tensors(cfg)))
+        cfg = recipe.parse_config(read_json(ckpt.config_path), str(ckpt.config_path))
+        ckpt.advise(read_names(ckpt, recipe.tensors(cfg)))
     except (IRSurgeonError, OSError):
         return  # a hint only: the flow reads the same files and reports what it finds
     finally:

@@ -19,7 +19,7 @@ layer causal unless config.json sets `is_causal: false` (then its window is two-
 window (scripts/make_dflash_reference.py measured it). model.py builds dflash 0.1.0's masks.
 
     layout.py  names: what is claimed and recognised, the files written (no openvino)
-    model.py   config as transformers 5.2.0 / dflash 0.1.0 read it, tensor table, the stateful draft graph (BUILDER)
+    model.py   config as transformers 5.2.0 / dflash 0.1.0 read it, tensor table, the stateful draft graph (RECIPE)
     rope.py    the RoPE variants its configs name (default, linear, yarn)
     target.py  the target as patch and verify see it, and the pair check
     patch.py   finish (compress, rt_info, runtime options, provenance) and what is staged, checked where staged
@@ -42,18 +42,19 @@ UNPROVEN = ("a DFlash draft shares no tensor with its target (no embedding, no l
 
 class DFlash(Family):
     key = "dflash"
+    title = "DFlash draft"
+    model_types = (names.TARGET_TYPE,)  # z-lab's drafts are model_type qwen3, claimed by their architectures
     describe = "DFlash block-diffusion draft (z-lab DFlashDraftModel checkpoint)"
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.DRAFT_DIR}/{names.MODEL_XML}",
                     target_xml=names.MODEL_XML, target_alternatives=(names.LANGUAGE_XML,))
     hub_prefix = ""  # every tensor of the (small) checkpoint: the table's prefix is ""
-    synth_kinds = ("dflash", "dflash-cycle", "dflash-qwen35")
+    synth_kinds = {"dflash": "a Qwen3 target and a random DFlash draft",
+                   "dflash-cycle": "a Qwen3 pair whose drafts are accepted",
+                   "dflash-qwen35": "a hybrid Qwen3.5 target and a random DFlash draft"}
 
-    def builder(self):
-        from irsurgeon.families.dflash.model import BUILDER
-        return BUILDER
-
-    def builder_types(self) -> tuple[str, ...]:
-        return (names.TARGET_TYPE,)
+    def recipe(self):
+        from irsurgeon.families.dflash.model import RECIPE
+        return RECIPE
 
     def claims(self, config: dict) -> bool:
         return names.claims(config)
@@ -67,9 +68,9 @@ class DFlash(Family):
         from irsurgeon.families.dflash.target import inspect_target
         return inspect_target(directory)
 
-    def pair(self, target, cfg, root: Path, source: str, options, echo) -> Pairing:
+    def pair(self, target, staging: Staging) -> Pairing:
         from irsurgeon.families.dflash.target import check_pair
-        check_pair(target, cfg)
+        check_pair(target, staging.cfg)
         return Pairing(unproven=UNPROVEN.format(target=target.path))
 
     def plan_steps(self, target, choice) -> list[str]:

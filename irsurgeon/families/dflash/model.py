@@ -33,7 +33,7 @@ import openvino.opset13 as ops
 
 from irsurgeon.core.config import MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, Key, Range, ints, lookup, read_keys
 from irsurgeon.core.errors import ConfigError
-from irsurgeon.draft.recipe import Builder, Weights
+from irsurgeon.draft.recipe import Recipe, Weights
 from irsurgeon.families.dflash import rope as rope_tables
 from irsurgeon.ops import apply_rope, expand_kv, kv_cache, linear, rms_norm, sdpa, swiglu
 from irsurgeon.ops.attention import heads, to_bnsd
@@ -93,8 +93,8 @@ class DFlashConfig:
         return self.num_heads // self.num_kv_heads
 
     @property
-    def builder(self) -> Builder:
-        return BUILDER
+    def recipe(self) -> Recipe:
+        return RECIPE
 
 
 # transformers 5.2.0 models/qwen3/configuration_qwen3.py Qwen3Config.__init__ defaults (dflash 0.1.0 builds its draft
@@ -412,5 +412,5 @@ def graph(x: Inputs, w: Weights, cfg: DFlashConfig) -> tuple[dict[str, ov.Output
     return {OUTPUT: out}, sinks
 
 
-BUILDER = Builder("dflash_draft", (MODEL_TYPE,), parse_config, tensors, parameters, graph,
-                  rt_info={DFLASH_MODE: "True"}, describe="DFlash draft (z-lab DFlashDraftModel, Qwen3 layers)")
+RECIPE = Recipe("dflash_draft", parse_config, tensors, parameters, graph,
+                  rt_info={DFLASH_MODE: "True"})

@@ -16,13 +16,14 @@ from pathlib import Path
 
 from irsurgeon.core.config import read_json, text_section
 from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError
+from irsurgeon.draft.protocol import Target
 from irsurgeon.families.dflash.layout import CONFIG, target_xml_name
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.hidden_states import lm_head_input
 
 
 @dataclass(frozen=True)
-class DFlashTarget:
+class DFlashTarget(Target):
     path: Path
     xml_name: str
     model_type: str

@@ -35,18 +35,17 @@ UNPROVEN = ("a Gemma 4 assistant shares no tensor with its target: only its geom
 
 class Gemma4MTP(Family):
     key = "gemma4"
+    title = "Gemma 4 MTP assistant"
+    model_types = (names.MODEL_TYPE,)
     describe = "Gemma 4 MTP assistant (gemma4_assistant checkpoint)"
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.ASSISTANT_DIR}/{names.MODEL_XML}",
                     target_xml=names.MODEL_XML)
     hub_prefix = ""  # every tensor of the (small) checkpoint: the table's prefix is ""
-    synth_kinds = ("gemma4",)
+    synth_kinds = {"gemma4": "a text-only Gemma 4 target and an MTP assistant whose drafts are accepted"}
 
-    def builder(self):
-        from irsurgeon.families.gemma4_mtp.model import BUILDER
-        return BUILDER
-
-    def builder_types(self) -> tuple[str, ...]:
-        return (names.MODEL_TYPE,)
+    def recipe(self):
+        from irsurgeon.families.gemma4_mtp.model import RECIPE
+        return RECIPE
 
     def recognise(self, directory: Path) -> Match:
         if names.target_type(directory) is None:
@@ -57,9 +56,9 @@ class Gemma4MTP(Family):
         from irsurgeon.families.gemma4_mtp.patch import inspect_for_patch
         return inspect_for_patch(directory)
 
-    def pair(self, target, cfg, root: Path, source: str, options, echo) -> Pairing:
+    def pair(self, target, staging: Staging) -> Pairing:
         from irsurgeon.families.gemma4_mtp.pairing import check_pair
-        check_pair(target.info, cfg)
+        check_pair(target.info, staging.cfg)
         return Pairing(unproven=UNPROVEN.format(target=target.path))
 
     def plan_steps(self, target, choice) -> list[str]:

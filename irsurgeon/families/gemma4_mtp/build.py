@@ -12,7 +12,7 @@ import numpy as np
 import openvino as ov
 
 from irsurgeon.draft.build import build_model, load_tensors, open_checkpoint
-from irsurgeon.families.gemma4_mtp.model import BUILDER, OUTPUTS, AssistantConfig, load_assistant_config, scale_check
+from irsurgeon.families.gemma4_mtp.model import RECIPE, OUTPUTS, AssistantConfig, load_assistant_config, scale_check
 from irsurgeon.ops.core import WeightFormat
 
 __all__ = ["OUTPUTS", "build_assistant"]
@@ -50,9 +50,9 @@ def build_assistant(checkpoint: str | Path, weight_format: str | WeightFormat = 
     try:
         cfg = config or load_assistant_config(ckpt.config_path)
         scale_check(cfg)
-        weights = load_tensors(ckpt, BUILDER, cfg, checkpoint, allow_nonfinite, warn)
+        weights = load_tensors(ckpt, RECIPE, cfg, checkpoint, allow_nonfinite, warn)
         model = build_model(cfg, Adjusted(weights, adjust) if adjust else weights, weight_format, warn,
-                            family=BUILDER)
+                            recipe=RECIPE)
     finally:
         ckpt.close()
     return model, cfg

@@ -34,7 +34,7 @@ import openvino.opset13 as ops
 
 from irsurgeon.core.config import flag, read_json
 from irsurgeon.core.errors import CheckpointError, ConfigError
-from irsurgeon.draft.recipe import Builder
+from irsurgeon.draft.recipe import Recipe
 from irsurgeon.ops import apply_rope, expand_kv, linear, rms_norm
 from irsurgeon.ops.core import const, named
 from irsurgeon.families.gemma4_mtp.layout import MODEL_TYPE
@@ -95,8 +95,8 @@ class AssistantConfig:
     warnings: tuple[str, ...] = ()
 
     @property
-    def builder(self) -> Builder:
-        return BUILDER
+    def recipe(self) -> Recipe:
+        return RECIPE
 
     @property
     def head(self) -> str:
@@ -423,5 +423,4 @@ def graph(x: Inputs, w, cfg: AssistantConfig) -> tuple[dict[str, ov.Output], lis
     return dict(zip(OUTPUTS, assistant(x, w, cfg, ordering_of(w, cfg)))), []
 
 
-BUILDER = Builder(MODEL_TYPE, (MODEL_TYPE,), parse_config, tensors, parameters, graph,
-                describe="Gemma 4 MTP assistant (gemma4_assistant checkpoint)")
+RECIPE = Recipe(MODEL_TYPE, parse_config, tensors, parameters, graph)

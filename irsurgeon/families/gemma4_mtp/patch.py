@@ -27,6 +27,7 @@ import openvino as ov
 import irsurgeon
 from irsurgeon.core import limits, rtinfo
 from irsurgeon.draft.build import stage_ir
+from irsurgeon.draft.protocol import Target
 from irsurgeon.quant.compress import compress_model
 from irsurgeon.core.config import check_generation_config, present
 from irsurgeon.core.errors import ConfigError, IRError
@@ -101,7 +102,7 @@ def float_scope(model: ov.Model) -> tuple[str, ...]:
 
 
 @dataclass
-class PatchTarget:
+class PatchTarget(Target):
     """The target as patch sees it: its description, and the new openvino_model.xml text (None: the five outputs
     are there already)."""
     info: Gemma4Target

@@ -5,7 +5,7 @@ decomposed VLM export, whose language model gets the hidden-state annotation.
     openvino_genai.VLMPipeline(TARGET, "CPU", scheduler_config=..., draft_model=openvino_genai.draft_model(TARGET))
 
     layout.py    names: model types, the files written, recognition (no openvino)
-    model.py     config as transformers reads it, tensor table, the head's graph (BUILDER)
+    model.py     config as transformers reads it, tensor table, the head's graph (RECIPE)
     contract.py  the head's I/O contract as data
     target.py    the target directory as patch and verify see it
     identity.py  16 token-embedding rows against the target's: the checkpoint is the one it was exported from
@@ -22,41 +22,44 @@ from pathlib import Path
 from irsurgeon.core.config import present
 from irsurgeon.draft.protocol import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging
 from irsurgeon.families.qwen35_mtp import layout as names
-from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_XML, OPENVINO_CONFIG
+from irsurgeon.families.qwen35_mtp.layout import MTP_XML
+from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG
 from irsurgeon.synth.kinds import QWEN_KINDS
 
 
 class Qwen35MTP(Family):
     key = "qwen3_5"
+    title = "Qwen3.5 / Qwen3.6 MTP head"
+    model_types = names.MODEL_TYPES
     describe = "Qwen3.5 / Qwen3.6 MTP head (mtp.* tensors)"
     layout = Layout(writes=names.WRITES, draft_xml=MTP_XML, target_xml=LANGUAGE_MODEL)
     hub_prefix = names.PREFIX
     standalone = True
-    synth_kinds = QWEN_KINDS
+    synth_kinds = {QWEN_KINDS[0]: "a Qwen3.5 VLM export in the layout openvino-genai loads, and its checkpoint",
+                   QWEN_KINDS[1]: "the same with a MoE language model",
+                   QWEN_KINDS[2]: "a text-only Llama export (openvino_model.xml) and its checkpoint, no mtp.*"}
 
-    def builder(self):
-        from irsurgeon.families.qwen35_mtp.model import BUILDER
-        return BUILDER
-
-    def builder_types(self) -> tuple[str, ...]:
-        return names.MODEL_TYPES
+    def recipe(self):
+        from irsurgeon.families.qwen35_mtp.model import RECIPE
+        return RECIPE
 
     def recognise(self, directory: Path) -> Match:
         if names.has_head(directory):
             return Match.DRAFT
-        return Match.TARGET if names.model_type(directory) in names.MODEL_TYPES else Match.NONE
+        return Match.TARGET if names.model_type(directory) in self.model_types else Match.NONE
 
     def inspect(self, directory: Path):
         from irsurgeon.families.qwen35_mtp.target import inspect_target
         return inspect_target(directory, plan=True)
 
-    def pair(self, target, cfg, root: Path, source: str, options, echo) -> Pairing:
+    def pair(self, target, staging: Staging) -> Pairing:
         from irsurgeon.families.qwen35_mtp.identity import require_identity
         from irsurgeon.families.qwen35_mtp.patch import check_source_matches
 
-        check_source_matches(target, cfg)  # geometry first: --allow-foreign-checkpoint cannot help a mismatch
-        return Pairing(require_identity(target.path, source, root, options.hub, options.allow_foreign_checkpoint,
-                                        echo))
+        check_source_matches(target, staging.cfg)  # geometry first: --allow-foreign-checkpoint cannot help a mismatch
+        options = staging.options
+        return Pairing(require_identity(target.path, staging.source, staging.root, options.hub,
+                                        options.allow_foreign_checkpoint, staging.echo))
 
     def plan_steps(self, target, choice) -> list[str]:
         steps = [f"build the MTP head as {choice.weight_format}", f"annotate {LANGUAGE_MODEL}"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import openvino as ov
 from openvino._offline_transformations import paged_attention_transformation
 
-from irsurgeon.ir.export import MTP_BIN, MTP_XML  # noqa: F401  (the head's file names, described with the directory)
+from irsurgeon.families.qwen35_mtp.layout import MTP_BIN, MTP_XML  # noqa: F401  (the head's file names, beside its I/O)
 from irsurgeon.ops.kvcache import STATE_TYPE, state_shape  # noqa: F401  (the state form every KV cache is built in)
 
 OUTPUT = "last_hidden_state"

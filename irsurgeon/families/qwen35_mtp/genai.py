@@ -17,7 +17,8 @@ from pathlib import Path
 from irsurgeon.core import limits
 from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.ir.footprint import kv_cache
-from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_XML
+from irsurgeon.families.qwen35_mtp.layout import MTP_XML
+from irsurgeon.ir.export import LANGUAGE_MODEL
 from irsurgeon.quant.precision import detect_target_format
 from irsurgeon.ir.describe import show_ir
 

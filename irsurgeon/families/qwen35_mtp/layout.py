@@ -10,11 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from irsurgeon.core.config import peek_json
-from irsurgeon.ir.export import HEAD_FILES, LANGUAGE_MODEL, MTP_XML, OPENVINO_CONFIG
+from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG, bin_of
 
 DENSE_TYPES = ("qwen3_5", "qwen3_5_text")
 MOE_TYPES = ("qwen3_5_moe", "qwen3_5_moe_text")
 MODEL_TYPES = DENSE_TYPES + MOE_TYPES
+MTP_XML = "openvino_mtp_model.xml"  # the head, where genai's VLMPipeline looks for it
+MTP_BIN = bin_of(MTP_XML)
+HEAD_FILES = (MTP_XML, MTP_BIN)
 PREFIX = "mtp."  # every tensor of the head, in the checkpoint and as graph node names
 WRITES = (*HEAD_FILES, LANGUAGE_MODEL, OPENVINO_CONFIG)
 
@@ -26,3 +29,8 @@ def model_type(directory: Path) -> object:
 
 def has_head(directory: Path) -> bool:
     return (Path(directory) / MTP_XML).is_file()
+
+
+def has_head_files(directory: Path) -> bool:
+    """The head's .xml and its .bin are both there."""
+    return all((Path(directory) / name).is_file() for name in HEAD_FILES)

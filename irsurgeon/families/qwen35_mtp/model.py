@@ -32,7 +32,7 @@ from irsurgeon.core.config import (MAX_EXPERTS, MAX_HEADS, MAX_VOCAB, MAX_WIDTH,
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.contract import KEY_STATE, VALUE_STATE
 from irsurgeon.core.errors import ConfigError
-from irsurgeon.draft.recipe import Builder, Weights
+from irsurgeon.draft.recipe import Recipe, Weights
 from irsurgeon.ops import (apply_rope, attention_mask_bias, expand_kv, kv_cache, linear, rms_norm, rope_cos_sin, sdpa,
                            swiglu)
 from irsurgeon.ops.attention import heads, to_bnsd
@@ -91,8 +91,8 @@ class MTPConfig:
         return self.moe is not None
 
     @property
-    def builder(self) -> Builder:
-        return BUILDER
+    def recipe(self) -> Recipe:
+        return RECIPE
 
 
 # transformers 5.23.0: models/qwen3_5/configuration_qwen3_5.py (Qwen3_5TextConfig) and
@@ -364,5 +364,5 @@ def graph(x: Inputs, w: Weights, cfg: MTPConfig, moe_form: str = DEFAULT_FORM
     return {contract.OUTPUT: out}, sinks
 
 
-BUILDER = Builder("qwen3_5_mtp", DENSE_TYPES + MOE_TYPES, parse_config, tensors, parameters, graph,
-                rt_info={MTP_MODE: "True"}, describe="Qwen3.5 / Qwen3.6 MTP head (mtp.* tensors)")
+RECIPE = Recipe("qwen3_5_mtp", parse_config, tensors, parameters, graph,
+                rt_info={MTP_MODE: "True"})

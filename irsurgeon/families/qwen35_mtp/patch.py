@@ -23,13 +23,13 @@ from irsurgeon.core.errors import IRError, IRSurgeonError
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.model import MTPConfig
 from irsurgeon.families.qwen35_mtp.smoke import smoke_test
-from irsurgeon.families.qwen35_mtp.target import Target
+from irsurgeon.families.qwen35_mtp.target import QwenTarget
 from irsurgeon.families.qwen35_mtp.verify import annotation_check
 from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG
 from irsurgeon.commit.transaction import DirectoryTransaction
 
 
-def check_source_matches(target: Target, source: MTPConfig) -> None:
+def check_source_matches(target: QwenTarget, source: MTPConfig) -> None:
     """The checkpoint must describe the same model as the target, dimension by dimension."""
     pairs = [("hidden_size", target.hidden_size, source.hidden_size),
              ("hidden_size (config)", target.cfg.hidden_size, source.hidden_size),
@@ -56,7 +56,7 @@ def finish_head(model: ov.Model, choice, kv_cache_precision: str, echo, **proven
     return model
 
 
-def stage_head(tx: DirectoryTransaction, target: Target, model: ov.Model, cfg: MTPConfig, choice, force: bool,
+def stage_head(tx: DirectoryTransaction, target: QwenTarget, model: ov.Model, cfg: MTPConfig, choice, force: bool,
                echo) -> None:
     """Save the head into the transaction and check it there while the annotation is staged beside it (its read-back
     by openvino on a thread: irsurgeon.core.concurrency), then openvino_config.json."""
@@ -70,7 +70,7 @@ def stage_head(tx: DirectoryTransaction, target: Target, model: ov.Model, cfg: M
     stage_openvino_config(tx, target, choice.params)
 
 
-def stage_annotation(tx: DirectoryTransaction, target: Target, force: bool, echo) -> None:
+def stage_annotation(tx: DirectoryTransaction, target: QwenTarget, force: bool, echo) -> None:
     """Stage the language model's .xml with the hidden-state annotation, through annotate's one write path."""
     planned = target.annotation_plan(force)
     if planned.status is Status.UNCHANGED:
@@ -92,7 +92,7 @@ def stage_bytes(tx: DirectoryTransaction, name: str, data: bytes) -> Path:
     return tx.write(name, data)
 
 
-def stage_openvino_config(tx: DirectoryTransaction, target: Target, params) -> None:
+def stage_openvino_config(tx: DirectoryTransaction, target: QwenTarget, params) -> None:
     data = updated_openvino_config(target.path, params)
     if data is not None:
         stage_bytes(tx, OPENVINO_CONFIG, data.encode("utf-8"))

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from irsurgeon.core.config import read_json
 from irsurgeon.core.errors import ConfigError, IRError
+from irsurgeon.draft.protocol import Target
+from irsurgeon.families.qwen35_mtp.layout import has_head_files
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.export import EMBEDS_INPUT, ExportDir
 from irsurgeon.families.qwen35_mtp.model import MTPConfig, parse_config
@@ -23,7 +25,7 @@ if TYPE_CHECKING:  # annotate is the write side: verify, which reads targets too
 
 
 @dataclass
-class Target:
+class QwenTarget(Target):
     """A directory patch can make MTP-ready: its files, its config, and the language model's vocab and width."""
     export: ExportDir
     cfg: MTPConfig
@@ -33,7 +35,7 @@ class Target:
     path = property(lambda self: self.export.path)
     warnings = property(lambda self: self.cfg.warnings)  # what its config.json says that transformers reads otherwise
     lm_xml = property(lambda self: self.export.language_model)
-    has_mtp = property(lambda self: self.export.has_mtp)
+    has_mtp = property(lambda self: has_head_files(self.export.path))
     planned: tuple[tuple, AnnotationResult] | None = None  # (file identity, plan) of the annotation, plan=True
 
     def annotation_plan(self, force: bool) -> AnnotationResult:
@@ -47,13 +49,13 @@ class Target:
         return plan_annotation(xml, force, self.cfg.num_hidden_layers, self.hidden_size)
 
 
-def inspect_target(path: str | Path, plan: bool = False) -> Target:
+def inspect_target(path: str | Path, plan: bool = False) -> QwenTarget:
     """Everything patch needs to know about a target directory, or an error saying why it cannot be patched; plan:
     also the hidden-state annotation (Target.annotation_plan)."""
     export = ExportDir(path)
     if not export.path.is_dir():
         raise IRError(f"{export.path}: not a directory")
-    missing = export.missing_for_mtp()
+    missing = export.missing_for_vlm()
     if missing:
         hint = " (a text-only export: re-export it with `optimum-cli export openvino --task image-text-to-text`)" \
             if export.text_only_model.is_file() else ""
@@ -72,7 +74,7 @@ def inspect_target(path: str | Path, plan: bool = False) -> Target:
     embeds = [i for i in lm.inputs if EMBEDS_INPUT in i.get_names()]
     if not embeds or embeds[0].get_partial_shape()[-1].is_dynamic:
         raise IRError(f"{xml}: no '{EMBEDS_INPUT}' input with a static hidden size")
-    target = Target(export, cfg, vocab.get_length() if vocab.is_static else -1,
+    target = QwenTarget(export, cfg, vocab.get_length() if vocab.is_static else -1,
                     embeds[0].get_partial_shape()[-1].get_length())
     if plan:
         target.planned = early_plan(target, lm, data, identity)

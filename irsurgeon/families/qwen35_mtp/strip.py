@@ -9,7 +9,8 @@ import shutil
 from pathlib import Path
 
 from irsurgeon.ir import xmlsafe
-from irsurgeon.ir.export import LANGUAGE_MODEL, MTP_BIN, MTP_XML
+from irsurgeon.families.qwen35_mtp.layout import MTP_BIN, MTP_XML
+from irsurgeon.ir.export import LANGUAGE_MODEL
 from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
 
 
