@@ -99,7 +99,7 @@ def main() -> None:
     MTP assistant) from safetensors without PyTorch, and attach them to exported model directories."""
 
 
-from irsurgeon.cli import annotate, build_mtp, patch, show, synth, verify  # noqa: E402
+from irsurgeon.cli import annotate, build_mtp, patch, show, synth, verify  # noqa: E402  (commands added to main below)
 
 for _module in (build_mtp, patch, verify, annotate, show, synth):
     main.add_command(_module.command)

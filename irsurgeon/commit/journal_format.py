@@ -42,7 +42,7 @@ COMMITTED = "committed"  # the journal renamed once every file has moved in: the
 BACKUP_SUFFIX = ".orig"
 STAGE_DIR = ".irsurgeon-staging"  # inside the target: staged files, backups, made folders and the journal
 SLASH = "%2F"  # a `/` of a name, in the staging folder
-ASSISTANT_DIR = "mtp_assistant"  # a Gemma 4 target's assistant folder (families.gemma4.layout.ASSISTANT_DIR)
+ASSISTANT_DIR = "mtp_assistant"  # a Gemma 4 target's assistant folder (families.gemma4_mtp.layout.ASSISTANT_DIR)
 # The only names a transaction moves into a directory unless told otherwise: the head, the annotated language
 # model, the configs; for Gemma 4 the target's openvino_model.xml and the files of its mtp_assistant/ folder.
 WRITABLE = frozenset({*HEAD_FILES, LANGUAGE_MODEL, OPENVINO_CONFIG, TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL), CONFIG,

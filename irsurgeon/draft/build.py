@@ -20,7 +20,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import openvino as ov
@@ -85,11 +85,11 @@ def memory_need(shapes: dict[str, tuple[int, ...]]) -> int:
 
 
 def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | WeightFormat = WeightFormat.F16,
-                warn=None, moe_form: str | None = None, family: Family | None = None,
+                warn=None, moe_form: str | None = None, family: Builder | None = None,
                 stream: Callable[[], None] | None = None) -> ov.Model:
     """The head as an ov.Model from weights keyed by their roles (names relative to the table's prefix).
 
-    family: by default the one of cfg.model_type (irsurgeon.models.registry). Every weight loaded must be used by the
+    family: the builder (draft.recipe.Builder); by default cfg.builder. Every weight loaded must be used by the
     graph and every weight the graph asks for must be loaded. warn: where a weight kept f32 in an f16 build is
     reported (default: the loader's channel, else print). moe_form: the routed experts' graph form
     (irsurgeon.ops.moe.FORMS). stream (an f32 or f16 build from LazyWeights): every matrix the checkpoint gives

@@ -39,15 +39,6 @@ def for_config(config: dict, source: str) -> Family:
                       f"(expected one of {known})")
 
 
-def family_for(model_type: object, source: str):
-    """The build's view (Builder) of the family reading a config.json of this model_type (a family may claim its
-    configs by more than the model_type: DFlash drafts are model_type qwen3 and named by their architectures)."""
-    for family in FAMILIES:
-        if model_type in family.builder_types():
-            return family.builder()
-    return for_config({"model_type": model_type}, source).builder()  # refused, listing the known types
-
-
 def for_checkpoint(root: Path) -> Family | None:
     """The family of a local checkpoint directory's config.json, or None when it has none a family claims (the
     flow that then runs reads the same file and reports what is wrong with it); a model_type that is not a string
@@ -71,10 +62,6 @@ def for_directory(directory: Path) -> Family:
 def writable() -> frozenset[str]:
     """Every name any family's patch moves into a target: what a commit journal may name (irsurgeon.commit.journal)."""
     return frozenset(n for f in FAMILIES for n in f.layout.writes)
-
-
-def draft_files() -> tuple[str, ...]:
-    return tuple(f.layout.draft_xml for f in FAMILIES)
 
 
 def synth_kinds() -> dict[str, Family]:

@@ -34,19 +34,19 @@ from typing import Callable
 from irsurgeon.core import rtinfo
 from irsurgeon.draft.build import build_model, load_with, stream_of
 from irsurgeon.core.config import read_json
-from irsurgeon.quant.compress import WEIGHT_FORMATS
+from irsurgeon.quant.formats import WEIGHT_FORMATS
 from irsurgeon.core.errors import CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError
 from irsurgeon.families import registry
 from irsurgeon.draft.protocol import Family, Staging
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.quant.precision import build_format, choose_format
-from irsurgeon.flows.show import weight_precision, weights
-from irsurgeon.commit.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted,  # noqa: F401
-                                   shown, write_staged)
+from irsurgeon.flows.show import weight_precision
+from irsurgeon.ir.describe import weights
+from irsurgeon.commit.transaction import STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted
 from irsurgeon.flows.verify import config_checks, verify_directory
 from irsurgeon.weights import prefetch
 from irsurgeon.weights.checkpoint import config_of, weightless
-from irsurgeon.weights.hub import fetch_weights, resolve_source
+from irsurgeon.weights.hub import HubOptions, fetch_weights, resolve_source
 
 Echo = Callable[[str], None]
 
@@ -212,9 +212,6 @@ def draft_format(xml: Path) -> str | None:
         return recorded
     found = weight_precision(weights(files.read_model(xml, checked=True)))
     return "f16" if found == "bf16" else found
-
-
-head_format = draft_format  # the name the Qwen head's callers know
 
 
 def pair(family: Family, target, cfg, root: Path, source: str, options: Options, echo: Echo):

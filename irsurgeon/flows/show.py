@@ -21,7 +21,7 @@ from irsurgeon.core.errors import IRError, IRSurgeonError
 from irsurgeon.families import registry
 from irsurgeon.ir.footprint import footprint
 from irsurgeon.ir import files
-from irsurgeon.ir.describe import IR_KEYS, show_ir, weights  # noqa: F401  (`show` of an .xml)
+from irsurgeon.ir.describe import show_ir
 from irsurgeon.ir.export import CONFIG, ExportDir
 from irsurgeon.flows.verify import verify_directory
 

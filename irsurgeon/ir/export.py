@@ -1,12 +1,12 @@
 """An exported model directory, described once: its file names, and its layout (the family-aware view patch takes
-of a target: irsurgeon.target).
+of a target: irsurgeon.families.<family>.target).
 
 Layouts (optimum-intel exports):
     decomposed VLM   openvino_language_model.xml/.bin + openvino_text_embeddings_model.xml/.bin (+ vision,
                      tokenizers, preprocessor_config.json): what openvino-genai's MTP pipeline loads
     text-only        openvino_model.xml/.bin
 Either has config.json; an optimum-intel export may have openvino_config.json (its quantization record). The MTP
-head is openvino_mtp_model.xml/.bin (its I/O: irsurgeon.contract). The language model's `logits` output must be
+head is openvino_mtp_model.xml/.bin (its I/O: qwen35_mtp.contract). The language model's `logits` output must be
 made by the lm_head MatMul (ir.graph.logits_matmul). The directory lock and the staging folder belong to the write
 side (irsurgeon.commit.transaction, irsurgeon.commit.journal): nothing here writes.
 

@@ -26,8 +26,6 @@ from irsurgeon.ir.export import LANGUAGE_MODELS, MTP_XML, TARGET_MODELS, VISION_
 from irsurgeon.core.rtinfo import KV_CACHE_PRECISION
 
 CPU_DEFAULT_KV = "u8"
-# the draft's IR: Qwen3.5's MTP head, or Gemma 4's assistant (families.gemma4.layout; its KV is the target's)
-MTP_FILES = (MTP_XML, "mtp_assistant/openvino_model.xml")
 RUNTIME_BASELINE = 160 * 2**20  # measured: 138-165 MiB VmHWM, plain and MTP VLMPipeline on fixtures/qwen3_5
 BLOCK_TOKENS = 32
 BITS = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "f8e4m3": 8, "f8e5m2": 8, "u8": 8, "i8": 8, "u4": 4, "i4": 4}
