@@ -4,7 +4,7 @@ PIP_INSTALL = $(PYTHON) -m pip install -q -e ".[test]"
 DEMO_OUT ?= out/demo
 DEMO_GEMMA4_OUT ?= out/demo-gemma4
 
-.PHONY: install compile demo demo-gemma4 test test-all bench bench-optimum bench-dflash reliability fixtures clean
+.PHONY: install lint compile demo demo-gemma4 test test-all bench bench-optimum bench-dflash reliability fixtures clean
 
 install:
 	$(PIP_INSTALL)
@@ -31,10 +31,19 @@ demo-gemma4: install
 compile:
 	-$(PYTHON) -m compileall -q irsurgeon lab tests/helpers >/dev/null
 
-test: install compile
+# The linter, before any test (under a second): ruff, pinned in setup.cfg's test extra, with the rules in
+# pyproject.toml (pyflakes' checks and every `# noqa` needed), over every Python file of the repository; then a
+# `# noqa` that names no reason in words after its codes is refused.
+LINT_PATHS = irsurgeon lab tests benchmarks scripts
+lint:
+	$(PYTHON) -m ruff check --no-cache $(LINT_PATHS)
+	@! grep -rnE --include='*.py' '#[[:space:]]*noqa(:[A-Z0-9,[:space:]]*)?$$' $(LINT_PATHS) \
+		|| { echo "the # noqa above names no reason: say why after its codes"; exit 1; }
+
+test: install lint compile
 	$(PYTHON) -m pytest -q -n 2
 
-test-all: install compile
+test-all: install lint compile
 	$(PYTHON) -m pytest -q -n 2 -m ""
 
 bench: install

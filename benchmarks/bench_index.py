@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from irsurgeon.weights.checkpoint import Checkpoint  # noqa: E402
+from irsurgeon.weights.checkpoint import Checkpoint
 
 SIZES = (1_000, 100_000, 1_000_000)
 

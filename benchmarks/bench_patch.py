@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_build import CHILD, SPEC, baselines, evict, mb, run_child  # noqa: E402
+from bench_build import CHILD, SPEC, baselines, evict, mb, run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 2048

@@ -34,9 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # irsurgeon and the lab package of this checkout
 
-from lab import hostile, hostile_forms  # noqa: E402
-from lab.fuzz import KINDS, TARGETS, Bench, Tally  # noqa: E402
-from lab.kills import CLI, KillLab, Sweep, child_env, patch_args  # noqa: E402
+from lab import hostile, hostile_forms  # noqa: E402  (sys.path set above)
+from lab.fuzz import KINDS, TARGETS, Bench, Tally  # noqa: E402  (sys.path set above)
+from lab.kills import CLI, KillLab, Sweep, child_env, patch_args  # noqa: E402  (sys.path set above)
 
 
 def point_sweep(lab: KillLab) -> Sweep:

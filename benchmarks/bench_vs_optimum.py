@@ -107,7 +107,7 @@ def checkpoint_sizes(ckpt: Path) -> dict:
     finally:
         st.close()
     head = [i for i in infos if i.name.startswith("mtp.")]
-    count = lambda group: sum(int(__import__("math").prod(i.shape)) for i in group)  # noqa: E731
+    count = lambda group: sum(int(__import__("math").prod(i.shape)) for i in group)
     return {"ckpt_bytes": sum(i.end - i.begin for i in infos), "head_bytes": sum(i.end - i.begin for i in head),
             "params": count(infos), "head_params": count(head)}
 
@@ -223,7 +223,7 @@ def head_params(hidden: int, heads: int, kv_heads: int, head_dim: int, intermedi
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares y = a + b x."""
-    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
     return my - b * mx, b

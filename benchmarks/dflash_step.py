@@ -3,8 +3,8 @@
     python benchmarks/dflash_step.py irsurgeon=DIR/openvino_model.xml optimum=DIR/openvino_model.xml
         [--context 128] [--delta 4] [--steps 16] [--rounds 3] [--one-at-a-time MODES]
 
-The feed is genai's (openvino.genai dflash_strategy.cpp, as docs/DFLASH.md reads it), the same arrays for both IRs:
-a first call with `--context` target rows, then `--steps` calls of `delta` new target rows (hidden_states
+The feed is genai's (openvino.genai dflash_strategy.cpp, its shapes: irsurgeon.families.dflash.model), the same arrays
+for both IRs: a first call with `--context` target rows, then `--steps` calls of `delta` new target rows (hidden_states
 [1, delta, n*H]) and a block [seed, MASK x K] (inputs_embeds [1, block_size, H], block_size from the IR's config.json),
 position_ids iota(committed, committed + delta + block_size), attention_mask ones; the state grows by delta a call.
 A round of one IR = reset_state, the first call, then the timed calls; its latency is their median. Rounds alternate

@@ -25,10 +25,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from bench_vs_optimum import CACHE, REFERENCE, ensure_venv, run  # noqa: E402
-from irsurgeon.synth.checkpoint import write_tensors  # noqa: E402
-from irsurgeon.synth.registry import default_spec, synthesize  # noqa: E402
-from irsurgeon.weights.safetensors_io import SafetensorsFile  # noqa: E402
+from bench_vs_optimum import CACHE, REFERENCE, ensure_venv, run  # noqa: E402  (sys.path set above)
+from irsurgeon.synth.checkpoint import write_tensors  # noqa: E402  (sys.path set above)
+from irsurgeon.synth.registry import default_spec, synthesize  # noqa: E402  (sys.path set above)
+from irsurgeon.weights.safetensors_io import SafetensorsFile  # noqa: E402  (sys.path set above)
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 SIDE_FILES = ("chat_template.jinja", "tokenizer.json", "tokenizer_config.json", "preprocessor_config.json",

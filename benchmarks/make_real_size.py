@@ -25,15 +25,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from irsurgeon.families.qwen35_mtp.model import PREFIX, parse_config, tensors  # noqa: E402
-from irsurgeon.ops.core import WeightFormat, weight  # noqa: E402
-from irsurgeon.ops.half import half_constant  # noqa: E402
-from irsurgeon.synth import configs  # noqa: E402
-from irsurgeon.synth import target as tg  # noqa: E402
-from irsurgeon.synth.checkpoint import Draw, lm_tensors, spec_from_config  # noqa: E402
-from irsurgeon.synth.registry import save, write_json  # noqa: E402
-from irsurgeon.synth.tokenizer import detokenizer_model, tokenizer_model, tokenizer_rt_info  # noqa: E402
-from irsurgeon.synth.vision import VisionSpec  # noqa: E402
+from irsurgeon.families.qwen35_mtp.model import PREFIX, parse_config, tensors  # noqa: E402  (sys.path set above)
+from irsurgeon.ops.core import WeightFormat, weight  # noqa: E402  (sys.path set above)
+from irsurgeon.ops.half import half_constant  # noqa: E402  (sys.path set above)
+from irsurgeon.synth import configs  # noqa: E402  (sys.path set above)
+from irsurgeon.synth import target as tg  # noqa: E402  (sys.path set above)
+from irsurgeon.synth.checkpoint import Draw, lm_tensors, spec_from_config  # noqa: E402  (sys.path set above)
+from irsurgeon.synth.registry import save, write_json  # noqa: E402  (sys.path set above)
+from irsurgeon.synth.tokenizer import (detokenizer_model, tokenizer_model,  # noqa: E402  (sys.path set above)
+                                       tokenizer_rt_info)
+from irsurgeon.synth.vision import VisionSpec  # noqa: E402  (sys.path set above)
 
 SHARD_BYTES = 5 << 30
 CHUNK = 1 << 24  # values drawn at a time for the head

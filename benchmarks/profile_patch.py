@@ -39,7 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT / "scripts"), str(ROOT)]  # bench_build lives in either folder
-from bench_build import evict, run_child  # noqa: E402
+from bench_build import evict, run_child  # noqa: E402  (sys.path set above)
 
 CONFIG = ROOT / "tests" / "data" / "reference" / "real-configs" / "qwen3.6-27B-awq-community" / "config.json"
 HEAD_SHARD = "mtp.safetensors"

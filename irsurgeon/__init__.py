@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 if "openvino" not in sys.modules:
     sys.modules.setdefault("openvino_telemetry", None)
 
-from irsurgeon.core.errors import IRSurgeonError  # noqa: E402,F401
+from irsurgeon.core.errors import IRSurgeonError
 
 _LAZY = {  # exported name -> (module, attribute)
     "build_mtp_model": ("irsurgeon.flows.standalone", "build_mtp_model"),

@@ -199,7 +199,7 @@ def command_args(case: Case, work: Path) -> tuple[list[str], str | None]:
     top = case.input.split("/", 1)[0]
     ckpt = base / ("sharded" if top == "sharded" else "ckpt")
     target = base / ("patched" if top == "patched" else "target")
-    rel = lambda p: p.relative_to(work).as_posix()  # noqa: E731
+    rel = lambda p: p.relative_to(work).as_posix()
     table = {
         "show": (["show", target], None),
         "show-xml": (["show", victim.with_suffix(".xml")], None),  # the IR itself (of a hostile .bin: its .xml)

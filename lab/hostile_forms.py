@@ -380,7 +380,7 @@ def family_inputs(family) -> list[Input]:
     layout = family.layout
     build = ("build-mtp",) if family.standalone else ()  # build-mtp of another family's checkpoint reads its config
     annotate = ("annotate",) if layout.target_xml in LANGUAGE_MODELS else ()  # the IR `annotate TARGET` edits
-    bin_of = lambda xml: xml[:-len(".xml")] + ".bin"  # noqa: E731
+    bin_of = lambda xml: xml[:-len(".xml")] + ".bin"
     rows = [("ckpt/config.json", "checkpoint config", ("patch", "build-mtp"))]
     rows += [(f"ckpt/{p.name}", "checkpoint weights", ("patch", *build)) for p in sorted(ckpt.glob("*.safetensors"))]
     rows += [(f"ckpt/{p.name}", "sharded index", ("patch", *build)) for p in sorted(ckpt.glob("*.index.json"))]

@@ -35,12 +35,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # make_real_size
 
-from make_real_size import ZeroWeights, Zeros, footprint, write_head  # noqa: E402
+from make_real_size import ZeroWeights, Zeros, footprint, write_head  # noqa: E402  (sys.path set above)
 
-from irsurgeon.families.dflash import synth as dflash_synth  # noqa: E402
-from irsurgeon.families.dflash.model import parse_config, tensors  # noqa: E402
-from irsurgeon.ops.core import WeightFormat  # noqa: E402
-from irsurgeon.synth.registry import save, write_json  # noqa: E402
+from irsurgeon.families.dflash import synth as dflash_synth  # noqa: E402  (sys.path set above)
+from irsurgeon.families.dflash.model import parse_config, tensors  # noqa: E402  (sys.path set above)
+from irsurgeon.ops.core import WeightFormat  # noqa: E402  (sys.path set above)
+from irsurgeon.synth.registry import save, write_json  # noqa: E402  (sys.path set above)
 
 CONFIG = {
     "architectures": ["DFlashDraftModel"], "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},

@@ -38,7 +38,7 @@ def test_an_exported_name_is_the_same_object_before_and_after_its_module_is_impo
 
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
-        irsurgeon.nothing_here  # noqa: B018
+        irsurgeon.nothing_here  # noqa: B018  (the access itself is the test: it must raise)
 
 
 def test_config_and_error(tmp_path):

@@ -33,7 +33,7 @@ from irsurgeon.weights import spec
 from irsurgeon.weights.safetensors_io import STORAGE, decode, encode_header, f32_to_bf16
 from test_attacks_stream import CLEAN, left_behind
 from test_streamed_build import layers
-from test_streamed_experts import EXPERTS, MTP_XML, moe_pair, saved_build, streamed_names, weight_data  # noqa: F401
+from test_streamed_experts import EXPERTS, MTP_XML, saved_build, streamed_names, weight_data
 
 ROLES = [EXPERTS + f"{p}.weight" for p in ("down_proj", "gate_proj", "up_proj")]
 INDEX = "model.safetensors.index.json"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import itertools
-import json
 import os
 import shutil
 import signal
@@ -455,6 +454,7 @@ def test_a_write_error_in_the_save_after_a_demotion_is_one_line_and_nothing_chan
     target = copy_target(tmp_path)
     before = snapshot(target)
     error = one_error(patch(target, ckpt, "--weight-format", "f16"))
+    assert seen[total - 4].startswith("irsurgeon-write")  # the fault was on the retry's worker
     assert f"{STAGE_DIR}/{staged(DRAFT_BIN)} (the new {DRAFT_BIN}): cannot write it: {os.strerror(errno.EIO)}" \
         in error, error
     assert snapshot(target) == before and not (target / STAGE_DIR).exists()

@@ -178,7 +178,7 @@ def test_same_checkpoint_builds_byte_identical_files(tmp_path):
 def exec_nodes(model: ov.Model, props: dict) -> list[tuple[str, list[str]]]:
     """The CPU plugin's runtime graph after its fusions: (layer type, input layer types) per node."""
     compiled = ov.Core().compile_model(model, "CPU", props)
-    kind = lambda op: op.get_rt_info()["layerType"].astype(str)  # noqa: E731
+    kind = lambda op: op.get_rt_info()["layerType"].astype(str)
     return [(kind(op), [kind(v.get_node()) for v in op.input_values()]) for op in compiled.get_runtime_model().get_ops()]
 
 

@@ -19,7 +19,7 @@ from irsurgeon import build_mtp_model
 
 from irsurgeon.core import rtinfo
 from irsurgeon.cli import main
-from irsurgeon.quant.compress import WEIGHT_FORMATS
+from irsurgeon.quant.formats import WEIGHT_FORMATS
 from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.ir import xmlsafe
 from irsurgeon.ir.hidden_states import annotation_json

@@ -26,7 +26,7 @@ from irsurgeon.families.qwen35_mtp.contract import MTP_BIN, MTP_XML
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 
 from nncf.quantization.algorithms.weight_compression.constants import \
-    MIN_INPUT_SIZE_FOR_OPTIMIZED_COMPRESSION as SMALLEST  # noqa: E402
+    MIN_INPUT_SIZE_FOR_OPTIMIZED_COMPRESSION as SMALLEST
 
 DENSE = SynthSpec(hidden=128, heads=4, kv_heads=2, head_dim=32, intermediate=512)
 MOE = SynthSpec(hidden=128, heads=4, kv_heads=2, head_dim=32, num_experts=6, top_k=2, expert_size=256,

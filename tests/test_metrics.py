@@ -110,7 +110,7 @@ def fake_result(batches: list[int], ttft: float, draft: tuple[list[int], int, in
                          raw_metrics=SimpleNamespace(m_batch_sizes=batches))
     ext = None
     if draft is not None:
-        raw = lambda b: SimpleNamespace(raw_metrics=SimpleNamespace(m_batch_sizes=b))  # noqa: E731
+        raw = lambda b: SimpleNamespace(raw_metrics=SimpleNamespace(m_batch_sizes=b))
         ext = SimpleNamespace(main_model_metrics=raw(batches), draft_model_metrics=raw(draft[0]),
                               get_num_draft_tokens=lambda: draft[1], get_num_accepted_tokens=lambda: draft[2])
     return SimpleNamespace(perf_metrics=pm, extended_perf_metrics=ext)

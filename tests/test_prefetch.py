@@ -17,49 +17,11 @@ import pytest
 
 from helpers.cli import invoke, one_error
 from lab.dirsnap import snapshot
-from lab.families import FAMILIES, FIXTURE_PAIRS, fixture_pair
+from lab.families import FAMILIES, fixture_pair
 from lab.hostile_forms import fifo
 from irsurgeon.flows import patch as patch_module
 from irsurgeon.weights import prefetch
 from irsurgeon.weights.safetensors_io import SafetensorsFile
-
-
-def fd_path(fd: int) -> str:
-    return os.path.realpath(f"/proc/self/fd/{fd}")
-
-
-@pytest.fixture
-def advised(monkeypatch) -> list[tuple[str, int, int]]:
-    """Every WILLNEED hint given: (file, offset, length)."""
-    seen: list[tuple[str, int, int]] = []
-    real = os.posix_fadvise
-
-    def record(fd, offset, length, advice):
-        if advice == os.POSIX_FADV_WILLNEED:
-            seen.append((fd_path(fd), offset, length))
-        return real(fd, offset, length, advice)
-    monkeypatch.setattr(os, "posix_fadvise", record)
-    return seen
-
-
-@pytest.fixture
-def reads(monkeypatch) -> list[tuple[str, int, int]]:
-    """Every positional read the process makes: (file, offset, length)."""
-    seen: list[tuple[str, int, int]] = []
-    real_preadv, real_pread = os.preadv, os.pread
-
-    def preadv(fd, buffers, offset, *rest):
-        n = real_preadv(fd, buffers, offset, *rest)
-        seen.append((fd_path(fd), offset, n))
-        return n
-
-    def pread(fd, n, offset):
-        data = real_pread(fd, n, offset)
-        seen.append((fd_path(fd), offset, len(data)))
-        return data
-    monkeypatch.setattr(os, "preadv", preadv)
-    monkeypatch.setattr(os, "pread", pread)
-    return seen
 
 
 def covered(spans: list[tuple[str, int, int]], path: str, lo: int, hi: int) -> int:

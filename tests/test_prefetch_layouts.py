@@ -6,15 +6,14 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from helpers.cli import invoke, one_error
+from helpers.cli import invoke
 from lab.families import FAMILIES, fixture_pair
 from irsurgeon.weights import prefetch
-from test_prefetch import advised, reads, covered, tensor_extents  # noqa: F401  (fixtures)
+from test_prefetch import covered, tensor_extents
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,8 @@ from irsurgeon.ir import xmlsafe
 from irsurgeon.ir.export import CONFIG, LANGUAGE_MODEL
 from irsurgeon.ir.hidden_states import annotation_json, parse_annotation
 from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
-from irsurgeon.flows.show import DIR_KEYS, IR_KEYS, show
+from irsurgeon.flows.show import DIR_KEYS, show
+from irsurgeon.ir.describe import IR_KEYS
 
 
 def snapshot(directory: Path) -> dict:

@@ -12,7 +12,8 @@ from irsurgeon.draft.build import build_model, load_with
 from irsurgeon.flows.standalone import load_mtp
 from irsurgeon.core.errors import IRError
 from irsurgeon.quant.compress import compress_model, resolve_params
-from irsurgeon.families.qwen35_mtp.smoke import SMOKE_WIDTH, feed_forward, narrow_feed_forward, smoke_test
+from irsurgeon.families.qwen35_mtp.smoke import smoke_test
+from irsurgeon.ir.narrow import SMOKE_WIDTH, feed_forward, narrow_feed_forward
 
 
 def staged(ckpt_dir, tmp_path, fmt="f16", edit=None):

@@ -7,6 +7,7 @@ import io
 import os
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import openvino as ov
@@ -114,7 +115,7 @@ def test_an_f16_patch_streams_the_matrices_into_the_model_a_build_holding_them_s
     assert build._STREAMS == {}
 
 
-def f16_checkpoint(tmp_path, change) -> "Path":
+def f16_checkpoint(tmp_path, change) -> Path:
     tensors = synth.draft_tensors(3)
     change(tensors["layers.1.mlp.down_proj.weight"])
     ckpt = tmp_path / "ckpt"

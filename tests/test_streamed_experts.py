@@ -25,15 +25,6 @@ EXPERTS = MLP + "experts."
 MTP_XML = "openvino_mtp_model.xml"
 
 
-@pytest.fixture(scope="module")
-def moe_pair(tmp_path_factory) -> tuple[Path, Path, Path]:
-    """A synthesized qwen35-moe target, its fused checkpoint, and the same tensors one per expert."""
-    out = tmp_path_factory.mktemp("moe")
-    made = FAMILY.synth("qwen35-moe", out / "made", 4, False)
-    per_expert = write_variant(made["ckpt"], out / "per-expert", split_per_expert(read_tensors(made["ckpt"])))
-    return made["target"], made["ckpt"], per_expert
-
-
 def saved_build(ckpt: Path, fmt: str, path: Path, allow_nonfinite: bool = False) -> ov.Model:
     """The head of ckpt built holding every weight (no stream), saved by openvino and read back."""
     family = FAMILY.recipe()

@@ -5,7 +5,6 @@ Every attack test keeps a sibling `outside` folder and asserts that neither it n
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -278,8 +277,9 @@ class Handed:
         self.stopped = True
 
 
-def journaled(target, name: str) -> tuple[dict, object]:  # noqa: ARG001
-    """The journal entry of name, read at the moment the commit renames the journal `committed`."""
+def journaled() -> tuple[dict, object]:
+    """The journal's entries by name (filled in by the os.replace spy returned with them), read at the moment the
+    commit renames the journal `committed`."""
     seen = {}
     real = os.replace
 
@@ -293,7 +293,7 @@ def journaled(target, name: str) -> tuple[dict, object]:  # noqa: ARG001
 
 
 def test_a_digest_made_as_the_file_was_written_is_the_one_journaled(target, monkeypatch):
-    seen, spy = journaled(target, HEAD)
+    seen, spy = journaled()
     monkeypatch.setattr(os, "replace", spy)
     handed = Handed({"size": 4, "sha256": "0" * 64})  # not the file's: proves which one the journal took
     with DirectoryTransaction(target, writable=WRITABLE) as tx:

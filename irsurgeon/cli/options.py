@@ -6,7 +6,7 @@ import json
 
 import click
 
-from irsurgeon.quant.compress import KV_CACHE_PRECISIONS, WEIGHT_FORMATS
+from irsurgeon.quant.formats import KV_CACHE_PRECISIONS, WEIGHT_FORMATS
 from irsurgeon.core.text import shown
 
 

@@ -22,9 +22,14 @@ from pathlib import Path
 
 from irsurgeon.core.errors import OutputError
 from irsurgeon.core.fsat import DIR_FLAGS, lstat_at, open_dir
-from irsurgeon.commit.journal_format import (BACKUP_SUFFIX, COMMITTED, FORMAT, JOURNAL, MAX_JOURNAL_BYTES, SLASH,  # noqa: F401
+from irsurgeon.commit.journal_format import (BACKUP_SUFFIX, COMMITTED, FORMAT, JOURNAL, MAX_JOURNAL_BYTES, SLASH,
                                       STAGE_DIR, check_writable, decode, digest, encode, identity, leaf,
                                       made_dirs, stage_names, staged, staged_dir, subdir)
+
+# Its own names, and journal_format's that recovery, transaction and the tests take from here.
+__all__ = ["BACKUP_SUFFIX", "COMMITTED", "FORMAT", "JOURNAL", "SLASH", "STAGE_DIR", "ForeignLeftovers",
+           "Plan", "Step", "check_entries", "check_writable", "content_at", "digest", "encode", "examine", "foreign",
+           "identity", "leaf", "leftover_state", "open_stage", "read", "same", "staged", "staged_dir", "subdir"]
 
 
 class ForeignLeftovers(OutputError):

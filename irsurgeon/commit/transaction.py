@@ -49,7 +49,7 @@ from irsurgeon.commit import recovery
 from irsurgeon.core.signals import deferred_sigint as _deferred_sigint
 from irsurgeon.core.errors import OutputError, cause
 from irsurgeon.core.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
-from irsurgeon.commit.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, SLASH, STAGE_DIR,  # noqa: F401
+from irsurgeon.commit.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, SLASH, STAGE_DIR,
                                ForeignLeftovers, check_writable, digest, encode, identity, leaf, leftover_state,
                                staged, staged_dir, subdir)
 

@@ -1,6 +1,6 @@
 """Reading a Hugging Face `config.json` exactly as transformers reads it: generic machinery, no model family.
 
-A family module (irsurgeon.models.<family>) lists every key its head uses once, as `Key` rows: where transformers
+A family module (families.<family>.model) lists every key its head uses once, as `Key` rows: where transformers
 reads it (its homes, first present wins), its default when absent, and the values the head accepts. `read_key` reads
 one row; when a key's homes disagree, the value transformers uses wins and one warning line says so. Bounds reject
 absurd values before anything is allocated (a hostile hidden_size of 10**9 ...).

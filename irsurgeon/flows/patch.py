@@ -34,16 +34,16 @@ from typing import Callable
 from irsurgeon.core import rtinfo
 from irsurgeon.draft.build import build_model, load_with, stream_of
 from irsurgeon.core.config import peek_json, read_json
-from irsurgeon.quant.compress import WEIGHT_FORMATS
+from irsurgeon.quant.formats import WEIGHT_FORMATS
 from irsurgeon.core.errors import CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError
 from irsurgeon.families import registry
 from irsurgeon.draft.protocol import Family, Options, Pairing, Staging, Target
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.ir.export import CONFIG
 from irsurgeon.quant.precision import build_format, choose_format
-from irsurgeon.flows.show import weight_precision, weights
-from irsurgeon.commit.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted,  # noqa: F401
-                                   shown, write_staged)
+from irsurgeon.flows.show import weight_precision
+from irsurgeon.ir.describe import weights
+from irsurgeon.commit.transaction import STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted
 from irsurgeon.flows.verify import config_checks, verify_directory
 from irsurgeon.weights import prefetch
 from irsurgeon.weights.checkpoint import config_of, weightless

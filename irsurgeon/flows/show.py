@@ -22,7 +22,7 @@ from irsurgeon.draft.protocol import Family
 from irsurgeon.families import registry
 from irsurgeon.ir.footprint import footprint
 from irsurgeon.ir import files
-from irsurgeon.ir.describe import IR_KEYS, show_ir, weights  # noqa: F401  (`show` of an .xml)
+from irsurgeon.ir.describe import show_ir
 from irsurgeon.ir.export import CONFIG, ExportDir
 from irsurgeon.flows.verify import verify_directory
 

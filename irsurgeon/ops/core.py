@@ -12,7 +12,8 @@ import openvino as ov
 import openvino.opset13 as ops
 from openvino._offline_transformations import compress_model_transformation
 
-from irsurgeon.ops.half import F16_MAX, F16_NORMAL, half_constant, to_half
+from irsurgeon.ops.half import half_constant
+from irsurgeon.weights.half import F16_MAX, F16_NORMAL, to_half
 
 F32 = ov.Type.f32
 

@@ -7,8 +7,6 @@ import openvino as ov
 import openvino.opset13 as ops
 from openvino._offline_transformations import compress_model_transformation
 
-from irsurgeon.weights.half import F16_MAX, F16_NORMAL, to_half  # noqa: F401  (re-exported for ops.core)
-
 
 def decompression_convert() -> ov.Node:
     """A Convert(f32) carrying openvino's own `decompression` mark, made by the compression pass on one value.

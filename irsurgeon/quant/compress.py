@@ -34,8 +34,7 @@ from irsurgeon.core.config import read_optional_json
 from irsurgeon.core.errors import CompressionError, cause
 from irsurgeon.ir.export import OPENVINO_CONFIG
 from irsurgeon.ir.files import write_atomic
-from irsurgeon.quant.formats import (BACKUP_PRECISIONS, DEFAULTS, INT8_DEFAULTS, KV_CACHE_PRECISIONS,  # noqa: F401
-                                    MAX_GROUP_SIZE, QUANTIZED_FORMATS, WEIGHT_FORMATS, CompressionParams,
+from irsurgeon.quant.formats import (DEFAULTS, INT8_DEFAULTS, QUANTIZED_FORMATS, CompressionParams,
                                     check_kv_cache_precision, check_params, quantization_section)
 
 def resolve_params(weight_format: str, base: CompressionParams | None = None, *, group_size: int | None = None,

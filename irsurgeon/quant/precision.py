@@ -15,7 +15,7 @@ from irsurgeon.core.errors import CompressionError, IRError
 from irsurgeon.ir import files
 from irsurgeon.ir.export import LANGUAGE_MODELS, OPENVINO_CONFIG
 from irsurgeon.ir.storage import WeightSummary, weight_summary
-from irsurgeon.quant.formats import (DEFAULTS, QUANTIZED_FORMATS, WEIGHT_FORMATS, CompressionParams,  # noqa: F401
+from irsurgeon.quant.formats import (DEFAULTS, QUANTIZED_FORMATS, WEIGHT_FORMATS, CompressionParams,
                                     TargetFormat, openvino_config_format)
 
 OPTION_FLAGS = {"group_size": "--group-size", "ratio": "--ratio", "backup": "--backup-precision", "sym": "--sym/--asym",

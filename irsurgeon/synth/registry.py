@@ -33,7 +33,7 @@ from irsurgeon.synth.vision import VisionSpec, merger_model, patch_embed_model, 
 from irsurgeon.synth import target as tg
 from irsurgeon.synth.output import OWN, output_pair
 
-from irsurgeon.synth.kinds import QWEN_KINDS as KINDS  # noqa: E402
+from irsurgeon.synth.kinds import QWEN_KINDS as KINDS
 WEIGHT_FORMATS = ("f32", "f16", "int4")
 MIN_VOCAB = SPECIAL + 8
 LIMITS = {"layers": 64, "hidden": 8192, "heads": 256, "kv_heads": 256, "head_dim": 1024, "vocab": 1 << 18}

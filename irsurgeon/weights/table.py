@@ -1,6 +1,6 @@
 """A family's declarative tensor table: which tensors a head reads, their shapes, how a release may store them.
 
-A family module (irsurgeon.models.<family>) describes its head as `Tensor` rows: a role (the name the graph asks
+A family module (families.<family>.model) describes its head as `Tensor` rows: a role (the name the graph asks
 for, relative to the table's prefix), the shape the config gives it, how it may be stored (`layouts`: a whole tensor
 under the role's name by default, or a part of a fused tensor, or a stack of per-item tensors), an optional transform
 applied on load, and whether weight compression may touch it. `choose_layout` decides which of a table's

@@ -85,7 +85,7 @@ def stage(tx, target: DFlashTarget, staging) -> None:
         tx.stage(name)  # the draft's names first, as the commit lists them, whichever thread stages next
     with alongside(lambda say: stage_annotation(tx, target, staging.options.force, say)) as annotation:
         xml = stage_ir(tx, f"{DRAFT_DIR}/{MODEL_XML}", model)
-        model = None  # noqa: F841  (spent by stage_ir: the staged copy is what runs next)
+        model = None  # spent by stage_ir: the staged copy is what runs next
         smoke_test(xml, cfg)
         data = checkpoint_config(staging.root)
         tx.write(f"{DRAFT_DIR}/{CONFIG}", data)

@@ -5,7 +5,7 @@
     check_pair      the assistant's config against the target (what patch refuses and verify reports)
     ready           the five outputs exposed and TARGET/mtp_assistant/ holding the assistant
 
-Nothing here writes: `patch` (families.gemma4.patch) and `verify` / `show` (families.gemma4.verify) share it.
+Nothing here writes: `patch` (gemma4_mtp.patch) and `verify` / `show` (gemma4_mtp.verify) share it.
 """
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def finish(model: ov.Model, choice, echo, **provenance: str) -> ov.Model:
 def stage(tx, target: PatchTarget, model: ov.Model, cfg: AssistantConfig, root: Path) -> None:
     """The assistant's four files under mtp_assistant/ and the target's XML, each checked where it is staged."""
     xml = stage_ir(tx, f"{ASSISTANT_DIR}/{MODEL_XML}", model)
-    model = None  # noqa: F841  (the staged copy is what runs next)
+    model = None  # the staged copy is what runs next
     smoke_test(xml, cfg)
     tx.write(f"{ASSISTANT_DIR}/{CONFIG}", config_of(root).read_bytes())  # a folder's, or a single file's beside it
     # the assistant's tokens are the target's: its generation config, else the checkpoint's, else an empty one

@@ -106,7 +106,7 @@ def pair(info, config: Path) -> tuple[bool, str]:
 
 
 def assistant_io(xml: Path, config: Path) -> tuple[bool, str]:
-    """The assistant IR's ports as genai feeds and reads them (names from models.gemma4_assistant)."""
+    """The assistant IR's ports as genai feeds and reads them (names from gemma4_mtp.model)."""
     try:
         cfg = load_assistant_config(config)
         model = files.read_model(xml)

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 import openvino as ov
 from openvino._offline_transformations import paged_attention_transformation
 
-from irsurgeon.families.qwen35_mtp.layout import MTP_BIN, MTP_XML  # noqa: F401  (the head's file names, beside its I/O)
-from irsurgeon.ops.kvcache import STATE_TYPE, state_shape  # noqa: F401  (the state form every KV cache is built in)
+from irsurgeon.families.qwen35_mtp.layout import MTP_BIN, MTP_XML  # the head's file names, beside its I/O
+from irsurgeon.ops.kvcache import STATE_TYPE, state_shape  # the state form every KV cache is built in
+
+__all__ = ["INPUTS", "KEY_STATE", "MTP_BIN", "MTP_XML", "OUTPUT", "OUTPUTS", "STATE_IDS", "STATE_TYPE", "VALUE_STATE",
+           "Port", "check_model", "partial_shape", "state_shape", "to_paged_attention"]
 
 OUTPUT = "last_hidden_state"
 KEY_STATE = "past_key_values.0.keypresent_key_values.0.key"

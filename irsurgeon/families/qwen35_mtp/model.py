@@ -44,7 +44,7 @@ from irsurgeon.weights.table import Part, Stack, Table, Tensor, Whole
 
 # ---- config: every key the head reads, as transformers 5.23.0 reads it ----
 
-from irsurgeon.families.qwen35_mtp.layout import DENSE_TYPES, MOE_TYPES  # noqa: E402  (spelled with the family)
+from irsurgeon.families.qwen35_mtp.layout import DENSE_TYPES, MOE_TYPES  # spelled with the family
 DENSE_TEXT, MOE_TEXT = "qwen3_5_text", "qwen3_5_moe_text"
 # transformers 5.23.0 Qwen3_5Config / Qwen3_5MoeConfig: `sub_configs_defaults` fixes the text config class by the
 # top-level model_type (text_config.model_type does not choose it); the *_text types are their own text config.
@@ -231,7 +231,7 @@ def check_head(v: dict[str, Any], source: str) -> None:
 
 # ---- tensors ----
 
-from irsurgeon.families.qwen35_mtp.layout import PREFIX  # noqa: E402  (every tensor of the head, and its node names)
+from irsurgeon.families.qwen35_mtp.layout import PREFIX  # noqa: E402  (imported with the tensor section that uses it)
 LAYER = "layers.0."
 MLP = f"{LAYER}mlp."
 EXPERTS = f"{MLP}experts."
@@ -349,7 +349,7 @@ def self_attention(a: ov.Output, x: Inputs, w: Weights, cfg: MTPConfig) -> tuple
 # ---- the family, as the build sees it ----
 
 def parameters(cfg: MTPConfig) -> tuple[list[ov.Node], Inputs]:
-    """The contract's five inputs (irsurgeon.contract.INPUTS), named as openvino-genai feeds them."""
+    """The contract's five inputs (contract.INPUTS), named as openvino-genai feeds them."""
     params = []
     for port in contract.INPUTS:
         p = ops.parameter(contract.partial_shape(port, cfg.hidden_size), port.dtype, name=port.name)

@@ -11,7 +11,7 @@ import openvino as ov
 from irsurgeon.core.errors import IRError
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.model import MTPConfig
-from irsurgeon.ir.narrow import SMOKE_WIDTH, feed_forward, narrow_feed_forward  # noqa: F401  (tests import them here)
+from irsurgeon.ir.narrow import narrow_feed_forward
 
 
 def smoke_test(xml: Path, cfg: MTPConfig) -> None:

@@ -83,7 +83,7 @@ def annotation_check(xml: Path, num_layers: int | None) -> tuple[bool, str]:
 
 
 def identity_check(target: Path, checkpoint: str | Path, hub, echo) -> Check:
-    """Whether the checkpoint is the one the target was exported from (irsurgeon.identity)."""
+    """Whether the checkpoint is the one the target was exported from (qwen35_mtp.identity)."""
     try:
         root = resolve_source(checkpoint, echo, hub)
         result = check_identity(target, checkpoint, root, hub)
