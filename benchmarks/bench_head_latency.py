@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bandwidth_floor import Floor, weight_bytes
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the lab package of this checkout
+from lab.bandwidth_floor import Floor, weight_bytes
 
 MODES = {"f32": {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
          "default": {}}

@@ -17,7 +17,7 @@
    (FAMILY_FORMS: the Gemma 4 assistant's tensors get wrong dtypes, NaN, a token_ordering that is not a permutation,
    extra and missing tensors), through every command reading it; counted per family. Then an absurd but consistent
    128 GiB checkpoint, synth at its largest sizes, and a checkpoint truncated by another process during a build.
-5. Link and journal attacks (benchmarks/attack_links.py; --only-link-attacks runs just these): leftover staging folders
+5. Link and journal attacks (lab/attack_links.py; --only-link-attacks runs just these): leftover staging folders
    and journals irsurgeon did not write, links out of a checkpoint, folders swapped mid-run, concurrent writers.
 Prints the figures and exits 1 if any rule was broken (the broken rules are listed).
 """
@@ -179,7 +179,7 @@ def report(name: str, sweep: Sweep, seconds: float) -> None:
 
 def attack_links_and_journals(work: Path) -> list[str]:
     """Section 5: every case is refused cleanly or (a control) accepted; nothing outside a target may change."""
-    from attack_links import run_all
+    from lab.attack_links import run_all
 
     start = time.perf_counter()
     tally = run_all(work)

@@ -3,13 +3,13 @@
     python benchmarks/profile_patch.py [--work DIR] [--config CONFIG.json] [--formats f16,int4] [--rounds 2] [--keep]
                                        [--baseline DIR]
 
-Inputs: benchmarks/make_real_size.py's sparse real-shaped checkpoint and target (default config: the 27B dense
+Inputs: scripts/make_real_size.py's sparse real-shaped checkpoint and target (default config: the 27B dense
 Qwen3.6 one, tests/data/reference/real-configs/qwen3.6-27B-awq-community, quantization_config dropped: hidden 5120,
 64 layers, a 424.7 M-parameter head, 0.85 GB bf16). Rounds of these, alternating, on a machine shared with other
 work (load average printed with every row); a floor comes between two rounds and after the last:
     patch <fmt>   the real CLI on a fresh sparse copy of the target (twice the head shard's bytes written and
                   dropped untimed, then page cache dropped for the checkpoint and the copy: the patch's I/O gets
-                  page cache just freed, as the floor's does) in a child process, through benchmarks/trace_phases.py: wall and CPU time per phase
+                  page cache just freed, as the floor's does) in a child process, through lab/trace_phases.py: wall and CPU time per phase
                   (read, convert, compress, graph, save, smoke test, annotation, commit, verify, ...; the openvino,
                   fsync and sha256 calls inside each listed under it), child wall, peak RSS, bytes read from the
                   device
@@ -50,7 +50,7 @@ PHASES = ["startup", "inspect", "identity", "load", "read", "convert", "graph", 
 
 def make_inputs(work: Path, config: Path) -> tuple[Path, Path]:
     """The checkpoint and target (kept in --work between runs: make_real_size.py skips what is there)."""
-    made = run_child([str(HERE / "make_real_size.py"), str(work), "--config", str(config)])
+    made = run_child([str(ROOT / "scripts" / "make_real_size.py"), str(work), "--config", str(config)])
     if made["rc"]:
         raise SystemExit(f"make_real_size.py failed:\n{made['out']}")
     print(made["out"].strip())
@@ -77,7 +77,7 @@ def patch_run(ckpt: Path, target: Path, work: Path, fmt: str, root: Path | None 
     trace = work / f"trace-{fmt}{'-base' if root else ''}.json"
     load = os.getloadavg()[0]
     os.environ["IRSURGEON_ROOT"] = str(root or ROOT)  # run_child passes the environment on
-    r = run_child([str(HERE / "trace_phases.py"), str(trace), "patch", str(out), "--checkpoint", str(ckpt),
+    r = run_child([str(ROOT / "lab" / "trace_phases.py"), str(trace), "patch", str(out), "--checkpoint", str(ckpt),
                    "--weight-format", fmt])
     if r["rc"]:
         raise SystemExit(f"patch --weight-format {fmt} failed:\n{r['out']}")

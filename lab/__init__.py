@@ -10,4 +10,7 @@ root; tests/conftest.py and the benchmarks put the root on sys.path). Not part o
     hostile_forms every hostile form of every input file of every family (FIFOs, sparse files, deep JSON, ...)
     hostile       running those forms through every command reading them, in a bounded child process
     hub, hub_server  a Hugging Face cache snapshot layout, and a Hub look-alike on 127.0.0.1
+    attack_links  link, leftover-journal and concurrent-writer attacks on real CLI runs, judged (bench_reliability)
+    bandwidth_floor  the bytes a head's weight MatMuls read, and a BLAS pass over as many (bench_head_latency)
+    trace_phases  the real CLI run with wall-clock spans around the house's functions (profile_patch runs it)
 """

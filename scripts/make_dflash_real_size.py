@@ -33,7 +33,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))  # make_real_size
 
 from make_real_size import ZeroWeights, Zeros, footprint, write_head  # noqa: E402  (sys.path set above)
 

@@ -1,4 +1,4 @@
-"""Golden outputs of transformers' Gemma 4 assistant (eager, float32) for tests/test_gemma4_assistant.py.
+"""Golden outputs of transformers' Gemma 4 assistant (eager, float32) for tests/families/gemma4/test_gemma4_assistant.py.
 
 Run in a separate venv, never the product's (transformers 5.24.0 is the first release after 5.8.0 that builds
 `Gemma4AssistantForCausalLM` here; 5.23.0 fails with a `kv_sharing_modes` ValueError):

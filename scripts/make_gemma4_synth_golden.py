@@ -1,4 +1,4 @@
-"""transformers' logits for the `synth --kind gemma4` target's weights, for tests/test_gemma4_synth.py.
+"""transformers' logits for the `synth --kind gemma4` target's weights, for tests/families/gemma4/test_gemma4_synth.py.
 
 Run in the optimum venv of scripts/make_gemma4_pair.py (transformers 5.5.4; 5.24.0's Gemma4TextModel fails on a
 model with KV-shared layers and no per-layer inputs: `per_layer_inputs[:, logits_to_keep]` on None):

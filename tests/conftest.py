@@ -1,12 +1,15 @@
-"""Shared fixtures: the reference data the tests compare with, and the fixtures more than one test module uses.
+"""Fixtures shared by the test files (every folder under tests/): the reference data the tests compare with, and the
+guards and set-ups that several files ask for by name (`@pytest.mark.usefixtures(...)` or an argument).
 
 tests/data/reference (see its README.md) holds seeded tiny Qwen3.5 checkpoints, what optimum-intel exported from
 them, golden MTP outputs and real published configs. It is part of the repository: a file missing there is a plain
-failure. $IRSURGEON_REFERENCE points the tests at another copy of the same layout (e.g. a regenerated one).
+failure. $IRSURGEON_REFERENCE points the tests at another copy of the same layout (e.g. a regenerated one;
+tests/helpers/reference.py).
 """
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -14,12 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(Path(__file__).parent), str(ROOT)]  # the helpers package (tests/), the lab package (the root)
-REFERENCE = ROOT / "tests" / "data" / "reference"
-REFERENCE_ENV = "IRSURGEON_REFERENCE"
 
-
-def reference_dir() -> Path:
-    return Path(os.environ.get(REFERENCE_ENV) or REFERENCE)
+from helpers.reference import reference_dir  # noqa: E402  (importable once tests/ is on sys.path)
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +44,31 @@ def golden(reference):
     return lambda name: reference / "golden" / f"{name}.npz"
 
 
-# ---- fixtures more than one test module uses ----
+@pytest.fixture
+def no_hang():
+    """A read that blocks (a FIFO opened without O_NONBLOCK) fails the test instead of hanging the suite."""
+    def expired(signum, frame):
+        raise TimeoutError("blocked for 60 s")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def every_constant_appended(monkeypatch):
+    """Every constant of a draft takes irsurgeon's appended path (irsurgeon.draft.build.DETACH_BYTES = 1)."""
+    from irsurgeon.draft import build
+    monkeypatch.setattr(build, "DETACH_BYTES", 1)
+
+
+@pytest.fixture(scope="module")
+def patched_demo(tmp_path_factory) -> Path:
+    """The demo target (fixtures/qwen3_5) patched with its checkpoint, once per test file; copy it to change it."""
+    from lab.demo import patch_demo
+    return patch_demo(tmp_path_factory.mktemp("patched") / "demo")
+
 
 def fd_path(fd: int) -> str:
     return os.path.realpath(f"/proc/self/fd/{fd}")
@@ -83,14 +106,3 @@ def reads(monkeypatch) -> list[tuple[str, int, int]]:
     monkeypatch.setattr(os, "preadv", preadv)
     monkeypatch.setattr(os, "pread", pread)
     return seen
-
-
-@pytest.fixture(scope="module")
-def moe_pair(tmp_path_factory) -> tuple[Path, Path, Path]:
-    """A synthesized qwen35-moe target, its fused checkpoint, and the same tensors one per expert."""
-    from helpers.checkpoints import read_tensors, split_per_expert, write_variant
-    from irsurgeon.families.qwen35_mtp import FAMILY
-    out = tmp_path_factory.mktemp("moe")
-    made = FAMILY.synth("qwen35-moe", out / "made", 4, False)
-    per_expert = write_variant(made["ckpt"], out / "per-expert", split_per_expert(read_tensors(made["ckpt"])))
-    return made["target"], made["ckpt"], per_expert

@@ -12,7 +12,10 @@ from pathlib import Path
 import openvino as ov
 import pytest
 from click.testing import CliRunner
+from helpers.cli import refused
 from helpers.decoders import Spec, make_decoder, write_target
+from helpers.edits import not_regular
+from lab.demo import DEMO_TARGET, writable_copy
 
 from irsurgeon.flows.annotate import annotate_ir
 from irsurgeon.cli import main
@@ -320,3 +323,12 @@ def test_cli_kept_exits_nonzero(tmp_path):
     res = CliRunner().invoke(main, ["annotate", str(xml)])
     assert res.exit_code == 1 and "--force" in res.output
     assert CliRunner().invoke(main, ["annotate", str(xml), "--force"]).exit_code == 0
+
+
+@pytest.mark.usefixtures("no_hang")
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_annotate_refuses_a_config_json_that_is_not_a_file(tmp_path, kind):
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    not_regular(target / "config.json", kind)
+    line = refused(("annotate", target), target)
+    assert f"{target / 'config.json'}: is a" in line and "expected a regular file" in line

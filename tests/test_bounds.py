@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.cli import invoke, no_hang, one_error  # noqa: F401  (no_hang: an autouse fixture)
+from helpers.cli import invoke, one_error
 from lab.hostile import DEMO_CKPT, DEMO_TARGET, Lab, judge, run_cli
 from lab.hostile_forms import (CANARY, GEMMA4_ASSISTANT_FORMS, INPUTS, OPENVINO_CONFIG_FORMS, REQUIRED_ROLES, Case,
                                    all_cases, roles_of, sample)
@@ -24,6 +24,8 @@ from irsurgeon.core import limits
 from irsurgeon.core.errors import ConfigError, IRError
 from irsurgeon.families import registry
 from irsurgeon.quant.precision import detect_target_format
+
+pytestmark = pytest.mark.usefixtures("no_hang")  # every test: a read that blocks fails it (conftest.py)
 
 
 # --- the bounded readers ------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Hostile checkpoints: safetensors headers, files truncated while a build reads them, and the memory budget.
+"""Hostile checkpoints: safetensors headers, files truncated while a build reads them, the memory budget, and a shard
+that is not a regular file.
 
 A checkpoint truncated by another process during a build is made for real (a subprocess build, os.truncate from the
 test); an absurd checkpoint whose header matches its config is a sparse file that really holds 128 GiB and more.
@@ -16,13 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers.cli import invoke, no_hang, one_error  # noqa: F401  (no_hang: an autouse fixture)
+from helpers.cli import invoke, one_error, refused
+from lab.demo import DEMO_TARGET, sharded_demo_ckpt, writable_copy
 from lab.hostile import DEMO_CKPT, truncation_race
 from lab.hostile_forms import CANARY, absurd_checkpoint, secret_link
 from irsurgeon.core import limits
 from irsurgeon.core.errors import CheckpointError
 from irsurgeon.synth.checkpoint import SynthSpec, write_checkpoint
 from irsurgeon.weights.safetensors_io import SafetensorsFile
+
+pytestmark = pytest.mark.usefixtures("no_hang")  # every test: a read that blocks fails it (conftest.py)
 
 
 def test_safetensors_header_length_is_not_echoed(tmp_path):
@@ -188,3 +192,19 @@ def test_synth_refuses_a_negative_seed_before_writing(tmp_path):
     result = invoke("synth", tmp_path / "out", "--seed", -1)
     assert result.exit_code == 2 and "--seed" in result.output and "unexpected" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+# --- a checkpoint shard that is not a regular file ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_an_embedding_shard_that_is_not_a_regular_file_is_refused_by_name(tmp_path, kind):
+    ckpt = sharded_demo_ckpt(tmp_path / "ckpt")
+    shard = ckpt / "model-1.safetensors"  # the token embeddings; the mtp.* tensors are in model-2
+    shard.unlink()
+    os.mkfifo(shard) if kind == "fifo" else shard.mkdir()
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    what = "a FIFO (named pipe)" if kind == "fifo" else "a directory"
+    expected = f"{shard}: is {what}; expected a regular file"
+    assert expected in refused(("patch", target, "--checkpoint", ckpt), target)
+    result = invoke("verify", target, "--checkpoint", ckpt)
+    assert result.exit_code == 1 and f"FAIL checkpoint identity: {expected}" in result.output, result.output

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -14,6 +16,10 @@ import openvino.opset13 as ops
 import pytest
 from click.testing import CliRunner
 from helpers.checkpoints import read_tensors, write_variant
+from helpers.cli import one_error, refused
+from lab.demo import DEMO_CKPT, DEMO_TARGET, writable_copy
+from lab.families import FAMILIES, FIXTURE_PAIRS
+from lab.procs import env
 
 from irsurgeon import build_mtp_model
 
@@ -243,3 +249,66 @@ def test_exit_codes_usage_2_failure_1_unexpected_1(tmp_path, monkeypatch):
 def test_python_api_refuses_an_unknown_format_with_the_package_error():
     with pytest.raises(IRSurgeonError, match="int3"):
         build_mtp_model(DEMO / "ckpt", weight_format="int3")
+
+
+# --- the command as `python -m irsurgeon`; --json on a failure; an unknown weight format before any note ------------
+
+def test_python_m_irsurgeon_is_the_command_and_names_both_families():
+    out = subprocess.run([sys.executable, "-m", "irsurgeon", "--help"], capture_output=True, text=True, env=env(),
+                         timeout=60)
+    assert out.returncode == 0 and "Qwen3.5" in out.stdout and "Gemma 4" in out.stdout, out.stderr
+
+
+def test_a_failing_command_with_json_prints_its_document_too(tmp_path):
+    result = invoke("patch", tmp_path / "missing", "--checkpoint", DEMO_CKPT, "--json")
+    document = json.loads(result.stdout)
+    assert result.exit_code == 1 and document["ok"] is False and "missing" in document["error"]
+    assert document["exit_code"] == 1 and result.stderr.startswith("Error: ")
+
+
+def test_an_unknown_weight_format_is_refused_before_any_note():
+    from irsurgeon import Options, patch_directory
+    from irsurgeon.core.errors import CompressionError
+
+    said = []
+    try:
+        patch_directory(DEMO_TARGET, DEMO_CKPT, Options(weight_format="int3"), echo=said.append)
+    except CompressionError as e:
+        assert "int3" in str(e)
+    else:
+        raise AssertionError("int3 accepted")
+    assert said == []
+
+
+# --- a --checkpoint or --json that cannot be what was meant, refused before any check or note ----------------------
+
+@pytest.mark.usefixtures("no_hang")
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.key)
+def test_the_target_given_as_its_own_checkpoint_is_one_line_before_any_note(family, tmp_path):
+    target = Path(shutil.copytree(FIXTURE_PAIRS[family.key][0], tmp_path / "t"))
+    line = refused(["patch", target, "--checkpoint", target], target)
+    assert "is the target directory itself" in line
+
+
+@pytest.mark.usefixtures("no_hang")
+def test_a_checkpoints_config_json_given_as_the_checkpoint_is_named_as_not_safetensors(tmp_path):
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    line = refused(["patch", target, "--checkpoint", DEMO_CKPT / "config.json"], target)
+    assert "config.json: not a .safetensors file" in line and "header" not in line
+
+
+@pytest.mark.usefixtures("no_hang")
+def test_a_folder_without_weights_is_one_line_before_any_note(tmp_path):
+    target, ckpt = writable_copy(DEMO_TARGET, tmp_path / "t"), tmp_path / "c"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    assert "neither model.safetensors nor" in refused(["patch", target, "--checkpoint", ckpt], target)
+
+
+@pytest.mark.usefixtures("no_hang")
+@pytest.mark.parametrize("where", ["missing folder", "a folder"])
+def test_verify_json_to_a_place_it_cannot_write_is_refused_before_the_checks(patched_demo, tmp_path, where):
+    dest = tmp_path / "nowhere" / "x.json" if where == "missing folder" else tmp_path
+    result = invoke("verify", patched_demo, "--json", dest)
+    line = one_error(result)
+    assert str(dest) in line and "ok " not in result.output  # no check ran before the refusal

@@ -1,15 +1,23 @@
 """The house: families registered by model_type, the build dispatching on them and checking that the graph uses
-exactly the tensors the family's table loads."""
+exactly the tensors the family's table loads; a model_type that is not a string, or a boolean of config.json that is
+not true or false, refused in one line by every family."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from helpers.checkpoints import read_tensors, write_variant
+from helpers.cli import refused
+from helpers.edits import checkpoint_config, edit_json
 from helpers.gemma4 import DATA
+from lab.demo import DEMO_TARGET, writable_copy
+from lab.families import FAMILIES as FAMILY_PARAMS  # pytest params, one per registered family
+from lab.families import fixture_pair
 from irsurgeon.draft.build import build_model
 from irsurgeon.flows.standalone import build_mtp_model, load_mtp
 from irsurgeon.core.errors import CheckpointError, ConfigError
@@ -173,3 +181,50 @@ def test_gemma4_assistant_refuses_a_masked_embedding_tensor_transformers_does_no
     d = write_variant(GEMMA_ASSISTANT, tmp_path / "ckpt", tensors, ordered_off)
     with pytest.raises(CheckpointError, match=r"unexpected tensor masked_embedding\.other"):
         load_mtp(d, warn=lambda _: None)
+
+
+# --- a model_type that is not a string, in a target or a checkpoint of every family ------------------------------
+
+@pytest.mark.usefixtures("no_hang")
+@pytest.mark.parametrize("family", FAMILY_PARAMS)
+def test_a_target_model_type_that_is_not_a_string_is_refused_by_every_command(family, tmp_path):
+    target, ckpt = fixture_pair(family, tmp_path)
+    kind = json.loads((target / "config.json").read_text())["model_type"]
+    edit_json(target / "config.json", model_type=[kind])
+    expected = f"{target / 'config.json'}: model_type must be a string, found [\"{kind}\"]"
+    for args in (("patch", target, "--checkpoint", ckpt), ("verify", target), ("show", target)):
+        assert expected in refused(args, target), args
+
+
+@pytest.mark.usefixtures("no_hang")
+@pytest.mark.parametrize("family", FAMILY_PARAMS)
+def test_a_checkpoint_model_type_that_is_not_a_string_is_refused(family, tmp_path):
+    target, source = fixture_pair(family, tmp_path)
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(source, ckpt)
+    edit_json(ckpt / "config.json", model_type=[json.loads((source / "config.json").read_text())["model_type"]])
+    line = refused(("patch", target, "--checkpoint", ckpt), target)
+    assert f"{ckpt / 'config.json'}: model_type must be a string, found [" in line
+
+
+@pytest.mark.usefixtures("no_hang")
+def test_a_text_config_model_type_that_is_not_a_string_is_refused(tmp_path):
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    config = json.loads((target / "config.json").read_text())
+    config["text_config"]["model_type"] = {"a": 1}
+    (target / "config.json").write_text(json.dumps(config))
+    line = refused(("verify", target), target)
+    assert 'config.json: text_config.model_type must be a string, found {"a": 1}' in line
+
+
+# --- booleans of config.json: true or false, nothing else ---------------------------------------------------------
+
+@pytest.mark.usefixtures("no_hang")
+@pytest.mark.parametrize("family, key, value", [
+    ("qwen3_5", "text_config.attention_bias", 1), ("qwen3_5", "text_config.mtp_use_dedicated_embeddings", "false"),
+    ("dflash", "attention_bias", "false"), ("dflash", "use_sliding_window", "true"),
+])
+def test_every_family_refuses_a_boolean_that_is_not_one(family, key, value):
+    with pytest.raises(ConfigError) as e:
+        registry.by_key(family).recipe().parse_config(checkpoint_config(family, key, value), "config.json")
+    assert str(e.value) == f"config.json: {key} must be true or false, found {json.dumps(value)}"

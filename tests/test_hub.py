@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import openvino as ov
 import pytest
 
+from lab.demo import DEMO_TARGET
 from lab.dirsnap import snapshot
 from lab.hub import run_cli
 from lab.hub_server import Blackhole, Faults, HubServer, Refusing, Revision, split_checkpoint
+from lab.procs import env
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
 from irsurgeon.flows.verify import verify_directory
@@ -219,3 +223,14 @@ def test_a_slow_download_is_not_cut_short(models, tmp_path):
         proc, took = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
     assert proc.returncode == 0, proc.stderr
     assert took > 7 and all(c.ok for c in verify_directory(target))
+
+
+# --- a local path that does not exist is said to be one, before it is tried as a repo id ----------------------------
+
+def test_a_mistyped_local_path_says_so_before_the_hub(tmp_path):
+    (tmp_path / "models").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "irsurgeon", "patch", str(DEMO_TARGET), "--checkpoint",
+                           "models/ckptt"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**env(), "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"})
+    assert proc.returncode == 1 and proc.stderr.startswith("Error: models/ckptt: no such local checkpoint in models; "
+                                                           "as a Hugging Face repo id:"), proc.stderr

@@ -5,13 +5,17 @@ On three layouts (the head in model.safetensors beside a large tensor; in a shar
 a patch downloads at most 1.1x what it needs (the head, the headers of the files holding it or the embeddings, the
 identity check's 16 rows), and a second run nothing; every range answer is what was asked or one error line; a
 server that ignores ranges gets the whole-file download, said on stderr; a whole file is checked against its ETag;
-what the cache holds is used only when it is complete, and the cache is never written through a link.
+what the cache holds is used only when it is complete, and the cache is never written through a link. A file that
+changes on the server between two requests, a file of another commit, a redirect that is not http(s), a link in
+huggingface_hub's own folders: one error line, nothing written through it, nothing of two versions mixed.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -27,6 +31,7 @@ from irsurgeon.core.errors import CheckpointError
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
 from irsurgeon.flows.verify import verify_directory
+from irsurgeon.weights.hub import store
 from irsurgeon.weights.safetensors_io import SafetensorsFile
 
 REPO = "acme/qwen35-tiny"
@@ -216,7 +221,7 @@ def test_every_familys_hub_prefix_covers_what_its_loader_reads(family):
     assert family.recipe().tensors(cfg).prefix.startswith(family.hub_prefix)
 
 
-@pytest.mark.slow  # the default run has Qwen3.5 above and Gemma 4 in tests/test_gemma4_hub.py
+@pytest.mark.slow  # the default run has Qwen3.5 above and Gemma 4 in tests/families/gemma4/test_gemma4_hub.py
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_fetches_its_tensors_by_range(family, tmp_path):
     """Through the protocol alone: a patch from a repo id of the family's bundled checkpoint downloads its
@@ -241,6 +246,129 @@ def test_every_family_fetches_its_tensors_by_range(family, tmp_path):
     assert sent <= 1.1 * need and not [e for e in hub.log[seen:] if e[0] == "GET"], (sent, need, hub.log[seen:])
     assert all(c.ok for c in verify_directory(tmp_path / "b"))
     print(f"{family.key}: {sent} bytes of {files['model.safetensors'].stat().st_size} ({sent / need:.2f}x needed)")
+
+
+# --- two versions or two commits of a file are never mixed, in the download or in the cache --------------------------
+
+SHARD = "model-00002-of-00002.safetensors"  # the head beside a large tensor: never read whole, never hashed
+SMALL_FILLER = {FILLER: (np.zeros(1 << 21, np.uint16), "BF16")}
+OTHER_COMMIT = "1234567890abcdef1234567890abcdef12345678"
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """A two-shard repo (the embeddings; the rest with the head), and the same shard with a header 64 bytes longer:
+    every tensor the same, every offset in the file 64 bytes further (another version of the file)."""
+    base = tmp_path_factory.mktemp("versions")
+    s = synthesize(base / "s", "qwen35", default_spec("qwen35").with_(vocab=4096), seed=1)
+    files = split_checkpoint(s.ckpt, base / "repo", 2, SMALL_FILLER)
+    data = bytearray(files[SHARD].read_bytes())
+    (n,) = struct.unpack("<Q", data[:8])
+    longer = data[8:8 + n] + b" " * 64
+    (base / "v2").mkdir()
+    (base / "v2" / SHARD).write_bytes(struct.pack("<Q", n + 64) + longer + data[8 + n:])
+    return files, base / "v2" / SHARD
+
+
+def one_error(proc) -> str:
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert proc.returncode == 1 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return errors[0]
+
+
+def build_from_hub(files: dict, tmp_path, faults: Faults | None = None, cache=None):
+    """`build-mtp REPO -o tmp_path/out` against the look-alike hub serving files (with faults)."""
+    with HubServer({REPO: {"main": Revision(files)}}, faults=faults or Faults()) as hub:
+        proc, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "out", "--cache-dir", cache or tmp_path / "cache",
+                          endpoint=hub.url, home=tmp_path / "hf")
+    return proc
+
+
+def cached(cache) -> list[str]:
+    return sorted(p.name for p in cache.glob("irsurgeon/models--acme--qwen35-tiny/snapshots/*/*"))
+
+
+def test_a_shard_replaced_on_the_server_between_two_range_requests_is_one_line(repo, tmp_path):
+    """The header comes from one version, the tensors from the other (their ETag changes): a head built from them
+    would be the bytes 64 further on, shaped right and wrong."""
+    files, v2 = repo
+    error = one_error(build_from_hub(files, tmp_path, Faults(swap_file=(SHARD, v2))))
+    assert SHARD in error and "changed on the server during the download" in error, error
+    assert not (tmp_path / "out").exists() and SHARD not in cached(tmp_path / "cache")
+
+
+def test_a_shard_answered_for_another_commit_is_refused(repo, tmp_path):
+    """config.json and the index came from one commit; the shard's HEAD says another (the branch moved between two
+    requests): its bytes would be filed under the first commit."""
+    files, _ = repo
+    error = one_error(build_from_hub(files, tmp_path, Faults(file_commit={SHARD: OTHER_COMMIT})))
+    assert SHARD in error and OTHER_COMMIT in error and "not mixing two commits' files" in error, error
+    assert not (tmp_path / "out").exists() and SHARD not in cached(tmp_path / "cache")
+
+
+@pytest.mark.parametrize("location", ["file:///etc/passwd", "ftp://127.0.0.1/x"])
+def test_a_redirect_to_a_location_that_is_not_http_is_refused_by_name(repo, tmp_path, location):
+    """It used to read 'connection lost ... set HF_HUB_OFFLINE=1', which is neither what happened nor a remedy."""
+    files, _ = repo
+    error = one_error(build_from_hub(files, tmp_path, Faults(location={SHARD: location})))
+    assert SHARD in error and location in error and "not an http(s) URL" in error, error
+
+
+@pytest.mark.slow  # two CLI runs
+def test_what_the_cache_stored_under_another_etag_is_fetched_again(repo, tmp_path):
+    """The shard's bytes change at the same commit between two runs (a killed first run left its header stored):
+    the second run's HEAD names another ETag, so the stored header is not used with the new tensors."""
+    files, v2 = repo
+    commit = Revision(files).commit
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        first, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "a", "--cache-dir", tmp_path / "cache",
+                           endpoint=hub.url, home=tmp_path / "hf")
+    assert first.returncode == 0, first.stderr
+    (folder,) = (tmp_path / "cache").glob("irsurgeon/*/snapshots/*")
+    (folder / SHARD).unlink()  # as if killed after the header was stored
+    with HubServer({REPO: {"main": Revision({**files, SHARD: v2}, commit=commit)}}) as hub:
+        again, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "b", "--cache-dir", tmp_path / "cache",
+                           endpoint=hub.url, home=tmp_path / "hf")
+        header_reads = [e for e in hub.log if e[2] and e[2].startswith("bytes=0-")]
+    assert again.returncode == 0, again.stderr
+    assert header_reads, "\n".join(map(str, hub.log))  # read again, not taken from the cache
+    # both versions hold the same tensors: the same head, unless one's header was read with the other's bytes
+    head = "openvino_mtp_model.bin"
+    assert (tmp_path / "b" / head).read_bytes() == (tmp_path / "a" / head).read_bytes()
+
+
+@pytest.mark.parametrize("link", ["models--acme--qwen35-tiny", "models--acme--qwen35-tiny/snapshots",
+                                  "models--acme--qwen35-tiny/blobs", ".locks"])
+def test_a_link_among_huggingface_hubs_folders_is_refused_before_it_writes_through_it(repo, tmp_path, link):
+    """huggingface_hub follows a link in its repo folder and writes config.json there, outside the cache; the
+    checkpoint reader then refused what it had written. Now nothing is written and the link is named."""
+    files, _ = repo
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    outside.mkdir()
+    (cache / link).parent.mkdir(parents=True, exist_ok=True)
+    (cache / link).symlink_to(outside)
+    error = one_error(build_from_hub(files, tmp_path, cache=cache))
+    assert f"{cache / link}: a link in the Hugging Face cache" in error, error
+    assert list(outside.iterdir()) == []
+
+
+def test_a_stored_header_the_reader_refuses_is_not_used(tmp_path):
+    """A .ranges file whose header bytes the local reader refuses (an absurd length, a tensor past the file) is not
+    usable: fetched again, where it used to refuse the shard on every later run, offline or not."""
+    def header(entries: dict) -> bytes:
+        raw = json.dumps(entries).encode()
+        return struct.pack("<Q", len(raw)) + raw
+
+    good = header({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})
+    past = header({"t": {"dtype": "F32", "shape": [2], "data_offsets": [992, 1000]}})
+    with store.Folder(tmp_path / "cache", "acme/tiny", "c" * 40) as folder:
+        for name, first, usable in (("good", good, True), ("2^63", struct.pack("<Q", 1 << 63) + b"{}", False),
+                                    ("past the file", past, False), ("cut short", good[:20], True)):
+            store.write_ranges(folder, "x.safetensors", len(good) + 8, [(0, first)], "e" * 64)
+            found = store.read_ranges(folder, "x.safetensors")
+            assert (found is not None) == usable, name
+            if usable:
+                assert found == (len(good) + 8, [(0, first)], "e" * 64)
 
 
 # --- the pieces, without a server ------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import openvino as ov
 import pytest
 from click.testing import CliRunner
 
+from helpers.cli import invoke
 from helpers.numpy_hybrid import HybridReference
 from irsurgeon.cli import main
 from irsurgeon.ops.core import WeightFormat
@@ -202,6 +203,11 @@ def test_cli_layer_types(tmp_path):
             assert f"model.language_model.layers.{i}.{mixer}" in names
         lm = ov.Core().read_model(out / "target" / LM)
         assert sum("conv" in v for v, _, _ in states(lm)) == types.count(LINEAR)
+
+
+def test_synth_refuses_a_hybrid_without_a_full_attention_layer(tmp_path):
+    result = invoke("synth", tmp_path / "s", "--layers", "3")
+    assert result.exit_code == 1 and "no full_attention layer" in result.stderr and not (tmp_path / "s").exists()
 
 
 def test_checkpoint_tensors_have_real_names_and_shapes(tmp_path):

@@ -160,3 +160,26 @@ def test_empty_prompts_file(tmp_path):
     (tmp_path / "p.txt").write_text("\n  \n")
     res = CliRunner().invoke(main, ["verify", str(tmp_path), "--genai", "--prompts", str(tmp_path / "p.txt")])
     assert res.exit_code == 2 and "no prompts" in res.output
+
+
+# --- the KV cache precision the speed runs asked for and ran with -------------------------------------------------
+
+@pytest.mark.usefixtures("no_hang")
+def test_the_speed_table_states_the_kv_precision_once():
+    from irsurgeon.cli.verify import speed_table
+
+    speed = {"device": "CPU", "device_defaults": {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "u8"},
+             "kv_precision": {"target": "f16", "draft": "f16"},
+             "kv_precision_source": {"target": "rt_info runtime_options", "draft": "rt_info runtime_options"},
+             "equivalence_properties": {"INFERENCE_PRECISION_HINT": "f32"}, "measurements": [],
+             "memory_method": "m", "kv_method": "k", "verdict": "v"}
+    lines = speed_table(speed)
+    assert lines[:2] == [
+        "speed on CPU at the device's default INFERENCE_PRECISION_HINT=f32; KV cache target=f16 draft=f16, as the "
+        "IRs' rt_info runtime_options set it (the device's own default, KV_CACHE_PRECISION=u8, applies to an IR that "
+        "sets none)",
+        "equivalence above ran at INFERENCE_PRECISION_HINT=f32"]
+    speed["kv_precision"] = {"target": "u8", "draft": "u8"}
+    speed["kv_precision_source"] = {"target": "device default", "draft": "device default"}
+    assert speed_table(speed)[0] == ("speed on CPU at the device's default INFERENCE_PRECISION_HINT=f32; KV cache "
+                                     "target=u8 draft=u8, the device default")

@@ -1,4 +1,4 @@
-"""benchmarks/make_real_size.py: a published config's real-shaped checkpoint and target cost only the head on disk, and
+"""scripts/make_real_size.py: a published config's real-shaped checkpoint and target cost only the head on disk, and
 patch builds the head from them (slow: writes and digs holes in a few hundred MB)."""
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REFERENCE, ROOT, reference_dir
+from helpers.reference import REFERENCE, ROOT, reference_dir
 
 OUTSIDE_REFERENCE = re.compile(r"shared[\"']?\s*/\s*[\"']?reference")
 PARENT_PATH = re.compile(r"\.\./")

@@ -5,9 +5,12 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers.cli import invoke
 from helpers.decoders import Spec, write_target
+from lab.families import FIXTURE_PAIRS
 
 from irsurgeon.flows.annotate import annotate_ir
 from irsurgeon.cli import main
@@ -143,3 +146,44 @@ def test_cli_bad_paths(tmp_path):
         assert res.exit_code == 1 and res.output.strip().splitlines()[-1].startswith("Error: "), res.output
     with pytest.raises(IRError, match="DOCTYPE"):
         show(tmp_path / "bad.xml")
+
+
+@pytest.mark.usefixtures("no_hang")
+def test_show_text_of_an_ir_keeps_the_bracket_shapes(patched_demo):
+    result = invoke("show", patched_demo / "openvino_mtp_model.xml")
+    assert result.exit_code == 0 and "inputs_embeds" in result.output and "[?,?,64]" in result.output
+
+
+# --- tokenizer IRs hold vocabulary tables, not weights; a string port does not make a model a tokenizer -----------
+
+@pytest.mark.usefixtures("no_hang")
+@pytest.mark.parametrize("key", ["qwen3_5", "gemma4"])
+def test_show_says_what_a_tokenizer_ir_is_instead_of_a_weight_format(key):
+    target = FIXTURE_PAIRS[key][0]
+    result = invoke("show", target, "--json")
+    assert result.exit_code == 0, result.output
+    entries = {e["file"]: e for e in json.loads(result.stdout)["irs"]}
+    for name, what in (("openvino_tokenizer.xml", "tokenizer"), ("openvino_detokenizer.xml", "detokenizer")):
+        entry = entries[name]
+        assert entry["weights"]["precision"] is None and entry["weights"]["count"] == 0, entry["weights"]
+        assert entry["summary"].endswith(f"; {what}: string ops over vocabulary tables, no weights"), entry["summary"]
+        assert "int8" not in entry["summary"]
+    text = invoke("show", target).output
+    assert "int8_sym" not in text and "detokenizer: string ops over vocabulary tables, no weights" in text
+
+
+def test_an_ir_with_a_string_input_and_matmul_weights_is_not_shown_as_a_tokenizer(tmp_path):
+    """show said 'weights: none (a tokenizer: string ops over vocabulary tables)' of a 4 MiB f32 MatMul weight,
+    because the IR also took a string input."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from irsurgeon.ir.describe import show_ir
+
+    text = ops.parameter([-1], ov.Type.string, name="text")
+    x = ops.parameter([1, 256], np.float32, name="x")
+    w = ops.constant(np.ones((256, 4096), np.float32))
+    model = ov.Model([ops.matmul(x, w, False, False).output(0)], [text, x], "lm_with_a_string_input")
+    ov.save_model(model, tmp_path / "m.xml", compress_to_fp16=False)
+    info = show_ir(tmp_path / "m.xml")
+    assert info["role"] is None and info["weights"]["count"] == 1, info["weights"]

@@ -14,6 +14,7 @@ import openvino_tokenizers  # noqa: F401  (registers the tokenizer ops, before C
 import pytest
 from click.testing import CliRunner
 
+from helpers.cli import invoke
 from irsurgeon.cli import main
 from irsurgeon.ir import xmlsafe
 
@@ -148,3 +149,21 @@ def test_unannotated_and_unreadable_entries(tmp_path):
     good = entries[LANGUAGE_MODEL]  # an unreadable IR's entry has a readable one's fields, in the same order
     assert tuple(junk) == tuple(good) and not junk["ok"] and isinstance(junk["error"], str)
     assert all(junk[k] is None for k in good if k not in ("file", "ok", "error", "summary"))
+
+
+# --- one form of a port, for an IR and for a directory ------------------------------------------------------------
+
+@pytest.mark.usefixtures("no_hang")
+def test_show_json_spells_ports_alike_for_an_ir_and_for_its_directory(patched_demo):
+    def document(path):
+        result = invoke("show", path, "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    directory = {e["file"]: e for e in document(patched_demo)["irs"]}
+    for name in ("openvino_language_model.xml", "openvino_mtp_model.xml"):
+        ir = document(patched_demo / name)
+        for key in ("inputs", "outputs", "states"):
+            assert ir[key] == directory[name][key], (name, key)
+        assert all(isinstance(p["dtype"], str) and isinstance(p["shape"], list) for p in ir["inputs"])
+    assert [None, None, 64] in [p["shape"] for p in directory["openvino_mtp_model.xml"]["inputs"]]

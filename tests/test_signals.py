@@ -1,5 +1,7 @@
 """Ctrl-C is a KeyboardInterrupt even when a library left the main thread a stale alternate signal stack (as
-openvino-genai 2026.4.1 does once a VLMPipeline has run): irsurgeon.core.signals keeps SIGINT off that stack."""
+openvino-genai 2026.4.1 does once a VLMPipeline has run): irsurgeon.core.signals keeps SIGINT off that stack. A Ctrl-C
+during a native call stops it at its next check; during a patch, before its commit it is a plain interruption, and
+once the commit is done the patch says it is complete."""
 from __future__ import annotations
 
 import os
@@ -10,6 +12,10 @@ import threading
 from pathlib import Path
 
 import pytest
+
+from helpers.cli import invoke
+from lab.demo import DEMO_CKPT, DEMO_TARGET, writable_copy
+from lab.dirsnap import snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -172,3 +178,51 @@ def test_ctrl_c_during_genai_generation_ends_the_command_at_once_with_130(tmp_pa
     runs = [ln for ln in seen + out.splitlines() if ln.startswith("prompt ")]
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "Error: interrupted", (proc.returncode, err)
     assert "Traceback" not in err and len(runs) < 12, runs  # stopped in the equivalence run, not after it
+
+
+# --- Ctrl-C during a patch: once the commit is done, the patch is complete and said so -----------------------------
+
+def interrupt(*_args, **_kwargs):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.usefixtures("no_hang")
+def test_ctrl_c_during_the_check_after_the_commit_says_the_patch_is_complete(tmp_path, monkeypatch):
+    import irsurgeon.flows.patch as flow
+
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    monkeypatch.setattr(flow, "confirm", interrupt)
+    result = invoke("patch", target, "--checkpoint", DEMO_CKPT)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert result.exit_code == 130 and lines == [
+        f"Error: interrupted: {target}: the patch is complete (committed openvino_mtp_model.bin, "
+        f"openvino_mtp_model.xml, openvino_language_model.xml); the check of it after the commit was interrupted: "
+        f"irsurgeon verify {target} runs it"], result.output
+    monkeypatch.undo()
+    assert invoke("verify", target).exit_code == 0
+
+
+@pytest.mark.usefixtures("no_hang")
+def test_ctrl_c_held_through_the_commit_says_the_patch_is_complete(tmp_path, monkeypatch):
+    from irsurgeon.commit.transaction import DirectoryTransaction
+
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    commit = DirectoryTransaction.commit
+
+    def commit_then_ctrl_c(self):  # as _deferred_sigint re-delivers a Ctrl-C held while the commit ran
+        commit(self)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(DirectoryTransaction, "commit", commit_then_ctrl_c)
+    result = invoke("patch", target, "--checkpoint", DEMO_CKPT)
+    assert result.exit_code == 130 and "the patch is complete (committed " in result.stderr, result.output
+
+
+@pytest.mark.usefixtures("no_hang")
+def test_ctrl_c_before_the_commit_is_a_plain_interruption(tmp_path, monkeypatch):
+    from irsurgeon.commit.transaction import DirectoryTransaction
+
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    before = snapshot(target)
+    monkeypatch.setattr(DirectoryTransaction, "commit", interrupt)
+    result = invoke("patch", target, "--checkpoint", DEMO_CKPT)
+    assert result.exit_code == 130 and result.stderr.strip() == "Error: interrupted" and snapshot(target) == before

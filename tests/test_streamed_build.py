@@ -14,6 +14,7 @@ import openvino as ov
 import pytest
 
 from helpers.cli import invoke, one_error
+from helpers.drafts import graph, layers, weight_data
 from helpers.tiers import default_tier
 from irsurgeon.flows.standalone import save_draft
 from lab.dirsnap import snapshot
@@ -31,15 +32,6 @@ from irsurgeon.weights.safetensors_io import write_safetensors
 
 TARGET, CKPT = FIXTURE_PAIRS["dflash"]
 DRAFT_XML = "dflash_draft/openvino_model.xml"
-
-
-def layers(model: ov.Model) -> tuple[dict, list]:
-    """Every op as (type, output shapes): by name where the build named it, as a sorted list where the save did (by
-    position: the placeholders shift it)."""
-    ops = [(op.get_friendly_name(), op.get_type_name(), [str(o.get_partial_shape()) for o in op.outputs()])
-           for op in model.get_ops()]
-    named = {name: rest for name, *rest in ops if not re.fullmatch(r"[A-Za-z]+_\d+", name)}
-    return named, sorted(rest for _, *rest in ops)
 
 
 def run(model: ov.Model) -> np.ndarray:
@@ -86,11 +78,6 @@ def saved_build(key: str, ckpt, fmt: str, path) -> ov.Model:
     build.name_anonymous_nodes(model)
     ov.save_model(model, path, compress_to_fp16=False)
     return ov.Core().read_model(path)
-
-
-def weight_data(model: ov.Model) -> dict:
-    return {op.get_friendly_name(): (str(op.get_element_type()), op.get_data().tobytes()) for op in model.get_ops()
-            if op.get_type_name() == "Constant" and op.get_friendly_name().endswith(".weight")}
 
 
 @pytest.mark.parametrize("key", default_tier(list(FIXTURE_PAIRS), keep={"gemma4"}))
@@ -219,20 +206,6 @@ def test_a_placeholder_becomes_the_const_layer_of_its_place_and_nothing_else_cha
 def test_a_placeholder_that_is_missing_doubled_or_reshaped_is_an_error(xml, words):
     with pytest.raises(IRError, match=words):
         streamed.constants_from_parameters(xml, {"fc.weight": streamed.Place((2, 3), 128, 24)}, "x.xml")
-
-
-def graph(model: ov.Model) -> dict:
-    """Every op by name: type, outputs (type, shape), inputs (producer name and port), rt_info, a constant's bytes."""
-    out = {}
-    for op in model.get_ops():
-        out[op.get_friendly_name()] = (
-            op.get_type_name(),
-            [(str(o.get_element_type()), str(o.get_partial_shape())) for o in op.outputs()],
-            [(i.get_source_output().get_node().get_friendly_name(), i.get_source_output().get_index())
-             for i in op.inputs()],
-            {k: str(v) for k, v in op.get_rt_info().items()},
-            op.get_data().tobytes() if op.get_type_name() == "Constant" else None)
-    return out
 
 
 @pytest.mark.parametrize("case", default_tier(

@@ -336,3 +336,33 @@ def test_a_recorded_transaction_refuses_a_file_staged_without_its_record(target)
             tx.stage(LM).write_text("written around the record")
             tx.commit()
     assert snapshot(target) == before
+
+
+# --- the staging folder checked again once the journal is written --------------------------------------------------
+
+def test_a_staging_folder_moved_while_the_files_are_hashed_is_refused_before_anything_moves(tmp_path, monkeypatch):
+    """The check before the journal came before the files were fsynced and hashed (seconds for a large head): a
+    folder moved then took the journal with it, and a kill during the moves left a half patch that the next run,
+    finding an empty staging folder under the name, could not roll back."""
+    from irsurgeon.commit.transaction import JOURNAL, STAGE_DIR, DirectoryTransaction
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "openvino_language_model.xml").write_text("old")
+    real = DirectoryTransaction._prepare
+
+    def prepare(self, name):
+        if not (target / "moved-away").exists():
+            os.rename(target / STAGE_DIR, target / "moved-away")
+            (target / STAGE_DIR).mkdir()
+        return real(self, name)
+
+    monkeypatch.setattr(DirectoryTransaction, "_prepare", prepare)
+    with DirectoryTransaction(target, writable=WRITABLE) as tx:
+        tx.stage("openvino_language_model.xml").write_text("new")
+        tx.stage("openvino_mtp_model.xml").write_text("head")
+        with pytest.raises(OutputError, match="replaced or moved since files were staged in it; nothing was written"):
+            tx.commit()
+    assert (target / "openvino_language_model.xml").read_text() == "old"
+    assert not (target / "openvino_mtp_model.xml").exists() and not list(target.rglob(JOURNAL))
+    assert list((target / "moved-away").iterdir()) == []

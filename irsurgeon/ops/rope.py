@@ -38,7 +38,7 @@ def apply_rope(x: ov.Output, cos: ov.Output, sin: ov.Output, rotary_dim: int, he
     commit 003910ec): RoPEFusionGPTNEOX matches VariadicSplit(x, 3, [half, half]) or Slices on axis 3, the negation
     as Multiply(x2, -1.0) and Add(x * cos, concat(-x2, x1) * sin); RoPEFusionIOSlicing folds the pass-through
     VariadicSplit(x, 3, [R, D - R]) and its Concat, RoPEFusionPreprocess the [0, 2, 1, 3] Transpose before it. On
-    openvino 2026.4.1 the split axis written as -1 stops the fusion (tests/test_build.py checks the runtime graph).
+    openvino 2026.4.1 the split axis written as -1 stops the fusion (tests/families/qwen3_5/test_build.py checks the runtime graph).
     """
     fused_axis = const(3, np.int64) if fusable else None  # one axis constant shared by both splits
 

@@ -1,24 +1,14 @@
-"""Running the CLI in-process for tests, and a guard that turns a blocking read into a failure."""
+"""Running the CLI in-process for tests, and what a refused command must leave: one `Error:` line, nothing changed.
+
+The guard that turns a blocking read into a failure is the `no_hang` fixture of tests/conftest.py."""
 from __future__ import annotations
 
-import signal
+from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from irsurgeon.cli import main
-
-
-@pytest.fixture(autouse=True)
-def no_hang():
-    """A read that blocks (a FIFO opened without O_NONBLOCK) fails the test instead of hanging the suite."""
-    def expired(signum, frame):
-        raise TimeoutError("blocked for 60 s")
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(60)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+from lab.dirsnap import snapshot
 
 
 def one_error(result) -> str:
@@ -30,3 +20,11 @@ def one_error(result) -> str:
 
 def invoke(*args) -> object:
     return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def refused(args, *unchanged: Path) -> str:
+    """The one Error: line of a refused command, which changed nothing in `unchanged`."""
+    before = [snapshot(d) for d in unchanged]
+    line = one_error(invoke(*args))
+    assert [snapshot(d) for d in unchanged] == before, line
+    return line

@@ -8,7 +8,7 @@
                 target also DYNAMIC_QUANTIZATION_GROUP_SIZE=0, as for a Qwen int4 target (irsurgeon.families.qwen35_mtp.genai):
                 the CPU plugin otherwise quantizes the activations fed to int4 MatMuls, differently per shape
     honours EOS genai's Gemma 4 MTP path stops at EOS even with ignore_eos (openvino-genai 2026.4.1, seen on
-                tests/test_gemma4_genai.py's pairs), so the equivalence runs honour EOS in both pipelines
+                tests/families/gemma4/test_gemma4_genai.py's pairs), so the equivalence runs honour EOS in both pipelines
 """
 from __future__ import annotations
 

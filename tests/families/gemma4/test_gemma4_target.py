@@ -13,6 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from lab.dirsnap import full_disk_on_nth_replace, snapshot
+from helpers.cli import refused as refused_unchanged  # (args, *unchanged dirs): this file's refused() is another
+from helpers.edits import edit_json, not_regular
 from helpers.gemma4 import PAIR, copy_pair
 from irsurgeon.cli import main as cli
 from irsurgeon.families.gemma4_mtp import target as surgery
@@ -178,3 +180,22 @@ def test_a_source_neither_directory_nor_repo_id_is_refused(tmp_path):
     result = run_patch(target, str(tmp_path / "no" / "such"))
     assert result.exit_code != 0 and "no such checkpoint file or directory (nor a Hugging Face repo id)" in result.output
     assert snapshot(target) == before
+
+
+# --- a boolean of config.json that is not one, a generation_config.json that is not a file --------------------------
+
+@pytest.mark.usefixtures("no_hang")
+def test_a_gemma4_target_boolean_that_is_not_one_is_refused(tmp_path):
+    target, assistant = copy_pair(tmp_path)
+    edit_json(target / "config.json", attention_k_eq_v="false")
+    line = refused_unchanged(("patch", target, "--checkpoint", assistant), target)
+    assert line.endswith(f"{target / 'config.json'}: attention_k_eq_v must be true or false, found \"false\"")
+
+
+@pytest.mark.usefixtures("no_hang")
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_gemma4_target_generation_config_that_is_not_a_file_is_refused(tmp_path, kind):
+    target, assistant = copy_pair(tmp_path)
+    not_regular(target / "generation_config.json", kind)
+    line = refused_unchanged(("patch", target, "--checkpoint", assistant), target)
+    assert f"{target / 'generation_config.json'}: is a" in line and "expected a regular file" in line

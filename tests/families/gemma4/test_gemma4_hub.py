@@ -15,7 +15,7 @@ from helpers.gemma4 import copy_pair
 from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
 from irsurgeon.flows.verify import verify_directory
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 REPO = "acme/gemma4-assistant"
 
 

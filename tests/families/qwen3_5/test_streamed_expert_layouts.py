@@ -5,7 +5,7 @@ tensors, one expert, odd expert sizes, blocks smaller than one row, a shard that
 truncated or rewritten while the experts are being read, NaN/Inf and values beyond f16 in the last expert, a
 missing or extra expert tensor.
 
-Each either writes the draft the build holding every weight makes (tests/test_streamed_experts.saved_build: its
+Each either writes the draft the build holding every weight makes (tests/helpers/experts.saved_build: its
 constants byte for byte, its ops one for one), or is one `Error:` line naming the file or tensor with the target
 untouched and no stream left open.
 """
@@ -22,6 +22,9 @@ import pytest
 
 from helpers.checkpoints import as_float, fp8_config, fp8_tensors, read_tensors, split_per_expert, stored_as
 from helpers.cli import invoke, one_error
+from helpers.drafts import layers
+from helpers.experts import EXPERTS, MTP_XML, saved_build, streamed_names, weight_data
+from helpers.leftovers import CLEAN, left_behind
 from irsurgeon.flows.standalone import save_draft
 from lab.dirsnap import snapshot
 from irsurgeon.draft import build
@@ -31,9 +34,6 @@ from irsurgeon.ir import streamed
 from irsurgeon.commit.journal_format import STAGE_DIR
 from irsurgeon.weights import spec
 from irsurgeon.weights.safetensors_io import STORAGE, decode, encode_header, f32_to_bf16
-from test_attacks_stream import CLEAN, left_behind
-from test_streamed_build import layers
-from test_streamed_experts import EXPERTS, MTP_XML, saved_build, streamed_names, weight_data
 
 ROLES = [EXPERTS + f"{p}.weight" for p in ("down_proj", "gate_proj", "up_proj")]
 INDEX = "model.safetensors.index.json"
@@ -439,7 +439,7 @@ def test_ctrl_c_while_the_experts_stream_is_interrupted_and_nothing_changes(moe_
 
 def test_the_single_file_rewritten_between_the_build_and_the_stage_is_refused_and_nothing_changes(
         moe_pair, tmp_path, monkeypatch):
-    """Mirrors the dense case of test_attacks_stream for a per-expert head: before any matrix is streamed."""
+    """Mirrors the dense case of test_streamed_f16 for a per-expert head: before any matrix is streamed."""
     target, fused, _ = moe_pair
     ckpt = write_ckpt(fused, tmp_path / "ckpt", expert_tensors(fused, "per-expert"))
     real = qwen_patch.stage_ir

@@ -23,7 +23,7 @@ from irsurgeon.families.dflash import rope as rope_tables
 from irsurgeon.families.dflash.model import (RECIPE, INPUTS, OUTPUT, annotate, draft, key_state, parse_config,
                                              value_state)
 
-DATA = Path(__file__).resolve().parent / "data" / "dflash"
+DATA = Path(__file__).resolve().parents[2] / "data" / "dflash"
 CASES = ("base", "bias_yarn", "sliding")
 FEEDS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mask")
 TOL = 1e-4

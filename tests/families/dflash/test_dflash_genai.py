@@ -29,7 +29,7 @@ from irsurgeon.families.dflash.synth import write_qwen3_target
 from irsurgeon.ir.hidden_states import parse_annotation
 from irsurgeon.synth.checkpoint import SynthSpec
 
-DATA = Path(__file__).resolve().parent / "data" / "dflash"
+DATA = Path(__file__).resolve().parents[2] / "data" / "dflash"
 GOLDEN = DATA / "cycle" / "acceptance.json"
 ALL_K = "1,2,3,4,5,6,7"
 RUN = re.compile(r"prompt (\d) num_assistant_tokens (\d): (\S+) \(\d+ tokens, accepted (\d+)/(\d+) drafts\)")

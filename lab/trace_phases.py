@@ -1,6 +1,6 @@
 """Run the real `irsurgeon` CLI with wall-clock spans around the house's functions; write the time per phase.
 
-    [IRSURGEON_ROOT=DIR] python benchmarks/trace_phases.py OUT.json patch TARGET --checkpoint CKPT --weight-format f16
+    [IRSURGEON_ROOT=DIR] python lab/trace_phases.py OUT.json patch TARGET --checkpoint CKPT --weight-format f16
 
 Nothing of the flow is re-implemented: the functions below are wrapped in place (the attribute of every loaded module
 that holds them, and class attributes), then `irsurgeon.cli.main` runs with the remaining arguments. Time is

@@ -1,4 +1,6 @@
-"""Attacks through links, leftovers and concurrent writers, through the command line.
+"""Links, leftovers and concurrent writers against every command that writes, through the command line: the
+directory lock (refused at once, or waited for with --wait, which says so), staging folders and journals that are
+not irsurgeon's, and links out of a checkpoint or a Hugging Face cache.
 
 Each test keeps a sibling `outside` folder next to the target and checks (lab/dirsnap.py, links recorded, never
 followed) that a refused run changed neither. Concurrent writers are real: a child process holds the directory
@@ -8,6 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +21,7 @@ from click.testing import CliRunner
 
 from lab.dirsnap import snapshot
 from lab.hub import hub_snapshot
-from lab.procs import killed_commit, lock_held
+from lab.procs import env, killed_commit, lock_held
 from irsurgeon.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +88,24 @@ def test_every_writer_waits_for_the_lock_with_wait(sandbox, tmp_path, command):
     assert code == 0, out + err
     assert waited >= 1.0, f"{command} --wait returned after {waited:.2f} s while the lock was held"
     assert snapshot(outside) == around
+
+
+def test_wait_says_it_waits(tmp_path):
+    target = tmp_path / "t"
+    shutil.copytree(DEMO_TARGET, target)
+    with lock_held(target, tmp_path / "gate") as release:
+        proc = subprocess.Popen([sys.executable, "-m", "irsurgeon", "patch", str(target), "--checkpoint",
+                                 str(DEMO_CKPT), "--wait"], env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        seen = []
+        while not any("waiting for it to finish" in line for line in seen):
+            line = proc.stdout.readline()  # the run blocks on the lock right after this line
+            assert line, (seen, proc.stderr.read())
+            seen.append(line)
+        release()
+    out, err = proc.communicate(timeout=120)
+    assert "another irsurgeon run holds this directory; waiting for it to finish" in seen[-1]
+    assert proc.returncode == 0 and "wrote openvino_mtp_model" in out, err
 
 
 # --- leftovers that are not irsurgeon's ----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """config.json is read as transformers 5.23 reads it: real published configs, every key with two homes, defaults.
 
 Expected values are literals: read by hand from the published configs, from real-configs/README.md, and from
-transformers 5.23.0's config classes (checked with `benchmarks/check_config_semantics.py`), never recomputed by the
+transformers 5.23.0's config classes (checked with `scripts/check_config_semantics.py`), never recomputed by the
 code under test.
 """
 from __future__ import annotations

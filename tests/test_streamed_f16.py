@@ -22,6 +22,8 @@ import openvino as ov
 import pytest
 
 from helpers.cli import invoke, one_error
+from helpers.drafts import graph, layers, weight_data
+from helpers.leftovers import CLEAN, house_threads, left_behind
 from irsurgeon.flows.standalone import save_draft
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
@@ -34,8 +36,6 @@ from irsurgeon.ir import streamed
 from irsurgeon.commit.journal_format import STAGE_DIR, staged
 from irsurgeon.weights import spec
 from irsurgeon.weights.safetensors_io import f32_to_bf16, write_safetensors
-from test_attacks_round4 import hint_ended
-from test_streamed_build import graph, layers, weight_data
 
 TARGET, CKPT = FIXTURE_PAIRS["dflash"]
 DRAFT_XML = "dflash_draft/openvino_model.xml"
@@ -43,36 +43,6 @@ DRAFT_BIN = "dflash_draft/openvino_model.bin"
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------------
-
-def house_threads() -> list[str]:
-    """irsurgeon's threads still running, but the background fsync's (never joined, as tests/test_attacks_round4),
-    once the read-ahead hint (a daemon patch never joins) had its time to end, as there."""
-    hint_ended()
-    return [t.name for t in threading.enumerate() if t.name.startswith("irsurgeon")
-            and not t.name.startswith("irsurgeon-sync")]
-
-
-def fds_into(*dirs: Path) -> list[str]:
-    out = []
-    for n in os.listdir("/proc/self/fd"):
-        try:
-            where = os.readlink(f"/proc/self/fd/{n}")
-        except OSError:
-            continue
-        if any(where.startswith(str(d)) for d in dirs):
-            out.append(where)
-    return sorted(out)
-
-
-def left_behind(*dirs: Path) -> tuple:
-    """What a finished run may not leave: streams, threads, descriptors into the target or checkpoint (the threads
-    first: the read-ahead hint holds the checkpoint open until it ends)."""
-    threads = house_threads()
-    return build._STREAMS, threads, fds_into(*dirs)
-
-
-CLEAN = ({}, [], [])
-
 
 def copy_target(tmp_path: Path, key: str = "dflash") -> Path:
     target = tmp_path / f"{key}-target"
@@ -597,7 +567,7 @@ def test_a_streamed_f16_model_holds_no_matrix(tmp_path):
 # --- save_draft (spend=False) with and without a stream -----------------------------------------------------------
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_save_mtp_model_of_an_f16_model_writes_the_whole_builds_draft_and_a_second_save_is_never_a_silent_other(
+def test_save_draft_of_an_f16_model_writes_the_whole_builds_draft_and_a_second_save_is_never_a_silent_other(
         tmp_path, stream):
     """Broke (fixed): a streamed model saved once by save_draft (spend=False: "the caller's model stays
     whole") lost its stream token, so a second save wrote its 15 placeholders as graph inputs, silently. Rule: the

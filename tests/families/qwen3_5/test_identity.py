@@ -24,7 +24,7 @@ from irsurgeon.synth import synthesize
 from irsurgeon.families.qwen35_mtp.strip import strip_mtp
 from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EMBED = "model.language_model.embed_tokens.weight"
 PAIRS = {"dense-fp16": "qwen35-dense", "dense-int4": "qwen35-dense", "dense-bigram-fp16": "qwen35-dense-bigram",
          "dense-bigram-int4": "qwen35-dense-bigram", "moe-int4": "qwen35-moe", "dense-bf16": "qwen35-dense",

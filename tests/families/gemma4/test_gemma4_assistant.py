@@ -8,13 +8,16 @@ than the tolerance, so the tolerance cannot hide those bugs.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
+from helpers.edits import checkpoint_config
 from helpers.gemma4 import DATA, CASES, calls, worst_errors
 from irsurgeon.core.errors import CheckpointError, ConfigError
 from irsurgeon.families.gemma4_mtp.build import build_assistant
+from irsurgeon.families import registry
 from irsurgeon.families.gemma4_mtp.model import load_assistant_config
 
 TOL = 1e-4
@@ -208,3 +211,16 @@ def test_only_the_top_level_tie_word_embeddings_counts():
     raw = json.loads((DATA / "untied" / "config.json").read_text())
     assert raw["tie_word_embeddings"] is False and raw["text_config"].get("tie_word_embeddings", True) is True
     assert load_assistant_config(DATA / "untied" / "config.json").tied is False
+
+
+@pytest.mark.usefixtures("no_hang")
+@pytest.mark.parametrize("key, value", [
+    ("use_ordered_embeddings", "false"), ("tie_word_embeddings", "true"), ("tie_word_embeddings", 1),
+    ("text_config.attention_k_eq_v", "false"), ("text_config.enable_moe_block", "false"),
+    ("text_config.use_double_wide_mlp", 0),
+])
+def test_gemma4_assistant_booleans_must_be_true_or_false(key, value):
+    parse = registry.by_key("gemma4").recipe().parse_config
+    with pytest.raises(ConfigError) as e:
+        parse(checkpoint_config("gemma4", key, value), "config.json")
+    assert str(e.value) == f"config.json: {key} must be true or false, found {json.dumps(value)}"

@@ -1,6 +1,6 @@
 """A checkpoint and a target at a published model's real sizes, with only the MTP head's bytes on disk.
 
-    python benchmarks/make_real_size.py OUT_DIR --config CONFIG.json [--seed 0]
+    python scripts/make_real_size.py OUT_DIR --config CONFIG.json [--seed 0] [--patch f16,int4]
 
 OUT_DIR/ckpt: the given config.json (its quantization_config dropped: the head is written bf16), an index listing
 every main-model tensor at its real shape and dtype (bf16) in shards of at most 5 GB whose data is a file hole
@@ -191,7 +191,7 @@ def footprint(d: Path) -> str:
 def measure(out: Path, fmt: str) -> None:
     """`irsurgeon patch` of a fresh sparse copy of the target, page cache dropped for both directories first:
     wall, peak RSS, bytes read from the device against the head's shard plus the XML files."""
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # bench_build
     import os
     import shutil
 

@@ -2,7 +2,7 @@
 """Parse real and crafted Qwen3.5 config.json files with transformers and with irsurgeon, and print where they differ.
 
     python3 -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install transformers==5.23.0   # no torch needed
-    PYTHONPATH=. /tmp/tfvenv/bin/python benchmarks/check_config_semantics.py [--reference DIR]
+    PYTHONPATH=. /tmp/tfvenv/bin/python scripts/check_config_semantics.py [--reference DIR]
 
 Not a test dependency: transformers stays out of the product. For each case both readings are reduced to the
 numbers the MTP head uses. `same` = equal; `refused` = transformers builds a config but irsurgeon refuses it (a head
