@@ -14,12 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from irsurgeon.core.config import peek_json
+from irsurgeon.ir.export import LANGUAGE_MODEL, TEXT_ONLY_MODEL, bin_of
 
 ARCHITECTURE = "DFlashDraftModel"
 TARGET_TYPE = "qwen3"
 DRAFT_DIR = "dflash_draft"
-MODEL_XML, MODEL_BIN = "openvino_model.xml", "openvino_model.bin"
-LANGUAGE_XML = "openvino_language_model.xml"
+MODEL_XML, MODEL_BIN = TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL)
+LANGUAGE_XML = LANGUAGE_MODEL
 CONFIG = "config.json"
 DRAFT_FILES = (MODEL_XML, MODEL_BIN, CONFIG)
 WRITES = (*(f"{DRAFT_DIR}/{n}" for n in DRAFT_FILES), MODEL_XML, LANGUAGE_XML)

@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from irsurgeon.core.config import peek_json
+from irsurgeon.ir.export import TEXT_ONLY_MODEL, bin_of
 
 TARGET_TYPES = ("gemma4_text", "gemma4")
 MODEL_TYPE = "gemma4_assistant"
 ASSISTANT_DIR = "mtp_assistant"
-MODEL_XML, MODEL_BIN = "openvino_model.xml", "openvino_model.bin"
+MODEL_XML, MODEL_BIN = TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL)
 CONFIG, GENERATION = "config.json", "generation_config.json"
 ASSISTANT_FILES = (MODEL_XML, MODEL_BIN, CONFIG, GENERATION)
 WRITES = (MODEL_XML, *(f"{ASSISTANT_DIR}/{n}" for n in ASSISTANT_FILES))

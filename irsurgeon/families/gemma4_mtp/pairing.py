@@ -20,6 +20,7 @@ from irsurgeon.families.gemma4_mtp import target as surgery
 from irsurgeon.families.gemma4_mtp.layout import CONFIG, MODEL_XML
 from irsurgeon.families.gemma4_mtp.model import AssistantConfig, Layer, resolve_layers
 from irsurgeon.ir import files
+from irsurgeon.ir.export import LANGUAGE_MODEL
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Gemma4Target:
 
 def inspect_target(path: str | Path) -> tuple[Gemma4Target, ov.Model]:
     path = Path(path)
-    if (path / "openvino_language_model.xml").is_file():
+    if (path / LANGUAGE_MODEL).is_file():
         raise IRError(f"{path}: a VLM-layout export; openvino-genai's Gemma 4 MTP path needs a text-only export "
                       f"(optimum-cli export openvino --task text-generation-with-past)")
     if not (path / MODEL_XML).is_symlink() and not (path / MODEL_XML).exists():  # else read_model says what it is

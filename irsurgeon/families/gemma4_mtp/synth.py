@@ -27,6 +27,7 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
+from irsurgeon.families.gemma4_mtp.layout import MODEL_XML
 from irsurgeon.families.gemma4_mtp.model import parse_assistant_config, rope, rope_inv_freq, tensor_table
 from irsurgeon.ops import expand_kv, kv_cache, linear, rms_norm
 from irsurgeon.ops.core import WeightFormat, const, named, weight
@@ -229,7 +230,7 @@ def synthesize_gemma4(out_dir: str | Path, seed: int = 0, wait: bool = False,
 
 
 def _write(target: Path, assistant: Path, seed: int) -> None:
-    save(target_model(target_tensors(seed)), target / "openvino_model.xml")
+    save(target_model(target_tensors(seed)), target / MODEL_XML)
     tok, detok = tokenizer_model(V), detokenizer_model(V)
     tokenizer_rt_info(tok, detokenizer=False)
     tokenizer_rt_info(detok, detokenizer=True)
