@@ -177,6 +177,10 @@ class Family(ABC):
     def claims(self, config: dict) -> bool:
         return config.get("model_type") in self.model_types
 
+    def claimed(self) -> str:
+        """What `claims` takes, in words for a refusal (a family claiming by more than the model_type says so)."""
+        return f"model_type {' / '.join(self.model_types)}"
+
     @abstractmethod
     def recognise(self, directory: Path) -> Match:
         ...

@@ -9,13 +9,14 @@ from pathlib import Path
 
 from irsurgeon.core.config import checked_model_type, peek_json
 from irsurgeon.core.errors import ConfigError
-from irsurgeon.families import dflash, gemma4_mtp, qwen35_mtp
+from irsurgeon.families import dflash, eagle3, gemma4_mtp, qwen35_mtp
 from irsurgeon.draft.protocol import Family, Match
 
 FAMILIES: tuple[Family, ...] = (
     qwen35_mtp.FAMILY,
     gemma4_mtp.FAMILY,
     dflash.FAMILY,
+    eagle3.FAMILY,
 )
 DEFAULT = FAMILIES[0]  # what a directory that no family recognises is checked as (its layout errors name why)
 
@@ -35,9 +36,9 @@ def for_config(config: dict, source: str) -> Family:
     for family in FAMILIES:
         if family.claims(config):
             return family
-    known = ", ".join(model_types())
+    known = "; ".join(f"{f.title}: {f.claimed()}" for f in FAMILIES)
     raise ConfigError(f"{source}: model_type {config.get('model_type')!r:.80} has no supported draft family "
-                      f"(expected one of {known})")
+                      f"(expected {known})")
 
 
 def for_checkpoint(root: Path) -> Family | None:

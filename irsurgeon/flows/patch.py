@@ -157,7 +157,7 @@ def inspect(family: Family, target_dir: Path, source) -> Target:
     except IRSurgeonError as e:
         if registry.for_directory(target_dir) is family:
             raise
-        raise type(e)(f"{target_dir} is not a target for {source}, a {family.model_types[0]} checkpoint: "
+        raise type(e)(f"{target_dir} is not a target for {source}, a {family.title} checkpoint: "
                       f"{e}") from None
     if not isinstance(target, Target):
         raise TypeError(f"{family!r}.inspect returned {type(target).__name__}, not a draft.protocol.Target")

@@ -59,6 +59,9 @@ class DFlash(Family):
     def claims(self, config: dict) -> bool:
         return names.claims(config)
 
+    def claimed(self) -> str:
+        return f"model_type {names.TARGET_TYPE} with architectures {names.ARCHITECTURE}"
+
     def recognise(self, directory: Path) -> Match:
         if names.has_draft(directory):
             return Match.DRAFT

@@ -1,0 +1,97 @@
+"""EAGLE-3: a one-layer Llama draft fed with three target hidden states, built as TARGET/eagle3_draft/ for
+openvino-genai's EAGLE-3 path, with the taps its trainer used written as hidden_layers_list.
+
+    irsurgeon patch TARGET --checkpoint CKPT      CKPT: SafeAILab/SpecForge, AngelSlim or speculators layout
+    openvino_genai.LLMPipeline(TARGET, "CPU", scheduler_config=sc, draft_model=draft_model(TARGET/eagle3_draft))
+
+    layout.py   names: what is claimed and recognised, the files written (no openvino)
+    model.py    config as the trainers read it, the taps, tensor table, the stateful draft graph (RECIPE)
+    rope.py     the RoPE variants its configs name (default, llama3)
+    target.py   the target as patch and verify see it, genai's tap rule, the pair check
+    surgery.py  the conditions genai's load-time surgery puts on the draft IR
+    patch.py    finish (compress, KV precision, provenance) and what is staged, checked where staged
+    verify.py   the checks of a directory for genai's EAGLE-3 path, without genai
+    genai.py    how openvino-genai runs the pair
+    synth.py    a Llama target and a seeded random draft for it
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from irsurgeon.draft.protocol import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging, refuse_sizing
+from irsurgeon.families.eagle3 import layout as names
+
+UNPROVEN = ("an EAGLE-3 checkpoint shares no tensor with its target (genai gives the draft the target's embedding "
+            "table at load): only its geometry (hidden size, vocabulary, taps) was checked; `irsurgeon verify {target} "
+            "--genai` measures how often its drafts are accepted")
+
+
+class Eagle3(Family):
+    key = "eagle3"
+    title = "EAGLE-3 draft"
+    describe = "EAGLE-3 draft (SafeAILab / SpecForge / AngelSlim / speculators checkpoint)"
+    model_types = names.MODEL_TYPES  # claimed by their architectures (claims), never by model_type alone
+    layout = Layout(writes=names.WRITES, draft_xml=f"{names.DRAFT_DIR}/{names.MODEL_XML}",
+                    target_xml=names.MODEL_XML)
+    hub_prefix = ""  # every tensor of the (small) checkpoint
+    synth_kinds = {"eagle3": "a Llama text target and a random EAGLE-3 draft for it"}
+
+    def claims(self, config: dict) -> bool:
+        return names.claims(config)
+
+    def claimed(self) -> str:
+        return f"architectures {' / '.join(names.ARCHITECTURES)}"
+
+    def recognise(self, directory: Path) -> Match:
+        if names.has_draft(directory):
+            return Match.DRAFT
+        return Match.TARGET if names.is_text_target(directory) else Match.NONE
+
+    def inspect(self, directory: Path):
+        from irsurgeon.families.eagle3.target import inspect_target
+        return inspect_target(directory)
+
+    def recipe(self):
+        from irsurgeon.families.eagle3.model import RECIPE
+        return RECIPE
+
+    def pair(self, target, staging: Staging) -> Pairing:
+        from irsurgeon.families.eagle3.target import check_pair
+        staging.echo(check_pair(target, staging.cfg))
+        return Pairing(unproven=UNPROVEN.format(target=target.path))
+
+    def plan_steps(self, target, choice) -> list[str]:
+        return [f"build {names.DRAFT_DIR}/ as {choice.weight_format}",
+                f"tap the outputs of target layers {list(target.taps)} (rt_info hidden_layers_list)"]
+
+    def finish(self, model, staging: Staging):
+        from irsurgeon.families.eagle3.patch import finish
+        return finish(model, staging)
+
+    def stage(self, tx, target, staging: Staging) -> None:
+        from irsurgeon.families.eagle3.patch import stage
+        stage(tx, target, staging)
+
+    def verify(self, directory: Path, checkpoint=None, hub=None, echo=print) -> list[Check]:
+        from irsurgeon.families.eagle3.verify import verify_eagle3
+        return verify_eagle3(Path(directory), checkpoint)
+
+    def genai(self) -> GenaiRuntime:
+        from irsurgeon.families.eagle3 import genai
+        return GenaiRuntime(genai.pipeline, genai.equivalence_properties, as_batch=True)
+
+    def run_hint(self, directory: Path) -> str:
+        draft = Path(directory) / names.DRAFT_DIR
+        return (f"run it: import openvino_genai as g; sc = g.SchedulerConfig(); sc.enable_prefix_caching = False; "
+                f"g.LLMPipeline('{directory}', 'CPU', scheduler_config=sc, draft_model=g.draft_model('{draft}', "
+                f"'CPU'))")
+
+    def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
+        """A fixed tiny pair (synth.py): no option but the seed, --wait and --force applies."""
+        from irsurgeon.families.eagle3.synth import synthesize_eagle3
+        refuse_sizing(kind, options)
+        target, ckpt = synthesize_eagle3(out_dir, seed, wait, options.get("force", False))
+        return {"target": target, "ckpt": ckpt}
+
+
+FAMILY = Eagle3()

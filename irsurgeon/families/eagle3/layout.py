@@ -1,0 +1,53 @@
+"""What an EAGLE-3 directory holds and what the family writes into it (names only: no openvino here).
+
+    claims         a checkpoint config.json whose `architectures` name one of ARCHITECTURES (SafeAILab/SpecForge's
+                   LlamaForCausalLMEagle3, AngelSlim's Eagle3LlamaForCausalLM, the speculators' Eagle3Speculator) or
+                   with `speculators_model_type` "eagle3"
+    recognised by  DRAFT: TARGET/eagle3_draft/ exists; TARGET: a text export (openvino_model.xml) of a model type an
+                   EAGLE-3 draft is published for
+    writes         TARGET/eagle3_draft/{openvino_model.xml, .bin, config.json, generation_config.json}; the target is
+                   never written (genai taps it at load, from the draft's rt_info hidden_layers_list). genai 2026.4.1
+                   reads the draft folder's generation config: without one its stop tokens are -1 and generate fails
+                   ("'stop_token_ids' must be non-negative"), so the target's is copied there
+    runs           LLMPipeline(TARGET, scheduler_config=sc, draft_model=draft_model(TARGET/eagle3_draft))
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from irsurgeon.core.config import peek_json
+from irsurgeon.ir.export import GENERATION_CONFIG, TEXT_ONLY_MODEL, bin_of
+
+SAFEAILAB, ANGELSLIM, SPECULATORS = "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator"
+ARCHITECTURES = (SAFEAILAB, ANGELSLIM, SPECULATORS)
+MODEL_TYPES = ("llama",)  # the draft layer's config model_type (speculators: "speculators" at the top level)
+TARGET_TYPES = ("llama", "qwen3", "qwen2", "mistral")  # text targets EAGLE-3 drafts are published for
+DRAFT_DIR = "eagle3_draft"
+MODEL_XML, MODEL_BIN = TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL)
+CONFIG = "config.json"
+GENERATION = GENERATION_CONFIG
+DRAFT_FILES = (MODEL_XML, MODEL_BIN, CONFIG, GENERATION)
+WRITES = tuple(f"{DRAFT_DIR}/{n}" for n in DRAFT_FILES)
+
+
+def architecture(config: dict) -> str | None:
+    """The EAGLE-3 layout a config.json names, or None."""
+    archs = config.get("architectures")
+    named = [a for a in archs if a in ARCHITECTURES] if isinstance(archs, list) else []
+    if named:
+        return named[0]
+    return SPECULATORS if config.get("speculators_model_type") == "eagle3" else None
+
+
+def claims(config: dict) -> bool:
+    return architecture(config) is not None
+
+
+def has_draft(directory: str | Path) -> bool:
+    return (Path(directory) / DRAFT_DIR).is_dir()
+
+
+def is_text_target(directory: str | Path) -> bool:
+    directory = Path(directory)
+    config = peek_json(directory / CONFIG) or {}
+    return config.get("model_type") in TARGET_TYPES and not claims(config) and (directory / MODEL_XML).is_file()

@@ -1,0 +1,310 @@
+"""The EAGLE-3 draft: config keys, tensor table and graph, in the form openvino-genai's EAGLE-3 surgery takes.
+
+One Llama decoder layer fed with three target hidden states (EAGLE-3, arXiv 2503.01840; SafeAILab/EAGLE
+eagle/model/cnets.py, sgl-project/SpecForge specforge/modeling/draft/llama3_eagle.py). B batch, S new tokens, T = P + S
+with P in the KV state, H the draft's (= the target's) hidden size, nH/nKV heads, D head_dim, Vd the draft vocabulary.
+
+    e      = embed_tokens(input_ids)                              [B, S, H]  a placeholder table genai replaces
+    h      = fc(hidden_states)                                    [B, S, 3H] -> [B, S, H]   (the first MatMul on it)
+    x      = concat(input_layernorm(e), hidden_norm(h))           [B, S, 2H] embeddings first
+    q,k,v  = x Wq^T, x Wk^T, x Wv^T; RoPE; K/V appended to the state; causal GQA over T
+    r1     = h + o_proj(attn)                                     (hidden_norm(h) + ... with norm_before_residual)
+    r2     = r1 + down(silu(gate(n)) * up(n)),  n = post_attention_layernorm(r1)
+    logits = lm_head(norm(r2))                                    [B, S, Vd]
+    d2t    = the draft-to-target offsets, an i64 Constant fed to a Result (target id = d + d2t[d])
+
+Norms are LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * w. genai 2026.4.1 at load (eagle3_model_transforms.cpp):
+replaces the data of the draft's embedding Gather (named embed_tokens) with the target's table, moves fc into the
+target (so the draft's `hidden_states` is then H wide), adds `r2` (the Add named midlayer whose input 1 is a
+MatMul(Multiply): the MLP residual) as the output it feeds back, and takes d2t out as the sampler's map.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import openvino as ov
+import openvino.opset13 as ops
+
+from irsurgeon.core.config import MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, Key, Range, ints, lookup, read_keys
+from irsurgeon.core.errors import CheckpointError, ConfigError
+from irsurgeon.draft.recipe import Recipe, Weights
+from irsurgeon.families.eagle3 import layout, rope
+from irsurgeon.ops import apply_rope, expand_kv, kv_cache, linear, rms_norm, sdpa, swiglu
+from irsurgeon.ops.attention import attention_mask_bias, heads, to_bnsd
+from irsurgeon.ops.core import const, named
+from irsurgeon.weights.table import Table, Tensor, Whole
+
+EAGLE3_MODE = "eagle3_mode"  # rt_info genai reads (optimum-intel 2.2.0 convert.py writes "True")
+HIDDEN_LAYERS = "hidden_layers_list"  # rt_info: the target layers whose outputs genai taps (apply_eagle3_rt_info)
+INPUTS = ("input_ids", "attention_mask", "position_ids", "hidden_states", "beam_idx")
+LOGITS, D2T = "logits", "d2t"
+LAYER = "midlayer."  # every layer node's name: genai finds the fed-back residual by it, whatever the checkpoint says
+LAYOUTS = {"midlayer": "midlayer.", "speculators": "layers.0."}  # stored layer prefix, by layout
+EMBED = "model.embed_tokens"  # the Gather genai's share_vocabulary finds by name (the table is tiny: any size works)
+I64 = np.int64
+KEY_STATE = "past_key_values.0.keypresent.0.key"  # optimum-intel 2.2.0's names, as MakeStateful makes them
+VALUE_STATE = "past_key_values.0.valuepresent.0.value"
+
+
+# ---- config ----
+
+@dataclass(frozen=True)
+class Taps:
+    """Which target layers the trainer fed the draft, in genai's counting (the output of layer i), and why."""
+    ids: tuple[int, ...] | None  # explicit, converted; None: the layout's trainer default, resolved against the target
+    said: str                    # one line: where they come from
+
+
+@dataclass(frozen=True)
+class Eagle3Config:
+    architecture: str
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    rope: rope.Rope
+    max_position_embeddings: int
+    vocab_size: int
+    draft_vocab_size: int
+    target_hidden_size: int
+    norm_before_residual: bool
+    taps: Taps
+    model_type: str = "llama"
+    dtype: str | None = None
+    source: str = field(default="", compare=False)
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def kv_groups(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def recipe(self) -> Recipe:
+        return RECIPE
+
+
+# transformers 5.2.0 models/llama/configuration_llama.py LlamaConfig.__init__ defaults; {layer} is the speculators'
+# nested transformer_layer_config (speculators src/speculators/models/eagle3/config.py), else the top level.
+KEYS: tuple[Key, ...] = (
+    Key("hidden_size", ("{layer}hidden_size",), bounds=ints(MAX_WIDTH)),
+    Key("num_heads", ("{layer}num_attention_heads",), 32, bounds=ints(MAX_HEADS)),
+    Key("num_kv_heads", ("{layer}num_key_value_heads",), None, bounds=ints(MAX_HEADS), null_is_absent=True),
+    Key("head_dim", ("{layer}head_dim",), None, bounds=ints(MAX_WIDTH), null_is_absent=True),  # None: H // nH
+    Key("intermediate_size", ("{layer}intermediate_size",), 11008, bounds=ints(MAX_WIDTH * 8)),
+    Key("rms_norm_eps", ("{layer}rms_norm_eps",), 1e-6, float, Range(0, 1, lo_open=True, hi_open=True)),
+    Key("hidden_act", ("{layer}hidden_act",), "silu", str, allowed=("silu",)),
+    Key("attention_bias", ("{layer}attention_bias",), False, bool, allowed=(False,)),  # cnets.py: bias=False
+    Key("mlp_bias", ("{layer}mlp_bias",), False, bool, allowed=(False,)),
+    Key("max_position_embeddings", ("{layer}max_position_embeddings",), 2048, bounds=ints(1 << 24)),
+    Key("vocab_size", ("{layer}vocab_size", "vocab_size"), 32000, bounds=ints(MAX_VOCAB)),
+    # cnets.py Model.__init__: draft_vocab_size (the lm_head's rows), target_hidden_size (fc's input is 3x it)
+    Key("draft_vocab_size", ("draft_vocab_size",), None, bounds=ints(MAX_VOCAB), null_is_absent=True),
+    Key("target_hidden_size", ("target_hidden_size",), None, bounds=ints(MAX_WIDTH), null_is_absent=True),
+    Key("rope_theta", ("{layer}rope_theta",), 10000.0, float, Range(1, np.inf, lo_open=True)),
+    Key("dtype", ("dtype", "torch_dtype", "{layer}torch_dtype"), None, str, null_is_absent=True),
+)
+# Variants genai 2026.4.1 cannot run as trained (speculators core.py / SpecForge llama3_eagle.py): each refused by name.
+UNSUPPORTED = {
+    "norm_before_fc": "an RMSNorm over the 3*H concat before fc, which genai moves into the target as a bare MatMul",
+    "fc_norm": "an RMSNorm per target hidden state before fc, which genai moves into the target as a bare MatMul",
+    "norm_output": "the normed hidden state fed back, where genai feeds back the pre-norm MLP residual",
+}
+
+
+def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
+    """The draft's configuration as its trainer reads config.json, validated."""
+    arch = layout.architecture(cfg)
+    if arch is None:
+        raise ConfigError(f"{source}: architectures {cfg.get('architectures')!r:.80} name no EAGLE-3 draft "
+                          f"(expected one of {', '.join(layout.ARCHITECTURES)})")
+    nested = arch == layout.SPECULATORS
+    section = cfg.get("transformer_layer_config") if nested else cfg
+    if not isinstance(section, dict):
+        raise ConfigError(f"{source}: transformer_layer_config must be a JSON object (the speculators' layer config)")
+    if section.get("model_type", "llama") not in layout.MODEL_TYPES:
+        raise ConfigError(f"{source}: the draft layer's model_type {section.get('model_type')!r:.40} is not one of "
+                          f"{', '.join(layout.MODEL_TYPES)} (only Llama draft layers are built)")
+    for key, why in UNSUPPORTED.items():
+        if cfg.get(key) or lookup(cfg, f"eagle_config.{key}") not in (MISSING, None, False):
+            raise ConfigError(f"{source}: {key} is set: {why}; openvino-genai 2026.4.1 cannot run this draft as it "
+                              f"was trained")
+    layers = section.get("num_hidden_layers", 1)
+    if layers != 1:
+        raise ConfigError(f"{source}: {'transformer_layer_config.' if nested else ''}num_hidden_layers is "
+                          f"{layers!r:.20}: only one-layer drafts are built (genai feeds back one layer's residual)")
+    v, warnings = read_keys(cfg, KEYS, "llama", {"layer": "transformer_layer_config." if nested else ""}, source)
+    H, nH = v["hidden_size"], v["num_heads"]
+    nKV, D = v["num_kv_heads"] or nH, v["head_dim"] or H // nH
+    if nH % nKV:
+        raise ConfigError(f"{source}: num_attention_heads {nH} is not a multiple of num_key_value_heads {nKV}")
+    target_h = v["target_hidden_size"] or H
+    if target_h != H:
+        raise ConfigError(f"{source}: target_hidden_size {target_h} differs from hidden_size {H}: openvino-genai "
+                          f"gives the draft the target's [vocab, {target_h}] embedding table")
+    draft_vocab = v["draft_vocab_size"] or v["vocab_size"]
+    if draft_vocab > v["vocab_size"]:
+        raise ConfigError(f"{source}: draft_vocab_size {draft_vocab} exceeds vocab_size {v['vocab_size']}")
+    rope_cfg = rope.read(section, v["rope_theta"], v["max_position_embeddings"], source)
+    return Eagle3Config(
+        architecture=arch, hidden_size=H, num_heads=nH, num_kv_heads=nKV, head_dim=D,
+        intermediate_size=v["intermediate_size"], rms_norm_eps=v["rms_norm_eps"], rope=rope_cfg,
+        max_position_embeddings=v["max_position_embeddings"], vocab_size=v["vocab_size"],
+        draft_vocab_size=draft_vocab, target_hidden_size=target_h,
+        norm_before_residual=bool(cfg.get("norm_before_residual", False)), taps=read_taps(cfg, arch, source),
+        dtype=v["dtype"], source=source, warnings=tuple(warnings))
+
+
+def read_taps(cfg: dict, arch: str, source: str) -> Taps:
+    """The trainer's tap layers as genai counts them (the output of layer i), from the config where it names them.
+
+    What an id means is the runtime's the trainer captured with:
+      - eagle_config.eagle_aux_hidden_state_layer_ids (SpecForge, trained against SGLang): SGLang
+        python/sglang/srt/models/llama.py LlamaModel.set_eagle3_layers_to_capture adds 1 to each id and
+        LlamaModel.forward captures hidden_states + residual before layer i: id k is the output of layer k;
+      - a top-level eagle_aux_hidden_state_layer_ids (the speculators, trained against vLLM): vLLM
+        vllm/model_executor/models/llama.py LlamaModel.forward captures before layer idx, ids as given: id k is the
+        input of layer k, the output of layer k - 1.
+    Without ids, the layout's trainer default (Taps.ids None), resolved against the target's layer count.
+    """
+    nested, top = lookup(cfg, "eagle_config.eagle_aux_hidden_state_layer_ids"), cfg.get("eagle_aux_hidden_state_layer_ids")
+    if nested not in (MISSING, None):
+        ids, shift, said = nested, 0, "eagle_config.eagle_aux_hidden_state_layer_ids (SGLang: layer outputs)"
+    elif top is not None:
+        ids, shift, said = top, -1, "eagle_aux_hidden_state_layer_ids (vLLM: layer inputs, one layer earlier)"
+    else:
+        return Taps(None, f"the default of {arch}'s trainer")
+    if not isinstance(ids, list) or any(not isinstance(i, int) or isinstance(i, bool) for i in ids):
+        raise ConfigError(f"{source}: {said.split(' ')[0]} must be a list of integers, found {ids!r:.80}")
+    if len(ids) != 3:
+        raise ConfigError(f"{source}: {said.split(' ')[0]} names {len(ids)} layers: openvino-genai 2026.4.1 taps "
+                          f"exactly 3 (its fc takes 3 hidden states)")
+    converted = tuple(i + shift for i in ids)
+    if min(converted) < 0:
+        raise ConfigError(f"{source}: {said.split(' ')[0]} {ids} taps the embedding output, which openvino-genai "
+                          f"cannot tap (it taps decoder layer outputs)")
+    return Taps(converted, f"{said.split(' (')[0]} {ids}" + (f" -> {list(converted)}" if shift else ""))
+
+
+def default_taps(arch: str, num_layers: int) -> tuple[int, ...]:
+    """The trainer's default taps of an N-layer target, as genai counts them (the output of layer i).
+
+    SafeAILab eagle/model/modeling_llama_kv.py (LlamaModel.forward, layers {2, N//2, N-3}) and vLLM (speculators'
+    runtime) capture the inputs of layers [2, N//2, N-3]; AngelSlim (compressor/speculative/train/models/target/
+    target_model_wrapper.py since c35fb3b) takes hidden_states[id + 1] for ids [1, N//2 - 1, N - 4]: all the outputs of
+    layers [1, N//2 - 1, N - 4]. (genai's own default, {2, N/2, N-3} as outputs, is one layer later.)
+    """
+    return (1, num_layers // 2 - 1, num_layers - 4)
+
+
+# ---- tensors ----
+
+PREFIX = ""
+
+
+def tensors(cfg: Eagle3Config) -> Table:
+    """Every tensor the draft reads (Llama norms: gains as stored); the layer's rows stored under either layout."""
+    H, nH, nKV, D, I = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+    layer = [("self_attn.q_proj.weight", (nH * D, 2 * H)), ("self_attn.k_proj.weight", (nKV * D, 2 * H)),
+             ("self_attn.v_proj.weight", (nKV * D, 2 * H)), ("self_attn.o_proj.weight", (H, nH * D)),
+             ("mlp.gate_proj.weight", (I, H)), ("mlp.up_proj.weight", (I, H)), ("mlp.down_proj.weight", (H, I)),
+             ("input_layernorm.weight", (H,)), ("hidden_norm.weight", (H,)), ("post_attention_layernorm.weight", (H,))]
+    rows = [Tensor(LAYER + n, shape, layouts={k: Whole(p + n) for k, p in LAYOUTS.items()}) for n, shape in layer]
+    rows += [Tensor("fc.weight", (H, 3 * cfg.target_hidden_size)), Tensor("norm.weight", (H,)),
+             Tensor("lm_head.weight", (cfg.draft_vocab_size, H))]
+    ignored = {"t2d": "the target-to-draft mask: openvino-genai maps draft tokens with d2t only",
+               "embed_tokens.weight": "a copy of the target's token embeddings: openvino-genai gives the draft the "
+                                      "target's own table at load",
+               **{p + "self_attn.rotary_emb.inv_freq": "" for p in LAYOUTS.values()}}
+    if cfg.draft_vocab_size < cfg.vocab_size:
+        rows.append(Tensor(D2T, (cfg.draft_vocab_size,), compress=False, integer=True))
+    else:
+        ignored[D2T] = "the draft vocabulary is the target's: every offset is 0"
+    return Table(PREFIX, tuple(rows), layouts=tuple(LAYOUTS), layouts_of="draft layer tensors", source=cfg.source,
+                 ignored=ignored)
+
+
+def offsets(w: Weights, cfg: Eagle3Config) -> np.ndarray:
+    """d2t as stored (zeros for a full vocabulary), checked: every draft token maps into the target's vocabulary."""
+    if cfg.draft_vocab_size == cfg.vocab_size:
+        return np.zeros(cfg.draft_vocab_size, I64)
+    d2t = np.asarray(w.array(D2T), I64)
+    mapped = np.arange(d2t.size, dtype=I64) + d2t
+    bad = np.flatnonzero((mapped < 0) | (mapped >= cfg.vocab_size))
+    if bad.size:
+        i = int(bad[0])
+        raise CheckpointError(f"{cfg.source}: tensor d2t maps draft token {i} to {int(mapped[i])}, outside the "
+                              f"vocabulary of {cfg.vocab_size}")
+    return d2t
+
+
+# ---- graph ----
+
+@dataclass(frozen=True)
+class Inputs:
+    input_ids: ov.Output
+    attention_mask: ov.Output
+    position_ids: ov.Output
+    hidden_states: ov.Output
+    beam_idx: ov.Output
+
+
+def parameters(cfg: Eagle3Config) -> tuple[list[ov.Node], Inputs]:
+    """genai's inputs as optimum-intel 2.2.0 exports them; hidden_states is all dynamic (3*H wide here, H wide once
+    genai has moved fc into the target)."""
+    shapes = {"input_ids": ([-1, -1], ov.Type.i64), "attention_mask": ([-1, -1], ov.Type.i64),
+              "position_ids": ([-1, -1], ov.Type.i64), "hidden_states": ([-1, -1, -1], ov.Type.f32),
+              "beam_idx": ([-1], ov.Type.i32)}
+    params = []
+    for name in INPUTS:
+        dims, dtype = shapes[name]
+        p = ops.parameter(ov.PartialShape(dims), dtype, name=name)
+        p.output(0).set_names({name})
+        params.append(p)
+    return params, Inputs(*(p.output(0) for p in params))
+
+
+def attention(a: ov.Output, x: Inputs, w: Weights, cfg: Eagle3Config) -> tuple[ov.Output, list[ov.Node]]:
+    """Causal GQA over the KV state and the new rows; returns o_proj's output and the two Assign sinks."""
+    name, nH, nKV, D = LAYER + "self_attn", cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    q = heads(linear(a, w(f"{name}.q_proj.weight"), f"{name}.q_proj"), nH, D, f"{name}/q_heads")
+    k = heads(linear(a, w(f"{name}.k_proj.weight"), f"{name}.k_proj"), nKV, D, f"{name}/k_heads")
+    v = heads(linear(a, w(f"{name}.v_proj.weight"), f"{name}.v_proj"), nKV, D, f"{name}/v_heads")
+    cos, sin = rope.cos_sin(x.position_ids, cfg.rope, D, f"{name}.rotary_emb")
+    q = apply_rope(to_bnsd(q), cos, sin, D, D, f"{name}/q_rope", fusable=True)  # [B, nH, S, D]
+    k = apply_rope(to_bnsd(k), cos, sin, D, D, f"{name}/k_rope", fusable=True)  # [B, nKV, S, D]
+    batch = ops.gather(ops.shape_of(x.input_ids, ov.Type.i64), const([0], I64), const(0, I64)).output(0)
+    k_all, k_sink = kv_cache(k, x.beam_idx, batch, KEY_STATE, nKV, D, f"{name}/key_cache")
+    v_all, v_sink = kv_cache(to_bnsd(v), x.beam_idx, batch, VALUE_STATE, nKV, D, f"{name}/value_cache")
+    bias = attention_mask_bias(x.attention_mask, q, k_all, f"{name}/attention")
+    out = sdpa(q, expand_kv(k_all, cfg.kv_groups, nH, D, f"{name}/key_gqa"),
+               expand_kv(v_all, cfg.kv_groups, nH, D, f"{name}/value_gqa"), bias, D, f"{name}/sdpa")
+    out = named(ops.reshape(to_bnsd(out), const([0, 0, nH * D], I64), special_zero=True), f"{name}/merge_heads")
+    return linear(out, w(f"{name}.o_proj.weight"), f"{name}.o_proj"), [k_sink, v_sink]
+
+
+def graph(x: Inputs, w: Weights, cfg: Eagle3Config) -> tuple[dict[str, ov.Output], list[ov.Node]]:
+    """logits and d2t (the module docstring), and the Assign sinks of the KV state."""
+    def norm(t: ov.Output, name: str) -> ov.Output:
+        return rms_norm(t, w(f"{name}.weight"), cfg.rms_norm_eps, name)
+
+    table = const(np.zeros((1, cfg.hidden_size), np.float32), name=f"{EMBED}.weight")  # replaced by genai at load
+    e = named(ops.gather(table, x.input_ids, const(0, I64)), EMBED)  # [B, S, H]
+    h = linear(x.hidden_states, w("fc.weight"), "fc")  # [B, S, H]: the first MatMul on hidden_states
+    hn = norm(h, LAYER + "hidden_norm")
+    a = named(ops.concat([norm(e, LAYER + "input_layernorm"), hn], axis=-1), LAYER + "self_attn/input")  # [B,S,2H]
+    attn, sinks = attention(a, x, w, cfg)
+    r1 = named(ops.add(hn if cfg.norm_before_residual else h, attn), LAYER + "attn_residual")
+    mlp = swiglu(norm(r1, LAYER + "post_attention_layernorm"),
+                 *(w(f"{LAYER}mlp.{n}.weight") for n in ("gate_proj", "up_proj", "down_proj")), LAYER + "mlp",
+                 fusable=True)
+    r2 = named(ops.add(r1, mlp), LAYER + "mlp_residual")  # input 1 is down_proj's MatMul(Multiply): genai's pattern
+    logits = linear(norm(r2, "norm"), w("lm_head.weight"), "lm_head")
+    d2t = ops.constant(offsets(w, cfg), ov.Type.i64)
+    d2t.set_friendly_name(D2T)
+    return {LOGITS: logits, D2T: d2t.output(0)}, sinks
+
+
+RECIPE = Recipe("eagle3_draft", parse_config, tensors, parameters, graph, rt_info={EAGLE3_MODE: "True"})

@@ -1,0 +1,90 @@
+"""`irsurgeon patch` for an EAGLE-3 pair: the draft's finish, what is staged, and the checks where it is staged.
+
+    finish   compress (auto = mirror the target; irsurgeon.quant), KV cache precision, provenance
+    stage    TARGET/eagle3_draft/openvino_model.xml/.bin with rt_info eagle3_mode and hidden_layers_list (the taps the
+             pair check resolved), checked where staged: genai's surgery conditions (surgery.problems) and one call
+             (2 tokens, finite logits [1, 2, Vd], d2t as built); config.json (the checkpoint's, for verify's pair
+             check), generation_config.json (the target's: genai reads the draft folder's). The target is never
+             written.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+
+import irsurgeon
+from irsurgeon.core import limits, rtinfo
+from irsurgeon.core.errors import ConfigError, IRError
+from irsurgeon.draft.build import stage_ir
+from irsurgeon.families.eagle3 import surgery
+from irsurgeon.families.eagle3.layout import CONFIG, DRAFT_DIR, GENERATION, MODEL_BIN, MODEL_XML
+from irsurgeon.families.eagle3.model import EMBED, HIDDEN_LAYERS, Eagle3Config
+from irsurgeon.families.eagle3.target import Eagle3Target
+from irsurgeon.quant.compress import compress_model, marked_consumers, set_kv_cache_precision
+from irsurgeon.weights.checkpoint import config_of
+
+TOKENS = 2  # the smoke test's call
+
+
+def finish(model: ov.Model, staging) -> ov.Model:
+    choice = staging.choice
+    if choice.params:  # the one-row embedding placeholder stays as built: genai replaces it with the target's table
+        model, report = compress_model(model, choice.params, keep_float=(*marked_consumers(model), EMBED))
+        for line in report.lines():
+            staging.echo(line)
+    set_kv_cache_precision(model, staging.options.kv_cache_precision)
+    rtinfo.set_provenance(model, version=irsurgeon.__version__, weight_format=choice.weight_format,
+                          **staging.provenance)
+    return model
+
+
+def smoke_test(xml: Path, cfg: Eagle3Config) -> None:
+    """Read the staged draft back: genai's surgery conditions, then one call of TOKENS tokens as the draft stands."""
+    model = ov.Core().read_model(str(xml))
+    found = surgery.problems(model, cfg.hidden_size, cfg.target_hidden_size)
+    if found:
+        raise IRError(f"{xml}: {found[0]}")
+    feed = {"input_ids": np.zeros((1, TOKENS), np.int64), "attention_mask": np.ones((1, TOKENS), np.int64),
+            "position_ids": np.arange(TOKENS, dtype=np.int64)[None],
+            "hidden_states": np.full((1, TOKENS, 3 * cfg.target_hidden_size), 0.5, np.float32),
+            "beam_idx": np.zeros(1, np.int32)}
+    out = ov.Core().compile_model(model, "CPU").create_infer_request().infer(feed)
+    logits = next(v for k, v in out.items() if "logits" in k.get_names())
+    if logits.shape != (1, TOKENS, cfg.draft_vocab_size) or not np.isfinite(logits).all():
+        raise IRError(f"{xml}: one draft call gave logits of shape {logits.shape}, expected finite "
+                      f"(1, {TOKENS}, {cfg.draft_vocab_size})")
+
+
+def checkpoint_config(root: Path) -> bytes:
+    where = config_of(root)
+    text = limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "checkpoint config")
+    limits.parse_json(text, str(where), ConfigError)
+    return text.encode("utf-8")
+
+
+def stage(tx, target: Eagle3Target, staging) -> None:
+    """The draft's files under eagle3_draft/, each checked where it is staged."""
+    cfg, model = staging.cfg, staging.take()
+    model.set_rt_info(list(target.taps), [HIDDEN_LAYERS])  # saved as "i j k": what genai reads as 3 ints
+    for name in (f"{DRAFT_DIR}/{MODEL_BIN}", f"{DRAFT_DIR}/{MODEL_XML}", f"{DRAFT_DIR}/{CONFIG}",
+                 f"{DRAFT_DIR}/{GENERATION}"):
+        tx.stage(name)
+    xml = stage_ir(tx, f"{DRAFT_DIR}/{MODEL_XML}", model)
+    model = None  # spent by stage_ir: the staged copy is what runs next
+    smoke_test(xml, cfg)
+    tx.write(f"{DRAFT_DIR}/{CONFIG}", checkpoint_config(staging.root))
+    tx.write(f"{DRAFT_DIR}/{GENERATION}", generation_config(target.path))
+
+
+def generation_config(target: Path) -> bytes:
+    """The target's generation_config.json as it is (bounded and parsed), for the draft folder; refused when the
+    target has none (genai's draft pipeline would have no stop tokens)."""
+    where = target / GENERATION
+    if not where.is_file():
+        raise ConfigError(f"{target}: no {GENERATION}: openvino-genai's EAGLE-3 draft pipeline reads its stop tokens "
+                          f"from one in {DRAFT_DIR}/, copied from the target's")
+    text = limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "generation config")
+    limits.parse_json(text, str(where), ConfigError)
+    return text.encode("utf-8")

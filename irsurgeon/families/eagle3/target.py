@@ -1,0 +1,108 @@
+"""An EAGLE-3 target as patch and verify see it, genai's tap rule, and the pair check.
+
+    inspect_target   openvino_model.xml of a text export: its decoder layer count (config.json), width and
+                     vocabulary (the logits MatMul), and which layers genai can tap
+    genai_taps       openvino.genai (master da1db864, the 2026.4.1 binary's strings) eagle3_model_transforms.cpp
+                     transform_hidden_state / is_hidden_state_residual_node: for layer i, the first op in
+                     get_ordered_ops() that is an Add whose friendly name contains "layers.{i}/" and whose input 1
+                     is a MatMul whose input 0 is a Multiply (the MLP residual: the output of layer i). A layer without
+                     one (a MoE block's residual: openvino.genai issue 4390) cannot be tapped by 2026.4.1.
+    check_pair       the draft must be made for this target: width, vocabulary, and taps genai can take
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from irsurgeon.core.config import read_json, text_section
+from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError
+from irsurgeon.draft.protocol import Target
+from irsurgeon.families.eagle3.layout import CONFIG, MODEL_XML
+from irsurgeon.families.eagle3.model import Eagle3Config, default_taps
+from irsurgeon.ir import files, graph
+from irsurgeon.ir.hidden_states import lm_head_input
+
+LAYER_NAME = re.compile(r"layers\.(\d+)/")
+
+
+@dataclass
+class Eagle3Target(Target):
+    path: Path
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    tappable: frozenset[int]            # the layers genai's rule finds a residual Add in
+    taps: tuple[int, ...] = ()          # set by check_pair: the layers the draft is fed from
+    warnings = ()
+
+    @property
+    def xml(self) -> Path:
+        return self.path / MODEL_XML
+
+
+def genai_taps(model) -> dict[int, str]:
+    """Layer index -> the friendly name of the Add genai would tap there (the first one, in genai's order)."""
+    found: dict[int, str] = {}
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Add" or op.get_input_size() != 2:
+            continue
+        mm = op.input_value(1).get_node()
+        if mm.get_type_name() != "MatMul" or mm.input_value(0).get_node().get_type_name() != "Multiply":
+            continue
+        for i in {int(m) for m in LAYER_NAME.findall(op.get_friendly_name())}:
+            found.setdefault(i, op.get_friendly_name())
+    return found
+
+
+def inspect_target(directory: str | Path) -> Eagle3Target:
+    path = Path(directory)
+    xml = path / MODEL_XML
+    if not xml.is_symlink() and not xml.exists():
+        raise IRError(f"{path}: no {MODEL_XML} (an EAGLE-3 target is a text export: optimum-cli export openvino "
+                      f"--task text-generation-with-past)")
+    section = text_section(read_json(path / CONFIG))
+    layers = section.get("num_hidden_layers")
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= 4096:
+        raise ConfigError(f"{path / CONFIG}: num_hidden_layers must be an integer from 1 to 4096, found "
+                          f"{layers!r:.40}")
+    model = files.read_model(xml)
+    _, hidden = lm_head_input(model, None, str(xml))
+    logits = graph.logits_matmul(model, str(xml)).output(0).get_partial_shape()
+    if logits.rank.is_dynamic or logits[-1].is_dynamic:
+        raise IRError(f"{xml}: the logits width (vocabulary) is not static")
+    return Eagle3Target(path, str(section.get("model_type", "")), layers, hidden, logits[-1].get_length(),
+                        frozenset(genai_taps(model)))
+
+
+def resolve_taps(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...] | None = None
+                 ) -> tuple[tuple[int, ...], str]:
+    """The taps the draft is fed from (genai's counting), and one line saying where they come from."""
+    if override is not None:
+        return tuple(override), f"taps {list(override)} (--hidden-layers)"
+    if cfg.taps.ids is not None:
+        return cfg.taps.ids, f"taps {list(cfg.taps.ids)} from {cfg.taps.said}"
+    ids = default_taps(cfg.architecture, target.num_layers)
+    return ids, f"taps {list(ids)}: {cfg.taps.said} for a {target.num_layers}-layer target (layer outputs)"
+
+
+def check_pair(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...] | None = None) -> str:
+    """Refuses a draft not made for this target (one line naming the key); sets target.taps; returns the taps line."""
+    def refuse(detail: str) -> None:
+        raise IRSurgeonError(f"draft {cfg.source} does not belong to target {target.path}: {detail}")
+
+    if cfg.hidden_size != target.hidden_size:
+        refuse(f"hidden_size is {cfg.hidden_size}, the target's is {target.hidden_size}")
+    if cfg.vocab_size != target.vocab_size:
+        refuse(f"vocab_size is {cfg.vocab_size}, the target's vocabulary is {target.vocab_size}")
+    taps, said = resolve_taps(target, cfg, override)
+    outside = [i for i in taps if not 0 <= i < target.num_layers]
+    if outside:
+        refuse(f"{said} names layer {outside[0]}, the target has {target.num_layers} decoder layers")
+    missing = [i for i in taps if i not in target.tappable]
+    if missing:
+        refuse(f"{said}: target layer {missing[0]} has no residual Add genai 2026.4.1 can tap (an Add named "
+               f"'layers.{missing[0]}/' fed by MatMul(Multiply); a MoE layer has none: openvino.genai issue 4390)")
+    target.taps = taps
+    return said

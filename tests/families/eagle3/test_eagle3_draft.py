@@ -1,0 +1,200 @@
+"""The EAGLE-3 draft: numbers against an independent float64 numpy reference, the forms genai's load-time surgery
+takes, the layouts and config variants, the taps each trainer used, and the pair check.
+
+Tolerances: the IR runs in f32 (INFERENCE_PRECISION_HINT f32) from f32 weights; the reference is float64. Over one
+layer of width 64 the f32 rounding of matmuls and norms stays near 1e-6 relative; 1e-4 absolute on logits of O(1)
+leaves room for accumulation order, and a wrong op (a norm, a residual, a swapped half of the concat) moves them by
+O(0.1) (the negative controls below).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from helpers.cli import invoke
+from helpers.eagle3 import load_checkpoint, reference, speculators_variant, target_embed
+from helpers.numpy_eagle3 import Eagle3Reference
+from lab.families import FIXTURE_PAIRS
+from irsurgeon.core.config import read_json
+from irsurgeon.core.errors import CheckpointError, ConfigError, IRSurgeonError
+from irsurgeon.draft.build import build_model, load_with
+from irsurgeon.families.eagle3 import model as eagle3
+from irsurgeon.families.eagle3 import surgery
+from irsurgeon.families.eagle3.target import check_pair, genai_taps, inspect_target
+
+TARGET, CKPT = FIXTURE_PAIRS["eagle3"]
+F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}  # the plugin's default KV cache is u8
+
+
+def built(ckpt: Path = CKPT) -> tuple[ov.Model, eagle3.Eagle3Config]:
+    cfg, weights, handle = load_with(eagle3.RECIPE, ckpt, warn=lambda _: None)
+    try:
+        return build_model(cfg, weights, "f32", warn=lambda _: None, recipe=eagle3.RECIPE), cfg
+    finally:
+        handle.close()
+
+
+def with_target_table(model: ov.Model, table: np.ndarray) -> ov.Model:
+    """What genai's share_vocabulary does: the draft's embedding Gather reads the target's table."""
+    gather = surgery.embedding_gather(model)
+    gather.input(0).replace_source_output(ov.opset13.constant(table).output(0))
+    model.validate_nodes_and_infer_types()
+    return model
+
+
+def run_calls(model: ov.Model, calls: list[int], seed: int = 0) -> tuple[list[np.ndarray], list]:
+    """Several stateful calls of the IR (the KV state carried), with the feeds used."""
+    request = ov.Core().compile_model(model, "CPU", F32).create_infer_request()
+    rng, pos, outs, feeds = np.random.default_rng(seed), 0, [], []
+    H3 = 3 * surgery.fc_matmul(model).input_value(1).get_partial_shape()[0].get_length()  # fc: [H, 3 H_t]
+    for s in calls:
+        feed = {"input_ids": rng.integers(0, 200, (1, s)), "position_ids": np.arange(pos, pos + s)[None],
+                "attention_mask": np.ones((1, pos + s), np.int64),
+                "hidden_states": rng.standard_normal((1, s, H3)).astype(np.float32) * 0.5,
+                "beam_idx": np.zeros(1, np.int32)}
+        outs.append(request.infer(feed)["logits"].copy())
+        feeds.append(feed)
+        pos += s
+    return outs, feeds
+
+
+@pytest.fixture(scope="module")
+def table() -> np.ndarray:
+    return target_embed(TARGET)
+
+
+def test_logits_match_the_numpy_reference_over_stateful_calls(table):
+    model, _ = built()
+    outs, feeds = run_calls(with_target_table(model, table), [3, 1, 2])
+    ref = reference(CKPT, table)
+    for out, feed in zip(outs, feeds):
+        want, _ = ref.step(feed["input_ids"], feed["hidden_states"].astype(np.float64), feed["position_ids"])
+        assert np.abs(out - want).max() < 1e-4, np.abs(out - want).max()
+
+
+def test_the_reference_is_sensitive_to_what_the_graph_computes(table):
+    """Negative control: a draft whose hidden_norm gain is doubled is far outside the tolerance."""
+    model, _ = built()
+    outs, feeds = run_calls(with_target_table(model, table), [3])
+    tensors, config = load_checkpoint(CKPT)
+    tensors["midlayer.hidden_norm.weight"] = tensors["midlayer.hidden_norm.weight"] * 2
+    want, _ = Eagle3Reference(tensors, config, table).step(feeds[0]["input_ids"],
+                                                           feeds[0]["hidden_states"].astype(np.float64),
+                                                           feeds[0]["position_ids"])
+    assert np.abs(outs[0] - want).max() > 1e-2
+
+
+def test_the_built_draft_is_in_every_form_genai_surgery_takes():
+    model, cfg = built()
+    model.set_rt_info([0, 1, 2], [eagle3.HIDDEN_LAYERS])
+    assert surgery.problems(model, cfg.hidden_size, cfg.target_hidden_size) == []
+    assert surgery.fc_matmul(model).get_friendly_name() == "fc"
+    assert "midlayer" in surgery.fed_back_add(model).get_friendly_name()
+    d2t = surgery.d2t_constant(model).get_data()
+    stored = load_checkpoint(CKPT)[0]["d2t"]
+    assert d2t.dtype == np.int64 and np.array_equal(d2t, stored)
+
+
+def test_no_vocabulary_table_in_the_draft():
+    """The draft's embedding data is a one-row placeholder genai replaces: the .bin holds the draft's own bytes."""
+    model, cfg = built()
+    table = surgery.embedding_gather(model).input_value(0).get_partial_shape()
+    assert [d.get_length() for d in table] == [1, cfg.hidden_size]
+    own = sum(np.prod(s) for n, s in eagle3.tensors(cfg).shapes().items() if n != eagle3.D2T) * 4
+    constants = sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant")
+    assert constants <= 1.1 * own + 4096, (constants, own)
+
+
+def test_a_moved_fc_or_a_renamed_residual_is_seen():
+    """Negative controls of the surgery check: what genai would not find is named."""
+    model, cfg = built()
+    model.set_rt_info([0, 1, 2], [eagle3.HIDDEN_LAYERS])
+    surgery.fed_back_add(model).set_friendly_name("layer/mlp_residual")
+    assert any("midlayer" in p for p in surgery.problems(model, cfg.hidden_size, cfg.target_hidden_size))
+    assert any("fc reads" in p for p in surgery.problems(model, cfg.hidden_size, 2 * cfg.target_hidden_size))
+
+
+def test_the_speculators_layout_builds_the_same_draft(tmp_path, table):
+    spec = speculators_variant(CKPT, tmp_path / "spec", table)
+    a, _ = run_calls(with_target_table(built()[0], table), [2, 1])
+    b, _ = run_calls(with_target_table(built(spec)[0], table), [2, 1])
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def config_of(**change) -> dict:
+    config = read_json(CKPT / "config.json")
+    for key, value in change.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    return config
+
+
+@pytest.mark.parametrize("key", ["norm_before_fc", "fc_norm", "norm_output"])
+def test_a_variant_genai_cannot_run_is_refused_naming_the_key(key):
+    with pytest.raises(ConfigError, match=f"{key} is set"):
+        eagle3.parse_config(config_of(**{key: True}))
+
+
+def test_other_than_three_taps_and_another_width_are_refused():
+    with pytest.raises(ConfigError, match="names 2 layers.*exactly 3"):
+        eagle3.parse_config(config_of(eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1]}))
+    with pytest.raises(ConfigError, match="target_hidden_size 32 differs"):
+        eagle3.parse_config(config_of(target_hidden_size=32))
+    with pytest.raises(ConfigError, match="rope_type 'yarn'"):
+        eagle3.parse_config(config_of(rope_scaling={"rope_type": "yarn", "factor": 2.0}))
+
+
+def test_taps_follow_the_runtime_each_trainer_captured_with():
+    nested = eagle3.parse_config(config_of(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}))
+    assert nested.taps.ids == (1, 2, 3)  # SGLang: outputs
+    top = eagle3.parse_config(config_of(eagle_config=None, eagle_aux_hidden_state_layer_ids=[1, 2, 3]))
+    assert top.taps.ids == (0, 1, 2)  # vLLM: inputs, one layer earlier
+    with pytest.raises(ConfigError, match="embedding output"):
+        eagle3.parse_config(config_of(eagle_config=None, eagle_aux_hidden_state_layer_ids=[0, 1, 2]))
+    default = eagle3.parse_config(config_of(eagle_config=None))
+    assert default.taps.ids is None and eagle3.default_taps(default.architecture, 32) == (1, 15, 28)
+
+
+def test_the_pair_check_names_what_does_not_fit():
+    target = inspect_target(TARGET)
+    assert target.tappable == frozenset(genai_taps(ov.Core().read_model(str(TARGET / "openvino_model.xml"))))
+    cfg = eagle3.parse_config(read_json(CKPT / "config.json"), "config.json")
+    assert "from eagle_config" in check_pair(target, cfg) and target.taps == (0, 1, 2)
+    with pytest.raises(IRSurgeonError, match="names layer 9, the target has 4"):
+        check_pair(target, cfg, override=(0, 1, 9))
+    target.tappable = frozenset({0, 2})
+    with pytest.raises(IRSurgeonError, match="layer 1 has no residual Add genai 2026.4.1 can tap.*4390"):
+        check_pair(target, cfg)
+
+
+def test_a_d2t_outside_the_vocabulary_is_refused(tmp_path):
+    from helpers.checkpoints import read_tensors, write_variant
+
+    tensors = read_tensors(CKPT)
+    d2t, dtype = tensors["d2t"]
+    d2t = d2t.copy()
+    d2t[-1] = 10_000
+    write_variant(CKPT, tmp_path / "bad", {**tensors, "d2t": (d2t, dtype)})
+    with pytest.raises(CheckpointError, match="d2t maps draft token .* outside the vocabulary"):
+        built(tmp_path / "bad")
+
+
+def test_patch_writes_the_draft_and_its_taps_and_never_the_target(tmp_path):
+    target = Path(shutil.copytree(TARGET, tmp_path / "t"))
+    before = {p.name: p.read_bytes() for p in target.iterdir() if p.is_file()}
+    result = invoke("patch", target, "--checkpoint", CKPT)
+    assert result.exit_code == 0, result.output
+    assert "taps [0, 1, 2] from eagle_config.eagle_aux_hidden_state_layer_ids" in result.output
+    assert {p.name: p.read_bytes() for p in target.iterdir() if p.is_file()} == before
+    draft = ov.Core().read_model(str(target / "eagle3_draft" / "openvino_model.xml"))
+    assert draft.get_rt_info([eagle3.HIDDEN_LAYERS]).astype(str) == "0 1 2"
+    assert draft.get_rt_info([eagle3.EAGLE3_MODE]).astype(str) == "True"
+    assert json.loads((target / "eagle3_draft" / "generation_config.json").read_text()) == \
+        json.loads((TARGET / "generation_config.json").read_text())

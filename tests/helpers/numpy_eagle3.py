@@ -1,0 +1,203 @@
+"""An independent float64 numpy reference of the EAGLE-3 draft, written from the trainers' PyTorch code (not from
+irsurgeon's graph).
+
+Read (the search index's snapshots): SafeAILab/EAGLE `eagle/model/cnets.py` (`Model.forward`,
+`LlamaDecoderLayeremb`, `LlamaAttention`, `LlamaRMSNorm`, `LlamaRotaryEmbedding`, `rotate_half`,
+`apply_rotary_pos_emb`, `repeat_kv`, `_make_causal_mask`; its `topK_genrate` for the final norm before lm_head);
+sgl-project/SpecForge `specforge/modeling/draft/llama3_eagle.py` (`LlamaDecoderLayer`, `LlamaForCausalLMEagle3`,
+`compute_logits`; the same layer); vllm-project/speculators (formerly neuralmagic/speculators)
+`src/speculators/models/eagle3/model_definitions.py` (`Eagle3FirstLayerMixin.forward`: the same layer, plus
+`norm_before_residual`) and `src/speculators/models/eagle3/core.py` (`Eagle3DraftModel.forward`: `input_norm` before
+fc when `norm_before_fc`; `input_ids + d2t[input_ids]`).
+
+Shapes: B batch, S new positions, T = cached + S, H the draft's hidden size (= the target's: genai gives the draft the
+target's embedding table), H_t the target's, V the target vocabulary, V_d the draft's, n / n_kv / D attention heads,
+key-value heads, head_dim. Weights are the checkpoint's (`<p>` = `midlayer.` or `layers.0.`), W x meaning x W^T:
+
+    g   = hidden_states                                       [B, S, 3*H_t]  three target layers, concatenated
+    h   = fc(g)                                               [B, S, H]      fc.weight [H, 3*H_t], no bias
+          (g = RMSNorm(g, input_norm) first when `norm_before_fc`; a row already H wide is the draft's own r2,
+           fed back, and skips fc: cnets.py `if hidden_states.shape[-1] != inputs_embeds.shape[-1]`)
+    e   = embed[input_ids]                                    [B, S, H]      the TARGET's table (genai shares it)
+    x   = concat(RMSNorm(e, <p>input_layernorm), RMSNorm(h, <p>hidden_norm))   [B, S, 2H]  embeddings first
+    q   = x Wq^T -> [B, n, S, D];  k, v = x Wk^T, x Wv^T -> [B, n_kv, S, D]     (q/k/v_proj take the 2H concat)
+    q,k = q cos + rotate_half(q) sin, the same for k; rotate_half(u) = concat(-u[D/2:], u[:D/2]);
+          angle[p, j] = p * theta^(-2j/D) for j < D/2, repeated for both halves (cat(freqs, freqs)); theta from
+          `rope_theta` (default 10000); p = position_ids
+    K,V = the cache (earlier calls) then k, v                 [B, n_kv, T, D];  each kv head serves n/n_kv q heads
+    a   = softmax(q K^T / sqrt(D) + mask) V                   [B, n, S, D] -> [B, S, n*D]; mask: query i (the
+          (T-S+i)-th cached row) sees cached rows 0..T-S+i (causal in cache order) and rows attention_mask keeps
+    r1  = h + a Wo^T                                          residual = h, the fc'd hidden before hidden_norm
+          (= RMSNorm(h, hidden_norm) with speculators' `norm_before_residual`)
+    n2  = RMSNorm(r1, <p>post_attention_layernorm)
+    r2  = r1 + down(silu(gate(n2)) * up(n2))                  [B, S, H]   last_hidden_state: what genai feeds back
+    logits = lm_head(RMSNorm(r2, norm))                       [B, S, V_d]
+    RMSNorm(u, w) = w * u / sqrt(mean(u^2) + eps)             (Llama's: the gain multiplies, no 1 + w)
+
+A draft token d is the target token d + d2t[d] (`target_token`; speculators core.py, genai's sampler).
+All arithmetic is float64, so that the reference is the more accurate side of every comparison.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PREFIXES = ("midlayer.", "layers.0.")  # SafeAILab / SpecForge / AngelSlim; vLLM speculators
+LAYER_TENSORS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                 "input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight")
+UNSUPPORTED = ("norm_output", "fc_norm")  # variants named in docs/EAGLE3.md whose code was not read here
+
+
+def rms(x, w, eps):
+    x = x.astype(np.float64)
+    return w * (x / np.sqrt((x * x).mean(-1, keepdims=True) + eps))
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def rope(x, pos, theta):
+    """x [B, N, S, D], pos [B, S]: Llama's default rope over all D dims, rotate_half convention."""
+    D = x.shape[-1]
+    inv = 1.0 / theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
+    ang = pos[:, None, :, None].astype(np.float64) * inv  # [B, 1, S, D/2]
+    emb = np.concatenate([ang, ang], -1)
+    rotated = np.concatenate([-x[..., D // 2:], x[..., :D // 2]], -1)
+    return x * np.cos(emb) + rotated * np.sin(emb)
+
+
+def target_token(draft_token, d2t):
+    """The target-vocabulary id of a draft-vocabulary id: d + d2t[d] (works elementwise on arrays)."""
+    draft_token = np.asarray(draft_token)
+    return draft_token + np.asarray(d2t)[draft_token]
+
+
+def layer_prefix(tensors) -> str:
+    found = [p for p in PREFIXES if any(n.startswith(p) for n in tensors)]
+    if len(found) != 1:
+        raise ValueError(f"expected tensors under exactly one of {PREFIXES}, found {found or 'none'}")
+    return found[0]
+
+
+def layer_config(config: dict) -> dict:
+    """The Llama fields: the config itself (SafeAILab layout) or speculators' nested `transformer_layer_config`."""
+    return config.get("transformer_layer_config") or config
+
+
+def rope_theta(layer: dict) -> float:
+    params = layer.get("rope_parameters") or {}
+    scaling = layer.get("rope_scaling") or {}
+    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind != "default":
+        raise NotImplementedError(f"rope type {kind!r}: the reference does Llama's default rope only")
+    return float(layer.get("rope_theta") or params.get("rope_theta") or 10000.0)
+
+
+class Eagle3Reference:
+    """Stateful: step() appends its keys/values to the cache, so several calls are one longer sequence; reset()
+    empties it.
+
+    tensors  checkpoint name -> array (bf16 already decoded), names as stored (`midlayer.` or `layers.0.` prefix)
+    config   the checkpoint's config.json object (speculators: Llama fields under `transformer_layer_config`)
+    embed    [V, H] the TARGET's token-embedding table (genai replaces the draft's own, if any, by it)
+    """
+
+    def __init__(self, tensors: dict, config: dict, embed: np.ndarray):
+        prefix = layer_prefix(tensors)
+        self.prefix = prefix
+        self.w = {(n[len(prefix):] if n.startswith(prefix) else n): np.asarray(v, dtype=np.float64)
+                  for n, v in tensors.items() if n not in ("d2t", "t2d")}
+        missing = [n for n in LAYER_TENSORS + ("fc.weight", "norm.weight", "lm_head.weight") if n not in self.w]
+        if missing:
+            raise ValueError(f"missing tensors: {missing}")
+        self.d2t = np.asarray(tensors["d2t"], dtype=np.int64) if "d2t" in tensors else None
+        self.t2d = np.asarray(tensors["t2d"], dtype=bool) if "t2d" in tensors else None
+        bad = [k for k in UNSUPPORTED if config.get(k) or layer_config(config).get(k)]
+        if bad:
+            raise NotImplementedError(f"config variants {bad}")
+        layer = layer_config(config)
+        if int(layer.get("num_hidden_layers") or 1) != 1:  # speculators' Eagle3DraftModel may stack plain layers
+            raise NotImplementedError("EAGLE-3 drafts of more than one decoder layer")
+        self.hidden = int(layer["hidden_size"])
+        self.heads = int(layer["num_attention_heads"])
+        self.kv_heads = int(layer.get("num_key_value_heads") or self.heads)
+        self.head_dim = int(layer.get("head_dim") or self.hidden // self.heads)
+        self.eps = float(layer.get("rms_norm_eps", 1e-6))
+        self.theta = rope_theta(layer)
+        self.norm_before_residual = bool(config.get("norm_before_residual") or layer.get("norm_before_residual"))
+        self.norm_before_fc = bool(config.get("norm_before_fc") or layer.get("norm_before_fc"))
+        if self.norm_before_fc and "input_norm.weight" not in self.w:
+            raise ValueError("norm_before_fc without input_norm.weight")
+        self.embed = np.asarray(embed, dtype=np.float64)
+        if self.embed.shape[1] != self.hidden:
+            raise ValueError(f"embedding table {self.embed.shape} is not {self.hidden} wide (the draft's hidden)")
+        self.reset()
+
+    def reset(self) -> None:
+        self.k = self.v = None  # [B, n_kv, T, D]
+        self.mask = None  # [B, T] attention_mask columns seen so far
+
+    def reorder(self, beam_idx) -> None:
+        if self.k is not None:
+            self.k, self.v, self.mask = self.k[beam_idx], self.v[beam_idx], self.mask[beam_idx]
+
+    @property
+    def cached(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def step(self, input_ids, hidden_states, position_ids, attention_mask=None):
+        """input_ids [B, S] (target vocabulary), hidden_states [B, S, 3*H_t] (or [B, S, H]: r2 fed back),
+        position_ids [B, S], attention_mask [B, S] for the new rows (default ones) ->
+        (logits [B, S, V_d], last_hidden_state r2 [B, S, H]), both float64."""
+        w, eps, D = self.w, self.eps, self.head_dim
+        ids = np.asarray(input_ids)
+        B, S = ids.shape
+        g = np.asarray(hidden_states, dtype=np.float64)
+        if g.shape[:2] != (B, S):
+            raise ValueError(f"hidden_states {g.shape} for input_ids {ids.shape}")
+        if g.shape[-1] == w["fc.weight"].shape[1]:
+            if self.norm_before_fc:
+                g = rms(g, w["input_norm.weight"], eps)
+            h = g @ w["fc.weight"].T
+        elif g.shape[-1] == self.hidden:
+            h = g
+        else:
+            raise ValueError(f"hidden_states width {g.shape[-1]}: neither fc's input "
+                             f"{w['fc.weight'].shape[1]} nor the hidden size {self.hidden}")
+        e = self.embed[ids]
+        hn = rms(h, w["hidden_norm.weight"], eps)
+        x = np.concatenate([rms(e, w["input_layernorm.weight"], eps), hn], -1)  # embeddings first
+        residual = hn if self.norm_before_residual else h
+
+        pos = np.asarray(position_ids)
+        q = (x @ w["self_attn.q_proj.weight"].T).reshape(B, S, self.heads, D).transpose(0, 2, 1, 3)
+        k = (x @ w["self_attn.k_proj.weight"].T).reshape(B, S, self.kv_heads, D).transpose(0, 2, 1, 3)
+        v = (x @ w["self_attn.v_proj.weight"].T).reshape(B, S, self.kv_heads, D).transpose(0, 2, 1, 3)
+        q, k = rope(q, pos, self.theta), rope(k, pos, self.theta)
+        new_mask = np.ones((B, S), bool) if attention_mask is None else np.asarray(attention_mask) > 0
+        self.k = k if self.k is None else np.concatenate([self.k, k], 2)
+        self.v = v if self.v is None else np.concatenate([self.v, v], 2)
+        self.mask = new_mask if self.mask is None else np.concatenate([self.mask, new_mask], 1)
+        T = self.k.shape[2]
+        rep = self.heads // self.kv_heads
+        kk, vv = np.repeat(self.k, rep, axis=1), np.repeat(self.v, rep, axis=1)  # = repeat_kv
+        scores = q @ kk.transpose(0, 1, 3, 2) / np.sqrt(D)  # [B, n, S, T]
+        visible = (np.arange(T)[None, :] <= (T - S) + np.arange(S)[:, None])[None, None] \
+            & self.mask[:, None, None, :]
+        scores = np.where(visible, scores, -np.inf)
+        scores -= scores.max(-1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(-1, keepdims=True)
+        a = (p @ vv).transpose(0, 2, 1, 3).reshape(B, S, self.heads * D)
+        r1 = residual + a @ w["self_attn.o_proj.weight"].T
+
+        n2 = rms(r1, w["post_attention_layernorm.weight"], eps)
+        mlp = (silu(n2 @ w["mlp.gate_proj.weight"].T) * (n2 @ w["mlp.up_proj.weight"].T)) @ w["mlp.down_proj.weight"].T
+        r2 = r1 + mlp
+        logits = rms(r2, w["norm.weight"], eps) @ w["lm_head.weight"].T
+        return logits, r2
+
+    def target_tokens(self, draft_tokens):
+        """Draft-vocabulary ids -> target ids through the checkpoint's d2t (identity when it has none)."""
+        return np.asarray(draft_tokens) if self.d2t is None else target_token(draft_tokens, self.d2t)
