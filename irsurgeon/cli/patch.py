@@ -27,17 +27,21 @@ from irsurgeon.families import registry
 @click.option("--allow-foreign-checkpoint", is_flag=True,
               help="Build even if the checkpoint's token embeddings differ from the target's (a fine-tune that "
                    "knowingly reuses its base model's head); recorded in the head's rt_info.")
+@click.option("--hidden-layers", callback=lambda _c, _p, v: layer_ids(v), default=None, metavar="I,J,K",
+              help="EAGLE-3: the target layers whose outputs the draft is fed from (0-based, as openvino-genai "
+                   "counts them), instead of the taps its checkpoint's trainer used.")
 @json_flag
 @hub_options
 def command(target: Path, source: str, weight_format: str, kv_cache_precision: str, dry_run: bool, force: bool,
-            wait: bool, allow_nonfinite: bool, allow_foreign_checkpoint: bool, as_json: bool, revision: str | None,
-            token: str | None, cache_dir: Path | None) -> None:
+            wait: bool, allow_nonfinite: bool, allow_foreign_checkpoint: bool, hidden_layers: tuple[int, ...] | None,
+            as_json: bool, revision: str | None, token: str | None, cache_dir: Path | None) -> None:
     """`irsurgeon patch` (its help: the decorator's, which names every registered family)."""
     from irsurgeon.flows.patch import Options, patch  # on use: it imports openvino and the build (~0.3 s of every start)
 
     options = Options(weight_format=weight_format, kv_cache_precision=kv_cache_precision, force=force,
                       dry_run=dry_run, wait=wait, allow_nonfinite=allow_nonfinite,
-                      allow_foreign_checkpoint=allow_foreign_checkpoint, hub=make_hub(revision, token, cache_dir))
+                      allow_foreign_checkpoint=allow_foreign_checkpoint, hub=make_hub(revision, token, cache_dir),
+                      hidden_layers=hidden_layers)
     echo = echo_for(as_json)
     result = patch(target, source, options, echo=echo)
     if as_json:
@@ -46,3 +50,13 @@ def command(target: Path, source: str, weight_format: str, kv_cache_precision: s
     elif not result.skipped:
         echo(f"check it: irsurgeon verify {target} --genai")
         echo(result.run_hint)
+
+
+def layer_ids(text: str | None) -> tuple[int, ...] | None:
+    """--hidden-layers I,J,K: three layer indices (a usage error, exit 2, otherwise)."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() and len(p) <= 6 for p in parts):
+        raise click.BadParameter(f"{text!r:.40}: expected three layer indices, as 1,13,24")
+    return tuple(int(p) for p in parts)

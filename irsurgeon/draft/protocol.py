@@ -16,6 +16,7 @@ The claims (class attributes):
     standalone            `build-mtp` writes its draft alone into an output directory
     synth_kinds           the seeded tiny fixtures `irsurgeon synth --kind ...` writes for it, each with a few words
                           (at least one; the first is the one guarantee tests synthesize)
+    patch_options         the family-specific Options fields it reads (hidden_layers); given to another: refused
 The methods, in the order `patch` calls them:
     claims(config)        whether a checkpoint's config.json (an object) is this family's draft (default: its
                           model_type is one of model_types); the registry's for_config is the one caller
@@ -106,6 +107,7 @@ class Options:
     allow_nonfinite: bool = False
     allow_foreign_checkpoint: bool = False
     hub: HubOptions | None = None  # revision, token, cache dir for a repo id
+    hidden_layers: tuple[int, ...] | None = None  # the target layers a draft is fed from (families that take it)
 
 
 class Target:
@@ -165,6 +167,7 @@ class Family(ABC):
     hub_prefix: str = ""
     standalone: bool = False
     synth_kinds: dict[str, str] = {}  # kind -> a few words for `synth --help`
+    patch_options: frozenset[str] = frozenset()  # the family-specific Options fields it reads (others: refused)
 
     def __init_subclass__(cls, **kwargs):
         """A family class states its claims where it is defined (as llama.cpp's converter registers an arch on the

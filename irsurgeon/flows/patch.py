@@ -71,6 +71,7 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     where = config_of(root)
     config = read_json(where)
     family = registry.for_config(config, str(where))
+    refuse_foreign_options(family, options)
     if Path(source).exists() and not options.dry_run:  # a local checkpoint, folder or file: its head's bytes are
         prefetch.start(family.recipe(), Path(source))  # read ahead while the target is judged (a hint only)
     target = inspect(family, target_dir, source)
@@ -91,6 +92,18 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     staging.provenance = provenance(options, source, pairing.identity)
     result.written = commit(family, target, staging, start)
     return result
+
+
+FAMILY_OPTIONS = {"hidden_layers": "--hidden-layers"}  # Options fields only some families read, and their flags
+
+
+def refuse_foreign_options(family: Family, options: Options) -> None:
+    """An option the checkpoint's family does not read is refused, never silently ignored."""
+    for name, flag in FAMILY_OPTIONS.items():
+        if getattr(options, name) is not None and name not in family.patch_options:
+            takers = [f.title for f in registry.FAMILIES if name in f.patch_options]
+            raise ConfigError(f"{flag} applies to {' and '.join(takers) or 'no family'} checkpoints; this one is a "
+                              f"{family.title}'s")
 
 
 def refuse_local_source(source: Path, target_dir: Path) -> None:

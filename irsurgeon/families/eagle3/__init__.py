@@ -35,6 +35,7 @@ class Eagle3(Family):
                     target_xml=names.MODEL_XML)
     hub_prefix = ""  # every tensor of the (small) checkpoint
     synth_kinds = {"eagle3": "a Llama text target and a random EAGLE-3 draft for it"}
+    patch_options = frozenset({"hidden_layers"})
 
     def claims(self, config: dict) -> bool:
         return names.claims(config)
@@ -57,7 +58,7 @@ class Eagle3(Family):
 
     def pair(self, target, staging: Staging) -> Pairing:
         from irsurgeon.families.eagle3.target import check_pair
-        staging.echo(check_pair(target, staging.cfg))
+        staging.echo(check_pair(target, staging.cfg, staging.options.hidden_layers))
         return Pairing(unproven=UNPROVEN.format(target=target.path))
 
     def plan_steps(self, target, choice) -> list[str]:

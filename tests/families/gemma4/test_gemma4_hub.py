@@ -104,7 +104,7 @@ def test_a_gemma4_assistant_repo_for_a_qwen_target_is_one_line(tmp_path):
     with HubServer({REPO: {"main": Revision(single_file(source))}}) as hub:
         proc = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
     errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
-    assert proc.returncode == 1 and len(errors) == 1 and "a gemma4_assistant checkpoint" in errors[0], proc.stderr
+    assert proc.returncode == 1 and len(errors) == 1 and "a Gemma 4 MTP assistant checkpoint" in errors[0], proc.stderr
     assert hub.served("model.safetensors") == (0, 0) and snapshot(target) == before
 
 
