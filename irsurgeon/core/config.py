@@ -63,6 +63,12 @@ class Key:
         return self.default.get(text_type, REQUIRED) if isinstance(self.default, dict) else self.default
 
 
+# The RoPE base every family reads, bounded before a table is computed with it: above 1 (log(theta) divides), finite,
+# and far below what would overflow float32 in theta^(2j/d) (a 1e308 theta cast to float32 is inf). Published
+# configs use 1e4..1e7.
+ROPE_THETA = Range(1, 1e12, lo_open=True)
+
+
 def ints(hi: int) -> Range:
     """Positive integers up to hi."""
     return Range(1, hi)

@@ -24,8 +24,10 @@ reference head all_layers=True raised the output error from 0.115 to 0.117 (rela
 from __future__ import annotations
 
 import json
+import contextlib
 import logging
 import math
+import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -131,7 +133,9 @@ def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...]
     level = logging.getLogger("nncf").level
     nncf.set_log_level(logging.WARNING)  # nncf's INFO tables would interleave with the command's own report
     try:
-        with bounded(sum(math.prod(w.shape) for w in before.values())):  # the same IR in bounded memory
+        # nncf's progress bar (rich, printed to sys.stdout as it writes) goes to stderr: stdout carries only what the
+        # command prints there (one --json document)
+        with bounded(sum(math.prod(w.shape) for w in before.values())), contextlib.redirect_stdout(sys.stderr):
             model = nncf.compress_weights(
                 model, mode=nncf.CompressWeightsMode(params.mode),
                 ignored_scope=routing_scope(nncf, model, keep_float),

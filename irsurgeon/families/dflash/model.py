@@ -31,7 +31,8 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.core.config import MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, Key, Range, ints, lookup, read_keys
+from irsurgeon.core.config import (MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, ROPE_THETA, Key, Range, ints, lookup,
+                                   read_keys)
 from irsurgeon.core.errors import ConfigError
 from irsurgeon.draft.recipe import Recipe, Weights
 from irsurgeon.families.dflash import rope as rope_tables
@@ -139,18 +140,23 @@ KEYS: tuple[Key, ...] = (
 # `type`, else "default". yarn: a top-level original_max_position_embeddings wins over the dict's, which defaults to
 # max_position_embeddings; factor None -> max_position_embeddings / original; beta_fast/beta_slow `or` 32 / 1;
 # truncate default true.
+# Every value is bounded before a table is computed with it (a NaN, an infinity, a negative beta or a subnormal
+# factor would reach math.log, a division or a float32 cast): transformers 5.2.0's _validate_*_rope_parameters ask
+# for positive factors and betas; the upper bounds are far above any published config and keep float32 tables finite.
+FINITE = 1e6
 ROPE_KEYS: tuple[Key, ...] = (
-    Key("rope_theta", ("{rope}rope_theta", "rope_theta"), 10000.0, float, Range(1, np.inf, lo_open=True)),
+    Key("rope_theta", ("{rope}rope_theta", "rope_theta"), 10000.0, float, ROPE_THETA),
     Key("rope_type", ("{rope}rope_type", "{rope}type"), "default", str, allowed=rope_tables.TYPES),
-    Key("factor", ("{rope}factor",), None, float, Range(0, np.inf, lo_open=True), null_is_absent=True),
+    Key("factor", ("{rope}factor",), None, float, Range(1e-6, FINITE), null_is_absent=True),
     Key("original_max_position_embeddings", ("original_max_position_embeddings",
                                              "{rope}original_max_position_embeddings"), None,
         bounds=ints(1 << 24), null_is_absent=True),
-    Key("attention_factor", ("{rope}attention_factor",), None, float, null_is_absent=True),
-    Key("beta_fast", ("{rope}beta_fast",), None, float, null_is_absent=True),
-    Key("beta_slow", ("{rope}beta_slow",), None, float, null_is_absent=True),
-    Key("mscale", ("{rope}mscale",), None, float, null_is_absent=True),
-    Key("mscale_all_dim", ("{rope}mscale_all_dim",), None, float, null_is_absent=True),
+    Key("attention_factor", ("{rope}attention_factor",), None, float, Range(0, FINITE, lo_open=True),
+        null_is_absent=True),
+    Key("beta_fast", ("{rope}beta_fast",), None, float, Range(0, FINITE, lo_open=True), null_is_absent=True),
+    Key("beta_slow", ("{rope}beta_slow",), None, float, Range(0, FINITE, lo_open=True), null_is_absent=True),
+    Key("mscale", ("{rope}mscale",), None, float, Range(0, FINITE), null_is_absent=True),
+    Key("mscale_all_dim", ("{rope}mscale_all_dim",), None, float, Range(0, FINITE), null_is_absent=True),
     Key("truncate", ("{rope}truncate",), True, bool),
     Key("partial_rotary_factor", ("{rope}partial_rotary_factor", "partial_rotary_factor"), 1.0, float,
         Range(0, 1, lo_open=True)),
@@ -166,6 +172,8 @@ def parse_config(cfg: dict, source: str = "config.json") -> DFlashConfig:
     nH, nKV = v["num_heads"], v["num_kv_heads"] or v["num_heads"]
     if nH % nKV:
         raise ConfigError(f"{source}: num_attention_heads {nH} is not a multiple of num_key_value_heads {nKV}")
+    if v["head_dim"] % 2:  # RoPE rotates pairs: rotate_half splits every head in two halves
+        raise ConfigError(f"{source}: head_dim {v['head_dim']} must be even (RoPE rotates its two halves)")
     ids = target_layer_ids(cfg, v["num_target_layers"], v["num_hidden_layers"], source)
     if (cap := v["final_logit_softcapping"]) is not None and cap > 0:
         raise ConfigError(f"{source}: final_logit_softcapping {cap} caps the draft's logits, which openvino-genai "

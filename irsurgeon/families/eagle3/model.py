@@ -26,7 +26,8 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.core.config import MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, Key, Range, ints, lookup, read_keys
+from irsurgeon.core.config import (MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, ROPE_THETA, Key, Range, ints, lookup,
+                                   read_keys)
 from irsurgeon.core.errors import CheckpointError, ConfigError
 from irsurgeon.draft.recipe import Recipe, Weights
 from irsurgeon.families.eagle3 import layout, rope
@@ -103,7 +104,7 @@ KEYS: tuple[Key, ...] = (
     # cnets.py Model.__init__: draft_vocab_size (the lm_head's rows), target_hidden_size (fc's input is 3x it)
     Key("draft_vocab_size", ("draft_vocab_size",), None, bounds=ints(MAX_VOCAB), null_is_absent=True),
     Key("target_hidden_size", ("target_hidden_size",), None, bounds=ints(MAX_WIDTH), null_is_absent=True),
-    Key("rope_theta", ("{layer}rope_theta",), 10000.0, float, Range(1, np.inf, lo_open=True)),
+    Key("rope_theta", ("{layer}rope_theta",), 10000.0, float, ROPE_THETA),
     Key("dtype", ("dtype", "torch_dtype", "{layer}torch_dtype"), None, str, null_is_absent=True),
 )
 # Variants genai 2026.4.1 cannot run as trained (speculators core.py / SpecForge llama3_eagle.py): each refused by name.

@@ -42,7 +42,7 @@ def read(section: dict, theta: float, max_positions: int, source: str) -> Rope:
     kind = r.get("rope_type", r.get("type", "default"))
     if kind not in TYPES:
         raise ConfigError(f"{source}: {home}.rope_type {kind!r:.40} is not one of {', '.join(TYPES)}")
-    theta = number(r, "rope_theta", theta, home, source, lo=1.0)
+    theta = number(r, "rope_theta", theta, home, source, lo=1.0)  # the same bound as core.config.ROPE_THETA
     if kind == "default":
         return Rope(kind, theta)
     factor = number(r, "factor", None, home, source, lo=1.0)

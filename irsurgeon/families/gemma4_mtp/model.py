@@ -32,7 +32,7 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.core.config import flag, read_json
+from irsurgeon.core.config import ROPE_THETA, flag, read_json
 from irsurgeon.core.errors import CheckpointError, ConfigError
 from irsurgeon.draft.recipe import Recipe
 from irsurgeon.ops import apply_rope, expand_kv, linear, rms_norm
@@ -155,8 +155,10 @@ def _rope(text: dict, kinds: set[str], source: str) -> dict:
         if not isinstance(p, dict) or p.get("rope_type", "default") not in ("default", "proportional"):
             raise ConfigError(f"{source}: text_config.rope_parameters.{kind} must be a 'default' or 'proportional' "
                               f"rope, got {p!r}")
-        if not isinstance(p.get("rope_theta"), (int, float)) or p["rope_theta"] <= 0:
-            raise ConfigError(f"{source}: text_config.rope_parameters.{kind}.rope_theta must be a positive number")
+        theta = p.get("rope_theta")
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta not in ROPE_THETA:
+            raise ConfigError(f"{source}: text_config.rope_parameters.{kind}.rope_theta is {theta!r:.40}, expected a "
+                              f"number in {ROPE_THETA}")
         # transformers 5.23.0 modeling_rope_utils.py (_compute_proportional_rope_parameters): partial_rotary_factor is
         # "the proportion of the embedding dimension" (0.0 .. 1.0) and the inverse frequencies are divided by factor
         for key, lo, hi in (("partial_rotary_factor", 0.0, 1.0), ("factor", 1e-6, 1e6)):

@@ -18,7 +18,6 @@ Every norm is RMSNorm with the zero-centred gain folded to (1 + w) on load.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,8 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.core.config import (MAX_EXPERTS, MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, Key, Range, disagreement, ints,
-                              lookup, read_json, read_keys)
+from irsurgeon.core.config import (MAX_EXPERTS, MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, ROPE_THETA, Key, Range,
+                                   disagreement, ints, lookup, read_json, read_keys)
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.contract import KEY_STATE, VALUE_STATE
 from irsurgeon.core.errors import ConfigError
@@ -113,8 +112,7 @@ QWEN35_KEYS: tuple[Key, ...] = (
     Key("num_kv_heads", ("{text}num_key_value_heads",), {D: 4, M: 2}, bounds=ints(MAX_HEADS)),
     Key("head_dim", ("{text}head_dim",), 256, bounds=ints(MAX_WIDTH)),
     Key("rms_norm_eps", ("{text}rms_norm_eps",), 1e-6, float, Range(0, 1, lo_open=True, hi_open=True)),
-    Key("rope_theta", ("{rope}rope_theta", "{text}rope_theta"), 10000.0, float,
-        Range(1, math.inf, lo_open=True, hi_open=True)),
+    Key("rope_theta", ("{rope}rope_theta", "{text}rope_theta"), 10000.0, float, ROPE_THETA),
     Key("partial_rotary_factor", ("{rope}partial_rotary_factor", "{text}partial_rotary_factor"), 0.25, float,
         Range(0, 1, lo_open=True)),
     # Qwen3_5TextRotaryEmbedding uses ROPE_INIT_FUNCTIONS[rope_type] for anything but "default"; the head has only
