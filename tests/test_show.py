@@ -188,3 +188,19 @@ def test_an_ir_with_a_string_input_and_matmul_weights_is_not_shown_as_a_tokenize
     ov.save_model(model, tmp_path / "m.xml", compress_to_fp16=False)
     info = show_ir(tmp_path / "m.xml")
     assert info["role"] is None and info["weights"]["count"] == 1, info["weights"]
+
+
+def test_a_folder_that_is_no_export_is_said_so_with_where_one_is(tmp_path):
+    """A bundled pair's folder (target/ and ckpt/ inside) or an empty one: not an export directory, rc 1, and the
+    export one level down named (it used to print the default family's missing files and a footprint of 0 B)."""
+    from helpers.cli import invoke
+    from lab.families import FIXTURE_PAIRS
+
+    pair = FIXTURE_PAIRS["gemma4"][0].parent
+    result = invoke("show", pair)
+    assert result.exit_code == 1 and "not an export directory" in result.output, result.output
+    assert f"irsurgeon show {pair / 'target'}" in result.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = invoke("show", empty, "--json")
+    assert result.exit_code == 1 and json.loads(result.stdout)["ok"] is False and "not an export" in result.output

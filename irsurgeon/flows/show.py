@@ -14,6 +14,7 @@ Nothing is written and nothing from the files is executed; every `.xml` is byte-
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from irsurgeon.core.config import read_json, text_section
@@ -46,8 +47,10 @@ def show(path: str | Path, context: int = DEFAULT_CONTEXT) -> dict:
 
 
 def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
-    family = registry.for_directory(directory)
     xmls = files.list_irs(directory)
+    if not xmls and not os.path.lexists(directory / CONFIG):
+        raise IRError(f"{directory}: not an export directory (no config.json, no OpenVINO IR .xml)" + exports_in(directory))
+    family = registry.for_directory(directory)
     draft = directory / family.layout.draft_xml
     if draft not in xmls and draft.is_file():
         xmls.append(draft)  # a draft in its own subfolder
@@ -64,6 +67,13 @@ def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
         "footprint": footprint({k: v for k, v in described.items() if isinstance(v, dict)}, context,
                                family.layout.draft_xml, target=family.layout.target_in(directory)),
     }
+
+
+def exports_in(directory: Path) -> str:
+    """A hint naming the export directories one level down (a bundled pair's target/), else nothing."""
+    below = sorted(d.name for d in directory.iterdir() if d.is_dir() and not d.is_symlink()
+                   and (d / CONFIG).is_file() and files.list_irs(d))[:3]
+    return f"; it holds {', '.join(below)}: irsurgeon show {directory / below[0]}" if below else ""
 
 
 def config_facts(directory: Path) -> dict | None:
