@@ -312,3 +312,16 @@ def test_verify_json_to_a_place_it_cannot_write_is_refused_before_the_checks(pat
     result = invoke("verify", patched_demo, "--json", dest)
     line = one_error(result)
     assert str(dest) in line and "ok " not in result.output  # no check ran before the refusal
+
+
+@pytest.mark.parametrize("args", [["--prompts", "2"], ["--sweep", "1,2"], ["--rounds", "2"], ["--device", "GPU"],
+                                  ["--num-assistant-tokens", "3"], ["--max-new-tokens", "8"],
+                                  ["--min-acceptance", "0"]])
+def test_a_genai_option_without_genai_is_a_usage_error(args):
+    """Options that only --genai reads are never silently ignored: exit 2, naming the option."""
+    from helpers.cli import invoke
+    from lab.families import FIXTURE_PAIRS
+
+    result = invoke("verify", FIXTURE_PAIRS["eagle3"][0], *args)
+    flag = args[0]
+    assert result.exit_code == 2 and f"{flag} applies only with --genai" in result.output, result.output

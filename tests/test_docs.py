@@ -171,3 +171,20 @@ def test_a_failing_block_fails(tmp_path):
     page.write_text("```bash\ntrue\nfalse\ntrue\n```\n")
     with pytest.raises(AssertionError, match="page.md:1: the bash block exits 1"):
         run_blocks(blocks(page, every=True), tmp_path / "repo")
+
+
+def test_the_cli_page_lists_every_option_of_every_command():
+    """docs/cli.md's synopsis names each option of each command in that command's entry (it once missed 20)."""
+    from irsurgeon.cli import main
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    block = text[text.index("```text\n") + 8:]
+    block = block[:block.index("```")]
+    entries = re.split(r"\n(?=irsurgeon )", block)
+    missing = []
+    for name, command in main.commands.items():
+        entry = next((e for e in entries if e.startswith(f"irsurgeon {name} ")), "")
+        for param in command.params:
+            flags = [o for o in (*param.opts, *param.secondary_opts) if o.startswith("--")]
+            missing += [f"{name} {flag}" for flag in flags if flag not in entry]
+    assert not missing, missing

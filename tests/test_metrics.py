@@ -148,7 +148,7 @@ def test_peak_memory_is_this_process():
     (["--sweep", "0,2"], "integers from 1 to 16"),
     (["--sweep", "1,x"], "integers from 1 to 16"),
     (["--prompts", "7"], "neither a number"),
-    (["--prompts", "missing.txt"], "neither a number"),
+    (["--prompts", "missing.txt"], "missing.txt: no such prompts file"),
     (["--sweep", "1,2", "--num-assistant-tokens", "3"], "not both"),
 ])
 def test_bad_options(tmp_path, args, message):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 
 import click
@@ -18,6 +19,7 @@ from irsurgeon.cli.options import safe_echo
 from irsurgeon.core import limits
 from irsurgeon.core.errors import IRSurgeonError
 from irsurgeon.core.signals import NativeCalls
+from irsurgeon.core.text import shown
 
 
 # Below this share of accepted drafts the draft cannot pay for itself at any K (each rejected draft costs a draft step)
@@ -46,7 +48,9 @@ class PromptsParam(click.ParamType):
             return prompts
         if value.isascii() and value.isdigit() and len(value) == 1 and 1 <= int(value) <= 6:
             return int(value)
-        self.fail(f"{value!r} is neither a number from 1 to 6 nor a prompts file", param, ctx)
+        if not value.isdigit() and not os.path.lexists(path):  # a file name that is not there: say so
+            self.fail(f"{shown(value)}: no such prompts file (or give a number from 1 to 6)", param, ctx)
+        self.fail(f"{value!r:.40} is neither a number from 1 to 6 nor a prompts file", param, ctx)
 
 
 class SweepParam(click.ParamType):
@@ -61,6 +65,9 @@ class SweepParam(click.ParamType):
         if not parts or not all(p.isdigit() and 1 <= int(p) <= 16 for p in parts):
             self.fail(f"{value!r}: expected comma-separated integers from 1 to 16, e.g. 1,2,3,4,5", param, ctx)
         return tuple(dict.fromkeys(int(p) for p in parts))
+
+
+GENAI_ONLY = ("prompts", "sweep", "nats", "max_new_tokens", "device", "rounds", "min_acceptance")  # its parameters
 
 
 @click.command("verify")
@@ -98,6 +105,11 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
 
     if sweep and ctx.get_parameter_source("nats") != click.core.ParameterSource.DEFAULT:
         raise click.UsageError("give either --sweep or --num-assistant-tokens, not both")
+    given = [f"--{name.replace('_', '-')}" for name in GENAI_ONLY
+             if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    if given and not with_genai:  # never silently ignored
+        raise click.UsageError(f"{', '.join(given).replace('--nats', '--num-assistant-tokens')} "
+                               f"{'applies' if len(given) == 1 else 'apply'} only with --genai")
     to_stdout = json_out == Path("-")
     if json_out and not to_stdout:
         writable_document(json_out)
