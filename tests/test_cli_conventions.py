@@ -325,3 +325,19 @@ def test_a_genai_option_without_genai_is_a_usage_error(args):
     result = invoke("verify", FIXTURE_PAIRS["eagle3"][0], *args)
     flag = args[0]
     assert result.exit_code == 2 and f"{flag} applies only with --genai" in result.output, result.output
+
+
+def test_a_kv_cache_precision_for_a_draft_without_its_own_kv_is_refused(tmp_path):
+    """The Gemma 4 assistant reads the target's KV: --kv-cache-precision there used to be accepted and ignored."""
+    import shutil
+
+    from helpers.cli import invoke
+    from lab.dirsnap import snapshot
+    from lab.families import FIXTURE_PAIRS
+
+    source, ckpt = FIXTURE_PAIRS["gemma4"]
+    target = shutil.copytree(source, tmp_path / "t")
+    before = snapshot(target)
+    result = invoke("patch", target, "--checkpoint", ckpt, "--kv-cache-precision", "f32")
+    assert result.exit_code == 1 and "--kv-cache-precision applies to" in result.output, result.output
+    assert "Gemma 4 MTP assistant's" in result.output and snapshot(target) == before

@@ -6,7 +6,8 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
-from irsurgeon.cli.options import echo_for, json_flag, kv_cache_option, print_json, weight_format_option
+from irsurgeon.cli.options import choice, echo_for, json_flag, print_json, weight_format_option
+from irsurgeon.quant.formats import KV_CACHE_PRECISIONS
 from irsurgeon.families import registry
 
 
@@ -19,7 +20,9 @@ from irsurgeon.families import registry
                    "config.json's model_type picks the family.")
 @weight_format_option("auto", text="Storage of the draft's weights; auto mirrors the target's language model. "
                                     "A ready draft in another format than one given here is rebuilt.")
-@kv_cache_option
+@click.option("--kv-cache-precision", type=choice(KV_CACHE_PRECISIONS), default=None,
+              help="KV cache precision recorded in the draft's rt_info runtime_options [default: f16]; refused for a "
+                   "family whose draft has no KV cache of its own (the Gemma 4 assistant reads the target's).")
 @click.option("--dry-run", is_flag=True, help="Print the plan and write nothing.")
 @click.option("--force", is_flag=True, help="Rebuild even when the directory already has its draft.")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run on the same directory to finish.")

@@ -16,7 +16,8 @@ The claims (class attributes):
     standalone            `build-mtp` writes its draft alone into an output directory
     synth_kinds           the seeded tiny fixtures `irsurgeon synth --kind ...` writes for it, each with a few words
                           (at least one; the first is the one guarantee tests synthesize)
-    patch_options         the family-specific Options fields it reads (hidden_layers); given to another: refused
+    patch_options         the family-specific Options fields it reads (kv_cache_precision, hidden_layers); given to
+                          a family that does not read it: refused
 The methods, in the order `patch` calls them:
     claims(config)        whether a checkpoint's config.json (an object) is this family's draft (default: its
                           model_type is one of model_types); the registry's for_config is the one caller
@@ -100,7 +101,7 @@ class Pairing:
 class Options:
     """How a patch was asked for (the CLI's options; the Python API's irsurgeon.Options)."""
     weight_format: str = "auto"
-    kv_cache_precision: str = "f16"
+    kv_cache_precision: str | None = None  # None: the families that record one write f16 (Gemma 4's has no KV)
     force: bool = False
     dry_run: bool = False
     wait: bool = False
@@ -108,6 +109,10 @@ class Options:
     allow_foreign_checkpoint: bool = False
     hub: HubOptions | None = None  # revision, token, cache dir for a repo id
     hidden_layers: tuple[int, ...] | None = None  # the target layers a draft is fed from (families that take it)
+
+    def kv_cache(self) -> str:
+        """The KV cache precision a draft records: the one asked for, else f16."""
+        return self.kv_cache_precision or "f16"
 
 
 class Target:

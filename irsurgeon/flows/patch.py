@@ -94,7 +94,7 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     return result
 
 
-FAMILY_OPTIONS = {"hidden_layers": "--hidden-layers"}  # Options fields only some families read, and their flags
+FAMILY_OPTIONS = {"hidden_layers": "--hidden-layers", "kv_cache_precision": "--kv-cache-precision"}  # Options fields only some families read, and their flags
 
 
 def refuse_foreign_options(family: Family, options: Options) -> None:
@@ -102,8 +102,8 @@ def refuse_foreign_options(family: Family, options: Options) -> None:
     for name, flag in FAMILY_OPTIONS.items():
         if getattr(options, name) is not None and name not in family.patch_options:
             takers = [f.title for f in registry.FAMILIES if name in f.patch_options]
-            raise ConfigError(f"{flag} applies to {' and '.join(takers) or 'no family'} checkpoints; this one is a "
-                              f"{family.title}'s")
+            said = ", ".join(takers[:-1]) + f" and {takers[-1]}" if len(takers) > 1 else "".join(takers)
+            raise ConfigError(f"{flag} applies to {said or 'no family'} checkpoints; this one is a {family.title}'s")
 
 
 def refuse_local_source(source: Path, target_dir: Path) -> None:

@@ -48,6 +48,7 @@ class DFlash(Family):
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.DRAFT_DIR}/{names.MODEL_XML}",
                     target_xml=names.MODEL_XML, target_alternatives=(names.LANGUAGE_XML,))
     hub_prefix = ""  # every tensor of the (small) checkpoint: the table's prefix is ""
+    patch_options = frozenset({"kv_cache_precision"})
     synth_kinds = {"dflash": "a Qwen3 target and a random DFlash draft",
                    "dflash-cycle": "a Qwen3 pair whose drafts are accepted",
                    "dflash-qwen35": "a hybrid Qwen3.5 target and a random DFlash draft"}

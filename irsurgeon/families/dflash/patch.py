@@ -42,7 +42,7 @@ def finish(model: ov.Model, staging) -> ov.Model:
         for line in report.lines():
             staging.echo(line)
     dflash.annotate(model, cfg)
-    set_kv_cache_precision(model, staging.options.kv_cache_precision)
+    set_kv_cache_precision(model, staging.options.kv_cache())
     rtinfo.set_runtime_option(model, "ACTIVATIONS_SCALE_FACTOR", ACTIVATIONS_SCALE_FACTOR)
     rtinfo.set_provenance(model, version=irsurgeon.__version__, weight_format=choice.weight_format,
                           **staging.provenance)

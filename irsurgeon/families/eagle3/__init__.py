@@ -35,7 +35,7 @@ class Eagle3(Family):
                     target_xml=names.MODEL_XML)
     hub_prefix = ""  # every tensor of the (small) checkpoint
     synth_kinds = {"eagle3": "a Llama text target and a random EAGLE-3 draft for it"}
-    patch_options = frozenset({"hidden_layers"})
+    patch_options = frozenset({"hidden_layers", "kv_cache_precision"})
 
     def claims(self, config: dict) -> bool:
         return names.claims(config)

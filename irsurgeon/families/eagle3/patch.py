@@ -34,7 +34,7 @@ def finish(model: ov.Model, staging) -> ov.Model:
         model, report = compress_model(model, choice.params, keep_float=(*marked_consumers(model), EMBED))
         for line in report.lines():
             staging.echo(line)
-    set_kv_cache_precision(model, staging.options.kv_cache_precision)
+    set_kv_cache_precision(model, staging.options.kv_cache())
     rtinfo.set_provenance(model, version=irsurgeon.__version__, weight_format=choice.weight_format,
                           **staging.provenance)
     return model

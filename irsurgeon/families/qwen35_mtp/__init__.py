@@ -35,6 +35,7 @@ class Qwen35MTP(Family):
     layout = Layout(writes=names.WRITES, draft_xml=MTP_XML, target_xml=LANGUAGE_MODEL)
     hub_prefix = names.PREFIX
     standalone = True
+    patch_options = frozenset({"kv_cache_precision"})
     synth_kinds = {QWEN_KINDS[0]: "a Qwen3.5 VLM export in the layout openvino-genai loads, and its checkpoint",
                    QWEN_KINDS[1]: "the same with a MoE language model",
                    QWEN_KINDS[2]: "a text-only Llama export (openvino_model.xml) and its checkpoint, no mtp.*"}
@@ -69,7 +70,7 @@ class Qwen35MTP(Family):
 
     def finish(self, model, staging: Staging):
         from irsurgeon.families.qwen35_mtp.patch import finish_head
-        return finish_head(model, staging.choice, staging.options.kv_cache_precision, staging.echo,
+        return finish_head(model, staging.choice, staging.options.kv_cache(), staging.echo,
                            **staging.provenance)
 
     def stage(self, tx, target, staging: Staging) -> None:
