@@ -80,3 +80,22 @@ def test_patch_verify_show_annotate(tmp_path):
 
 def test_every_exported_name_is_exercised_here():
     assert set(re.findall(r'api\("(\w+)"\)', Path(__file__).read_text())) - {"X"} == set(irsurgeon.__all__)
+
+
+def test_the_library_is_silent_unless_given_a_channel(tmp_path):
+    """patch_directory, verify_directory and build_mtp_model print nothing by default (they used to print the patch's
+    progress to stdout); echo= / warn= takes the lines."""
+    import subprocess
+    import sys
+
+    target = shutil.copytree(DEMO / "target", tmp_path / "t")
+    code = ("import irsurgeon as i, sys\n"
+            f"r = i.patch_directory({str(target)!r}, {str(DEMO / 'ckpt')!r})\n"
+            f"i.verify_directory({str(target)!r})\n"
+            f"i.build_mtp_model({str(DEMO / 'ckpt')!r})\n"
+            "said = []\n"
+            f"i.patch_directory({str(target)!r}, {str(DEMO / 'ckpt')!r}, echo=said.append)\n"
+            "sys.stderr.write(str(len(said)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=DEMO.parents[1], timeout=300)
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr.strip().isdigit() and int(proc.stderr) >= 1, \
+        (proc.stdout, proc.stderr[-2000:])

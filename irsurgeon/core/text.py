@@ -35,3 +35,7 @@ def shown(text: object) -> str:
     value = "".join(_escape(ch) for ch in str(text))
     value = _LONG.sub(_cut, value)
     return value if len(value) <= LINE else f"{value[:LINE]}...({len(value)} chars)"
+
+
+def silent(_line: str) -> None:
+    """The library's default channel for progress lines: nothing (the CLI passes its own)."""

@@ -35,6 +35,7 @@ from irsurgeon.core import rtinfo
 from irsurgeon.draft.build import build_model, load_with, stream_of
 from irsurgeon.core.config import peek_json, read_json
 from irsurgeon.quant.formats import WEIGHT_FORMATS
+from irsurgeon.core.text import silent
 from irsurgeon.core.errors import CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError
 from irsurgeon.families import registry
 from irsurgeon.draft.protocol import Family, Options, Pairing, Staging, Target
@@ -56,8 +57,9 @@ def elapsed(start: float) -> str:
     return f"{time.perf_counter() - start:.1f} s"
 
 
-def patch(target_dir: str | Path, source: str | Path, options: Options = Options(), echo: Echo = print) -> PatchResult:
-    """The whole in-place flow (see the module docstring); returns what was written."""
+def patch(target_dir: str | Path, source: str | Path, options: Options = Options(), echo: Echo = silent) -> PatchResult:
+    """The whole in-place flow (see the module docstring); returns what was written. echo: where its progress lines
+    go (default: nowhere; the CLI prints them)."""
     start = time.perf_counter()
     target_dir = Path(target_dir)
     if options.weight_format.lower() not in WEIGHT_FORMATS:  # refused before any work or note

@@ -18,6 +18,7 @@ from irsurgeon.draft.build import build_model, float_format, load_with
 from irsurgeon.quant.compress import check_kv_cache_precision
 from irsurgeon.core.config import read_json
 from irsurgeon.core.errors import ConfigError
+from irsurgeon.core.text import silent
 from irsurgeon.families import registry
 from irsurgeon.draft.protocol import Family, Options, Staging
 from irsurgeon.ops.core import WeightFormat
@@ -42,7 +43,7 @@ def family_of(checkpoint: str | Path, config: str | Path | None = None, only: Fa
 
 
 def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_nonfinite: bool = False,
-             warn=print, family=None):
+             warn=silent, family=None):
     """Open a checkpoint, read its config as its family does, and check its tensors against the family's table
     (only the shards holding them are opened; no tensor is decoded yet). family: the only Family accepted here.
     Returns (config, weights, open checkpoint)."""
@@ -52,7 +53,7 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_non
 
 def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
                     weight_format: str | WeightFormat = WeightFormat.F16, allow_nonfinite: bool = False,
-                    warn=print, hub=None, moe_form: str | None = None, family=None):
+                    warn=silent, hub=None, moe_form: str | None = None, family=None):
     """Build the draft of a checkpoint directory, a .safetensors file with its config.json, or a Hugging Face
     repo id (only config.json, the index and the family's tensors, by byte range, are fetched; `hub`:
     weights.hub.HubOptions). moe_form: the routed experts' graph form (irsurgeon.ops.moe.FORMS; default the one
@@ -74,7 +75,7 @@ def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
 
 def build_head(checkpoint: str | Path, out_dir: str | Path, choice: Choice, *, config: str | Path | None = None,
                kv_cache_precision: str = "f16", allow_nonfinite: bool = False, hub=None, wait: bool = False,
-               replace: bool = False, echo: Echo = print) -> Path:
+               replace: bool = False, echo: Echo = silent) -> Path:
     """Build, finish and save the draft of `checkpoint` into out_dir; returns the written `.xml`.
 
     Only a standalone family's (the default family's MTP head) is accepted; replace=False refuses an out_dir that

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from irsurgeon.core.config import check_generation_config, present
 from irsurgeon.core.errors import IRSurgeonError
+from irsurgeon.core.text import silent
 from irsurgeon.families import registry
 from irsurgeon.draft.protocol import Check, Family
 from irsurgeon.ir.export import GENERATION_CONFIG, OPENVINO_CONFIG
@@ -26,7 +27,7 @@ from irsurgeon.commit.journal import leftover_state
 from irsurgeon.quant.formats import openvino_config_format
 
 
-def verify_directory(target: str | Path, checkpoint: str | Path | None = None, hub=None, echo=print,
+def verify_directory(target: str | Path, checkpoint: str | Path | None = None, hub=None, echo=silent,
                      family: Family | None = None) -> list[Check]:
     """The checks of the directory's family (`family`: the one the caller already resolved); with `checkpoint` (a
     path or repo id; `hub`: weights.hub.HubOptions) also whether that checkpoint belongs to the directory, as the
