@@ -341,3 +341,22 @@ def test_a_kv_cache_precision_for_a_draft_without_its_own_kv_is_refused(tmp_path
     result = invoke("patch", target, "--checkpoint", ckpt, "--kv-cache-precision", "f32")
     assert result.exit_code == 1 and "--kv-cache-precision applies to" in result.output, result.output
     assert "Gemma 4 MTP assistant's" in result.output and snapshot(target) == before
+
+
+def test_a_closed_stdout_after_the_commit_says_the_patch_is_done(tmp_path):
+    """`patch ... | head -1`: the commit happens, the rest of the report cannot be written; the one error line says the
+    command completed (it used to say only 'Error: Broken pipe' over a patched directory)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from lab.families import FIXTURE_PAIRS
+
+    source, ckpt = FIXTURE_PAIRS["qwen3_5"]
+    target = shutil.copytree(source, tmp_path / "t")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "irsurgeon.cli", "patch", str(target), "--checkpoint", str(ckpt)],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error: ")]
+    assert proc.returncode == 1 and len(errors) == 1 and "patch completed" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr and (target / "openvino_mtp_model.xml").is_file()

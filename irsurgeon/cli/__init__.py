@@ -12,6 +12,7 @@ from irsurgeon import __version__
 from irsurgeon.core.errors import Interrupted, IRSurgeonError, cause
 from irsurgeon.core.signals import on_own_stack
 from irsurgeon.core.text import shown
+from irsurgeon.cli.options import LOST
 from irsurgeon.families import registry
 
 DEBUG_ENV = "IRSURGEON_DEBUG"
@@ -26,7 +27,11 @@ class Group(click.Group):
         protected = ctx.__dict__.get("_protected_args", ctx.__dict__.get("protected_args", []))
         ctx.meta["irsurgeon.args"] = [*protected, *ctx.args]
         try:
-            return super().invoke(ctx)
+            done = super().invoke(ctx)
+            if LOST:  # the command did its work; only its report to stdout could not be written
+                fail(f"{ctx.invoked_subcommand} completed, but its output could not be written to stdout "
+                     f"({LOST[0].lower()}): what it did is done; run it again to see its report", 1)
+            return done
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except IRSurgeonError as e:

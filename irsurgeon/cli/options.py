@@ -1,8 +1,11 @@
 """Options spelled the same way on every command: choices in one order, case-insensitive, and --json."""
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import os
+import sys
 
 import click
 
@@ -37,11 +40,30 @@ def echo_for(as_json: bool):
     return functools.partial(safe_echo, err=as_json)
 
 
+LOST: list[str] = []  # why stdout could not be written (a closed pipe, a full device): said once the command ends
+
+
 def safe_echo(message: object = "", err: bool = False) -> None:
     """`message` as one safe terminal line (a newline in it is shown as \\x0a): what the library reports may quote
-    files and servers."""
-    click.echo(shown(message), err=err)
+    files and servers. A stdout that cannot be written (`| head`, /dev/full) never stops the command: what it does is
+    done, and the group says at the end that its report was lost (cli.Group.invoke)."""
+    write(shown(message), err)
 
 
 def print_json(document: dict) -> None:
-    click.echo(json.dumps(document, indent=1))
+    write(json.dumps(document, indent=1), False)
+
+
+def write(text: str, err: bool) -> None:
+    if not err and LOST:
+        return
+    try:
+        click.echo(text, err=err)
+    except OSError as e:
+        if err or e.errno not in (errno.EPIPE, errno.ENOSPC, errno.EIO):
+            raise
+        LOST.append(e.strerror or str(e))
+        try:  # later writes, and the interpreter's flush at exit, go nowhere instead of failing again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass  # no descriptor to redirect (an embedded stdout): LOST already silences later writes
