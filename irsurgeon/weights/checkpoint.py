@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from irsurgeon.core import limits
-from irsurgeon.core.errors import CheckpointError, with_hint
+from irsurgeon.core.errors import CheckpointError, ConfigError, with_hint
 from irsurgeon.weights.safetensors_io import SafetensorsFile, StoredRows, TensorInfo
 
 SINGLE_FILE = "model.safetensors"
@@ -206,3 +206,12 @@ class Checkpoint:
         for f in self._files.values():
             f.close()
         self._files.clear()
+
+
+def config_bytes(root: str | Path) -> bytes:
+    """The checkpoint's config.json as it is (bounded and parsed like every JSON input): what a draft folder keeps
+    beside its IR for verify's pair check."""
+    where = config_of(root)  # a folder's, or a single file's beside it
+    text = limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "checkpoint config")
+    limits.parse_json(text, str(where), ConfigError)
+    return text.encode("utf-8")

@@ -19,16 +19,16 @@ import numpy as np
 import openvino as ov
 
 import irsurgeon
-from irsurgeon.core import limits, rtinfo
+from irsurgeon.core import rtinfo
 from irsurgeon.commit.annotate import Status, plan_annotation, write_annotation
 from irsurgeon.draft.build import stage_ir
 from irsurgeon.quant.compress import compress_model, set_kv_cache_precision
 from irsurgeon.core.concurrency import alongside
-from irsurgeon.core.errors import ConfigError, IRError
+from irsurgeon.core.errors import IRError
 from irsurgeon.families.dflash import model as dflash
 from irsurgeon.families.dflash.layout import CONFIG, DRAFT_DIR, MODEL_BIN, MODEL_XML
 from irsurgeon.families.dflash.target import DFlashTarget
-from irsurgeon.weights.checkpoint import config_of
+from irsurgeon.weights.checkpoint import config_bytes
 from irsurgeon.ir.narrow import narrow_feed_forward
 
 ACTIVATIONS_SCALE_FACTOR = "8.0"  # optimum-intel 2.2.0's runtime_options of a DFlash draft
@@ -70,14 +70,6 @@ def smoke_test(xml: Path, cfg: dflash.DFlashConfig) -> None:
         raise IRError(f"{xml}: one draft call gave {out.shape}, expected finite (1, {BLOCK}, {H})")
 
 
-def checkpoint_config(root: Path) -> bytes:
-    """The checkpoint's config.json as it is (bounded and parsed like every JSON input)."""
-    where = config_of(root)  # a folder's, or a single file's beside it
-    text = limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "checkpoint config")
-    limits.parse_json(text, str(where), ConfigError)
-    return text.encode("utf-8")
-
-
 def stage(tx, target: DFlashTarget, staging) -> None:
     """The draft's files under dflash_draft/ and the target's annotated .xml, each checked where it is staged."""
     cfg, model = staging.cfg, staging.take()
@@ -87,7 +79,7 @@ def stage(tx, target: DFlashTarget, staging) -> None:
         xml = stage_ir(tx, f"{DRAFT_DIR}/{MODEL_XML}", model)
         model = None  # spent by stage_ir: the staged copy is what runs next
         smoke_test(xml, cfg)
-        data = checkpoint_config(staging.root)
+        data = config_bytes(staging.root)
         tx.write(f"{DRAFT_DIR}/{CONFIG}", data)
     annotation.result(staging.echo)
 

@@ -23,7 +23,7 @@ from irsurgeon.families.eagle3.layout import CONFIG, DRAFT_DIR, GENERATION, MODE
 from irsurgeon.families.eagle3.model import EMBED, HIDDEN_LAYERS, Eagle3Config
 from irsurgeon.families.eagle3.target import Eagle3Target
 from irsurgeon.quant.compress import compress_model, marked_consumers, set_kv_cache_precision
-from irsurgeon.weights.checkpoint import config_of
+from irsurgeon.weights.checkpoint import config_bytes
 
 TOKENS = 2  # the smoke test's call
 
@@ -57,13 +57,6 @@ def smoke_test(xml: Path, cfg: Eagle3Config) -> None:
                       f"(1, {TOKENS}, {cfg.draft_vocab_size})")
 
 
-def checkpoint_config(root: Path) -> bytes:
-    where = config_of(root)
-    text = limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "checkpoint config")
-    limits.parse_json(text, str(where), ConfigError)
-    return text.encode("utf-8")
-
-
 def stage(tx, target: Eagle3Target, staging) -> None:
     """The draft's files under eagle3_draft/, each checked where it is staged."""
     cfg, model = staging.cfg, staging.take()
@@ -74,7 +67,7 @@ def stage(tx, target: Eagle3Target, staging) -> None:
     xml = stage_ir(tx, f"{DRAFT_DIR}/{MODEL_XML}", model)
     model = None  # spent by stage_ir: the staged copy is what runs next
     smoke_test(xml, cfg)
-    tx.write(f"{DRAFT_DIR}/{CONFIG}", checkpoint_config(staging.root))
+    tx.write(f"{DRAFT_DIR}/{CONFIG}", config_bytes(staging.root))
     tx.write(f"{DRAFT_DIR}/{GENERATION}", generation_config(target.path))
 
 
