@@ -22,6 +22,7 @@ from irsurgeon.families.eagle3 import surgery
 from irsurgeon.families.eagle3.layout import CONFIG, DRAFT_DIR, GENERATION, MODEL_BIN, MODEL_XML
 from irsurgeon.families.eagle3.model import EMBED, HIDDEN_LAYERS, Eagle3Config
 from irsurgeon.families.eagle3.target import Eagle3Target
+from irsurgeon.ir.narrow import narrow_feed_forward
 from irsurgeon.quant.compress import compress_model, marked_consumers, set_kv_cache_precision
 from irsurgeon.weights.checkpoint import config_bytes
 
@@ -46,6 +47,7 @@ def smoke_test(xml: Path, cfg: Eagle3Config) -> None:
     found = surgery.problems(model, cfg.hidden_size, cfg.target_hidden_size)
     if found:
         raise IRError(f"{xml}: {found[0]}")
+    narrow_feed_forward(model)  # every op and connection runs; the MLP's matrices are not repacked whole (ir.narrow)
     feed = {"input_ids": np.zeros((1, TOKENS), np.int64), "attention_mask": np.ones((1, TOKENS), np.int64),
             "position_ids": np.arange(TOKENS, dtype=np.int64)[None],
             "hidden_states": np.full((1, TOKENS, 3 * cfg.target_hidden_size), 0.5, np.float32),
