@@ -1,4 +1,5 @@
-"""A staged draft's feed-forward MLPs narrowed to a few intermediate rows, for the families' one-step checks.
+"""A staged draft's feed-forward MLPs (and an lm_head's vocabulary rows) narrowed to a few rows, for the families'
+one-step checks.
 
 The feed-forward matrices (dense MLP, shared expert, routed experts) are most of a draft's bytes, and compiling them
 whole costs the CPU plugin's repack of all of them (f32 for f16 weights; its own copy of nncf's int4/int8 weights),
@@ -124,3 +125,20 @@ def narrow_feed_forward(model: ov.Model, width: int = SMOKE_WIDTH) -> int:
         cut += len(matrices)
     model.validate_nodes_and_infer_types()
     return cut
+
+
+def narrow_rows(model: ov.Model, weight: str, width: int = SMOKE_WIDTH) -> int:
+    """Keep the first `width` output rows of the matrix whose weight Constant is named `weight` (an lm_head: its rows
+    are the vocabulary), float or nncf-compressed, for the same one-step checks; returns the rows kept (the matrix's
+    own count when it is no wider)."""
+    found = [op for op in model.get_ops() if op.get_type_name() == "Constant" and op.get_friendly_name() == weight]
+    if len(found) != 1:
+        return 0
+    m = Matrix(found[0], down=False, experts=False)
+    if not found[0].get_element_type().is_real():
+        m.params, m.reshape = decompression(found[0])
+    if m.width <= width:
+        return m.width
+    narrow_matrix(m, width)
+    model.validate_nodes_and_infer_types()
+    return width

@@ -212,3 +212,19 @@ def test_hidden_layers_overrides_the_taps_and_is_refused_for_other_families(tmp_
     refused = invoke("patch", other, "--checkpoint", qwen_ckpt, "--hidden-layers", "1,2,3")
     assert refused.exit_code == 1 and "--hidden-layers applies to EAGLE-3 draft checkpoints" in refused.output
     assert not (other / "openvino_mtp_model.xml").exists()
+
+
+@pytest.mark.parametrize("fmt", ["f16", "int4"])
+def test_the_one_step_check_keeps_the_first_vocabulary_rows_exactly(fmt, tmp_path, table):
+    """The staged check runs the draft with its lm_head cut to its first rows (ir.narrow.narrow_rows): the logits of
+    those rows are exactly the whole draft's, float or nncf-compressed (each row is its own output)."""
+    from irsurgeon.ir.narrow import narrow_rows
+
+    target = Path(shutil.copytree(TARGET, tmp_path / "t"))
+    assert invoke("patch", target, "--checkpoint", CKPT, "--weight-format", fmt).exit_code == 0
+    xml = str(target / "eagle3_draft" / "openvino_model.xml")
+    whole, feeds = run_calls(with_target_table(ov.Core().read_model(xml), table), [2])
+    cut = with_target_table(ov.Core().read_model(xml), table)
+    assert narrow_rows(cut, "lm_head.weight") == 8
+    rows, _ = run_calls(cut, [2])
+    assert rows[0].shape[-1] == 8 and np.array_equal(rows[0], whole[0][..., :8])
