@@ -3,8 +3,10 @@ PYTHON ?= python3
 PIP_INSTALL = $(PYTHON) -m pip install -q -e ".[test]"
 DEMO_OUT ?= out/demo
 DEMO_GEMMA4_OUT ?= out/demo-gemma4
+DEMO_DFLASH_OUT ?= out/demo-dflash
+DEMO_EAGLE3_OUT ?= out/demo-eagle3
 
-.PHONY: install lint compile demo demo-gemma4 test test-all bench bench-optimum bench-dflash reliability fixtures clean
+.PHONY: install lint compile demo demo-gemma4 demo-dflash demo-eagle3 test test-all bench bench-optimum bench-dflash reliability fixtures clean
 
 install:
 	$(PIP_INSTALL)
@@ -24,6 +26,20 @@ demo-gemma4: install
 	irsurgeon show $(DEMO_GEMMA4_OUT)
 	irsurgeon patch $(DEMO_GEMMA4_OUT) --checkpoint fixtures/gemma4/ckpt
 	irsurgeon verify $(DEMO_GEMMA4_OUT) --genai --prompts 3
+
+# DFlash: the bundled pair's draft is random (its drafts are almost never accepted), so the demo uses a synthesized
+# pair whose drafts are (`synth --kind dflash-cycle`: a hand-set Qwen3 target and draft).
+demo-dflash: install
+	irsurgeon synth $(DEMO_DFLASH_OUT) --kind dflash-cycle --force
+	irsurgeon patch $(DEMO_DFLASH_OUT)/target --checkpoint $(DEMO_DFLASH_OUT)/ckpt
+	irsurgeon verify $(DEMO_DFLASH_OUT)/target --genai --prompts 3
+
+# EAGLE-3: a draft trained on taps [1, 5, 8] of a seeded 12-layer Llama target (tests/data/eagle3/trained/README.md);
+# the target is synthesized again from its seed, the draft built with its trainer's taps, and run in openvino-genai.
+demo-eagle3: install
+	irsurgeon synth $(DEMO_EAGLE3_OUT) --kind llama --layers 12 --seed 0 --force
+	irsurgeon patch $(DEMO_EAGLE3_OUT)/target --checkpoint tests/data/eagle3/trained
+	irsurgeon verify $(DEMO_EAGLE3_OUT)/target --genai --prompts 3
 
 # The tests run the CLI in hundreds of child processes: its modules are byte-compiled once here, where a machine
 # with PYTHONDONTWRITEBYTECODE set would compile them again in every one (about 0.15 s each on 2 slow cores). A speed-up
