@@ -360,3 +360,17 @@ def test_a_closed_stdout_after_the_commit_says_the_patch_is_done(tmp_path):
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error: ")]
     assert proc.returncode == 1 and len(errors) == 1 and "patch completed" in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr and (target / "openvino_mtp_model.xml").is_file()
+
+
+@pytest.mark.parametrize("args", [["patch", "t", "--checkpoint", "c", "--hidden-layers", "1,2", "--json"],
+                                  ["synth", "out", "--kind", "nope", "--json"],
+                                  ["annotate", "t", "--num-layers", "x", "--json"]])
+def test_a_usage_error_with_json_is_one_document_too(args):
+    """Exit 2 (click's usage error) and, with --json, its one document on stdout, as every other end has."""
+    from click.testing import CliRunner
+
+    from irsurgeon.cli import main
+
+    result = CliRunner().invoke(main, args)
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 2 and doc["ok"] is False and doc["exit_code"] == 2 and doc["error"], result.output

@@ -32,6 +32,11 @@ class Group(click.Group):
                 fail(f"{ctx.invoked_subcommand} completed, but its output could not be written to stdout "
                      f"({LOST[0].lower()}): what it did is done; run it again to see its report", 1)
             return done
+        except click.UsageError as e:  # click prints the usage and exits 2; --json also gets its one document
+            if _wants_json(ctx):
+                click.echo(json.dumps({"ok": False, "error": shown(e.format_message()), "exit_code": e.exit_code},
+                                      indent=1))
+            raise
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except IRSurgeonError as e:
