@@ -22,6 +22,7 @@ class Group(click.Group):
     """Runs a command and turns every failure into `Error: ...` on one line and a non-zero exit."""
 
     def invoke(self, ctx: click.Context):
+        LOST.clear()  # what an earlier in-process invocation (the Python API's CliRunner, tests) could not write
         interrupted = _watch_sigint()
         # what the subcommand was given (click >= 8.2 keeps the command name in _protected_args, 8.1 in protected_args)
         protected = ctx.__dict__.get("_protected_args", ctx.__dict__.get("protected_args", []))

@@ -20,7 +20,7 @@ from irsurgeon.cli.options import (choice, echo_for, json_flag, kv_cache_option,
                                    weight_format_option)
 from irsurgeon.families import registry
 
-STANDALONE = next(f for f in registry.FAMILIES if f.standalone)  # the family whose draft stands alone
+STANDALONE = registry.standalone()  # the family whose draft stands alone
 
 
 @click.command("build-mtp")
@@ -54,14 +54,14 @@ def command(checkpoint: str, out_dir: Path, config: Path | None, weight_format: 
     # the library is loaded here, not with the CLI: it imports openvino (and nncf to compress), which `--help` and
     # every other command do not need
     from irsurgeon.draft.build import existing_draft
-    from irsurgeon.flows.standalone import build_head, standalone_family
+    from irsurgeon.flows.standalone import build_head
     from irsurgeon.commit.journal import STAGE_DIR
     from irsurgeon.quant.precision import choose_format
 
     start, echo = time.perf_counter(), echo_for(as_json)
     # refused before any work (building takes minutes), unless an interrupted run's leftovers may account for the
     # head: save_draft checks again once they are undone
-    draft = standalone_family().layout.draft_xml
+    draft = STANDALONE.layout.draft_xml
     if not force and os.path.lexists(out_dir / draft) and not os.path.lexists(out_dir / STAGE_DIR):
         raise existing_draft(out_dir, draft)
     choice_ = choose_format(weight_format, target, group_size=group_size, ratio=ratio, backup=backup, sym=sym,

@@ -168,6 +168,17 @@ def check_generation_config(path: Path) -> None:
             raise ConfigError(f"{path}: {key} must be a non-negative token id or a list of them")
 
 
+def generation_config_text(where: Path) -> str | None:
+    """The text of the generation_config.json at `where`, handed on as the file says it once it reads as genai will
+    read it (check_generation_config: bounded, a regular file, token ids in range); None when nothing is there (a
+    FIFO or folder in its place is refused by name, never taken for an absent file). A draft folder genai reads its
+    own generation config from gets a copy of it (Gemma 4, EAGLE-3)."""
+    if not present(where):
+        return None
+    check_generation_config(where)
+    return limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "generation config")
+
+
 def genai_type_problem(key: str, value: Any) -> str | None:
     """What openvino-genai expects of key when it would refuse value (see GENAI_INTEGERS), else None."""
     if key == "num_assistant_tokens":

@@ -71,15 +71,15 @@ def writable() -> frozenset[str]:
     return frozenset(n for f in FAMILIES for n in f.layout.writes)
 
 
-def model_types() -> tuple[str, ...]:
-    """Every config.json model_type a family claims, in registry order."""
-    return tuple(t for f in FAMILIES for t in f.model_types)
-
-
 def titles() -> str:
     """The families in words, for help texts: "A, B and C"."""
     names = [f.title for f in FAMILIES]
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+
+
+def standalone() -> Family:
+    """The family whose draft `build-mtp` writes alone (Family.standalone)."""
+    return next(f for f in FAMILIES if f.standalone)
 
 
 def synth_kinds() -> dict[str, Family]:

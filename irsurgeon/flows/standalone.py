@@ -82,7 +82,7 @@ def build_head(checkpoint: str | Path, out_dir: str | Path, choice: Choice, *, c
     already holds a head (irsurgeon.draft.build.save_draft).
     """
     check_kv_cache_precision(kv_cache_precision)
-    standalone = standalone_family()
+    standalone = registry.standalone()
     model = build_mtp_model(checkpoint, config, build_format(choice), allow_nonfinite=allow_nonfinite, warn=echo,
                             hub=hub, family=standalone)
     staging = Staging(Path(str(checkpoint)), str(checkpoint), None, Options(kv_cache_precision=kv_cache_precision),
@@ -90,13 +90,8 @@ def build_head(checkpoint: str | Path, out_dir: str | Path, choice: Choice, *, c
     return save_draft(standalone.finish(model, staging), out_dir, wait=wait, echo=echo, replace=replace)
 
 
-def standalone_family() -> Family:
-    """The family whose draft `build-mtp` writes alone (Family.standalone; test_families: exactly one)."""
-    return next(f for f in registry.FAMILIES if f.standalone)
-
-
 def save_draft(model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:
     """Write a standalone family's draft into out_dir as that family names it (draft.build.save_draft), recovering
     first what a killed run of any family left there."""
-    return build.save_draft(model, out_dir, standalone_family().layout.draft_xml, writable=registry.writable(),
+    return build.save_draft(model, out_dir, registry.standalone().layout.draft_xml, writable=registry.writable(),
                             wait=wait, echo=echo, replace=replace)

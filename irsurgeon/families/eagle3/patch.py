@@ -15,7 +15,8 @@ import numpy as np
 import openvino as ov
 
 import irsurgeon
-from irsurgeon.core import limits, rtinfo
+from irsurgeon.core import rtinfo
+from irsurgeon.core.config import generation_config_text
 from irsurgeon.core.errors import ConfigError, IRError
 from irsurgeon.draft.build import stage_ir
 from irsurgeon.families.eagle3 import surgery
@@ -75,12 +76,10 @@ def stage(tx, target: Eagle3Target, staging) -> None:
 
 
 def generation_config(target: Path) -> bytes:
-    """The target's generation_config.json as it is (bounded and parsed), for the draft folder; refused when the
-    target has none (genai's draft pipeline would have no stop tokens)."""
-    where = target / GENERATION
-    if not where.is_file():
+    """The target's generation_config.json as it is (core.config.generation_config_text), for the draft folder;
+    refused when the target has none (genai's draft pipeline would have no stop tokens)."""
+    text = generation_config_text(target / GENERATION)
+    if text is None:
         raise ConfigError(f"{target}: no {GENERATION}: openvino-genai's EAGLE-3 draft pipeline reads its stop tokens "
                           f"from one in {DRAFT_DIR}/, copied from the target's")
-    text = limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "generation config")
-    limits.parse_json(text, str(where), ConfigError)
     return text.encode("utf-8")

@@ -14,7 +14,7 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.core.config import MISSING, lookup
+from irsurgeon.core.config import MISSING, ROPE_THETA, Range, lookup
 from irsurgeon.core.errors import ConfigError
 from irsurgeon.ops.core import const, named
 
@@ -42,26 +42,22 @@ def read(section: dict, theta: float, max_positions: int, source: str) -> Rope:
     kind = r.get("rope_type", r.get("type", "default"))
     if kind not in TYPES:
         raise ConfigError(f"{source}: {home}.rope_type {kind!r:.40} is not one of {', '.join(TYPES)}")
-    theta = number(r, "rope_theta", theta, home, source, lo=1.0)  # the same bound as core.config.ROPE_THETA
+    theta = number(r, "rope_theta", theta, home, source, ROPE_THETA)
     if kind == "default":
         return Rope(kind, theta)
-    factor = number(r, "factor", None, home, source, lo=1.0)
-    low = number(r, "low_freq_factor", None, home, source, lo=1e-6)
-    high = number(r, "high_freq_factor", None, home, source, lo=low)
-    if high == low:
-        raise ConfigError(f"{source}: {home}.high_freq_factor must exceed low_freq_factor ({low}): llama3 divides by "
-                          f"their difference")
-    original = number(r, "original_max_position_embeddings", None, home, source, lo=1.0)
+    factor = number(r, "factor", None, home, source, Range(1, 1e12))
+    low = number(r, "low_freq_factor", None, home, source, Range(0, 1e12, lo_open=True))
+    high = number(r, "high_freq_factor", None, home, source, Range(low, 1e12, lo_open=True))  # llama3 divides by
+    original = number(r, "original_max_position_embeddings", None, home, source, Range(1, 1e12))  # their difference
     return Rope(kind, theta, factor, low, high, int(original))
 
 
-def number(r: dict, key: str, default, home: str, source: str, lo: float) -> float:
+def number(r: dict, key: str, default, home: str, source: str, bounds: Range) -> float:
     value = r.get(key, default)
     if value is None:
         raise ConfigError(f"{source}: {home}.{key} is required for its rope_type")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not lo <= value <= 1e12:
-        raise ConfigError(f"{source}: {home}.{key} must be a finite number from {lo} to 1e12, found {value!r:.40}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value not in bounds:
+        raise ConfigError(f"{source}: {home}.{key} must be a number in {bounds}, found {value!r:.40}")
     return float(value)
 
 

@@ -35,7 +35,6 @@ class Eagle3Target(Target):
     vocab_size: int
     tappable: frozenset[int]            # the layers genai's rule finds a residual Add in
     taps: tuple[int, ...] = ()          # set by check_pair: the layers the draft is fed from
-    warnings = ()
 
     @property
     def xml(self) -> Path:

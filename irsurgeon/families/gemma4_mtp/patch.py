@@ -25,12 +25,12 @@ import numpy as np
 import openvino as ov
 
 import irsurgeon
-from irsurgeon.core import limits, rtinfo
+from irsurgeon.core import rtinfo
 from irsurgeon.draft.build import stage_ir
 from irsurgeon.draft.protocol import Target
 from irsurgeon.quant.compress import compress_model
-from irsurgeon.core.config import check_generation_config, present
-from irsurgeon.core.errors import ConfigError, IRError
+from irsurgeon.core.config import generation_config_text
+from irsurgeon.core.errors import IRError
 from irsurgeon.families.gemma4_mtp import target as surgery
 from irsurgeon.families.gemma4_mtp.layout import ASSISTANT_DIR, CONFIG, GENERATION, MODEL_BIN, MODEL_XML
 from irsurgeon.families.gemma4_mtp.model import AssistantConfig, Layer
@@ -74,16 +74,6 @@ def check_exposed(xml: Path, bin_path: Path) -> None:
         raise IRError(f"{xml}: the edited copy lacks {sorted(missing)}")
 
 
-def generation_text(where: Path) -> str | None:
-    """The text of the generation_config.json at `where`, handed on as the file says it once it reads as genai will
-    read it (config.check_generation_config: bounded, a regular file, token ids in range); None when nothing is
-    there (a FIFO or folder in its place is refused by name, never taken for an absent file)."""
-    if not present(where):
-        return None
-    check_generation_config(where)
-    return limits.read_text(where, limits.CONFIG_JSON_BYTES, ConfigError, "generation config")
-
-
 def float_scope(model: ov.Model) -> tuple[str, ...]:
     """The MatMul / Gather nodes whose weight input is one of FLOAT_WEIGHTS (through its f16 decompression)."""
     names = []
@@ -117,7 +107,7 @@ def inspect_for_patch(directory: Path) -> PatchTarget:
     """The target and the edit that exposes the outputs, made (and refused) before any assistant is built."""
     info, model = inspect_target(directory)
     return PatchTarget(info, surgery.expose(info.xml, model, info.layer_types, info.num_kv_shared),
-                       generation_text(Path(directory) / GENERATION))
+                       generation_config_text(Path(directory) / GENERATION))
 
 
 def finish(model: ov.Model, choice, echo, **provenance: str) -> ov.Model:
@@ -138,7 +128,7 @@ def stage(tx, target: PatchTarget, model: ov.Model, cfg: AssistantConfig, root: 
     tx.write(f"{ASSISTANT_DIR}/{CONFIG}", config_of(root).read_bytes())  # a folder's, or a single file's beside it
     # the assistant's tokens are the target's: its generation config, else the checkpoint's, else an empty one
     text = target.generation if target.generation is not None else \
-        (generation_text(home_of(root) / GENERATION) or "{}\n")
+        (generation_config_text(home_of(root) / GENERATION) or "{}\n")
     tx.write(f"{ASSISTANT_DIR}/{GENERATION}", text.encode("utf-8"))
     if target.new_xml is not None:
         check_exposed(tx.write(MODEL_XML, target.new_xml), target.path / MODEL_BIN)
