@@ -22,7 +22,7 @@ import pytest
 
 from helpers.cli import invoke, one_error
 from lab.dirsnap import snapshot
-from lab.families import FAMILIES, fixture_pair
+from lab.families import FAMILIES, FIXTURE_PAIRS, fixture_pair
 from lab.hostile_forms import fifo
 from irsurgeon.flows import patch as patch_module
 from irsurgeon.weights import prefetch
@@ -59,8 +59,10 @@ def tensor_extents(ckpt: Path) -> dict[str, tuple[str, int, int]]:
 def test_the_hint_names_exactly_the_tensors_the_patch_reads_whole(family, tmp_path, monkeypatch, advised, reads):
     """Run the real patch with the hint made in line: every tensor the patch reads whole was hinted, and every hinted
     byte belongs to a tensor it reads whole (the qwen demo's embedding, of which the identity check reads rows, is
-    not hinted)."""
-    target, ckpt = fixture_pair(family, tmp_path)
+    not hinted). The checkpoint is a private copy: a read-ahead thread another test's patch left running on the
+    bundled files (a daemon, never joined) may still give its hints while this one runs, and they must not count."""
+    target, _ = fixture_pair(family, tmp_path)
+    ckpt = copy_ckpt(FIXTURE_PAIRS[family.key][1], tmp_path)
     monkeypatch.setattr(prefetch, "start", lambda builder, source: prefetch.advise(builder, source))
     assert invoke("patch", target, "--checkpoint", ckpt, "--weight-format", "f16").exit_code == 0
     assert advised, "no hint given"
@@ -71,7 +73,9 @@ def test_the_hint_names_exactly_the_tensors_the_patch_reads_whole(family, tmp_pa
         hinted = covered(advised, path, lo, hi)
         assert hinted in (0, hi - lo), f"{name}: hinted in part ({hinted} of {hi - lo} bytes)"
         assert (hinted > 0) == (name in whole), f"{name}: hinted {hinted > 0}, read whole {name in whole}"
-    hinted_total = sum(n for _, _, n in advised)
+    own = {path for path, _, _ in tensor_extents(ckpt).values()}
+    hinted_total = sum(n for path, _, n in advised if path in own)
+    assert all(path in own for path, _, _ in advised if path.startswith(str(tmp_path)))
     assert hinted_total == sum(hi - lo for n, (_, lo, hi) in tensor_extents(ckpt).items() if n in whole)
     if family.key == "qwen3_5":
         assert partial == {"model.language_model.embed_tokens.weight"}  # rows for the identity check, not hinted
