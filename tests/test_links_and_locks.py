@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from lab.dirsnap import snapshot
 from lab.hub import hub_snapshot
+from lab.families import FAMILIES, fixture_pair
 from lab.procs import env, killed_commit, lock_held
 from irsurgeon.cli import main
 
@@ -226,3 +227,60 @@ def test_checkpoint_files_linked_out_of_the_checkpoint_are_refused(tmp_path, nam
     code, text = build(ckpt, tmp_path / "out")
     assert code == 1 and "outside the checkpoint" in text and name in text, text
     assert snapshot(outside) == around and not (tmp_path / "out").exists()
+
+
+# --- the lock covers the whole patch, not only its commit ------------------------------------------------------------
+
+@pytest.fixture
+def building(monkeypatch):
+    """A patch run on a thread, held inside its build (after judging the target, before staging) until released."""
+    import irsurgeon.flows.patch as flow
+    inside, go = threading.Event(), threading.Event()
+    real = flow.build
+
+    def held_build(family, staging):
+        inside.set()
+        assert go.wait(120)
+        return real(family, staging)
+    monkeypatch.setattr(flow, "build", held_build)
+    runs = []
+
+    def start(target, ckpt):
+        def run():
+            try:
+                runs.append(flow.patch(target, ckpt, flow.Options(weight_format="f32")))
+            except BaseException as e:  # handed to the test below
+                runs.append(e)
+        thread = threading.Thread(target=run)
+        thread.start()
+        assert inside.wait(120), runs
+        return thread
+    yield start, go, runs
+    go.set()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_second_patch_started_while_the_first_builds_is_refused_at_once(tmp_path, family, building):
+    start, go, runs = building
+    target, ckpt = fixture_pair(family, tmp_path)
+    first = start(target, ckpt)
+    before = snapshot(target)
+    code, _, err = invoke("patch", target, "--checkpoint", ckpt, "--weight-format", "f32")
+    one_line_error(code, err, "another irsurgeon run holds", str(target))
+    assert snapshot(target) == before
+    go.set()
+    first.join(120)
+    assert runs and not isinstance(runs[0], BaseException) and runs[0].written, runs
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_second_patch_with_wait_waits_for_the_whole_first_run_and_then_finds_it_done(tmp_path, family, building):
+    start, go, runs = building
+    target, ckpt = fixture_pair(family, tmp_path)
+    first = start(target, ckpt)
+    threading.Timer(1.0, go.set).start()
+    code, out, err = invoke("patch", target, "--checkpoint", ckpt, "--weight-format", "f32", "--wait")
+    first.join(120)
+    assert runs and not isinstance(runs[0], BaseException) and runs[0].written, runs
+    assert code == 0, out + err
+    assert "already has its draft" in out + err and "wrote" not in out + err, out + err

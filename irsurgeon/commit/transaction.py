@@ -136,8 +136,13 @@ def recover(target: str | Path, target_fd: int | None = None, *, writable: froze
 
 
 def clear_interrupted(target: str | Path, wait: bool = False, echo: Callable[[str], None] | None = None, *,
-                      writable: frozenset[str]) -> None:
-    """Under the directory lock, roll back or clear what an interrupted run left in target (nothing if clean)."""
+                      writable: frozenset[str], held: int | None = None) -> None:
+    """Under the directory lock, roll back or clear what an interrupted run left in target (nothing if clean).
+    held: the descriptor of the lock the caller already holds on target (taken here otherwise)."""
+    if held is not None:
+        for note in recover(target, held, writable=writable):
+            (echo or (lambda _m: None))(note)
+        return
     with directory_lock(target, wait, echo) as fd:
         for note in recover(target, fd, writable=writable):
             (echo or (lambda _m: None))(note)
@@ -146,11 +151,15 @@ def clear_interrupted(target: str | Path, wait: bool = False, echo: Callable[[st
 class DirectoryTransaction:
     """Stage, then commit or drop, files of target whose names are in `writable` (the flows: every name any family
     writes, families.registry.writable(), so a run recovers any family's killed run first). recorded: every
-    staged file must be recorded as written (`write`, `written`), or the commit is refused."""
+    staged file must be recorded as written (`write`, `written`), or the commit is refused. held: the descriptor
+    of the directory lock the caller took for its whole run (`acquire`: a flow that judges and builds before it
+    stages, so that no second run builds beside it); the transaction then works under that lock, never releasing
+    it, instead of taking its own."""
 
     def __init__(self, target: str | Path, *, writable: frozenset[str], wait: bool = False,
-                 echo: Callable[[str], None] | None = None, recorded: bool = False):
+                 echo: Callable[[str], None] | None = None, recorded: bool = False, held: int | None = None):
         self.target = Path(target)
+        self.held = held
         self.recorded = recorded  # every staged file must come with `written` (patch, build-mtp)
         self.wait = wait
         self.echo = echo or (lambda _msg: None)
@@ -171,7 +180,9 @@ class DirectoryTransaction:
         return fd_path(self._stage_fd, self.target / STAGE_DIR)
 
     def __enter__(self) -> "DirectoryTransaction":
-        self._fd = acquire(self.target, self.wait, self.echo)
+        # a duplicate of the caller's descriptor shares its open file description, and so its flock: closing it
+        # (in _release) leaves the caller's lock held (flock(2): a lock belongs to the open file description)
+        self._fd = os.dup(self.held) if self.held is not None else acquire(self.target, self.wait, self.echo)
         try:
             for note in recover(self.target, self._fd, writable=self.writable):
                 self.echo(note)
@@ -216,7 +227,7 @@ class DirectoryTransaction:
                 os.close(fd)
         self._dirs = {}
         if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor releases the flock
+            os.close(self._fd)  # releases the flock (a held one stays: the caller still has it open)
             self._fd = None
 
     def stage(self, name: str) -> Path:

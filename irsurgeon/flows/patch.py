@@ -2,6 +2,8 @@
 
 The same flow for every registered family (draft.protocol.Family); the family supplies what differs:
 
+    lock       the target's directory lock, held from here to the end (a second run fails at once, or waits with
+               --wait, and never builds beside this one)
     recover    what an interrupted run left in the target is rolled back or cleared first (irsurgeon.commit.transaction)
     source     the checkpoint's config.json (for a repo id: fetched with the index, no weight yet), so a checkpoint that
                is not there is said first, whatever the target holds
@@ -44,7 +46,8 @@ from irsurgeon.ir.export import CONFIG
 from irsurgeon.quant.precision import build_format, choose_format
 from irsurgeon.flows.show import weight_precision
 from irsurgeon.ir.describe import weights
-from irsurgeon.commit.transaction import STAGE_DIR, DirectoryTransaction, PatchResult, clear_interrupted
+from irsurgeon.commit.transaction import (STAGE_DIR, DirectoryTransaction, PatchResult, acquire,
+                                          clear_interrupted)
 from irsurgeon.flows.verify import config_checks, verify_directory
 from irsurgeon.weights import prefetch
 from irsurgeon.weights.checkpoint import config_of, weightless
@@ -65,8 +68,19 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
     if options.weight_format.lower() not in WEIGHT_FORMATS:  # refused before any work or note
         raise CompressionError(f"unknown weight format {options.weight_format!r:.40}: expected one of "
                                f"{', '.join(WEIGHT_FORMATS)}")
-    if not options.dry_run and os.path.lexists(target_dir / STAGE_DIR):  # a half-done commit mixes versions:
-        clear_interrupted(target_dir, options.wait, echo, writable=registry.writable())  # undo it before judging the target
+    if options.dry_run or not target_dir.is_dir():  # writes nothing, or is refused below in its own words
+        return _patch(target_dir, source, options, echo, start, None)
+    held = acquire(target_dir, options.wait, echo)  # for the whole run: a second patch never builds beside this one
+    try:
+        return _patch(target_dir, source, options, echo, start, held)
+    finally:
+        os.close(held)
+
+
+def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float, held: int | None) -> PatchResult:
+    """patch() under the directory lock it holds (held: its descriptor; None for a dry run)."""
+    if held is not None and os.path.lexists(target_dir / STAGE_DIR):  # a half-done commit mixes versions:
+        clear_interrupted(target_dir, echo=echo, writable=registry.writable(), held=held)  # undone before judging
     refuse_local_source(Path(source), target_dir)
     peek_json(target_dir / CONFIG)  # the target's config.json: a model_type that is not a name is refused first
     root = resolve_source(source, echo, options.hub)  # a repo id: config.json and the index only
@@ -92,7 +106,7 @@ def patch(target_dir: str | Path, source: str | Path, options: Options = Options
         return result
     staging.root = fetch(family, source, root, options, echo)
     staging.provenance = provenance(options, source, pairing.identity)
-    result.written = commit(family, target, staging, start)
+    result.written = commit(family, target, staging, start, held)
     return result
 
 
@@ -118,7 +132,7 @@ def refuse_local_source(source: Path, target_dir: Path) -> None:
                                                "checkpoint the target was exported from" if itself else problem))
 
 
-def commit(family: Family, target, staging: Staging, start: float) -> list[str]:
+def commit(family: Family, target, staging: Staging, start: float, held: int | None) -> list[str]:
     """Build, finish and stage the draft with everything else the family writes, commit it at once, then confirm
     it; returns the names written. An uncompressed draft's checkpoint stays open until its matrices are staged
     (build.Stream), closed whatever happens. Ctrl-C once the commit is done (held through it, or during the
@@ -127,7 +141,7 @@ def commit(family: Family, target, staging: Staging, start: float) -> list[str]:
     staging.model = build(family, staging)
     stream = stream_of(staging.model)  # the family takes the model; this keeps its checkpoint's handle
     tx = DirectoryTransaction(target.path, writable=registry.writable(), wait=staging.options.wait,
-                              echo=staging.echo, recorded=True)
+                              echo=staging.echo, recorded=True, held=held)
     try:
         staging.model = family.finish(staging.model, staging)
         with tx:
