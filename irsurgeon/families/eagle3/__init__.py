@@ -8,6 +8,7 @@ openvino-genai's EAGLE-3 path, with the taps its trainer used written as hidden_
     model.py    config as the trainers read it, the taps, tensor table, the stateful draft graph (RECIPE)
     rope.py     the RoPE variants its configs name (default, llama3)
     target.py   the target as patch and verify see it, genai's tap rule, the pair check
+    moe_taps.py the XML edit that makes a MoE layer's output tappable by genai 2026.4.1 (openvino.genai issue 4390)
     surgery.py  the conditions genai's load-time surgery puts on the draft IR
     patch.py    finish (compress, KV precision, provenance) and what is staged, checked where staged
     verify.py   the checks of a directory for genai's EAGLE-3 path, without genai
@@ -58,12 +59,16 @@ class Eagle3(Family):
 
     def pair(self, target, staging: Staging) -> Pairing:
         from irsurgeon.families.eagle3.target import check_pair
-        staging.echo(check_pair(target, staging.cfg, staging.options.hidden_layers))
+        staging.echo(check_pair(target, staging.cfg, staging.options.hidden_layers, edit=True))
         return Pairing(unproven=UNPROVEN.format(target=target.path))
 
     def plan_steps(self, target, choice) -> list[str]:
-        return [f"build {names.DRAFT_DIR}/ as {choice.weight_format}",
-                f"tap the outputs of target layers {list(target.taps)} (rt_info hidden_layers_list)"]
+        steps = [f"build {names.DRAFT_DIR}/ as {choice.weight_format}",
+                 f"tap the outputs of target layers {list(target.taps)} (rt_info hidden_layers_list)"]
+        if target.edits:
+            steps.append(f"make the outputs of MoE layers {list(target.edits)} tappable by genai: {names.MODEL_XML} "
+                         f"gains an Add of a constant zero in each (moe_taps.py; its .bin is not written)")
+        return steps
 
     def finish(self, model, staging: Staging):
         from irsurgeon.families.eagle3.patch import finish

@@ -5,9 +5,10 @@
                    with `speculators_model_type` "eagle3"
     recognised by  DRAFT: TARGET/eagle3_draft/ exists; TARGET: a text export (openvino_model.xml) of a model type an
                    EAGLE-3 draft is published for
-    writes         TARGET/eagle3_draft/{openvino_model.xml, .bin, config.json, generation_config.json}; the target is
-                   never written (genai taps it at load, from the draft's rt_info hidden_layers_list). genai 2026.4.1
-                   reads the draft folder's generation config: without one its stop tokens are -1 and generate fails
+    writes         TARGET/eagle3_draft/{openvino_model.xml, .bin, config.json, generation_config.json}; genai taps the
+                   target at load, from the draft's rt_info hidden_layers_list, so its openvino_model.xml is written
+                   only where a tap is in a MoE layer genai cannot tap as exported (moe_taps.py; the .bin never).
+                   genai 2026.4.1 reads the draft folder's generation config: without one its stop tokens are -1 and generate fails
                    ("'stop_token_ids' must be non-negative"), so the target's is copied there
     runs           LLMPipeline(TARGET, scheduler_config=sc, draft_model=draft_model(TARGET/eagle3_draft))
 """
@@ -21,13 +22,13 @@ from irsurgeon.ir.export import GENERATION_CONFIG, TEXT_ONLY_MODEL, bin_of
 SAFEAILAB, ANGELSLIM, SPECULATORS = "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator"
 ARCHITECTURES = (SAFEAILAB, ANGELSLIM, SPECULATORS)
 MODEL_TYPES = ("llama",)  # the draft layer's config model_type (speculators: "speculators" at the top level)
-TARGET_TYPES = ("llama", "qwen3", "qwen2", "mistral")  # text targets EAGLE-3 drafts are published for
+TARGET_TYPES = ("llama", "qwen3", "qwen2", "mistral", "qwen3_moe")  # text targets EAGLE-3 drafts are published for
 DRAFT_DIR = "eagle3_draft"
 MODEL_XML, MODEL_BIN = TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL)
 CONFIG = "config.json"
 GENERATION = GENERATION_CONFIG
 DRAFT_FILES = (MODEL_XML, MODEL_BIN, CONFIG, GENERATION)
-WRITES = tuple(f"{DRAFT_DIR}/{n}" for n in DRAFT_FILES)
+WRITES = (*(f"{DRAFT_DIR}/{n}" for n in DRAFT_FILES), MODEL_XML)
 
 
 def architecture(config: dict) -> str | None:

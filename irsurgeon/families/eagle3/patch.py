@@ -4,8 +4,10 @@
     stage    TARGET/eagle3_draft/openvino_model.xml/.bin with rt_info eagle3_mode and hidden_layers_list (the taps the
              pair check resolved), checked where staged: genai's surgery conditions (surgery.problems) and one call
              (2 tokens, finite logits [1, 2, Vd], d2t as built); config.json (the checkpoint's, for verify's pair
-             check), generation_config.json (the target's: genai reads the draft folder's). The target is never
-             written.
+             check), generation_config.json (the target's: genai reads the draft folder's). The target's
+             openvino_model.xml only when a tap is in a MoE layer genai cannot tap as exported (moe_taps.py: an XML
+             edit, its .bin never opened for writing), read back with its .bin and checked by genai's own rule
+             (target.genai_taps) where staged.
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ from irsurgeon.core import rtinfo
 from irsurgeon.core.config import generation_config_text
 from irsurgeon.core.errors import ConfigError, IRError
 from irsurgeon.draft.build import stage_ir
-from irsurgeon.families.eagle3 import surgery
+from irsurgeon.families.eagle3 import moe_taps, surgery
 from irsurgeon.families.eagle3.layout import CONFIG, DRAFT_DIR, GENERATION, MODEL_BIN, MODEL_XML
 from irsurgeon.families.eagle3.model import EMBED, HIDDEN_LAYERS, Eagle3Config
-from irsurgeon.families.eagle3.target import Eagle3Target
+from irsurgeon.families.eagle3.target import Eagle3Target, genai_taps
+from irsurgeon.ir import files
 from irsurgeon.ir.narrow import narrow_feed_forward, narrow_rows
 from irsurgeon.quant.compress import compress_model, marked_consumers, set_kv_cache_precision
 from irsurgeon.weights.checkpoint import config_bytes
@@ -66,13 +69,31 @@ def stage(tx, target: Eagle3Target, staging) -> None:
     cfg, model = staging.cfg, staging.take()
     model.set_rt_info(list(target.taps), [HIDDEN_LAYERS])  # saved as "i j k": what genai reads as 3 ints
     for name in (f"{DRAFT_DIR}/{MODEL_BIN}", f"{DRAFT_DIR}/{MODEL_XML}", f"{DRAFT_DIR}/{CONFIG}",
-                 f"{DRAFT_DIR}/{GENERATION}"):
+                 f"{DRAFT_DIR}/{GENERATION}", *([MODEL_XML] if target.edits else [])):
         tx.stage(name)
     xml = stage_ir(tx, f"{DRAFT_DIR}/{MODEL_XML}", model)
     model = None  # spent by stage_ir: the staged copy is what runs next
     smoke_test(xml, cfg)
     tx.write(f"{DRAFT_DIR}/{CONFIG}", config_bytes(staging.root))
     tx.write(f"{DRAFT_DIR}/{GENERATION}", generation_config(target.path))
+    if target.edits:
+        stage_taps(tx, target)
+
+
+def stage_taps(tx, target: Eagle3Target) -> None:
+    """The target's openvino_model.xml with moe_taps' edit in each of target.edits, read back with the target's
+    .bin: genai's rule must then find every tap, each edited one at the added Add."""
+    taps = [moe_taps.Tap(i, target.untapped[i]) for i in target.edits]
+    data = moe_taps.edit_xml(files.read_ir_bytes(target.xml), taps, str(target.xml))
+
+    def check(model) -> None:
+        found = genai_taps(model)
+        for i in target.taps:
+            want = moe_taps.tap_name(target.untapped[i], i) if i in target.edits else found.get(i)
+            if found.get(i) is None or found[i] != want:
+                raise IRError(f"{target.xml}: after the MoE tap edit genai's rule finds {found.get(i)!r} in layer "
+                              f"{i}, expected {want!r}; original kept")
+    files.read_back(tx.write(MODEL_XML, data), target.xml, check)
 
 
 def generation_config(target: Path) -> bytes:

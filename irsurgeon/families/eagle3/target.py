@@ -6,12 +6,13 @@
                      transform_hidden_state / is_hidden_state_residual_node: for layer i, the first op in
                      get_ordered_ops() that is an Add whose friendly name contains "layers.{i}/" and whose input 1
                      is a MatMul whose input 0 is a Multiply (the MLP residual: the output of layer i). A layer without
-                     one (a MoE block's residual: openvino.genai issue 4390) cannot be tapped by 2026.4.1.
-    check_pair       the draft must be made for this target: width, vocabulary, and taps genai can take
+                     one (a MoE block's residual: openvino.genai issue 4390) cannot be tapped by 2026.4.1 as exported;
+                     patch makes its output tappable by an edit of openvino_model.xml (moe_taps.py)
+    check_pair       the draft must be made for this target: width, vocabulary, and taps genai can take (or, for patch,
+                     taps whose MoE layer the edit makes tappable: target.edits)
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,10 +21,9 @@ from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError
 from irsurgeon.draft.protocol import Target
 from irsurgeon.families.eagle3.layout import CONFIG, MODEL_XML
 from irsurgeon.families.eagle3.model import Eagle3Config, default_taps
+from irsurgeon.families.eagle3.moe_taps import LAYER_NAME, layer_outputs
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.hidden_states import lm_head_input
-
-LAYER_NAME = re.compile(r"layers\.(\d+)/")
 
 
 @dataclass
@@ -34,7 +34,9 @@ class Eagle3Target(Target):
     hidden_size: int
     vocab_size: int
     tappable: frozenset[int]            # the layers genai's rule finds a residual Add in
+    untapped: dict[int, str]            # the other layers whose output Add the edit can tap (MoE): layer -> its name
     taps: tuple[int, ...] = ()          # set by check_pair: the layers the draft is fed from
+    edits: tuple[int, ...] = ()         # set by check_pair: the taps patch makes tappable (moe_taps.py)
 
     @property
     def xml(self) -> Path:
@@ -71,8 +73,10 @@ def inspect_target(directory: str | Path) -> Eagle3Target:
     logits = graph.logits_matmul(model, str(xml)).output(0).get_partial_shape()
     if logits.rank.is_dynamic or logits[-1].is_dynamic:
         raise IRError(f"{xml}: the logits width (vocabulary) is not static")
+    tappable = frozenset(genai_taps(model))
+    untapped = {i: name for i, name in layer_outputs(model).items() if i not in tappable}
     return Eagle3Target(path, str(section.get("model_type", "")), layers, hidden, logits[-1].get_length(),
-                        frozenset(genai_taps(model)))
+                        tappable, untapped)
 
 
 def resolve_taps(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...] | None = None
@@ -86,8 +90,10 @@ def resolve_taps(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, .
     return ids, f"taps {list(ids)}: {cfg.taps.said} for a {target.num_layers}-layer target (layer outputs)"
 
 
-def check_pair(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...] | None = None) -> str:
-    """Refuses a draft not made for this target (one line naming the key); sets target.taps; returns the taps line."""
+def check_pair(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...] | None = None,
+               edit: bool = False) -> str:
+    """Refuses a draft not made for this target (one line naming the key); sets target.taps and, with edit (patch),
+    target.edits: the taps in MoE layers genai can tap once moe_taps' edit is made. Returns the taps line."""
     def refuse(detail: str) -> None:
         raise IRSurgeonError(f"draft {cfg.source} does not belong to target {target.path}: {detail}")
 
@@ -100,8 +106,14 @@ def check_pair(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...
     if outside:
         refuse(f"{said} names layer {outside[0]}, the target has {target.num_layers} decoder layers")
     missing = [i for i in taps if i not in target.tappable]
-    if missing:
-        refuse(f"{said}: target layer {missing[0]} has no residual Add genai 2026.4.1 can tap (an Add named "
-               f"'layers.{missing[0]}/' fed by MatMul(Multiply); a MoE layer has none: openvino.genai issue 4390)")
-    target.taps = taps
+    blocked = [i for i in missing if not (edit and i in target.untapped)]
+    if blocked and blocked[0] in target.untapped:
+        refuse(f"{said}: target layer {blocked[0]}'s output {target.untapped[blocked[0]]!r} is not fed by "
+               f"MatMul(Multiply) (a MoE layer), so genai 2026.4.1 taps nothing there (openvino.genai issue 4390) "
+               f"until `irsurgeon patch` adds its tap to {MODEL_XML}")
+    if blocked:
+        refuse(f"{said}: target layer {blocked[0]} has no residual Add genai 2026.4.1 can tap (an Add named "
+               f"'layers.{blocked[0]}/' fed by MatMul(Multiply); openvino.genai issue 4390), nor an output Add "
+               f"(Add after Add in the layer) that patch could add the tap after")
+    target.taps, target.edits = taps, tuple(missing)
     return said
