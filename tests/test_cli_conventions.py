@@ -30,6 +30,7 @@ from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.ir import xmlsafe
 from irsurgeon.ir.hidden_states import annotation_json
 from irsurgeon.synth import synthesize
+from helpers.cli import result_of
 
 DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_5"
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
@@ -92,7 +93,7 @@ def test_equivalence_lines_carry_no_speed_and_settings_read_as_pairs(patched):
     res = invoke("verify", patched, "--genai", "--prompts", "1", "--sweep", "1", "--rounds", "1",
                  "--max-new-tokens", "8", "--json")
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.stdout)  # stdout holds the document alone; the text went to stderr
+    doc = result_of(res.stdout)  # stdout holds the document alone; the text went to stderr
     runs = [ln for ln in res.stderr.splitlines() if ln.startswith("prompt ")]
     assert runs and not any("tok/s" in ln for ln in runs), runs
     assert "{" not in res.stderr and "equivalence at INFERENCE_PRECISION_HINT=f32" in res.stderr, res.stderr

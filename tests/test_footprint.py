@@ -6,7 +6,6 @@ linear-attention layer; the MTP head keeps one key/value pair.
 """
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
@@ -20,6 +19,7 @@ from irsurgeon.core.config import read_json, text_section
 from irsurgeon.ir.footprint import kv_cache, row_bytes, shape_text
 from irsurgeon.ir import xmlsafe
 from irsurgeon.flows.show import show
+from helpers.cli import result_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "fixtures" / "qwen3_5"
@@ -82,7 +82,7 @@ def test_demo_footprint_matches_hand_computation(patched):
 def test_footprint_json_keys_and_text(patched):
     res = CliRunner().invoke(main, ["show", str(patched), "--json", "--context", "2048"])
     assert res.exit_code == 0, res.output
-    fp = json.loads(res.output)["footprint"]
+    fp = result_of(res.output)["footprint"]
     assert tuple(fp) == FOOTPRINT_FIELDS and fp["context"] == 2048
     assert all(tuple(kv) == KV_FIELDS for kv in fp["kv"].values())
     assert fp["runtime_overhead"]["bytes"] > 0 and fp["runtime_overhead"]["measured"] is False

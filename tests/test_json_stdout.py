@@ -3,7 +3,6 @@ written to sys.stdout, used to precede the document: `patch --json --weight-form
 --weight-format int4`); the progress goes to stderr."""
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lab.families import FAMILIES, FIXTURE_PAIRS
+from helpers.cli import result_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +27,7 @@ def test_patch_json_with_nncf_is_one_document(family, tmp_path):
     target = shutil.copytree(source, tmp_path / "t")
     proc = cli("patch", target, "--checkpoint", ckpt, "--weight-format", "int8", "--json")
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)  # the whole of stdout: one document
+    doc = result_of(proc.stdout)  # the whole of stdout: one document
     assert doc["written"] and "Applying Weight Compression" in proc.stderr
 
 
@@ -35,4 +35,4 @@ def test_build_mtp_json_int4_is_one_document(tmp_path):
     _, ckpt = FIXTURE_PAIRS["qwen3_5"]
     proc = cli("build-mtp", ckpt, "-o", tmp_path / "head", "--weight-format", "int4", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["weight_format"] == "int4"
+    assert result_of(proc.stdout)["weight_format"] == "int4"

@@ -5,7 +5,6 @@ its drafts are accepted), so MTP must need fewer target-model evaluations than p
 """
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +15,7 @@ from irsurgeon.cli import main
 from irsurgeon.ir.footprint import kv_cache
 from irsurgeon.flows.genai import MIN_SPEEDUP, PROMPTS, Measurement, SpeedReport, peak_memory_bytes
 from irsurgeon.flows.show import show_ir
+from helpers.cli import result_of
 
 SWEEP = (1, 3)
 MAX_NEW = 30
@@ -41,7 +41,7 @@ def run(tmp_path_factory) -> SimpleNamespace:
                                     str(MAX_NEW), "--sweep", ",".join(map(str, SWEEP)), "--rounds", str(ROUNDS),
                                     "--json", str(out)])
     assert res.exit_code == 0, res.output
-    return SimpleNamespace(target=target, output=res.output, doc=json.loads(out.read_text()))
+    return SimpleNamespace(target=target, output=res.output, doc=result_of(out.read_text()))
 
 
 @pytest.mark.genai

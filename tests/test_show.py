@@ -22,6 +22,7 @@ from irsurgeon.ir.hidden_states import annotation_json, parse_annotation
 from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
 from irsurgeon.flows.show import DIR_KEYS, show
 from irsurgeon.ir.describe import IR_KEYS
+from helpers.cli import result_of
 
 
 def snapshot(directory: Path) -> dict:
@@ -132,7 +133,7 @@ def test_cli_json_round_trip(tmp_path):
     for path, keys in ((tmp_path, DIR_KEYS), (xml, IR_KEYS)):
         res = runner.invoke(main, ["show", str(path), "--json"])
         assert res.exit_code == 0, res.output
-        doc = json.loads(res.output)
+        doc = result_of(res.output)
         assert tuple(doc) == keys and doc == json.loads(json.dumps(show(path)))
     text = runner.invoke(main, ["show", str(xml)])
     assert text.exit_code == 0 and "-- inputs" in text.output and "inputs_embeds" in text.output
@@ -163,7 +164,7 @@ def test_show_says_what_a_tokenizer_ir_is_instead_of_a_weight_format(key):
     target = FIXTURE_PAIRS[key][0]
     result = invoke("show", target, "--json")
     assert result.exit_code == 0, result.output
-    entries = {e["file"]: e for e in json.loads(result.stdout)["irs"]}
+    entries = {e["file"]: e for e in result_of(result.stdout)["irs"]}
     for name, what in (("openvino_tokenizer.xml", "tokenizer"), ("openvino_detokenizer.xml", "detokenizer")):
         entry = entries[name]
         assert entry["weights"]["precision"] is None and entry["weights"]["count"] == 0, entry["weights"]

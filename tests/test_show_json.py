@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from helpers.cli import invoke
 from irsurgeon.cli import main
 from irsurgeon.ir import xmlsafe
+from helpers.cli import result_of
 
 DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_5"
 OPTIONAL = type(None)
@@ -63,7 +64,7 @@ def entry_conforms(entry: dict) -> None:
 def shown(directory: Path) -> dict:
     res = CliRunner().invoke(main, ["show", str(directory), "--json"])
     assert res.exit_code == 0, res.output
-    return {e["file"]: e for e in json.loads(res.stdout)["irs"]}
+    return {e["file"]: e for e in result_of(res.stdout)["irs"]}
 
 
 def dims(partial_shape) -> list | None:
@@ -158,7 +159,7 @@ def test_show_json_spells_ports_alike_for_an_ir_and_for_its_directory(patched_de
     def document(path):
         result = invoke("show", path, "--json")
         assert result.exit_code == 0, result.output
-        return json.loads(result.stdout)
+        return result_of(result.stdout)
 
     directory = {e["file"]: e for e in document(patched_demo)["irs"]}
     for name in ("openvino_language_model.xml", "openvino_mtp_model.xml"):

@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import sys
+from pathlib import Path
 
 import click
 
@@ -12,7 +13,7 @@ from irsurgeon import __version__
 from irsurgeon.core.errors import Interrupted, IRSurgeonError, cause
 from irsurgeon.core.signals import on_own_stack
 from irsurgeon.core.text import shown
-from irsurgeon.cli.options import LOST
+from irsurgeon.cli.options import JSON_TO, LOST, RESULT, write
 from irsurgeon.families import registry
 
 DEBUG_ENV = "IRSURGEON_DEBUG"
@@ -32,28 +33,27 @@ class Group(click.Group):
             if LOST:  # the command did its work; only its report to stdout could not be written
                 fail(f"{ctx.invoked_subcommand} completed, but its output could not be written to stdout "
                      f"({LOST[0].lower()}): what it did is done; run it again to see its report", 1)
+            document(ctx, {"ok": True})
             return done
         except click.UsageError as e:  # click prints the usage and exits 2; --json also gets its one document
-            if _wants_json(ctx):
-                click.echo(json.dumps({"ok": False, "error": shown(e.format_message()), "exit_code": e.exit_code},
-                                      indent=1))
+            document(ctx, {"ok": False, "error": shown(e.format_message()), "exit_code": e.exit_code})
             raise
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except IRSurgeonError as e:
             fail(str(e) + _hint(ctx, e), 1, ctx)
         except KeyboardInterrupt as e:
-            fail(f"interrupted: {e}" if isinstance(e, Interrupted) else "interrupted", 130)
+            fail(f"interrupted: {e}" if isinstance(e, Interrupted) else "interrupted", 130, ctx)
         except OSError as e:
             where = f"{e.filename}: " if e.filename else ""
-            fail(f"{where}{e.strerror or e}", 1)
+            fail(f"{where}{e.strerror or e}", 1, ctx)
         except Exception as e:  # the last line of defence: report, never hide, and point at the traceback switch
             if interrupted:  # a Ctrl-C that a library turned into its own error (e.g. ImportError during init)
-                fail("interrupted", 130)
+                fail("interrupted", 130, ctx)
             if os.environ.get(DEBUG_ENV):
                 raise
             fail(f"unexpected {type(e).__name__}: {cause(e)} "
-                 f"(set {DEBUG_ENV}=1 for the traceback)", 1)  # a failure like any other: 2 is click's usage error
+                 f"(set {DEBUG_ENV}=1 for the traceback)", 1, ctx)  # a failure like any other: 2 is click's usage error
 
 
 def _hint(ctx: click.Context, e: IRSurgeonError) -> str:
@@ -89,19 +89,44 @@ def _watch_sigint() -> list:
 
 
 def fail(message: str, code: int, ctx: click.Context | None = None) -> None:
-    """One `Error:` line on stderr and the exit code; a command run with --json also gets its one JSON document on
-    stdout, saying what failed (as `verify --json` always does)."""
+    """One `Error:` line on stderr and the exit code; a command run with --json also gets its one JSON document,
+    saying what failed (document)."""
     line = shown(" ".join(message.split(" ")))
     click.echo(f"Error: {line}", err=True)
-    if ctx is not None and _wants_json(ctx):
-        click.echo(json.dumps({"ok": False, "error": line, "exit_code": code}, indent=1))
+    if ctx is not None:
+        document(ctx, {"ok": False, "error": line, "exit_code": code})
     sys.exit(code)
 
 
-def _wants_json(ctx: click.Context) -> bool:
-    """The subcommand that ran was given --json for stdout (verify's --json FILE writes its own file)."""
+def document(ctx: click.Context, outcome: dict) -> None:
+    """The one JSON document of a command run with --json, whatever its end (docs/cli.md, "The JSON document"):
+    {ok, command, result} and, on failure, {error, exit_code}; `result` is what the command reported
+    (options.report), null when it ended before it had anything to say. To stdout, or to verify's --json FILE."""
+    to = ctx.meta.get(JSON_TO) or _json_in_args(ctx)
+    if not to:
+        return
+    text = json.dumps({"ok": outcome["ok"], "command": ctx.invoked_subcommand, "result": ctx.meta.get(RESULT),
+                       **{k: v for k, v in outcome.items() if k != "ok"}}, indent=1)
+    if to == "-":
+        write(text, False)
+        return
+    try:
+        Path(to).write_text(text + "\n")
+    except OSError as e:
+        click.echo(f"Error: {shown(to)}: cannot write the JSON document: {e.strerror or e}", err=True)
+        sys.exit(outcome.get("exit_code") or 1)
+
+
+def _json_in_args(ctx: click.Context) -> str | None:
+    """Where --json sends the document when the command never ran to record it (a usage error): stdout for the
+    flag, and for verify's --json given no FILE; None when a FILE follows (its file is written only by a run)."""
     args = ctx.meta.get("irsurgeon.args", [])
-    return bool(args) and args[0] != "verify" and "--json" in args[1:]
+    for i, arg in enumerate(args[1:], 1):
+        if arg == "--json":
+            following = args[i + 1] if i + 1 < len(args) else None
+            if args[0] != "verify" or following is None or following.startswith("-"):
+                return "-"
+    return None
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from irsurgeon.cli.options import echo_for, json_flag, print_json
+from irsurgeon.cli.options import echo_for, json_flag, report
 from irsurgeon.core.errors import IRError
 from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
 
@@ -33,16 +33,16 @@ def command(target: Path, force: bool, dry_run: bool, num_layers: int | None, wa
                f"hidden size {result.hidden_size}")
     for layer, (producer, index) in sorted(result.layers.items()):
         echo(f"  {layer:>4}  {producer}:{index}")
+    plan = [f"write {HIDDEN_STATES_LAYERS} = {result.value}"] if result.status is Status.DRY_RUN else []
+    report({"xml": str(result.xml), "status": result.status.value, "num_layers": result.num_layers,
+            "layer_source": result.layer_source, "hidden_size": result.hidden_size,
+            "layers": [{"layer": k, "producer": p, "output_index": i} for k, (p, i) in sorted(result.layers.items())],
+            "changed": result.status in (Status.WRITTEN, Status.REWRITTEN), "dry_run": dry_run, "plan": plan})
     if result.status is Status.KEPT:
         raise IRError(f"{result.xml}: already carries a different {HIDDEN_STATES_LAYERS} annotation; "
                       f"left as is (rerun with --force to replace it)")
-    if as_json:
-        print_json({"xml": str(result.xml), "status": result.status.value, "num_layers": result.num_layers,
-                    "layer_source": result.layer_source, "hidden_size": result.hidden_size,
-                    "layers": [{"layer": k, "producer": p, "output_index": i}
-                               for k, (p, i) in sorted(result.layers.items())]})
     if result.status is Status.DRY_RUN:
-        echo(f"would write {HIDDEN_STATES_LAYERS} = {result.value}")
+        echo(f"would {plan[0]}")
         return
     echo({Status.WRITTEN: f"wrote {HIDDEN_STATES_LAYERS}",
           Status.REWRITTEN: f"replaced {HIDDEN_STATES_LAYERS} (--force)",

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
-from irsurgeon.cli.options import (choice, echo_for, json_flag, kv_cache_option, print_json,
+from irsurgeon.cli.options import (choice, echo_for, json_flag, kv_cache_option, report,
                                    weight_format_option)
 from irsurgeon.families import registry
 
@@ -74,6 +74,6 @@ def command(checkpoint: str, out_dir: Path, config: Path | None, weight_format: 
     size = xml.with_suffix(".bin").stat().st_size
     seconds = time.perf_counter() - start
     echo(f"wrote {xml} ({size / 1e6:.2f} MB of {choice_.weight_format} weights) in {seconds:.1f} s")
-    if as_json:
-        print_json({"output": str(xml), "weight_format": choice_.weight_format, "bin_bytes": size,
-                    "kv_cache_precision": kv_cache_precision, "seconds": round(seconds, 3)})
+    report({"output": str(xml), "written": [str(xml), str(xml.with_suffix(".bin"))],
+            "weight_format": choice_.weight_format, "bin_bytes": size, "kv_cache_precision": kv_cache_precision,
+            "seconds": round(seconds, 3)})

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import json
 import os
 import sys
 
@@ -30,9 +29,27 @@ def kv_cache_option(f):
                         help="KV cache precision recorded in the head's rt_info runtime_options.")(f)
 
 
+RESULT = "irsurgeon.result"  # ctx.meta: what the command did, the `result` of its JSON document (report)
+JSON_TO = "irsurgeon.json"   # ctx.meta: where its JSON document goes: "-" (stdout) or a file (verify --json FILE)
+
+
 def json_flag(f):
-    return click.option("--json", "as_json", is_flag=True,
-                        help="Print one JSON document on stdout at the end; the text goes to stderr.")(f)
+    return click.option("--json", "as_json", is_flag=True, callback=json_to,
+                        help="Print one JSON document on stdout when the command ends (docs/cli.md: its envelope); "
+                             "the text goes to stderr.")(f)
+
+
+def json_to(ctx: click.Context, _param, value):
+    """Record where the command's JSON document goes (a flag: stdout; verify's --json FILE: that file)."""
+    if value:
+        ctx.meta[JSON_TO] = "-" if value is True else str(value)
+    return value
+
+
+def report(result: dict) -> None:
+    """What the command did, for the `result` of the one JSON document the group writes when it ends, whatever
+    the end (cli.Group.invoke): set it as soon as there is something to say, again when there is more."""
+    click.get_current_context().meta[RESULT] = result
 
 
 def echo_for(as_json: bool):
@@ -48,10 +65,6 @@ def safe_echo(message: object = "", err: bool = False) -> None:
     files and servers. A stdout that cannot be written (`| head`, /dev/full) never stops the command: what it does is
     done, and the group says at the end that its report was lost (cli.Group.invoke)."""
     write(shown(message), err)
-
-
-def print_json(document: dict) -> None:
-    write(json.dumps(document, indent=1), False)
 
 
 def write(text: str, err: bool) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
-from irsurgeon.cli.options import choice, echo_for, json_flag, print_json, weight_format_option
+from irsurgeon.cli.options import choice, echo_for, json_flag, report, weight_format_option
 from irsurgeon.quant.formats import KV_CACHE_PRECISIONS
 from irsurgeon.families import registry
 
@@ -47,10 +47,9 @@ def command(target: Path, source: str, weight_format: str, kv_cache_precision: s
                       hidden_layers=hidden_layers)
     echo = echo_for(as_json)
     result = patch(target, source, options, echo=echo)
-    if as_json:
-        print_json({"target": str(result.target), "changed": bool(result.written), "written": result.written,
-                    "dry_run": dry_run})
-    elif not result.skipped:
+    report({"target": str(result.target), "family": result.family, "changed": bool(result.written),
+            "written": result.written, "dry_run": dry_run, "plan": result.plan})
+    if not as_json and not result.skipped:
         echo(f"check it: irsurgeon verify {target} --genai")
         echo(result.run_hint)
 

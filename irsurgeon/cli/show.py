@@ -2,20 +2,20 @@
 draft readiness and memory footprint."""
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 
 import click
 
-from irsurgeon.cli.options import safe_echo
+from irsurgeon.cli.options import json_to, report, safe_echo
 from irsurgeon.ir.footprint import human, shape_text
 from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
 
 
 @click.command("show")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (stable keys) instead of text.")
+@click.option("--json", "as_json", is_flag=True, callback=json_to,
+              help="Print one JSON document instead of text (its result: stable keys; docs/cli.md).")
 @click.option("--context", type=click.IntRange(1), default=4096, show_default=True,
               help="Tokens per sequence for the KV-cache footprint of a directory.")
 @click.pass_context
@@ -27,9 +27,8 @@ def command(ctx: click.Context, path: Path, as_json: bool, context: int) -> None
     if info["kind"] == "ir" and ctx.get_parameter_source("context") != click.core.ParameterSource.DEFAULT:
         click.echo(f"note: --context sizes a directory's KV cache; ignored for the single IR {path} "
                    f"(show its directory for the footprint)", err=True)
-    if as_json:
-        click.echo(json.dumps(info, indent=2))
-    else:
+    report(info)
+    if not as_json:
         for line in directory_text(info) if info["kind"] == "directory" else ir_text(info):
             safe_echo(line)  # names and rt_info values come from the files
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from irsurgeon.cli.options import choice, echo_for, json_flag, print_json, weight_format_option
+from irsurgeon.cli.options import choice, echo_for, json_flag, report, weight_format_option
 from irsurgeon.core.errors import OutputError
 from irsurgeon.families import registry
 
@@ -73,6 +73,5 @@ def command(out_dir: Path, kind: str, layer_types: str | None, seed: int, with_m
     seconds = time.perf_counter() - start
     names = " and ".join(str(p) for p in parts.values())
     echo_for(as_json)(f"wrote {names} ({kind}, {size / 1e6:.2f} MB) in {seconds:.1f} s")
-    if as_json:
-        print_json({**{k: str(v) for k, v in parts.items()}, "kind": kind, "seed": seed,
-                    "weight_format": weight_format, "bytes": size, "seconds": round(seconds, 3)})
+    report({**{k: str(v) for k, v in parts.items()}, "kind": kind, "seed": seed, "weight_format": weight_format,
+            "bytes": size, "seconds": round(seconds, 3)})

@@ -8,14 +8,13 @@ device's default precision: one table, the best K or a plain "speculative decodi
 from __future__ import annotations
 
 import functools
-import json
 import os
 from pathlib import Path
 
 import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
-from irsurgeon.cli.options import safe_echo
+from irsurgeon.cli.options import json_to, report, safe_echo
 from irsurgeon.core import limits
 from irsurgeon.core.errors import IRSurgeonError
 from irsurgeon.core.signals import NativeCalls
@@ -87,8 +86,9 @@ GENAI_ONLY = ("prompts", "sweep", "nats", "max_new_tokens", "device", "rounds", 
 @click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True,
               help="With --genai: timed passes over the prompts per configuration (the median is reported).")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), is_flag=False, flag_value="-", default=None,
-              help="Print the results as one JSON document (the text goes to stderr); --json FILE writes them to "
-                   "FILE and keeps the text on stdout.")
+              callback=lambda ctx, param, value: json_to(ctx, param, writable_document(value)),
+              help="Print the results as one JSON document (docs/cli.md: its envelope; the text goes to stderr); "
+                   "--json FILE writes it to FILE and keeps the text on stdout.")
 @click.option("--min-acceptance", type=click.FloatRange(0.0, 1.0), default=MIN_ACCEPTANCE, show_default=True,
               help="With --genai: the share of drafted tokens the target must accept (0 turns the check off). Random "
                    "or foreign drafts are accepted ~0% of the time; a working draft far more often.")
@@ -111,40 +111,40 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
         raise click.UsageError(f"{', '.join(given).replace('--nats', '--num-assistant-tokens')} "
                                f"{'applies' if len(given) == 1 else 'apply'} only with --genai")
     to_stdout = json_out == Path("-")
-    if json_out and not to_stdout:
-        writable_document(json_out)
     echo = functools.partial(safe_echo, err=to_stdout)  # stdout carries only the JSON document then
+    results = {"target": str(target), "ready": False, "failed": [], "checks": []}
+    report(results)  # filled below: the document says how far the run got, whatever its end
     checks = verify_directory(target, checkpoint, make_hub(revision, token, cache_dir), echo=echo)
     for c in checks:
         echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
-    results = {"target": str(target), "ready": False, "checks": [c.__dict__ for c in checks]}
-    failed = [c.name for c in checks if not c.ok]
+    results["checks"] = [c.__dict__ for c in checks]
+    failed = [f"{c.name} ({c.detail})" for c in checks if not c.ok]
     if not failed and with_genai:
         with NativeCalls():  # Ctrl-C inside genai's C++: said at once, acted on when the call returns
             failed += run_genai(target, prompts, sweep or nats, max_new_tokens, device, rounds, results, echo,
                                 min_acceptance)
-    results["ready"] = not failed
-    if to_stdout:
-        click.echo(json.dumps(results, indent=1))
-    elif json_out:
-        json_out.write_text(json.dumps(results, indent=1))
+    results["ready"], results["failed"] = not failed, failed
     if failed:
-        raise IRSurgeonError(f"{target}: not ready for speculative decoding: failed {', '.join(failed)}")
+        raise IRSurgeonError(f"{target}: not ready for speculative decoding: failed {'; '.join(failed)}")
     echo(f"{target}: ready for speculative decoding")
 
 
-def writable_document(path: Path) -> None:
-    """--json FILE refused before any check when FILE cannot be written there (its folder missing, or a folder)."""
+def writable_document(path: Path | None) -> Path | None:
+    """--json FILE refused before any check when FILE cannot be written there (its folder missing, or a folder);
+    returns the value (a flag's "-" and no --json pass)."""
+    if path is None or path == Path("-"):
+        return path
     if path.is_dir():
         raise IRSurgeonError(f"{path}: --json names a folder; give a file name for the JSON document")
     if not path.parent.is_dir():
         raise IRSurgeonError(f"{path}: --json cannot write the JSON document there: no folder {path.parent}")
+    return path
 
 
 def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int, device: str, rounds: int,
               results: dict, echo=click.echo, min_acceptance: float = MIN_ACCEPTANCE) -> list[str]:
-    """Equivalence and acceptance, then (when both hold) the speed sweep; fills `results`, returns the names of
-    failed steps."""
+    """Equivalence and acceptance, then (when both hold) the speed sweep; fills `results`, returns the failed
+    steps, each named with what failed in it."""
     from irsurgeon.flows.genai import run_equivalence, run_speed  # on use: as verify_directory
 
     report = run_equivalence(target, prompts, sweep, max_new_tokens, device, echo=echo)
@@ -155,7 +155,8 @@ def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int
     if not report.identical:
         results["speed"] = None
         echo("speed not measured: the speculative output differs from plain greedy")
-        return ["genai equivalence"]
+        return [f"genai equivalence ({len(report.runs) - same}/{len(report.runs)} speculative runs differ from "
+                f"plain greedy)"]
     accepted, drafted = sum(r.accepted for r in report.runs), sum(r.draft_tokens for r in report.runs)
     results["genai"]["min_acceptance"] = min_acceptance
     if min_acceptance and (not drafted or accepted / drafted < min_acceptance):
@@ -163,7 +164,8 @@ def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int
         echo(f"warning: the target accepted {accepted}/{drafted} drafted tokens ({report.acceptance:.1%}), below "
              f"--min-acceptance {min_acceptance:.0%}: the draft is probably not this target's, or built wrong "
              f"(tokens stay identical because the target checks every draft); speed not measured")
-        return ["draft acceptance"]
+        return [f"draft acceptance ({accepted}/{drafted} drafted tokens accepted, below --min-acceptance "
+                f"{min_acceptance:.0%})"]
     speed = run_speed(target, prompts, sweep, max_new_tokens, device, rounds, echo=echo)
     results["speed"] = speed.as_dict()
     for line in speed_table(speed.as_dict()):

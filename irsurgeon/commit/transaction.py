@@ -443,6 +443,8 @@ class PatchResult:
     notes: list[str] = field(default_factory=list)
     skipped: bool = False
     run_hint: str = ""  # how to run the result, when it is not the Qwen3.5 VLMPipeline line
+    family: str | None = None  # the key of the checkpoint's family, once resolved
+    plan: list[str] = field(default_factory=list)  # a dry run's steps, in order
 
 
 def write_staged(path: Path, write: Callable[[Path], object]) -> None:

@@ -94,13 +94,13 @@ def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float,
     for line in target.warnings:  # here, not in inspect: verify re-inspects the target
         echo(line)
     refuse_unreadable_configs(family, target.path)
-    result = PatchResult(target.path, run_hint=family.run_hint(target.path))
+    result = PatchResult(target.path, run_hint=family.run_hint(target.path), family=family.key)
     if is_done(family, target.path, options, echo):
         result.skipped = True
         return result
     staging = Staging(root, str(source), family.recipe().parse_config(config, str(where)), options, echo)
     pairing = pair(family, target, staging)
-    staging.choice = plan(family, target, source, options, echo)
+    staging.choice, result.plan = plan(family, target, source, options, echo)
     if staging.choice is None:
         result.skipped = True
         return result
@@ -234,19 +234,19 @@ def pair(family: Family, target: Target, staging: Staging) -> Pairing:
 
 
 def plan(family: Family, target, source, options: Options, echo: Echo):
-    """The format choice for the draft, or None when there is nothing to write (--dry-run)."""
+    """The format choice for the draft (None when there is nothing to write: a dry run) and a dry run's steps."""
     interrupted = os.path.lexists(target.path / STAGE_DIR)  # only a dry run gets here with leftovers
     choice = choose_format(options.weight_format, target.path if options.weight_format == "auto" else None)
     if choice.note:
         echo(choice.note)
     if not options.dry_run:
-        return choice
+        return choice, []
     steps = [f"{family.plan_steps(target, choice)[0]} from {source}", *family.plan_steps(target, choice)[1:]]
     if interrupted:
         steps.insert(0, f"roll back or clear what an interrupted run left in {STAGE_DIR}")
     for step in steps:
         echo(f"would {step}")
-    return None
+    return None, steps
 
 
 def fetch(family: Family, source, root: Path, options: Options, echo: Echo) -> Path:

@@ -28,3 +28,12 @@ def refused(args, *unchanged: Path) -> str:
     line = one_error(invoke(*args))
     assert [snapshot(d) for d in unchanged] == before, line
     return line
+
+
+def result_of(text: str) -> dict:
+    """The `result` of a successful command's one JSON document, its envelope checked (docs/cli.md: ok, command,
+    result; nothing else on success)."""
+    import json
+    doc = json.loads(text)
+    assert tuple(doc) == ("ok", "command", "result") and doc["ok"] is True, doc
+    return doc["result"]

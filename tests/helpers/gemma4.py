@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import openvino as ov
+from helpers.cli import result_of
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gemma4"
 CASES = ("ordered", "plain", "untied", "untied_ordered")  # the last two: tie_word_embeddings false
@@ -46,7 +47,6 @@ def copy_pair(tmp: Path) -> tuple[Path, Path]:
 
 def genai_report(directory: Path) -> dict:
     """The JSON report of `irsurgeon verify DIR --genai --prompts 3 --rounds 1 --json`, which must exit 0."""
-    import json
 
     from click.testing import CliRunner
 
@@ -54,4 +54,4 @@ def genai_report(directory: Path) -> dict:
 
     result = CliRunner().invoke(main, ["verify", str(directory), "--genai", "--prompts", "3", "--rounds", "1", "--json"])
     assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    return result_of(result.stdout)

@@ -7,7 +7,6 @@ a speed-up (--min-acceptance 0).
 """
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from helpers.cli import invoke
 from lab.families import FIXTURE_PAIRS
+from helpers.cli import result_of
 
 TARGET, CKPT = FIXTURE_PAIRS["eagle3"]
 
@@ -28,7 +28,7 @@ def test_the_bundled_pair_is_token_identical_to_greedy_in_genai(tmp_path):
                     "--rounds", "1", "--json", report)
     assert result.exit_code == 0, result.output
     assert "8/8 speculative runs token-identical to plain greedy" in result.output, result.output
-    doc = json.loads(report.read_text())
+    doc = result_of(report.read_text())
     assert doc["ready"] is True, doc
 
 

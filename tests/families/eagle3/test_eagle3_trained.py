@@ -37,6 +37,7 @@ from helpers.cli import invoke
 from helpers.eagle3 import load_checkpoint, target_embed
 from helpers.numpy_eagle3 import Eagle3Reference
 from irsurgeon.families.eagle3.target import genai_taps
+from helpers.cli import result_of
 
 ROOT = Path(__file__).resolve().parents[3]
 TRAINED = ROOT / "tests" / "data" / "eagle3" / "trained"
@@ -155,7 +156,7 @@ def test_genai_accepts_the_drafts_and_the_default_taps_cost_acceptance(patched, 
                     "--min-acceptance", MIN_TRAINED, "--json", report)
     assert result.exit_code == 0, result.output
     assert "24/24 speculative runs token-identical to plain greedy" in result.output, result.output
-    trained = json.loads(report.read_text())["genai"]["acceptance_rate"]
+    trained = result_of(report.read_text())["genai"]["acceptance_rate"]
 
     default = run_equivalence(without_taps(patched, tmp_path / "default"), prompts=6, nats=(1, 2, 3, 4),
                               echo=lambda _: None)

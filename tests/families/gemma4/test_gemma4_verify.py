@@ -17,6 +17,7 @@ from helpers.gemma4 import PAIR, copy_pair, genai_report
 from irsurgeon.cli import main as cli
 from irsurgeon.families.gemma4_mtp.verify import target_outputs
 from irsurgeon.flows.verify import verify_directory
+from helpers.cli import result_of
 
 
 def verdicts(target) -> dict[str, bool]:
@@ -113,7 +114,7 @@ def test_genai_runs_the_pair_token_identical_with_drafts_accepted(pair):
 def show_json(path) -> dict:
     result = CliRunner().invoke(cli, ["show", str(path), "--json"])
     assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    return result_of(result.stdout)
 
 
 def test_show_patched_directory_has_the_assistant_and_is_ready(pair):

@@ -1,0 +1,147 @@
+"""--json: one document per run, in one envelope for every command and every end (docs/cli.md, "The JSON document"):
+each command's success, refusal, usage error, dry run, Ctrl-C and held lock, validated against the schema the docs
+give, and each command's result keys against the docs' table."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from irsurgeon.cli import main
+from lab.procs import lock_held
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "cli.md").read_text()
+TARGET, CKPT = ROOT / "fixtures" / "qwen3_5" / "target", ROOT / "fixtures" / "qwen3_5" / "ckpt"
+
+
+def documented_schema() -> dict:
+    section = DOC[DOC.index("## The JSON document"):]
+    return json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+
+
+def documented_keys() -> dict[str, set[str]]:
+    """The docs' table: command (or `show of a directory` / `show of an IR`) -> its result's keys."""
+    section = DOC[DOC.index("## The JSON document"):]
+    rows = re.findall(r"^\| `([a-z-]+)`( of an? [a-zA-Z ]+)? \| (.+) \|$", section, re.M)
+    return {name + extra: set(re.findall(r"`([a-z_]+)`", keys.split(", and with")[0])) for name, extra, keys in rows}
+
+
+SCHEMA = documented_schema()
+KEYS = documented_keys()
+
+
+def run(*args, expect: int) -> dict:
+    """The one document of `irsurgeon args`, checked against the schema; stdout holds nothing else."""
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == expect, (result.exit_code, result.output, result.exception)
+    doc = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(SCHEMA).validate(doc)
+    assert doc["command"] == args[0]
+    if expect:
+        assert doc["ok"] is False and doc["exit_code"] == expect
+        if expect == 1:
+            assert result.stderr.strip().splitlines()[-1] == f"Error: {doc['error']}"
+    else:
+        assert doc["ok"] is True
+    return doc
+
+
+def keys_of(doc: dict, row: str) -> None:
+    extra = {"genai", "speed"} if row == "verify" else set()  # "and with --genai": present only then
+    assert KEYS[row] <= set(doc["result"]) <= KEYS[row] | extra, (row, sorted(doc["result"]))
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory) -> Path:
+    target = tmp_path_factory.mktemp("patched") / "t"
+    shutil.copytree(TARGET, target)
+    keys_of(run("patch", target, "--checkpoint", CKPT, "--weight-format", "f32", "--json", expect=0), "patch")
+    return target
+
+
+def test_the_docs_schema_and_table_cover_every_command():
+    assert set(SCHEMA["properties"]["command"]["enum"]) == set(main.commands)
+    assert {row.split(" ")[0] for row in KEYS} == set(main.commands)
+
+
+def test_patch(patched, tmp_path):
+    again = run("patch", patched, "--checkpoint", CKPT, "--json", expect=0)
+    assert again["result"]["changed"] is False and again["result"]["written"] == []
+    fresh = shutil.copytree(TARGET, tmp_path / "t")
+    plan = run("patch", fresh, "--checkpoint", CKPT, "--dry-run", "--json", expect=0)["result"]
+    assert plan["dry_run"] and plan["plan"] and plan["plan"][0].startswith("build ") and not plan["written"]
+    refused = run("patch", fresh, "--checkpoint", tmp_path / "missing", "--json", expect=1)
+    assert refused["result"] is None and "missing" in refused["error"]
+    usage = run("patch", fresh, "--checkpoint", CKPT, "--hidden-layers", "1,2", "--json", expect=2)
+    assert usage["result"] is None and "three layer indices" in usage["error"]
+    with lock_held(fresh, tmp_path / "gate"):
+        held = run("patch", fresh, "--checkpoint", CKPT, "--json", expect=1)
+    assert "another irsurgeon run holds" in held["error"]
+
+
+def test_patch_interrupted(tmp_path, monkeypatch):
+    import irsurgeon.flows.patch as flow
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(flow, "build", interrupted)
+    fresh = shutil.copytree(TARGET, tmp_path / "t")
+    doc = run("patch", fresh, "--checkpoint", CKPT, "--json", expect=130)
+    assert doc["error"] == "interrupted"
+
+
+def test_verify(patched, tmp_path):
+    ready = run("verify", patched, "--json", expect=0)
+    keys_of(ready, "verify")
+    assert ready["result"]["ready"] is True and ready["result"]["failed"] == []
+    unpatched = run("verify", TARGET, "--json", expect=1)
+    keys_of(unpatched, "verify")
+    failed = unpatched["result"]["failed"]
+    assert unpatched["result"]["ready"] is False and failed and all(f in unpatched["error"] for f in failed)
+    assert any(not c["ok"] for c in unpatched["result"]["checks"])
+    file = tmp_path / "report.json"
+    result = CliRunner().invoke(main, ["verify", str(TARGET), "--json", str(file)])
+    assert result.exit_code == 1 and "{" not in result.stdout
+    doc = json.loads(file.read_text())
+    jsonschema.Draft202012Validator(SCHEMA).validate(doc)
+    assert doc == unpatched
+    usage = run("verify", patched, "--prompts", "2", "--json", expect=2)
+    assert "--genai" in usage["error"]
+
+
+def test_build_mtp(tmp_path):
+    doc = run("build-mtp", CKPT, "-o", tmp_path / "head", "--weight-format", "f32", "--json", expect=0)
+    keys_of(doc, "build-mtp")
+    assert all(Path(p).is_file() for p in doc["result"]["written"])
+    again = run("build-mtp", CKPT, "-o", tmp_path / "head", "--json", expect=1)
+    assert "--force" in again["error"]
+
+
+def test_annotate(tmp_path):
+    fresh = shutil.copytree(TARGET, tmp_path / "t")
+    dry = run("annotate", fresh, "--dry-run", "--json", expect=0)
+    keys_of(dry, "annotate")
+    assert dry["result"]["plan"] and not dry["result"]["changed"]
+    done = run("annotate", fresh, "--json", expect=0)
+    assert done["result"]["changed"] and done["result"]["plan"] == []
+    missing = run("annotate", tmp_path / "nothing", "--json", expect=1)
+    assert missing["result"] is None
+
+
+def test_show(tmp_path):
+    keys_of(run("show", TARGET, "--json", expect=0), "show of a directory")
+    keys_of(run("show", TARGET / "openvino_language_model.xml", "--json", expect=0), "show of an IR")
+    (tmp_path / "empty").mkdir()
+    assert "not an export" in run("show", tmp_path / "empty", "--json", expect=1)["error"]
+
+
+def test_synth(tmp_path):
+    keys_of(run("synth", tmp_path / "s", "--kind", "llama", "--json", expect=0), "synth")
+    assert "--force" in run("synth", tmp_path / "s", "--kind", "llama", "--json", expect=1)["error"]
+    assert run("synth", tmp_path / "u", "--kind", "nope", "--json", expect=2)["result"] is None
