@@ -18,7 +18,8 @@ wrongly, answers longer than asked (a range answered with gigabytes, a download 
 byte at a time, a Retry-After far in the future, one file's answers for another commit, a redirect anywhere, and a
 file replaced between two range requests. One fault is a schedule rather than an attack: a file's first range request
 for tensor bytes is held until the test releases it (`stall_data`: `hub.stalled` is set when it arrives, the test
-sets `hub.release`), so a test knows that the run that made it is mid-download, whatever the machine's speed. The CDN's answers carry an ETag (the sha256 of the file sent), as a CDN
+sets `hub.release`), so a test knows that the run that made it is mid-download, whatever the machine's speed.
+The CDN's answers carry an ETag (the sha256 of the file sent), as a CDN
 sends its object's. Long answers are generated as they are sent, never held whole.
 """
 from __future__ import annotations

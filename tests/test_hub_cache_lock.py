@@ -120,3 +120,19 @@ def test_a_run_killed_while_it_writes_the_shard_does_not_keep_the_waiting_run_wa
     assert code == 0, err + out
     assert all(c.ok for c in verify_directory(targets[1]))
     assert leftovers(cache) == []
+
+
+def test_the_lock_folder_is_never_reached_through_a_link(tmp_path):
+    """The lock files live under <cache>/irsurgeon/.locks, entered without following a link: a link there is one
+    line, and nothing is made where it points."""
+    from irsurgeon.core.errors import CheckpointError
+    from irsurgeon.weights.hub.store import LOCKS, ROOT, Folder
+
+    cache, elsewhere = tmp_path / "cache", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with Folder(cache, "acme/tiny", "c" * 40) as folder:
+        (cache / ROOT / LOCKS).symlink_to(elsewhere)
+        with pytest.raises(CheckpointError, match=r"\.lock: cannot make the lock of model\.safetensors"):
+            with folder.writing(SHARD, print):
+                pass
+    assert list(elsewhere.iterdir()) == []

@@ -66,11 +66,13 @@ def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, prefix
     shards = head_shards(placed, prefix, index) if placed is not None else [SINGLE_FILE]
     with store.Folder(cache_root(pinned), repo_id, commit) as folder:
         for name in (CONFIG_FILE, INDEX_FILE):
-            copy_small(folder, root, name)
+            copy_small(folder, root, name, echo)
         todo = [s for s in shards if not kept(folder, s, prefix, placed)]
         online = probe(repo_id, pinned, lambda _: None) if todo else False  # quiet: resolve_source's spoke
         for shard in todo:
-            fetch_shard(folder, repo_id, shard, pinned, prefix, online, echo)
+            with folder.writing(shard, echo):  # another run writing it: waited for, then its copy is complete
+                if not kept(folder, shard, prefix, placed):
+                    fetch_shard(folder, repo_id, shard, pinned, prefix, online, echo)
     return folder.path
 
 
@@ -81,14 +83,17 @@ def head_shards(placed: dict[str, str], prefix: str, index: Path) -> list[str]:
     return shards
 
 
-def copy_small(folder: store.Folder, root: Path, name: str) -> None:
-    """The snapshot's config.json or index, copied into the folder unless the same bytes are there."""
+def copy_small(folder: store.Folder, root: Path, name: str, echo: Echo) -> None:
+    """The snapshot's config.json or index, copied into the folder unless the same bytes are there (looked at again
+    under the file's lock: another run may have just written them)."""
     if not (root / name).is_file():
         return
     limit, _ = size_limit(name)
     data = limits.read_bytes(root / name, limit, CheckpointError, name)
     if folder.read(name, limit) != data:
-        folder.write(name, lambda fd: store.write_all(fd, data, 0))
+        with folder.writing(name, echo):
+            if folder.read(name, limit) != data:
+                folder.write(name, lambda fd: store.write_all(fd, data, 0))
 
 
 def kept(folder: store.Folder, shard: str, prefix: str, placed: dict[str, str] | None) -> bool:
