@@ -16,7 +16,10 @@ Both servers run in daemon threads and stop on `__exit__` or, at the latest, aft
 Faults make it a hostile hub: ETags and commit hashes that are paths, any revision name accepted, sizes announced
 wrongly, answers longer than asked (a range answered with gigabytes, a download without end), answers that drip one
 byte at a time, a Retry-After far in the future, one file's answers for another commit, a redirect anywhere, and a
-file replaced between two range requests. The CDN's answers carry an ETag (the sha256 of the file sent), as a CDN
+file replaced between two range requests. One fault is a schedule rather than an attack: a file's first range request
+for tensor bytes is held until the test releases it (`stall_data`: `hub.stalled` is set when it arrives, the test
+sets `hub.release`), so a test knows that the run that made it is mid-download, whatever the machine's speed.
+The CDN's answers carry an ETag (the sha256 of the file sent), as a CDN
 sends its object's. Long answers are generated as they are sent, never held whole.
 """
 from __future__ import annotations
@@ -69,6 +72,8 @@ class Faults:
     location: dict[str, str] = field(default_factory=dict)  # file name -> where its HEAD redirects (sent as is)
     swap_file: tuple[str, Path] | None = None  # (file name, other file): its range answers after the first
     swap_after: int = 1  # ... `swap_after` come from the other file, with that file's ETag (replaced on the server)
+    stall_data: str | None = None  # file name: its first range request starting in the tensors' bytes (past the
+    # safetensors header) is answered only once HubServer.release is set; HubServer.stalled is set when it arrives
 
 
 @dataclass
@@ -83,6 +88,7 @@ class HubServer:
         self.blobs: dict[str, Path] = {}
         self._sums: dict[Path, str] = {}
         self._lock = threading.Lock()
+        self.stalled, self.release = threading.Event(), threading.Event()  # Faults.stall_data's schedule
         self._servers = [ThreadingHTTPServer(("127.0.0.1", 0), Handler) for _ in range(2)]
         for s in self._servers:
             s.daemon_threads = True
@@ -100,6 +106,7 @@ class HubServer:
 
     def __exit__(self, *exc) -> None:
         self._timer.cancel()
+        self.release.set()  # a request still held ends with the servers
         self.stop()
 
     def stop(self) -> None:
@@ -112,6 +119,18 @@ class HubServer:
             if path not in self._sums:
                 self._sums[path] = hashlib.sha256(path.read_bytes()).hexdigest()
             return self._sums[path]
+
+    def stall(self, path: Path, start: int) -> None:
+        """Faults.stall_data: the first range request of that file starting past its header waits for `release`."""
+        if self.faults.stall_data != path.name:
+            return
+        with open(path, "rb") as f:
+            data_start = 8 + int.from_bytes(f.read(8), "little")
+        with self._lock:
+            if start < data_start or self.stalled.is_set():
+                return
+            self.stalled.set()
+        self.release.wait(self.lifetime)
 
     def count_swap(self) -> int:
         """How many range answers of Faults.swap_file's file there have been, this one included."""
@@ -216,6 +235,8 @@ class Handler(BaseHTTPRequestHandler):
             if targeted and faults.range_shift:
                 start, end = start + faults.range_shift, min(end + faults.range_shift, size - 1)
             meta["Content-Range"] = f"bytes {start}-{end}/{size}"
+            if body:
+                self.hub.stall(path, start)
         if m and body and faults.range_bytes is not None and targeted:
             return self.send_long(faults.range_status, meta, path, start, faults.range_bytes)
         if body and faults.endless_file == path.name:

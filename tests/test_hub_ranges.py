@@ -183,6 +183,60 @@ def test_a_spoiled_copy_in_the_cache_is_fetched_again_never_written_through(pair
     assert outside.read_bytes() == kept_outside and not leftover.exists()
 
 
+def swap_two_tensors(path: Path) -> None:
+    """A consistent edit: two tensors of one dtype and shape trade their data offsets in the header (same length)."""
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    kinds: dict = {}
+    for name, entry in head.items():
+        if name != "__metadata__":
+            kinds.setdefault((entry["dtype"], tuple(entry["shape"])), []).append(name)
+    a, b = next(names for names in kinds.values() if len(names) > 1)[:2]
+    head[a]["data_offsets"], head[b]["data_offsets"] = head[b]["data_offsets"], head[a]["data_offsets"]
+    text = json.dumps(head, separators=(",", ":")).encode()
+    assert len(text) <= n
+    path.write_bytes(raw[:8] + text.ljust(n) + raw[8 + n:])
+
+
+def flip_last_byte(path: Path) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+EDITED = {"two tensors' offsets swapped": swap_two_tensors, "one byte of a tensor changed": flip_last_byte}
+
+
+@pytest.mark.parametrize("offline", [False, True], ids=["online", "offline"])
+@pytest.mark.parametrize("case", list(EDITED))
+def test_a_cache_copy_changed_since_it_was_written_is_not_built_from(pair, tmp_path, case, offline):
+    """Every structural check of a copy passes after a consistent edit; the sha256 recorded in it when irsurgeon wrote
+    it does not: the copy is said to have changed and fetched again (offline: one error line, nothing built)."""
+    files = pair[1]["dedicated head shard"]
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        first, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "a", "--cache-dir", tmp_path / "cache",
+                           endpoint=hub.url, home=tmp_path / "hf")
+        assert first.returncode == 0, first.stderr
+        folder = ours(tmp_path / "cache")
+        good = (folder / MTP_SHARD).read_bytes()
+        EDITED[case](folder / MTP_SHARD)
+        before = weight_traffic(hub)[0]
+        again, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "b", "--cache-dir", tmp_path / "cache",
+                           endpoint=hub.url, home=tmp_path / "hf",
+                           extra_env={"HF_HUB_OFFLINE": "1"} if offline else None)
+    said = again.stdout + again.stderr
+    print(f"{case}, {'offline' if offline else 'online'}: {said.strip()}")
+    assert f"{MTP_SHARD}: its tensors do not hash to the sha256 recorded when irsurgeon wrote it" in said, said
+    if offline:
+        errors = [line for line in again.stderr.splitlines() if line.startswith("Error:")]
+        assert again.returncode == 1 and len(errors) == 1 and MTP_SHARD in errors[0], again.stderr
+        assert not (tmp_path / "b").exists() and "Traceback" not in again.stderr
+    else:
+        assert again.returncode == 0, again.stderr
+        assert weight_traffic(hub)[0] > before and (folder / MTP_SHARD).read_bytes() == good  # fetched again
+
+
 @pytest.mark.slow
 def test_a_run_killed_mid_download_leaves_nothing_a_later_run_trusts(pair, tmp_path):
     """SIGKILL while the head's bytes are arriving (the server pauses mid-answer): the cache holds no file at the

@@ -13,7 +13,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -226,6 +226,11 @@ class SafetensorsFile:
                 raise CheckpointError(f"{self.path}: tensor {quoted_name(name)}: the file ends at byte {offset + got}, "
                                       f"before the tensor's last byte {offset + len(view)}: truncated while being read")
             got += n
+
+    def data_chunks(self, chunk: int) -> Iterator[bytes]:
+        """The bytes after the header, `chunk` at a time (a file that ends early: CheckpointError)."""
+        for at in range(self.data_start, self.size, chunk):
+            yield self._pread(min(chunk, self.size - at), at, "the tensors' bytes")
 
     def _pread(self, n: int, offset: int, what: str) -> bytes:
         try:

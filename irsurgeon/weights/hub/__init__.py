@@ -6,7 +6,8 @@ be hostile.
     partial.py    fetch_weights: the tensors the draft needs, by byte range, into irsurgeon's cache
     ranges.py     HubBytes: byte ranges of a file over HTTP, exactly as asked (the identity check's rows, headers,
                   tensors), the small ones kept in irsurgeon's cache
-    store.py      irsurgeon's cache: <cache>/irsurgeon/models--<owner>--<name>/snapshots/<commit>/, atomic writes
+    store.py      irsurgeon's cache: <cache>/irsurgeon/models--<owner>--<name>/snapshots/<commit>/, atomic writes,
+                  a lock per file for runs sharing it
     transport.py  every request in a scope: hashes that would be paths refused, bodies cut at their announced size,
                   the --hub-timeout clock on each socket operation, huggingface_hub's telemetry off
     guard.py      the clock, the errors and the limits, without importing the HTTP client

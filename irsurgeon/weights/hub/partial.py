@@ -7,8 +7,9 @@ build reads ("" for all of them). Each shard holding a `prefix*` tensor (the ind
 model.safetensors) is taken from the first of:
 
   kept     the cache's copy, when it is a regular file whose header (the local reader's, bounded) names this shard
-           and a prefix the one asked starts with, holds every `prefix*` tensor the index places there, and whose
-           size is its header and those tensors exactly (a file cut short is fetched again): no request at all;
+           and a prefix the one asked starts with, holds every `prefix*` tensor the index places there, whose
+           size is its header and those tensors exactly (a file cut short is fetched again), and whose tensor table
+           and bytes hash to the sha256 recorded in it when it was written (META_DIGEST): no request at all;
   local    the Hugging Face cache's whole copy (an earlier download), its content checked against its ETag first;
   ranges   (online) the shard's HEAD first (a header stored from another version of the file is dropped), its
            header by range (HubBytes: 8-byte length + JSON, bounded as the local reader bounds it), then only the
@@ -23,6 +24,15 @@ checks only a download's size (file_download.py http_get: "Consistency check fai
 file written is a safetensors file of the shard's `prefix*` tensors alone (header rewritten, data packed in the
 file's order, the source shard and prefix in its __metadata__), so the folder (config.json and the index copied in)
 reads as a local checkpoint, with the unchanged reader.
+
+Its __metadata__ also records a sha256 of its tensor table (each tensor's name, dtype, shape and offsets) and bytes,
+made from the bytes as written (read back, in the same pass as the ETag check where every byte was fetched), and a
+copy is used only when it still hashes to it: a copy changed since it was written (a disk's error, a tool that edited
+its header or bytes, even consistently) is fetched again, offline one error line, instead of building another draft.
+The digest lives in the cache it guards, as huggingface_hub's ETag-named blobs do (huggingface_hub 2.4.0 trusts a
+cached file of a commit without hashing it: file_download.py "if user provides a commit_hash and they already have
+the file on disk, shortcut everything"; try_to_load_from_cache checks os.path.isfile): it tells a changed copy from
+the one written, not a copy forged by someone who rewrites the digest too.
 """
 from __future__ import annotations
 
@@ -31,6 +41,7 @@ import contextlib
 import dataclasses
 import hashlib
 import itertools
+import json
 import os
 import sys
 import threading
@@ -52,6 +63,8 @@ MERGE_GAP = 1 << 20  # neighbours closer than this are one request, while the ga
 MERGE_WASTE = 0.05   # of the needed bytes: at most this much more is downloaded for fewer requests
 COPY_CHUNK = 16 << 20
 META_SOURCE, META_PREFIX, META_SIZE = "irsurgeon.source", "irsurgeon.prefix", "irsurgeon.size"
+META_DIGEST = "irsurgeon.sha256"  # of the tensor table and bytes (table_digest, then the bytes), hex
+UNHASHED = "0" * 64  # the digest's place while the bytes are written: the header keeps its length
 
 
 def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, prefix: str, echo: Echo = print) -> Path:
@@ -66,11 +79,13 @@ def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, prefix
     shards = head_shards(placed, prefix, index) if placed is not None else [SINGLE_FILE]
     with store.Folder(cache_root(pinned), repo_id, commit) as folder:
         for name in (CONFIG_FILE, INDEX_FILE):
-            copy_small(folder, root, name)
-        todo = [s for s in shards if not kept(folder, s, prefix, placed)]
+            copy_small(folder, root, name, echo)
+        todo = [s for s in shards if not kept(folder, s, prefix, placed, echo)]
         online = probe(repo_id, pinned, lambda _: None) if todo else False  # quiet: resolve_source's spoke
         for shard in todo:
-            fetch_shard(folder, repo_id, shard, pinned, prefix, online, echo)
+            with folder.writing(shard, echo):  # another run writing it: waited for, then its copy is complete
+                if not kept(folder, shard, prefix, placed):
+                    fetch_shard(folder, repo_id, shard, pinned, prefix, online, echo)
     return folder.path
 
 
@@ -81,18 +96,23 @@ def head_shards(placed: dict[str, str], prefix: str, index: Path) -> list[str]:
     return shards
 
 
-def copy_small(folder: store.Folder, root: Path, name: str) -> None:
-    """The snapshot's config.json or index, copied into the folder unless the same bytes are there."""
+def copy_small(folder: store.Folder, root: Path, name: str, echo: Echo) -> None:
+    """The snapshot's config.json or index, copied into the folder unless the same bytes are there (looked at again
+    under the file's lock: another run may have just written them)."""
     if not (root / name).is_file():
         return
     limit, _ = size_limit(name)
     data = limits.read_bytes(root / name, limit, CheckpointError, name)
     if folder.read(name, limit) != data:
-        folder.write(name, lambda fd: store.write_all(fd, data, 0))
+        with folder.writing(name, echo):
+            if folder.read(name, limit) != data:
+                folder.write(name, lambda fd: store.write_all(fd, data, 0))
 
 
-def kept(folder: store.Folder, shard: str, prefix: str, placed: dict[str, str] | None) -> bool:
-    """Whether the folder's copy of `shard` is complete for `prefix` (see the module docstring)."""
+def kept(folder: store.Folder, shard: str, prefix: str, placed: dict[str, str] | None,
+         echo: Echo | None = None) -> bool:
+    """Whether the folder's copy of `shard` is complete for `prefix` and as written (see the module docstring); a copy
+    complete but not as written is said through echo, when given."""
     if folder.regular(shard) is None:
         return False
     try:
@@ -105,10 +125,30 @@ def kept(folder: store.Folder, shard: str, prefix: str, placed: dict[str, str] |
         spans = sum(i.end - i.begin for i in f.tensors.values())
         ends = max((i.end for i in f.tensors.values()), default=0)
         needed = {n for n, s in (placed or {}).items() if s == shard and n.startswith(prefix)}
-        return (meta.get(META_SOURCE) == shard and isinstance(stored, str) and prefix.startswith(stored)
-                and f.size - f.data_start == spans == ends and needed <= set(f.tensors))
+        if not (meta.get(META_SOURCE) == shard and isinstance(stored, str) and prefix.startswith(stored)
+                and f.size - f.data_start == spans == ends and needed <= set(f.tensors)):
+            return False
+        recorded, digest = meta.get(META_DIGEST), table_digest(f.tensors.values())
+        for chunk in f.data_chunks(COPY_CHUNK):
+            digest.update(chunk)
+        if isinstance(recorded, str) and recorded == digest.hexdigest():
+            return True
+        if echo is not None:
+            why = ("its tensors do not hash to the sha256 recorded when irsurgeon wrote it: changed since"
+                   if isinstance(recorded, str) else "it records no sha256 (an earlier irsurgeon's copy)")
+            echo(shown(f"{f.path}: {why}; not using it"))
+        return False
+    except CheckpointError:  # cut short since its header was read: fetched again
+        return False
     finally:
         f.close()
+
+
+def table_digest(tensors):
+    """A sha256 (hashlib object) started with the tensor table (each TensorInfo's name, dtype, shape and data offsets,
+    by name); the bytes after the header are added to it."""
+    table = sorted([i.name, i.dtype, list(i.shape), i.begin, i.end] for i in tensors)
+    return hashlib.sha256(json.dumps(table, separators=(",", ":")).encode())
 
 
 def fetch_shard(folder: store.Folder, repo_id: str, shard: str, hub: HubOptions, prefix: str, online: bool,
@@ -153,7 +193,8 @@ def relayout(folder: store.Folder, shard: str, src, prefix: str, echo: Echo) -> 
     need = sum(i.end - i.begin for i in chosen)
     spans = merge_ranges([(start + i.begin, i.end - i.begin) for i in chosen if i.end > i.begin], MERGE_GAP,
                          int(need * MERGE_WASTE))
-    header = encode_header(partial_header(chosen, shard, size, prefix))
+    packed = partial_header(chosen, shard, size, prefix, UNHASHED)
+    header = encode_header(packed)
     every = isinstance(src, HubBytes) and start + need == size  # every byte of the file: check its hash
     if isinstance(src, HubBytes):
         echo(f"{src.label}: fetching {len(chosen)} {named(prefix)} ({limits.human(need)} of "
@@ -163,9 +204,21 @@ def relayout(folder: store.Folder, shard: str, src, prefix: str, echo: Echo) -> 
         store.write_all(fd, header, 0)
         with progress(src, sum(n for _, n in spans), shard) as bar:
             src.copy(spans, Packer(fd, chosen, start, len(header), folder.path / shard, bar))
-        if every:  # the original header, then the data as written (a chunk at a time)
-            data = (os.pread(fd, min(COPY_CHUNK, need - at), len(header) + at) for at in range(0, need, COPY_CHUNK))
-            check_content(itertools.chain([raw[0, 8], raw[8, start - 8]], data), size, src.etag, src.label)
+        digest = table_digest(TensorInfo(n, e["dtype"], tuple(e["shape"]), *e["data_offsets"])
+                              for n, e in packed.items() if n != "__metadata__")
+
+        def data():  # the data as written, a chunk at a time, into the copy's digest
+            for at in range(0, need, COPY_CHUNK):
+                chunk = os.pread(fd, min(COPY_CHUNK, need - at), len(header) + at)
+                digest.update(chunk)
+                yield chunk
+        written = data()
+        if every:  # the original header, then the data: the whole file's ETag and the copy's digest in one pass
+            check_content(itertools.chain([raw[0, 8], raw[8, start - 8]], written), size, src.etag, src.label)
+        for _ in written:  # what check_content left (all of it without an ETag that is a hash, or not every byte)
+            pass
+        final = encode_header(partial_header(chosen, shard, size, prefix, digest.hexdigest()))
+        store.write_all(fd, final, 0)  # as long as `header`: the digest takes UNHASHED's place
     folder.write(shard, fill)
 
 
@@ -173,13 +226,13 @@ def named(prefix: str) -> str:
     return f"'{prefix}*' tensors" if prefix else "tensors"  # "'*' tensors" would read as a glob
 
 
-def partial_header(chosen: list[TensorInfo], shard: str, size: int, prefix: str) -> dict:
-    """The header of the chosen tensors packed in their order, naming where they came from."""
+def partial_header(chosen: list[TensorInfo], shard: str, size: int, prefix: str, digest: str) -> dict:
+    """The header of the chosen tensors packed in their order, naming where they came from and their digest."""
     header, at = {}, 0
     for i in chosen:
         header[i.name] = {"dtype": i.dtype, "shape": list(i.shape), "data_offsets": [at, at + i.end - i.begin]}
         at += i.end - i.begin
-    header["__metadata__"] = {META_SOURCE: shard, META_PREFIX: prefix, META_SIZE: str(size)}
+    header["__metadata__"] = {META_SOURCE: shard, META_PREFIX: prefix, META_SIZE: str(size), META_DIGEST: digest}
     return header
 
 

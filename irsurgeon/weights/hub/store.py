@@ -10,6 +10,28 @@ default or --cache-dir), keyed by repo id, commit and file name:
 Laid out as huggingface_hub lays out a snapshot (so fetch.snapshot_commit reads the commit from the path) but under
 a root of its own, so huggingface_hub never takes a partial shard for the file.
 
+Runs sharing the cache: a file is checked and written under its lock (Folder.writing), as huggingface_hub 2.4.0
+downloads a blob under `<cache>/.locks/<repo folder>/<etag>.lock` (file_download.py _hf_hub_download_to_cache_dir,
+`with WeakFileLock(lock_path)`, which looks again whether the blob exists once it holds the lock). The lock is an
+exclusive flock(2) on `<cache>/irsurgeon/.locks/models--<owner>--<name>/<commit>/<file>.lock`: a run that needs a
+file another run is writing waits, says so once, then finds that run's file complete and reads it, never writing one
+over it (a file renamed over another that a run is reading is what that run's reader refuses as changed under it).
+The lock belongs to the open descriptor, so the kernel releases it when its holder dies, even by SIGKILL; the lock
+file stays and means nothing by itself (nothing to clean up, nothing to break). It is not filelock's FileLock (a
+dependency of huggingface_hub, whose WeakFileLock wraps it): that flocks too, but opens the lock by path, its
+folders followed if they are links (filelock 4.3.2 _native/_unix.py _open_lock_file: O_NOFOLLOW on the last name
+only), and where flock is missing falls back to a SoftFileLock, a marker file that is the lock, removed on release
+and taken over from a dead holder by its pid (_soft/_exclusive/_marker.py _try_break_stale_lock); here every folder
+is entered by descriptor without following a link, as everywhere in this module, and the kernel alone ends a lock.
+Where the file system has no flock (ENOLCK, EOPNOTSUPP: some network mounts), a note says so on stderr and the run
+goes on unlocked, as before. The `.ranges` files are written without it: each is replaced whole by rename
+and read whole, so two runs at worst keep one's spans, and the other's are read again later.
+
+A complete copy is read without taking the lock (partial.kept): a writer replaces a file only when, under the lock,
+it is not complete for the tensor prefix that writer needs, and every run of one repo id needs the same prefix (its
+family's hub_prefix). Only a run of another family needing a wider prefix of the same shard (none of the registered
+families reads another's repos) would replace a complete file, and a run reading it then fails with one line.
+
 Every write is a temp file (O_EXCL, never through a link) fsynced and renamed into place inside a folder held by
 descriptor, and every folder on the way is opened without following a link: a run killed mid-write leaves only a
 temp file, which no reader opens and the next run removes once its writer is gone. A name in the folder that is not a
@@ -17,21 +39,29 @@ regular file (a link, a FIFO) is never read: the writer replaces it.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
 import secrets
 import struct
+import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 from irsurgeon.core import fsat, limits
 from irsurgeon.core.errors import CheckpointError
+from irsurgeon.core.text import shown as shown_text
 from irsurgeon.weights.hub.fetch import looks_like_repo_id
 from irsurgeon.weights.hub.names import COMMIT, shown
 from irsurgeon.weights.safetensors_io import MAX_HEADER_BYTES, parse_header
 
 ROOT = "irsurgeon"
+LOCKS = ".locks"  # <cache>/irsurgeon/.locks/models--<owner>--<name>/<commit>/<file>.lock (never a repo folder name)
+LOCK_SUFFIX = ".lock"
+NO_FLOCK = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})  # no flock on this file system
 RANGES_SUFFIX = ".ranges"
 RANGES_BYTES = 64 << 20  # a .ranges file holds headers and rows: kilobytes to a few MiB; a larger one is rewritten
 _TEMP = re.compile(r"\.(.+)\.(\d+)\.[0-9a-f]{8}\.tmp")
@@ -44,7 +74,9 @@ class Folder:
         if not (looks_like_repo_id(repo_id) and COMMIT.fullmatch(commit)):  # both become path components
             raise CheckpointError(f"{shown(repo_id)}@{shown(commit)}: not a repo id and a commit hash; not making a "
                                   f"cache path of them")
-        self.path = cache.joinpath(ROOT, "models--" + repo_id.replace("/", "--"), "snapshots", commit)
+        self.cache, self.commit = cache, commit
+        self.repo = "models--" + repo_id.replace("/", "--")
+        self.path = cache.joinpath(ROOT, self.repo, "snapshots", commit)
         try:
             os.makedirs(cache, exist_ok=True)  # the cache itself may be a link: the user's choice
             fd = os.open(cache, fsat.DIR_FLAGS & ~os.O_NOFOLLOW)
@@ -109,11 +141,58 @@ class Folder:
             _unlink(self.fd, temp)
             raise
 
-    def sweep(self) -> None:
-        """Remove the temp files of runs that are gone (a writer that is alive keeps its own)."""
+    @contextmanager
+    def writing(self, name: str, echo: Callable[[str], None]) -> Iterator[None]:
+        """Hold `name`'s lock (see the module docstring) while it is checked and written: when another run holds it,
+        say so once through echo and wait for it (Ctrl-C stops waiting). Once it is held, every temp file of `name` is
+        a dead writer's (its writer held this lock; the kernel released it, even before that process was reaped) and
+        is removed. Look again whether the file is complete once this returns: the holder may have written it."""
+        where = self.cache.joinpath(ROOT, LOCKS, self.repo, self.commit, name + LOCK_SUFFIX)
+        fd = self._lock_file(name, where)
+        try:
+            try:
+                if not _lock(fd, wait=False):
+                    echo(shown_text(f"{self.path / name}: another irsurgeon run is writing it into the cache; waiting "
+                                    f"for it to finish (Ctrl-C stops waiting)"))
+                    _lock(fd, wait=True)
+                self.sweep(held=name)
+            except OSError as e:
+                if e.errno not in NO_FLOCK:
+                    raise CheckpointError(f"{shown_text(where)}: cannot lock it: "
+                                          f"{e.strerror or type(e).__name__}") from None
+                print(shown_text(f"note: {where}: cannot lock it ({e.strerror}); two runs sharing this cache are not "
+                                 f"kept apart"), file=sys.stderr)
+            yield
+        finally:
+            os.close(fd)
+
+    def _lock_file(self, name: str, where: Path) -> int:
+        """The lock file of `name` opened for writing (flock over NFS needs that), made when missing, every folder on
+        the way entered without following a link; a name there that is not a regular file is refused."""
+        try:
+            fd = os.open(self.cache, fsat.DIR_FLAGS & ~os.O_NOFOLLOW)  # the cache itself may be a link
+            for part in (ROOT, LOCKS, self.repo, self.commit):
+                fd = _enter(fd, part)
+            try:
+                lock = os.open(name + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                               | os.O_CLOEXEC, 0o644, dir_fd=fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise CheckpointError(f"{shown_text(where)}: cannot make the lock of {shown_text(name)} in irsurgeon's "
+                                  f"cache: {e.strerror or type(e).__name__} (a link or a file on the way?)") from None
+        why = limits.not_regular(os.fstat(lock).st_mode)
+        if why:
+            os.close(lock)
+            raise CheckpointError(f"{shown_text(where)}: expected irsurgeon's lock file, found {why}; remove it")
+        return lock
+
+    def sweep(self, held: str | None = None) -> None:
+        """Remove the temp files of runs that are gone (a writer that is alive keeps its own), and with `held` (a
+        name whose lock this run holds: Folder.writing) every temp file of that name."""
         for name in os.listdir(self.fd):
             m = _TEMP.fullmatch(name)
-            if m and not _alive(int(m.group(2))):
+            if m and (m.group(1) == held or not _alive(int(m.group(2)))):
                 try:
                     _unlink(self.fd, name)
                 except OSError:  # one that cannot be removed is still never read: only final names are
@@ -206,6 +285,15 @@ def _enter(parent: int, name: str) -> int:
         return os.open(name, fsat.DIR_FLAGS, dir_fd=parent)
     finally:
         os.close(parent)
+
+
+def _lock(fd: int, wait: bool) -> bool:
+    """An exclusive flock on fd: False when another descriptor holds it and wait is False."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:  # EWOULDBLOCK: held by another open file description (another run, or thread)
+        return False
+    return True
 
 
 def _alive(pid: int) -> bool:
