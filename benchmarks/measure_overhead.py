@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from irsurgeon.families import registry  # noqa: E402  (after the path: run as a script from a checkout)
-from irsurgeon.flows.patch import Options, patch  # noqa: E402
-from lab.families import FIXTURE_PAIRS  # noqa: E402
+from irsurgeon.flows.patch import Options, patch  # noqa: E402  (after the path, as above)
+from lab.families import FIXTURE_PAIRS  # noqa: E402  (after the path, as above)
 
 PEAK = "import re; print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
 RUN = ("import sys; from irsurgeon.flows.genai import run_equivalence; "

@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from lab.demo import patch_demo
+from lab.families import FAMILIES, fixture_pair
 
 from irsurgeon.cli import main
 from irsurgeon.core.config import read_json, text_section
 from irsurgeon.ir.footprint import kv_cache, row_bytes, shape_text
 from irsurgeon.ir import xmlsafe
 from irsurgeon.flows.show import show
+from irsurgeon.families import registry
 from helpers.cli import result_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,3 +145,14 @@ def test_reference_int4_uses_the_cpu_default_estimate(export):
     t, m = fp["kv"]["target"], fp["kv"]["draft"]
     assert t["estimate"] and m["estimate"] and t["precision"] == m["precision"] == "u8"
     assert m["bytes_per_token"] * t["layers"] == t["bytes_per_token"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_runtime_overhead_is_the_directory_familys_own(family, tmp_path):
+    """Each family's measured overhead (Family.runtime_overhead), not one family's number for all."""
+    from irsurgeon.flows.patch import Options, patch
+    target, ckpt = fixture_pair(family, tmp_path)
+    patch(target, ckpt, Options(weight_format="f32"))
+    oh = result_of(CliRunner().invoke(main, ["show", str(target), "--json"]).output)["footprint"]["runtime_overhead"]
+    assert oh["bytes"] == family.runtime_overhead * 2**20 and family.title in oh["basis"], oh
+    assert len({f.runtime_overhead for f in registry.FAMILIES}) > 1  # measured apart: Qwen's is not Gemma 4's

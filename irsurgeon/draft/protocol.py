@@ -18,6 +18,9 @@ The claims (class attributes):
                           (at least one; the first is the one guarantee tests synthesize)
     patch_options         the family-specific Options fields it reads (kv_cache_precision, hidden_layers); given to
                           a family that does not read it: refused
+    runtime_overhead      MiB: peak RSS of a process running openvino-genai's plain and speculative pipelines on the
+                          family's bundled pair (benchmarks/measure_overhead.py), the runtime overhead `show` adds to
+                          a directory's footprint
 The methods, in the order `patch` calls them:
     claims(config)        whether a checkpoint's config.json (an object) is this family's draft (default: its
                           model_type is one of model_types); the registry's for_config is the one caller
@@ -160,7 +163,7 @@ class GenaiRuntime:
         return [text] if self.as_batch else text
 
 
-CLAIMS = ("key", "title", "describe", "layout", "model_types", "synth_kinds")
+CLAIMS = ("key", "title", "describe", "layout", "model_types", "synth_kinds", "runtime_overhead")
 
 
 class Family(ABC):

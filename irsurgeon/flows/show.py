@@ -65,7 +65,8 @@ def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
         "irs": irs,
         "draft": draft_verdict(directory, {r["file"]: r for r in irs}, family),
         "footprint": footprint({k: v for k, v in described.items() if isinstance(v, dict)}, context,
-                               family.layout.draft_xml, target=family.layout.target_in(directory)),
+                               family.layout.draft_xml, target=family.layout.target_in(directory),
+                               runtime=(family.runtime_overhead, f"the {family.title}'s bundled pair")),
     }
 
 

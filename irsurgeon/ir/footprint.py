@@ -15,7 +15,8 @@ Inputs are `show.show_ir` descriptions (constants per type, states, runtime_opti
 The KV element type is what the runtime would choose: the IR's rt_info `runtime_options/KV_CACHE_PRECISION` (the
 CPU plugin applies it at compile), else the device default, which on x86 CPUs is u8: then the numbers are an
 estimate and say so. Runtime overhead (libraries, compiled buffers, activations) is not in the IRs: `overhead()` is
-a fixed, labelled estimate measured once on the demo fixture; `irsurgeon verify --genai` measures the real peak.
+the family's fixed, labelled estimate (Family.runtime_overhead, measured on its bundled pair); `irsurgeon verify
+--genai` measures the real peak.
 """
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ from irsurgeon.ir.export import LANGUAGE_MODELS, TARGET_MODELS, VISION_MODELS
 from irsurgeon.core.rtinfo import KV_CACHE_PRECISION
 
 CPU_DEFAULT_KV = "u8"
-RUNTIME_BASELINE = 160 * 2**20  # measured: 138-165 MiB VmHWM, plain and MTP VLMPipeline on fixtures/qwen3_5
 BLOCK_TOKENS = 32
 BITS = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "f8e4m3": 8, "f8e5m2": 8, "u8": 8, "i8": 8, "u4": 4, "i4": 4}
 GROUP_EXTRA = {"u8": 8, "u4": 8, "i4": 4}  # bytes per (head, token): f32 scale (+ f32 zero point)
@@ -113,10 +113,10 @@ def weights(infos: dict[str, dict], draft: str) -> dict[str, dict]:
 
 
 def footprint(infos: dict[str, dict], context: int, draft: str, device_default: str | None = None,
-              target: str | None = None) -> dict:
+              target: str | None = None, runtime: tuple[int, str] = (0, "")) -> dict:
     """The whole footprint of a directory from its readable IRs' `show_ir` descriptions (file name -> info); `target`
     and `draft` name the IRs whose KV counts (target default: the first language model found; draft: the family's
-    draft IR, Layout.draft_xml)."""
+    draft IR, Layout.draft_xml); runtime: the family's runtime overhead in MiB and its fixture (overhead)."""
     w = weights(infos, draft)
     lm = target if target in infos else next((f for f in LANGUAGE_MODELS if f in infos), None)
     found = draft if draft in infos else None
@@ -124,16 +124,19 @@ def footprint(infos: dict[str, dict], context: int, draft: str, device_default: 
           "draft": kv_cache(found, infos[found], context, device_default) if found else None}
     total = sum(p["bytes"] for p in w.values())
     total += sum(k["bytes_at_context"] + k["constant_bytes"] for k in kv.values() if k)
-    return {"context": context, "weights": w, "kv": kv, "runtime_overhead": overhead(), "total_at_context": total}
+    return {"context": context, "weights": w, "kv": kv, "runtime_overhead": overhead(*runtime),
+            "total_at_context": total}
 
 
-def overhead() -> dict:
-    """The runtime-overhead line: a fixed estimate (deterministic, so `show` describes files, not this process)."""
-    return {"bytes": RUNTIME_BASELINE, "measured": False,
-            "basis": "estimate: peak RSS of a Python process running the openvino-genai speculative pipeline on the 1 MB Qwen3.5 "
-                     "fixture (interpreter, OpenVINO and genai libraries, compiled graphs; x86 CPU, openvino 2026.4); "
-                     "activations of long prompts and weight repacking are not included: "
-                     "`irsurgeon verify DIR --genai` measures the peak process memory on this machine"}
+def overhead(mib: int, fixture: str) -> dict:
+    """The runtime-overhead line: the family's fixed estimate (deterministic, so `show` describes files, not this
+    process), measured on its bundled pair `fixture`."""
+    return {"bytes": mib * 2**20, "measured": False,
+            "basis": f"estimate: peak RSS of a Python process running the openvino-genai plain and speculative "
+                     f"pipelines on {fixture} (interpreter, OpenVINO and genai libraries, compiled graphs; x86 CPU, "
+                     f"openvino 2026.4; benchmarks/measure_overhead.py); activations of long prompts and weight "
+                     f"repacking are not included: `irsurgeon verify DIR --genai` measures the peak process memory "
+                     f"on this machine"}
 
 
 def human(n: float) -> str:

@@ -43,6 +43,7 @@ UNPROVEN = ("a DFlash draft shares no tensor with its target (no embedding, no l
 class DFlash(Family):
     key = "dflash"
     title = "DFlash draft"
+    runtime_overhead = 199  # MiB: benchmarks/measure_overhead.py, median of 3 alternating rounds (2026-12-05)
     model_types = (names.TARGET_TYPE,)  # z-lab's drafts are model_type qwen3, claimed by their architectures
     describe = "DFlash block-diffusion draft (z-lab DFlashDraftModel checkpoint)"
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.DRAFT_DIR}/{names.MODEL_XML}",

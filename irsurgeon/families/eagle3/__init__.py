@@ -30,6 +30,7 @@ UNPROVEN = ("an EAGLE-3 checkpoint shares no tensor with its target (genai gives
 class Eagle3(Family):
     key = "eagle3"
     title = "EAGLE-3 draft"
+    runtime_overhead = 196  # MiB: benchmarks/measure_overhead.py, median of 3 alternating rounds (2026-12-05)
     describe = "EAGLE-3 draft (SafeAILab / SpecForge / AngelSlim / speculators checkpoint)"
     model_types = names.MODEL_TYPES  # claimed by their architectures (claims), never by model_type alone
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.DRAFT_DIR}/{names.MODEL_XML}",

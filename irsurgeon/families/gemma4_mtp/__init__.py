@@ -36,6 +36,7 @@ UNPROVEN = ("a Gemma 4 assistant shares no tensor with its target: only its geom
 class Gemma4MTP(Family):
     key = "gemma4"
     title = "Gemma 4 MTP assistant"
+    runtime_overhead = 199  # MiB: benchmarks/measure_overhead.py, median of 3 alternating rounds (2026-12-05)
     model_types = (names.MODEL_TYPE,)
     describe = "Gemma 4 MTP assistant (gemma4_assistant checkpoint)"
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.ASSISTANT_DIR}/{names.MODEL_XML}",

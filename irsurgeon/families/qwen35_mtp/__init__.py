@@ -30,6 +30,7 @@ from irsurgeon.synth.kinds import QWEN_KINDS
 class Qwen35MTP(Family):
     key = "qwen3_5"
     title = "Qwen3.5 / Qwen3.6 MTP head"
+    runtime_overhead = 178  # MiB: benchmarks/measure_overhead.py, median of 3 alternating rounds (2026-12-05)
     model_types = names.MODEL_TYPES
     describe = "Qwen3.5 / Qwen3.6 MTP head (mtp.* tensors)"
     layout = Layout(writes=names.WRITES, draft_xml=MTP_XML, target_xml=LANGUAGE_MODEL)
