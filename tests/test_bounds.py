@@ -214,6 +214,10 @@ PINNED = {
         # patch reads both configs first to pick the draft family, and the identity check reads a safetensors header:
         ("ckpt/config.json", "deep-array", "patch", 1), ("target/config.json", "sparse-2GiB", "patch", 1),
         ("ckpt/model.safetensors", "header-huge-int", "patch", 1),
+        # a million 1-element tensors took 29 s and 2.3 GB (accepted); tensors sharing bytes or a name were accepted
+        ("ckpt/model.safetensors", "header-million-tensors", "patch", 1),
+        ("sharded/model-2.safetensors", "header-aliased-tensors", "build-mtp", 1),
+        ("sharded/model-2.safetensors", "header-duplicate-name", "patch", 1),
     ],
     # a text-only target, its gemma4_assistant checkpoint and the target patched with it
     "gemma4": [
@@ -244,6 +248,10 @@ PINNED = {
         ("target/config.json", "per_layer_config-value-int", "patch", 1),
         ("target/config.json", "layer_types-100000", "patch", 1),
         ("patched/config.json", "num_kv_shared_layers-all", "verify", 1),
+        # refused after 28 s at 2.3 GB; accepted
+        ("ckpt/model.safetensors", "header-million-tensors", "patch", 1),
+        ("ckpt/model.safetensors", "header-aliased-tensors", "build-mtp", 1),
+        ("ckpt/model.safetensors", "header-duplicate-name", "patch", 1),
     ] + [("ckpt/model.safetensors", form, "patch", 0 if form in ("token_ordering-int32", "embed-f64") else 1)
          for form in GEMMA4_ASSISTANT_FORMS],
 }
