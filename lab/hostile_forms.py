@@ -128,6 +128,64 @@ def _with_shape(h: dict, shape) -> dict:
     return h
 
 
+def _spans(h: dict) -> list[tuple[str, int, int]]:
+    """(name, begin, end) of every tensor of a header holding bytes, the longest first."""
+    spans = [(k, *v["data_offsets"]) for k, v in h.items() if k != "__metadata__" and isinstance(v, dict)]
+    return sorted((s for s in spans if s[2] > s[1]), key=lambda s: s[1] - s[2])
+
+
+def aliased(h: dict) -> dict:
+    """The victim's data_offsets moved onto the first bytes of the longest other tensor (k and v sharing one
+    projection's bytes), or a second name for them in a file of one tensor: every entry still consistent with its
+    dtype and shape, and with the file."""
+    victim = _victim(h)
+    begin, end = h[victim]["data_offsets"]
+    other = next((s for s in _spans(h) if s[0] != victim), None)
+    if other is None:  # a file of one tensor: a second name for its bytes
+        h[f"{victim}.alias"] = dict(h[victim])
+        return h
+    if other[2] - other[1] < end - begin:  # the victim is the longest: the other one moves onto it
+        victim, other = other[0], (victim, begin, end)
+        begin, end = h[victim]["data_offsets"]
+    h[victim]["data_offsets"] = [other[1], other[1] + end - begin]
+    return h
+
+
+def duplicate_name(path: Path) -> None:
+    """The header names its victim twice, the second time over bytes of its own appended to the data: Python's json
+    keeps the last of two equal names (so would a reader that took it: the bytes it reads are not the first
+    entry's), safetensors' serde map too, and then refuses the first entry's bytes left as a hole."""
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    h = json.loads(data[8:8 + n])
+    victim, end = _victim(h), len(data) - 8 - n
+    begin, stop = h[victim]["data_offsets"]
+    twin = json.dumps({victim: {**h[victim], "data_offsets": [end, end + stop - begin]}})[1:-1]
+    raw = (json.dumps(h).rstrip()[:-1] + ", " + twin + "}").encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:] + data[8 + n + begin:8 + n + stop])
+
+
+MILLION = 1_000_000
+
+
+def many_tensors(count: int = MILLION) -> Callable[[Path], None]:
+    """`count` more 1-element F32 tensors listed after the real ones, each with 4 bytes of its own appended to the
+    data: a consistent header of ~60 MB for a million (below safetensors' 100 MB), built without a dict of them."""
+    def form(path: Path) -> None:
+        data = path.read_bytes()
+        (n,) = struct.unpack("<Q", data[:8])
+        end = len(data) - 8 - n
+        head = data[8:8 + n].rstrip()
+        assert head.endswith(b"}"), "a safetensors header is a JSON object"
+        extra = b"".join(b',"extra.%d.weight":{"dtype":"F32","shape":[1],"data_offsets":[%d,%d]}'
+                         % (i, end + 4 * i, end + 4 * i + 4) for i in range(count))
+        raw = head[:-1] + extra + b"}"
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+        os.truncate(path, 8 + len(raw) + end + 4 * count)  # the extra tensors' bytes: zeros, as a hole
+    return form
+
+
 SAFETENSORS_FORMS = {
     "fifo": fifo, "dev-zero": dev_zero, "sparse-2GiB": sparse, "directory": directory, "secret-link": secret_link,
     "header-deep": lambda p: header_raw(p, b"[" * 100_000 + b"]" * 100_000),
@@ -136,6 +194,9 @@ SAFETENSORS_FORMS = {
     "header-not-utf8": lambda p: header_raw(p, b'{"\xff\xfe' + CANARY.encode() + b'": 1}'),
     "header-secret-values": lambda p: header(p, lambda h: {**h, _victim(h): {
         "dtype": CANARY, "shape": CANARY, "data_offsets": CANARY}}),
+    "header-million-tensors": many_tensors(),
+    "header-aliased-tensors": lambda p: header(p, aliased),
+    "header-duplicate-name": duplicate_name,
 }
 
 

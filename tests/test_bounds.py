@@ -86,6 +86,46 @@ def test_json_at_the_depth_limit_and_brackets_in_strings_are_read():
     assert limits.parse_json(r'["\\\"[[[[", 1]', "x.json", ConfigError) == ['\\"[[[[', 1]  # escapes in strings
 
 
+def _depth(value) -> int:
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+    return 0 if children is None else 1 + max(map(_depth, children), default=0)
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 1 << 20])
+def test_the_scan_counts_what_json_loads_builds_whatever_the_pieces(monkeypatch, piece):
+    """json_scan works a piece of the text at a time, carrying whether it is inside a string and the backslashes
+    and digits running on: on random JSON full of quotes, backslashes, brackets and colons inside names, and
+    digit runs inside and outside strings, its members at depth 1 and 2, depth and long-number verdict are those of
+    the parsed value, cut into pieces of every small size."""
+    import random
+
+    rng = random.Random(piece)
+    monkeypatch.setattr(limits, "_SCAN_CHUNK", piece)
+    parts = ['a', '"', '\\', ':', '{', '}', '[', ']', '1', '\u00e9', ' ', '\\\\', '9' * 41]
+
+    def text() -> str:
+        return "".join(rng.choice(parts) for _ in range(rng.randint(0, 12)))
+
+    def value(depth: int):
+        r = rng.random()
+        if depth > 5 or r < 0.3:
+            return rng.choice([1, 10 ** 45, -3, 2.5, None, text()])
+        if r < 0.65:
+            return {text(): value(depth + 1) for _ in range(rng.randint(0, 4))}
+        return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+
+    for _ in range(300):
+        v = value(0)
+        raw = json.dumps(v, ensure_ascii=rng.random() < 0.5).encode()
+        scan = limits.json_scan(raw)
+        if str(10 ** 45) in raw.decode():  # a number of 46 digits (the strings hold no run of zeros)
+            assert scan.excess == "holds a number of more than 40 digits", raw
+        elif scan.excess is None:
+            assert scan.members == limits.parsed_members(v) and _depth(v) <= limits.JSON_MAX_DEPTH, raw
+        else:
+            raise AssertionError((scan.excess, raw))
+
+
 @pytest.mark.parametrize("digits", [41, 5000])
 def test_huge_numbers_are_refused(digits):
     for number in ("9" * digits, "-" + "9" * digits, "1." + "0" * digits):
@@ -214,6 +254,10 @@ PINNED = {
         # patch reads both configs first to pick the draft family, and the identity check reads a safetensors header:
         ("ckpt/config.json", "deep-array", "patch", 1), ("target/config.json", "sparse-2GiB", "patch", 1),
         ("ckpt/model.safetensors", "header-huge-int", "patch", 1),
+        # a million 1-element tensors took 29 s and 2.3 GB (accepted); tensors sharing bytes or a name were accepted
+        ("ckpt/model.safetensors", "header-million-tensors", "patch", 1),
+        ("sharded/model-2.safetensors", "header-aliased-tensors", "build-mtp", 1),
+        ("sharded/model-2.safetensors", "header-duplicate-name", "patch", 1),
     ],
     # a text-only target, its gemma4_assistant checkpoint and the target patched with it
     "gemma4": [
@@ -244,6 +288,10 @@ PINNED = {
         ("target/config.json", "per_layer_config-value-int", "patch", 1),
         ("target/config.json", "layer_types-100000", "patch", 1),
         ("patched/config.json", "num_kv_shared_layers-all", "verify", 1),
+        # refused after 28 s at 2.3 GB; accepted
+        ("ckpt/model.safetensors", "header-million-tensors", "patch", 1),
+        ("ckpt/model.safetensors", "header-aliased-tensors", "build-mtp", 1),
+        ("ckpt/model.safetensors", "header-duplicate-name", "patch", 1),
     ] + [("ckpt/model.safetensors", form, "patch", 0 if form in ("token_ordering-int32", "embed-f64") else 1)
          for form in GEMMA4_ASSISTANT_FORMS],
 }

@@ -208,3 +208,109 @@ def test_an_embedding_shard_that_is_not_a_regular_file_is_refused_by_name(tmp_pa
     assert expected in refused(("patch", target, "--checkpoint", ckpt), target)
     result = invoke("verify", target, "--checkpoint", ckpt)
     assert result.exit_code == 1 and f"FAIL checkpoint identity: {expected}" in result.output, result.output
+
+
+# --- headers whose cost or layout is hostile --------------------------------------------------------------------------
+
+def hostile_copy(tmp_path: Path, form: str) -> Path:
+    """The demo checkpoint with the hostile_forms safetensors form applied to its model.safetensors."""
+    from lab.hostile_forms import SAFETENSORS_FORMS
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(DEMO_CKPT, ckpt)
+    SAFETENSORS_FORMS[form](ckpt / "model.safetensors")
+    return ckpt
+
+
+def test_a_header_of_a_million_tensors_is_refused_before_its_entries_are_parsed(tmp_path, monkeypatch):
+    """A consistent header listing a million 1-element tensors (each with bytes of its own) took 29 s and 2.3 GB of
+    a patch before it was refused (Gemma 4) or accepted (Qwen3.5); now its entries are counted on the raw bytes and
+    the JSON is never built."""
+    import irsurgeon.weights.safetensors_io as sio
+
+    ckpt = hostile_copy(tmp_path, "header-million-tensors")
+    parsed, checked = [], []
+    real_loads, real_check = limits.json.loads, sio.check_entry
+    monkeypatch.setattr(limits.json, "loads", lambda *a, **k: parsed.append(1) or real_loads(*a, **k))
+    monkeypatch.setattr(sio, "check_entry", lambda *a: checked.append(1) or real_check(*a))
+    with pytest.raises(CheckpointError) as e:
+        SafetensorsFile(ckpt / "model.safetensors")
+    line = str(e.value)
+    assert f"{ckpt / 'model.safetensors'}: header: lists more than {limits.SAFETENSORS_TENSORS} entries" in line, line
+    assert "\n" not in line and len(line) < 300
+    assert not parsed and not checked  # refused on the count, before json.loads and before any entry
+
+
+def test_the_tensor_limit_is_exact(tmp_path, monkeypatch):
+    """At the limit a file is read; one entry more is refused (the count is of entries, not of bytes)."""
+    write_checkpoint(tmp_path, SynthSpec(), seed=1)
+    st = SafetensorsFile(tmp_path / "model.safetensors")
+    entries = len(st.tensors) + 1  # and __metadata__
+    st.close()
+    monkeypatch.setattr(limits, "SAFETENSORS_TENSORS", entries)
+    SafetensorsFile(tmp_path / "model.safetensors").close()
+    monkeypatch.setattr(limits, "SAFETENSORS_TENSORS", entries - 1)
+    with pytest.raises(CheckpointError, match=f"lists more than {entries - 1} entries"):
+        SafetensorsFile(tmp_path / "model.safetensors")
+
+
+def test_a_million_tensor_header_through_build_mtp_is_one_line_and_writes_nothing(tmp_path):
+    ckpt = hostile_copy(tmp_path, "header-million-tensors")
+    err = one_error(invoke("build-mtp", ckpt, "-o", tmp_path / "out"))
+    assert "model.safetensors" in err and str(limits.SAFETENSORS_TENSORS) in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def entry_header(entries: str) -> bytes:
+    """A header of entries given as JSON text ("name": {...}, ...), data of 16 bytes after it."""
+    raw = ("{" + entries + "}").encode()
+    return struct.pack("<Q", len(raw)) + raw + bytes(range(16))
+
+
+F32 = '{"dtype": "F32", "shape": [%d], "data_offsets": [%d, %d]}'
+
+
+SHARED = [
+    ("k and v aliased", f'"k": {F32 % (2, 0, 8)}, "v": {F32 % (2, 0, 8)}, "o": {F32 % (2, 8, 16)}',
+     "tensors 'k' and 'v' share bytes 0-8"),
+    ("partly overlapping", f'"a": {F32 % (3, 0, 12)}, "b": {F32 % (2, 8, 16)}', "tensors 'a' and 'b' share bytes 8-12"),
+    ("inside another", f'"a": {F32 % (4, 0, 16)}, "b": {F32 % (1, 4, 8)}', "tensors 'a' and 'b' share bytes 4-8"),
+    ("named twice, other bytes", f'"a": {F32 % (2, 0, 8)}, "a": {F32 % (2, 8, 16)}', "names 'a' twice"),
+    ("named twice, same entry", f'"a": {F32 % (2, 0, 8)}, "b": {F32 % (2, 8, 16)}, "a": {F32 % (2, 0, 8)}',
+     "names 'a' twice"),
+    ("a field named twice", '"a": {"dtype": "F32", "dtype": "F32", "shape": [4], "data_offsets": [0, 16]}',
+     "names 'dtype' twice"),
+]
+
+
+@pytest.mark.parametrize("case, entries, expected", SHARED, ids=[c[0] for c in SHARED])
+def test_tensors_sharing_bytes_or_a_name_are_refused(tmp_path, case, entries, expected):
+    """safetensors refuses both (huggingface/safetensors, safetensors/src/tensor.rs, Metadata::validate: tensors
+    sorted by offsets must each start where the previous ended, else InvalidOffset); Python's json would keep the
+    last of two equal names, so a reader of the first one would build from other bytes."""
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(entry_header(entries))
+    with pytest.raises(CheckpointError) as e:
+        SafetensorsFile(path)
+    assert str(e.value).startswith(f"{path}: header") and expected in str(e.value), str(e.value)
+
+
+def test_empty_tensors_share_no_bytes(tmp_path):
+    """Zero-length tensors at one offset hold no bytes: accepted, as safetensors accepts them; a gap is accepted."""
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(entry_header(f'"e": {F32 % (0, 4, 4)}, "f": {F32 % (0, 4, 4)}, "a": {F32 % (1, 0, 4)}, '
+                                  f'"b": {F32 % (1, 8, 12)}'))
+    st = SafetensorsFile(path)
+    try:
+        assert sorted(st.tensors) == ["a", "b", "e", "f"]
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("form, expected", [("header-aliased-tensors", "share bytes"),
+                                            ("header-duplicate-name", "twice")])
+def test_aliased_or_twice_named_tensors_through_build_mtp_are_one_line(tmp_path, form, expected):
+    ckpt = hostile_copy(tmp_path, form)
+    err = one_error(invoke("build-mtp", ckpt, "-o", tmp_path / "out"))
+    assert "model.safetensors" in err and expected in err, err
+    assert not (tmp_path / "out").exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -323,3 +324,42 @@ def test_a_fetch_writes_nothing_under_home_but_the_cache(model, tmp_path):
     assert written and all(p == "cache" or p.startswith("cache/") for p in written), written
     assert any(p.endswith(MTP_SHARD) for p in written)
     assert not [e for e in hub.log if e[1].startswith("/api/")], hub.log
+
+
+# --- a hostile header by range -----------------------------------------------------------------------------------------
+
+HEADERS = {  # hostile_forms form applied to the mtp shard -> what the error line names besides the shard
+    "header-million-tensors": "lists more than",
+    "header-aliased-tensors": "share bytes",
+    "header-duplicate-name": "twice",
+}
+
+
+@pytest.mark.parametrize("form", list(HEADERS))
+def test_a_hostile_header_by_range_is_refused_as_the_local_reader_refuses_it(model, tmp_path, form):
+    """The mtp shard's header lists a million tensors (accepted after 20-35 s at 1.3 GB, by range), or two tensors
+    sharing bytes, or one name twice: the ranged fetch reads it with the local reader's parse_header, so each is
+    the same one line as for a local file, before any tensor's bytes are asked for, the target untouched."""
+    from lab.hostile_forms import SAFETENSORS_FORMS
+    from irsurgeon.core import limits
+
+    target_src, files = model
+    files = dict(files)
+    shard = tmp_path / "repo" / MTP_SHARD
+    shard.parent.mkdir()
+    shard.write_bytes(files[MTP_SHARD].read_bytes())
+    SAFETENSORS_FORMS[form](shard)
+    files[MTP_SHARD] = shard
+    target = copy_target(target_src, tmp_path / "t")
+    box, before = Box(tmp_path), snapshot(target)
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        run = box.run("patch", target, "--checkpoint", REPO, "--cache-dir", box.cache, endpoint=hub.url)
+        asked = [e for e in hub.log if e[1].startswith("/cdn/") and MTP_SHARD in e[1] and e[2]]
+    line = assert_one_error(run, MTP_SHARD, HEADERS[form])
+    if form == "header-million-tensors":
+        assert str(limits.SAFETENSORS_TENSORS) in line
+    assert snapshot(target) == before
+    header_end = 8 + struct.unpack("<Q", shard.read_bytes()[:8])[0]
+    assert all(int(e[2].split("=")[1].split("-")[0]) < header_end for e in asked), asked  # no tensor's bytes
+    assert run.peak_rss_mb < 1024, run.peak_rss_mb
+    print(f"{form} by range: {line}; peak RSS {run.peak_rss_mb:.0f} MB, {run.seconds:.1f} s")

@@ -7,7 +7,8 @@ hurt a machine:
     index JSON (model.safetensors.index.json): ~40 k entries for the largest MoE releases, a few MB
     other JSON of a model directory (tokenizer.json): read by openvino-genai only, tens of MB at most
     IR .xml: a 4-layer export is 0.6 MB, so a 64-layer int4 language model is tens of MB
-    safetensors header: 100 MB, the limit the safetensors format itself sets
+    safetensors header: 100 MB, the limit the safetensors format itself sets, and at most 262,144 entries (tensors)
+        per file, counted on the raw bytes before the JSON is built (see SAFETENSORS_TENSORS)
     text (a prompts file): a few KB in practice
 Readers accept regular files only: a FIFO, a device (`/dev/zero`), a socket or a directory is refused before a byte
 is read (opened with O_NONBLOCK, so opening a FIFO never waits for a writer). The size is checked on the open
@@ -24,6 +25,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import NamedTuple
 
 from irsurgeon.core.errors import IRSurgeonError
 
@@ -38,6 +40,18 @@ IR_XML_MEMORY_FACTOR = 16
 # safetensors' own limit: huggingface/safetensors, safetensors/src/tensor.rs, `const MAX_HEADER_SIZE: usize =
 # 100_000_000` (a longer header is SafeTensorError::HeaderTooLarge), so no real file has a larger one
 SAFETENSORS_HEADER_BYTES = 100_000_000
+# Entries (tensors, and __metadata__) one safetensors header may list. Real files hold far fewer per file (from
+# the architectures and the published shard counts): Llama-3.1-405B 1,137 tensors in 191 shards; Qwen3-235B-A22B
+# 94 layers x 128 experts x 3 = ~37 k in 118 shards (~320 a shard); DeepSeek-V3 (FP8, each weight with its
+# weight_scale_inv) 58 MoE layers x 256 experts x 6 + the rest = ~92 k in 163 shards (~600 a shard); Kimi-K2 a
+# layer a shard, 384 experts x 3 x 2 = ~2.3 k (~3.5 k in the int4 release: weight_packed, weight_scale,
+# weight_shape); the worst single file is a whole per-expert-quantized MoE saved unsharded, e.g. a GPTQ
+# Qwen3-30B-A3B: 48 x 128 x 3 x 4 (qweight, qzeros, scales, g_idx) = ~74 k. Their headers: ~150 bytes an entry,
+# 0.1-0.5 MB a shard, ~11 MB for that single file. 2^18 is 3.5x that file and 75x the largest shard. Measured on
+# 2 shared cores: a file at the limit (21 MB of header) opens in ~3 s at ~0.3 GB (patch, reading it twice, 11 s at
+# 0.5 GB); a million 1-element entries (79 MB, under the byte limit) cost 29 s and 2.3 GB before, and are refused
+# now in under a second at ~0.2 GB, by the count json_scan makes on the bytes.
+SAFETENSORS_TENSORS = 1 << 18
 TEXT_BYTES = 16 * MiB
 
 JSON_MAX_DEPTH = 64          # real configs nest 4-6 deep (text_config / rope_parameters / mrope_section)
@@ -151,45 +165,128 @@ def read_text(path: str | Path, limit: int, error: type[IRSurgeonError], what: s
         raise error(f"{path}: not UTF-8 text (invalid byte at offset {e.start})") from None
 
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included (unrolled: linear)
-_LONG_NUMBER = re.compile(rb"[0-9]{%d,}" % (JSON_MAX_INT_DIGITS + 1))
-_NOT_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}")))
-_SCAN_CHUNK = 1 << 22
+_SCAN_CHUNK = 1 << 20
+_LONG_DIGITS = re.compile(rb"[0-9]{%d}" % (JSON_MAX_INT_DIGITS + 1))
+
+
+class JsonScan(NamedTuple):
+    """What a scan of JSON text finds before it is parsed: what makes it too deep, its numbers too long or its top
+    level too long (None: within the limits), and the members (name: value pairs) of the objects at depth 1 and 2
+    (the top level's, and those of the objects it holds)."""
+    excess: str | None
+    members: tuple[int, int]
+
+
+def json_scan(raw: bytes, most_members: int | None = None) -> JsonScan:
+    """Depth, number length and members of JSON text, counted on its bytes outside strings before it is parsed
+    (json.loads recurses per level, int() refuses more than 4300 digits, and a long top level builds a large table).
+    Vectorized, a MiB at a time, with the state carried between pieces (inside a string or not, backslashes and
+    digits running on): linear, and a few tens of MB whatever the text; it stops at the first excess."""
+    import numpy as np  # here, not at the top: the CLI imports this module before it can guard against Ctrl-C
+
+    step = np.zeros(256, np.int8)
+    step[list(b"[{")], step[list(b"]}")] = 1, -1
+    structural, digit = np.zeros(256, bool), np.zeros(256, bool)
+    structural[list(b"[]{}:")], digit[list(b"0123456789")] = True, True
+    inside, slashes, digits = 0, 0, 0  # carried: in a string; backslashes, digits the piece before ended with
+    long_runs = _LONG_DIGITS.search(raw) is not None
+    depth, top, second = 0, 0, 0
+    for at in range(0, len(raw), _SCAN_CHUNK):
+        a = np.frombuffer(raw, np.uint8, count=min(_SCAN_CHUNK, len(raw) - at), offset=at)
+        idx = np.arange(len(a), dtype=np.int32)
+        # a quote ends or starts a string unless an odd run of backslashes comes right before it
+        quotes = np.flatnonzero(a == ord('"'))
+        if (a == ord("\\")).any():
+            last_plain = np.maximum.accumulate(np.where(a == ord("\\"), -1, idx))
+            before = np.maximum(quotes - 1, 0)
+            run = np.where(last_plain[before] < 0, quotes + slashes, quotes - 1 - last_plain[before])
+            run[quotes == 0] = slashes  # the piece's first byte: the run the piece before ended with
+            quotes = quotes[run % 2 == 0]
+            slashes = int(len(a) - 1 - last_plain[-1] + (slashes if last_plain[-1] < 0 else 0))
+        else:
+            quotes = quotes[1:] if slashes % 2 and quotes.size and quotes[0] == 0 else quotes
+            slashes = 0
+        toggles = np.zeros(len(a), np.uint8)
+        toggles[quotes] = 1
+        parity = (np.cumsum(toggles, dtype=np.int32) + inside) & 1  # 1 inside a string (its opening quote too)
+        outside = parity == 0
+        inside = int(parity[-1])
+        if long_runs:  # some run of digits is that long, in a string or not: is one outside?
+            numeric = digit[a] & outside
+            last_other = np.maximum.accumulate(np.where(numeric, -1, idx))
+            longest = np.where(last_other < 0, idx + 1 + digits, idx - last_other)
+            if longest.max(initial=0) > JSON_MAX_INT_DIGITS:
+                return JsonScan(f"holds a number of more than {JSON_MAX_INT_DIGITS} digits", (top, second))
+            digits = int(longest[-1])
+        codes = a[structural[a] & outside]
+        running = depth + np.cumsum(step[codes], dtype=np.int64)
+        if running.size and running.max() > JSON_MAX_DEPTH:
+            return JsonScan(f"is JSON nested deeper than {JSON_MAX_DEPTH} levels", (top, second))
+        colons = codes == ord(":")  # one per member, at the depth of its object
+        top += int(np.count_nonzero(colons & (running == 1)))
+        second += int(np.count_nonzero(colons & (running == 2)))
+        if most_members is not None and top > most_members:
+            return JsonScan(f"lists more than {most_members} entries (irsurgeon's limit per file)", (top, second))
+        depth = int(running[-1]) if running.size else depth
+    return JsonScan(None, (top, second))
 
 
 def json_excess(raw: bytes) -> str | None:
-    """What makes JSON text too deep or its numbers too long, found before parsing (json.loads recurses per level,
-    and int() refuses more than 4300 digits); None when it is within the limits. Strings are skipped."""
-    import numpy as np  # here, not at the top: the CLI imports this module before it can guard against Ctrl-C
+    """What makes JSON text too deep or its numbers too long (json_scan), or None."""
+    return json_scan(raw).excess
 
-    outside = _STRING.sub(b'""', raw)
-    if _LONG_NUMBER.search(outside):
-        return f"holds a number of more than {JSON_MAX_INT_DIGITS} digits"
-    brackets = outside.translate(None, _NOT_BRACKET)
-    depth = 0
-    for at in range(0, len(brackets), _SCAN_CHUNK):  # running depth, a few MB at a time
-        codes = np.frombuffer(brackets, np.uint8, count=min(_SCAN_CHUNK, len(brackets) - at), offset=at)
-        running = depth + np.cumsum(np.where((codes == ord("[")) | (codes == ord("{")), 1, -1), dtype=np.int64)
-        if running.max() > JSON_MAX_DEPTH:
-            return f"is JSON nested deeper than {JSON_MAX_DEPTH} levels"
-        depth = int(running[-1])
+
+def parsed_members(value) -> tuple[int, int]:
+    """The members of a parsed JSON value's objects at depth 1 and 2, as json_scan counts them in its text."""
+    if not isinstance(value, (dict, list)):
+        return 0, 0
+    children = value.values() if isinstance(value, dict) else value
+    return len(value) if isinstance(value, dict) else 0, sum(len(c) for c in children if isinstance(c, dict))
+
+
+def twice_named(text: str | bytes) -> str | None:
+    """The first name an object of the JSON text holds twice (json.loads keeps the last one), or None."""
+    def pairs(found: list) -> dict:
+        names = dict(found)
+        if len(names) != len(found):
+            seen: set = set()
+            raise _Twice(next(k for k, _ in found if k in seen or seen.add(k)))
+        return names
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except _Twice as e:
+        return e.args[0]
     return None
 
 
-def parse_json(data: str | bytes, source: str, error: type[IRSurgeonError]):
-    """json.loads within the depth and number-size limits; any failure is `error` naming source, never quoting it."""
+class _Twice(Exception):
+    """A name an object holds twice, carried out of json.loads."""
+
+
+def parse_json(data: str | bytes, source: str, error: type[IRSurgeonError], most_members: int | None = None,
+               once: bool = False):
+    """json.loads within the depth and number-size limits; any failure is `error` naming source, never quoting it.
+    most_members: the most entries its top level may list, counted before it is parsed. once: every name appears
+    once in each object of the first two levels (Python's json keeps the last of two equal names, silently)."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    excess = json_excess(raw)
-    if excess:
-        raise error(f"{source}: {excess}")
+    scan = json_scan(raw, most_members)
+    del raw
+    if scan.excess:
+        raise error(f"{source}: {scan.excess}")
     try:
-        return json.loads(data)
+        value = json.loads(data)
     except RecursionError:  # unreachable after the scan; kept so that no input can turn it into a crash
         raise error(f"{source}: is JSON nested deeper than {JSON_MAX_DEPTH} levels") from None
     except json.JSONDecodeError as e:
         raise error(f"{source}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     except UnicodeDecodeError as e:  # bytes given: json.loads detects UTF-8/16/32
         raise error(f"{source}: not valid JSON text (undecodable byte at offset {e.start})") from None
+    if once and parsed_members(value) != scan.members:  # the scan counted a name json.loads dropped
+        name = twice_named(data)
+        shown = "a name" if name is None else repr(name) if len(name) <= 120 else \
+            f"{name[:120]!r}... ({len(name)} characters)"
+        raise error(f"{source}: names {shown} twice in one object; expected each name once")
+    return value
 
 
 def read_json(path: str | Path, error: type[IRSurgeonError], limit: int | None = None):

@@ -97,45 +97,71 @@ def quoted_name(name: str, limit: int = 120) -> str:
 def parse_header(read: Callable[[int, int], bytes], size: int,
                  label: str) -> tuple[dict[str, TensorInfo], dict, int]:
     """(tensors, metadata, data start) of a safetensors file of `size` bytes, read through `read(offset, n)` (a local
-    file or HTTP range requests); every field is checked against the file."""
+    file or HTTP range requests); every field is checked against the file.
+
+    Bounded before anything is built: the header's bytes (MAX_HEADER_BYTES) and its entries, counted on those bytes
+    (limits.SAFETENSORS_TENSORS), so a hostile header costs at most a scan of 100 MB. Refused as safetensors refuses
+    them (huggingface/safetensors, safetensors/src/tensor.rs, Metadata::validate: the tensors sorted by offsets must
+    each begin where the previous one ends, else InvalidOffset): two tensors sharing bytes. Refused beyond it: a
+    name listed twice, which Python's json (and safetensors' serde map) silently reduce to the last one."""
     if size < 8:
         raise CheckpointError(f"{label}: not a safetensors file (only {size} bytes)")
     (n,) = struct.unpack("<Q", read(0, 8))
     if n > MAX_HEADER_BYTES or 8 + n > size:  # n itself is not printed: it is the file's first 8 bytes
         raise CheckpointError(f"{label}: its 8-byte header length is larger than the file ({size} bytes) or "
                               f"than {MAX_HEADER_BYTES} bytes: truncated or not a safetensors file")
-    header = limits.parse_json(read(8, n), f"{label}: header", CheckpointError)
+    header = limits.parse_json(read(8, n), f"{label}: header", CheckpointError,
+                               most_members=limits.SAFETENSORS_TENSORS, once=True)
     if not isinstance(header, dict):
         raise CheckpointError(f"{label}: header is not a JSON object")
     data_size = size - 8 - n
     metadata = header.pop("__metadata__", None) or {}
     tensors = {name: check_entry(name, entry, data_size, label) for name, entry in header.items()}
+    check_disjoint(tensors.values(), label)
     return tensors, metadata, 8 + n
 
 
+def check_disjoint(infos: Iterable[TensorInfo], label: str) -> None:
+    """No two tensors share a byte of the data (an empty tensor holds none); one pass over them sorted by offset."""
+    reach: TensorInfo | None = None  # of the tensors before, the one ending last
+    for info in sorted((i for i in infos if i.end > i.begin), key=lambda i: i.begin):
+        if reach is not None and info.begin < reach.end:
+            raise CheckpointError(f"{label}: header: tensors {quoted_name(reach.name)} and {quoted_name(info.name)} "
+                                  f"share bytes {info.begin}-{min(info.end, reach.end)} of the data; expected each "
+                                  f"tensor its own bytes, as safetensors does")
+        if reach is None or info.end > reach.end:
+            reach = info
+
+
 def check_entry(name: str, entry: object, data_size: int, label: str) -> TensorInfo:
-    """One header entry as a TensorInfo, or a CheckpointError naming the file, the tensor and what is wrong."""
-    where = f"{label}: tensor {quoted_name(name)}"
-    if not isinstance(entry, dict):
-        raise CheckpointError(f"{where}: header entry is not an object")
+    """One header entry as a TensorInfo, or a CheckpointError naming the file, the tensor and what is wrong. The
+    checks run on every entry of a header (up to limits.SAFETENSORS_TENSORS): exact types, no message built unless
+    it is an error."""
+    if type(entry) is not dict:
+        raise CheckpointError(f"{_where(name, label)}: header entry is not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if not isinstance(dtype, str) or dtype not in STORAGE:
+    storage = STORAGE.get(dtype) if type(dtype) is str else None
+    if storage is None:
         shown = f" {dtype}" if isinstance(dtype, str) and DTYPE_NAME.fullmatch(dtype) else ""
-        raise CheckpointError(f"{where}: unsupported dtype{shown} (expected one of {', '.join(STORAGE)})")
-    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                            for d in shape)):
-        raise CheckpointError(f"{where}: shape is not a list of non-negative integers")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+        raise CheckpointError(f"{_where(name, label)}: unsupported dtype{shown} (expected one of {', '.join(STORAGE)})")
+    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):  # bool is not int here
+        raise CheckpointError(f"{_where(name, label)}: shape is not a list of non-negative integers")
+    if not (type(offsets) is list and len(offsets) == 2 and type(offsets[0]) is int and type(offsets[1]) is int
             and 0 <= offsets[0] <= offsets[1]):
-        raise CheckpointError(f"{where}: data_offsets are not [begin, end] with 0 <= begin <= end")
-    nbytes = math.prod(shape) * STORAGE[dtype].itemsize
-    if offsets[1] - offsets[0] != nbytes:
-        raise CheckpointError(f"{where}: data_offsets span {offsets[1] - offsets[0]} bytes, "
+        raise CheckpointError(f"{_where(name, label)}: data_offsets are not [begin, end] with 0 <= begin <= end")
+    begin, end = offsets
+    nbytes = math.prod(shape) * storage.itemsize
+    if end - begin != nbytes:
+        raise CheckpointError(f"{_where(name, label)}: data_offsets span {end - begin} bytes, "
                               f"but {dtype} {shape} needs {nbytes}")
-    if offsets[1] > data_size:
-        raise CheckpointError(f"{where}: data ends at byte {offsets[1]} but the file holds {data_size} "
+    if end > data_size:
+        raise CheckpointError(f"{_where(name, label)}: data ends at byte {end} but the file holds {data_size} "
                               f"bytes of data: truncated")
-    return TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1])
+    return TensorInfo(name, dtype, tuple(shape), begin, end)
+
+
+def _where(name: str, label: str) -> str:
+    return f"{label}: tensor {quoted_name(name)}"
 
 
 class SafetensorsFile:
