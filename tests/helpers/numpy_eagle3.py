@@ -57,11 +57,20 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def rope(x, pos, theta):
-    """x [B, N, S, D], pos [B, S]: Llama's default rope over all D dims, rotate_half convention."""
+def rope(x, pos, theta, mrope_section=None):
+    """x [B, N, S, D], pos [B, S]: Llama's default rope over all D dims, rotate_half convention. With mrope_section,
+    pos [3, B, S] and AngelSlim's MRotaryEmbedding (llama_eagle3.py apply_interleaved_mrope, as written there)."""
     D = x.shape[-1]
     inv = 1.0 / theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
-    ang = pos[:, None, :, None].astype(np.float64) * inv  # [B, 1, S, D/2]
+    if mrope_section is not None:
+        freqs = pos[..., None].astype(np.float64) * inv  # [3, B, S, D/2]
+        freqs_t = freqs[0].copy()
+        for dim, offset in enumerate((1, 2), start=1):  # H, W
+            idx = slice(offset, mrope_section[dim] * 3, 3)
+            freqs_t[..., idx] = freqs[dim, ..., idx]
+        ang = freqs_t[:, None]  # [B, 1, S, D/2]
+    else:
+        ang = pos[:, None, :, None].astype(np.float64) * inv  # [B, 1, S, D/2]
     emb = np.concatenate([ang, ang], -1)
     rotated = np.concatenate([-x[..., D // 2:], x[..., :D // 2]], -1)
     return x * np.cos(emb) + rotated * np.sin(emb)
@@ -88,6 +97,8 @@ def layer_config(config: dict) -> dict:
 def rope_theta(layer: dict) -> float:
     params = layer.get("rope_parameters") or {}
     scaling = layer.get("rope_scaling") or {}
+    if "mrope_section" in scaling:  # AngelSlim's MRotaryEmbedding: rope_scaling.rope_theta, else rope_theta
+        return float(scaling.get("rope_theta") or layer.get("rope_theta") or 10000.0)
     kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
     if kind != "default":
         raise NotImplementedError(f"rope type {kind!r}: the reference does Llama's default rope only")
@@ -125,6 +136,7 @@ class Eagle3Reference:
         self.head_dim = int(layer.get("head_dim") or self.hidden // self.heads)
         self.eps = float(layer.get("rms_norm_eps", 1e-6))
         self.theta = rope_theta(layer)
+        self.mrope_section = (layer.get("rope_scaling") or {}).get("mrope_section")
         self.norm_before_residual = bool(config.get("norm_before_residual") or layer.get("norm_before_residual"))
         self.norm_before_fc = bool(config.get("norm_before_fc") or layer.get("norm_before_fc"))
         if self.norm_before_fc and "input_norm.weight" not in self.w:
@@ -151,8 +163,8 @@ class Eagle3Reference:
         position_ids [B, S], attention_mask [B, S] for the new rows (default ones) ->
         (logits [B, S, V_d], last_hidden_state r2 [B, S, H]), both float64."""
         w, eps, D = self.w, self.eps, self.head_dim
-        ids = np.asarray(input_ids)
-        B, S = ids.shape
+        ids = np.asarray(input_ids)  # or a VLM draft's inputs_embeds [B, S, H]
+        B, S = ids.shape[:2]
         g = np.asarray(hidden_states, dtype=np.float64)
         if g.shape[:2] != (B, S):
             raise ValueError(f"hidden_states {g.shape} for input_ids {ids.shape}")
@@ -165,7 +177,7 @@ class Eagle3Reference:
         else:
             raise ValueError(f"hidden_states width {g.shape[-1]}: neither fc's input "
                              f"{w['fc.weight'].shape[1]} nor the hidden size {self.hidden}")
-        e = self.embed[ids]
+        e = ids.astype(np.float64) if ids.ndim == 3 else self.embed[ids]
         hn = rms(h, w["hidden_norm.weight"], eps)
         x = np.concatenate([rms(e, w["input_layernorm.weight"], eps), hn], -1)  # embeddings first
         residual = hn if self.norm_before_residual else h
@@ -174,7 +186,7 @@ class Eagle3Reference:
         q = (x @ w["self_attn.q_proj.weight"].T).reshape(B, S, self.heads, D).transpose(0, 2, 1, 3)
         k = (x @ w["self_attn.k_proj.weight"].T).reshape(B, S, self.kv_heads, D).transpose(0, 2, 1, 3)
         v = (x @ w["self_attn.v_proj.weight"].T).reshape(B, S, self.kv_heads, D).transpose(0, 2, 1, 3)
-        q, k = rope(q, pos, self.theta), rope(k, pos, self.theta)
+        q, k = rope(q, pos, self.theta, self.mrope_section), rope(k, pos, self.theta, self.mrope_section)
         new_mask = np.ones((B, S), bool) if attention_mask is None else np.asarray(attention_mask) > 0
         self.k = k if self.k is None else np.concatenate([self.k, k], 2)
         self.v = v if self.v is None else np.concatenate([self.v, v], 2)

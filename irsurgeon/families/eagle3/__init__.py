@@ -3,6 +3,7 @@ openvino-genai's EAGLE-3 path, with the taps its trainer used written as hidden_
 
     irsurgeon patch TARGET --checkpoint CKPT      CKPT: SafeAILab/SpecForge, AngelSlim or speculators layout
     openvino_genai.LLMPipeline(TARGET, "CPU", scheduler_config=sc, draft_model=draft_model(TARGET/eagle3_draft))
+    (a VLM target, Qwen3-VL / Qwen2.5-VL with an AngelSlim VLM draft: VLMPipeline, the same arguments)
 
     layout.py   names: what is claimed and recognised, the files written (no openvino)
     model.py    config as the trainers read it, the taps, tensor table, the stateful draft graph (RECIPE)
@@ -34,7 +35,7 @@ class Eagle3(Family):
     describe = "EAGLE-3 draft (SafeAILab / SpecForge / AngelSlim / speculators checkpoint)"
     model_types = names.MODEL_TYPES  # claimed by their architectures (claims), never by model_type alone
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.DRAFT_DIR}/{names.MODEL_XML}",
-                    target_xml=names.MODEL_XML)
+                    target_xml=names.MODEL_XML, target_alternatives=(names.VLM_XML,))
     hub_prefix = ""  # every tensor of the (small) checkpoint
     synth_kinds = {"eagle3": "a Llama text target and a random EAGLE-3 draft for it"}
     patch_options = frozenset({"hidden_layers", "kv_cache_precision"})
@@ -48,7 +49,7 @@ class Eagle3(Family):
     def recognise(self, directory: Path) -> Match:
         if names.has_draft(directory):
             return Match.DRAFT
-        return Match.TARGET if names.is_text_target(directory) else Match.NONE
+        return Match.TARGET if names.is_text_target(directory) or names.is_vlm_target(directory) else Match.NONE
 
     def inspect(self, directory: Path):
         from irsurgeon.families.eagle3.target import inspect_target
@@ -89,8 +90,9 @@ class Eagle3(Family):
 
     def run_hint(self, directory: Path) -> str:
         draft = Path(directory) / names.DRAFT_DIR
+        pipeline = "VLMPipeline" if names.is_vlm_target(directory) else "LLMPipeline"
         return (f"run it: import openvino_genai as g; sc = g.SchedulerConfig(); sc.enable_prefix_caching = False; "
-                f"g.LLMPipeline('{directory}', 'CPU', scheduler_config=sc, draft_model=g.draft_model('{draft}', "
+                f"g.{pipeline}('{directory}', 'CPU', scheduler_config=sc, draft_model=g.draft_model('{draft}', "
                 f"'CPU'))")
 
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:

@@ -4,27 +4,31 @@
                    LlamaForCausalLMEagle3, AngelSlim's Eagle3LlamaForCausalLM, the speculators' Eagle3Speculator) or
                    with `speculators_model_type` "eagle3"
     recognised by  DRAFT: TARGET/eagle3_draft/ exists; TARGET: a text export (openvino_model.xml) of a model type an
-                   EAGLE-3 draft is published for
+                   EAGLE-3 draft is published for, or a VLM export (openvino_language_model.xml) of a VLM type
+                   AngelSlim publishes VLM drafts for (VLM_TARGET_TYPES)
     writes         TARGET/eagle3_draft/{openvino_model.xml, .bin, config.json, generation_config.json}; genai taps the
                    target at load, from the draft's rt_info hidden_layers_list, so its openvino_model.xml is written
                    only where a tap is in a MoE layer genai cannot tap as exported (moe_taps.py; the .bin never).
                    genai 2026.4.1 reads the draft folder's generation config: without one its stop tokens are -1 and generate fails
                    ("'stop_token_ids' must be non-negative"), so the target's is copied there
-    runs           LLMPipeline(TARGET, scheduler_config=sc, draft_model=draft_model(TARGET/eagle3_draft))
+    runs           LLMPipeline(TARGET, scheduler_config=sc, draft_model=draft_model(TARGET/eagle3_draft)); a VLM
+                   target: VLMPipeline, the same arguments
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from irsurgeon.core.config import peek_json
-from irsurgeon.ir.export import GENERATION_CONFIG, TEXT_ONLY_MODEL, bin_of
+from irsurgeon.ir.export import GENERATION_CONFIG, LANGUAGE_MODEL, TEXT_ONLY_MODEL, bin_of
 
 SAFEAILAB, ANGELSLIM, SPECULATORS = "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator"
 ARCHITECTURES = (SAFEAILAB, ANGELSLIM, SPECULATORS)
 MODEL_TYPES = ("llama",)  # the draft layer's config model_type (speculators: "speculators" at the top level)
 TARGET_TYPES = ("llama", "qwen3", "qwen2", "mistral", "qwen3_moe")  # text targets EAGLE-3 drafts are published for
+VLM_TARGET_TYPES = ("qwen3_vl", "qwen2_5_vl")  # VLM targets of AngelSlim's VLM drafts that genai 2026.4.1 runs
 DRAFT_DIR = "eagle3_draft"
 MODEL_XML, MODEL_BIN = TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL)
+VLM_XML = LANGUAGE_MODEL  # a VLM target's language model (genai's VLMPipeline reads it by this name)
 CONFIG = "config.json"
 GENERATION = GENERATION_CONFIG
 DRAFT_FILES = (MODEL_XML, MODEL_BIN, CONFIG, GENERATION)
@@ -52,3 +56,14 @@ def is_text_target(directory: str | Path) -> bool:
     directory = Path(directory)
     config = peek_json(directory / CONFIG) or {}
     return config.get("model_type") in TARGET_TYPES and not claims(config) and (directory / MODEL_XML).is_file()
+
+
+def is_vlm_target(directory: str | Path) -> bool:
+    directory = Path(directory)
+    config = peek_json(directory / CONFIG) or {}
+    return config.get("model_type") in VLM_TARGET_TYPES and (directory / VLM_XML).is_file()
+
+
+def target_xml(directory: str | Path) -> str:
+    """The IR genai taps: a VLM export's language model, else the text export's model."""
+    return VLM_XML if is_vlm_target(directory) else MODEL_XML

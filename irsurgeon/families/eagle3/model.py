@@ -5,6 +5,8 @@ eagle/model/cnets.py, sgl-project/SpecForge specforge/modeling/draft/llama3_eagl
 with P in the KV state, H the draft's (= the target's) hidden size, nH/nKV heads, D head_dim, Vd the draft vocabulary.
 
     e      = embed_tokens(input_ids)                              [B, S, H]  a placeholder table genai replaces
+             (a VLM draft: e = inputs_embeds, the target's embeddings genai feeds it; RoPE is mrope over
+              position_ids [3, B, S], rope.py)
     h      = fc(hidden_states)                                    [B, S, 3H] -> [B, S, H]   (the first MatMul on it)
     x      = concat(input_layernorm(e), hidden_norm(h))           [B, S, 2H] embeddings first
     q,k,v  = x Wq^T, x Wk^T, x Wv^T; RoPE; K/V appended to the state; causal GQA over T
@@ -39,6 +41,11 @@ from irsurgeon.weights.table import Table, Tensor, Whole
 EAGLE3_MODE = "eagle3_mode"  # rt_info genai reads (optimum-intel 2.2.0 convert.py writes "True")
 HIDDEN_LAYERS = "hidden_layers_list"  # rt_info: the target layers whose outputs genai taps (apply_eagle3_rt_info)
 INPUTS = ("input_ids", "attention_mask", "position_ids", "hidden_states", "beam_idx")
+VLM_INPUTS = ("inputs_embeds", *INPUTS[1:])  # optimum-intel 2.2.0's VLM EAGLE-3 draft (model_configs.py eagle3_vlm)
+# AngelSlim compressor/speculative/train: modal_type "VLM" (trainer_factory's online VLM trainer) with the target
+# types its VLMTransformersBackend.SUPPORT_MODEL_TYPE loads, less hunyuan_vl (genai 2026.4.1 vlm_config.cpp has no
+# such VLMModelType)
+VLM, VLM_TARGETS = "VLM", ("qwen3_vl", "qwen2_5_vl")
 LOGITS, D2T = "logits", "d2t"
 LAYER = "midlayer."  # every layer node's name: genai finds the fed-back residual by it, whatever the checkpoint says
 LAYOUTS = {"midlayer": "midlayer.", "speculators": "layers.0."}  # stored layer prefix, by layout
@@ -73,6 +80,7 @@ class Eagle3Config:
     target_hidden_size: int
     norm_before_residual: bool
     taps: Taps
+    target_model_type: str | None = None  # set for a VLM draft (modal_type "VLM"): the target it was trained on
     model_type: str = "llama"
     dtype: str | None = None
     source: str = field(default="", compare=False)
@@ -85,6 +93,10 @@ class Eagle3Config:
     @property
     def recipe(self) -> Recipe:
         return RECIPE
+
+    @property
+    def vlm(self) -> bool:
+        return self.target_model_type is not None
 
 
 # transformers 5.2.0 models/llama/configuration_llama.py LlamaConfig.__init__ defaults; {layer} is the speculators'
@@ -148,14 +160,42 @@ def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
     draft_vocab = v["draft_vocab_size"] or v["vocab_size"]
     if draft_vocab > v["vocab_size"]:
         raise ConfigError(f"{source}: draft_vocab_size {draft_vocab} exceeds vocab_size {v['vocab_size']}")
-    rope_cfg = rope.read(section, v["rope_theta"], v["max_position_embeddings"], source)
+    target_type = read_modal(cfg, source)
+    if target_type is not None:
+        rope_cfg = rope.read_mrope(section, v["rope_theta"], D, source)
+    else:
+        rope_cfg = rope.read(section, v["rope_theta"], v["max_position_embeddings"], source)
     return Eagle3Config(
         architecture=arch, hidden_size=H, num_heads=nH, num_kv_heads=nKV, head_dim=D,
         intermediate_size=v["intermediate_size"], rms_norm_eps=v["rms_norm_eps"], rope=rope_cfg,
         max_position_embeddings=v["max_position_embeddings"], vocab_size=v["vocab_size"],
         draft_vocab_size=draft_vocab, target_hidden_size=target_h,
         norm_before_residual=bool(cfg.get("norm_before_residual", False)), taps=read_taps(cfg, arch, source),
-        dtype=v["dtype"], source=source, warnings=tuple(warnings))
+        target_model_type=target_type, dtype=v["dtype"], source=source, warnings=tuple(warnings))
+
+
+def read_modal(cfg: dict, source: str) -> str | None:
+    """The target model type of an AngelSlim VLM draft (modal_type "VLM"), None for a text draft; refused where
+    genai 2026.4.1 cannot run it as trained."""
+    modal = cfg.get("modal_type")
+    if modal in (None, "LLM"):
+        if rope.is_mrope(cfg):
+            raise ConfigError(f"{source}: rope_scaling names mrope but modal_type is {modal!r}: a text draft with "
+                              f"multimodal positions is not built")
+        return None
+    if modal != VLM:
+        raise ConfigError(f"{source}: modal_type {modal!r:.40}: only text and {VLM} EAGLE-3 drafts are built "
+                          f"(openvino-genai 2026.4.1 runs EAGLE-3 in LLMPipeline and VLMPipeline)")
+    target = cfg.get("target_model_type")
+    if target not in VLM_TARGETS:
+        raise ConfigError(f"{source}: target_model_type {target!r:.40} of a {VLM} draft is not one of "
+                          f"{', '.join(VLM_TARGETS)} (the VLM targets AngelSlim trains on that openvino-genai "
+                          f"2026.4.1 runs)")
+    if not rope.is_mrope(cfg):
+        raise ConfigError(f"{source}: rope_scaling names no mrope in a {VLM} draft: AngelSlim's LlamaRotaryEmbedding "
+                          f"indexes its table by 2-D position ids, and openvino-genai 2026.4.1 feeds a {target} "
+                          f"draft 3-row mrope position_ids")
+    return target
 
 
 def read_taps(cfg: dict, arch: str, source: str) -> Taps:
@@ -245,7 +285,7 @@ def offsets(w: Weights, cfg: Eagle3Config) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Inputs:
-    input_ids: ov.Output
+    tokens: ov.Output  # input_ids [B, S], or a VLM draft's inputs_embeds [B, S, H]
     attention_mask: ov.Output
     position_ids: ov.Output
     hidden_states: ov.Output
@@ -254,12 +294,15 @@ class Inputs:
 
 def parameters(cfg: Eagle3Config) -> tuple[list[ov.Node], Inputs]:
     """genai's inputs as optimum-intel 2.2.0 exports them; hidden_states is all dynamic (3*H wide here, H wide once
-    genai has moved fc into the target)."""
-    shapes = {"input_ids": ([-1, -1], ov.Type.i64), "attention_mask": ([-1, -1], ov.Type.i64),
-              "position_ids": ([-1, -1], ov.Type.i64), "hidden_states": ([-1, -1, -1], ov.Type.f32),
-              "beam_idx": ([-1], ov.Type.i32)}
+    genai has moved fc into the target). A VLM draft takes inputs_embeds and position_ids [3, B, S]: genai
+    2026.4.1's VLM EAGLE-3 path (eagle3_strategy.cpp create_draft_input_embeddings, add_request) feeds it the
+    target's embeddings and mrope positions, each shifted by one token."""
+    shapes = {"input_ids": ([-1, -1], ov.Type.i64), "inputs_embeds": ([-1, -1, cfg.hidden_size], ov.Type.f32),
+              "attention_mask": ([-1, -1], ov.Type.i64),
+              "position_ids": ([rope.MROPE_ROWS, -1, -1] if cfg.vlm else [-1, -1], ov.Type.i64),
+              "hidden_states": ([-1, -1, -1], ov.Type.f32), "beam_idx": ([-1], ov.Type.i32)}
     params = []
-    for name in INPUTS:
+    for name in (VLM_INPUTS if cfg.vlm else INPUTS):
         dims, dtype = shapes[name]
         p = ops.parameter(ov.PartialShape(dims), dtype, name=name)
         p.output(0).set_names({name})
@@ -276,7 +319,7 @@ def attention(a: ov.Output, x: Inputs, w: Weights, cfg: Eagle3Config) -> tuple[o
     cos, sin = rope.cos_sin(x.position_ids, cfg.rope, D, f"{name}.rotary_emb")
     q = apply_rope(to_bnsd(q), cos, sin, D, D, f"{name}/q_rope", fusable=True)  # [B, nH, S, D]
     k = apply_rope(to_bnsd(k), cos, sin, D, D, f"{name}/k_rope", fusable=True)  # [B, nKV, S, D]
-    batch = ops.gather(ops.shape_of(x.input_ids, ov.Type.i64), const([0], I64), const(0, I64)).output(0)
+    batch = ops.gather(ops.shape_of(x.tokens, ov.Type.i64), const([0], I64), const(0, I64)).output(0)
     k_all, k_sink = kv_cache(k, x.beam_idx, batch, KEY_STATE, nKV, D, f"{name}/key_cache")
     v_all, v_sink = kv_cache(to_bnsd(v), x.beam_idx, batch, VALUE_STATE, nKV, D, f"{name}/value_cache")
     bias = attention_mask_bias(x.attention_mask, q, k_all, f"{name}/attention")
@@ -291,8 +334,7 @@ def graph(x: Inputs, w: Weights, cfg: Eagle3Config) -> tuple[dict[str, ov.Output
     def norm(t: ov.Output, name: str) -> ov.Output:
         return rms_norm(t, w(f"{name}.weight"), cfg.rms_norm_eps, name)
 
-    table = const(np.zeros((1, cfg.hidden_size), np.float32), name=f"{EMBED}.weight")  # replaced by genai at load
-    e = named(ops.gather(table, x.input_ids, const(0, I64)), EMBED)  # [B, S, H]
+    e = x.tokens if cfg.vlm else embedding(x.tokens, cfg)  # [B, S, H]
     h = linear(x.hidden_states, w("fc.weight"), "fc")  # [B, S, H]: the first MatMul on hidden_states
     hn = norm(h, LAYER + "hidden_norm")
     a = named(ops.concat([norm(e, LAYER + "input_layernorm"), hn], axis=-1), LAYER + "self_attn/input")  # [B,S,2H]
@@ -306,6 +348,11 @@ def graph(x: Inputs, w: Weights, cfg: Eagle3Config) -> tuple[dict[str, ov.Output
     d2t = ops.constant(offsets(w, cfg), ov.Type.i64)
     d2t.set_friendly_name(D2T)
     return {LOGITS: logits, D2T: d2t.output(0)}, sinks
+
+
+def embedding(input_ids: ov.Output, cfg: Eagle3Config) -> ov.Output:
+    table = const(np.zeros((1, cfg.hidden_size), np.float32), name=f"{EMBED}.weight")  # replaced by genai at load
+    return named(ops.gather(table, input_ids, const(0, I64)), EMBED)
 
 
 RECIPE = Recipe("eagle3_draft", parse_config, tensors, parameters, graph, rt_info={EAGLE3_MODE: "True"})

@@ -48,13 +48,16 @@ def finish(model: ov.Model, staging) -> ov.Model:
 def smoke_test(xml: Path, cfg: Eagle3Config) -> None:
     """Read the staged draft back: genai's surgery conditions, then one call of TOKENS tokens as the draft stands."""
     model = ov.Core().read_model(str(xml))
-    found = surgery.problems(model, cfg.hidden_size, cfg.target_hidden_size)
+    found = surgery.problems(model, cfg.hidden_size, cfg.target_hidden_size, vlm=cfg.vlm)
     if found:
         raise IRError(f"{xml}: {found[0]}")
     narrow_feed_forward(model)  # every op and connection runs; the MLP's matrices are not repacked whole (ir.narrow)
     rows = narrow_rows(model, "lm_head.weight")  # nor the vocabulary's rows: the check needs finite logits, not all
-    feed = {"input_ids": np.zeros((1, TOKENS), np.int64), "attention_mask": np.ones((1, TOKENS), np.int64),
-            "position_ids": np.arange(TOKENS, dtype=np.int64)[None],
+    positions = np.arange(TOKENS, dtype=np.int64)[None]
+    tokens = ({"inputs_embeds": np.full((1, TOKENS, cfg.hidden_size), 0.5, np.float32),
+               "position_ids": np.stack([positions] * 3)} if cfg.vlm else
+              {"input_ids": np.zeros((1, TOKENS), np.int64), "position_ids": positions})
+    feed = {**tokens, "attention_mask": np.ones((1, TOKENS), np.int64),
             "hidden_states": np.full((1, TOKENS, 3 * cfg.target_hidden_size), 0.5, np.float32),
             "beam_idx": np.zeros(1, np.int32)}
     out = ov.Core().compile_model(model, "CPU").create_infer_request().infer(feed)

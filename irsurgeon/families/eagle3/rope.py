@@ -1,9 +1,17 @@
-"""The RoPE an EAGLE-3 draft layer's config names: default, or llama3 (the Llama 3.1 drafts').
+"""The RoPE an EAGLE-3 draft layer's config names: default, llama3 (the Llama 3.1 drafts'), or AngelSlim's mrope
+(its VLM drafts').
 
 transformers 5.2.0 modeling_rope_utils.py: _compute_default_rope_parameters (inv_freq = 1 / theta^(2i/D)) and
 _compute_llama3_parameters (wavelengths above original/low_freq_factor divided by factor, below
 original/high_freq_factor kept, smoothly mixed between; attention factor 1). rope_scaling, when set, replaces
 rope_parameters; its type is `rope_type`, else `type`.
+
+mrope: Tencent/AngelSlim compressor/speculative/train/models/draft/llama_eagle3.py LlamaAttention._init_rope takes
+MRotaryEmbedding when rope_scaling's type is "mrope" or it sets mrope_interleaved; MRotaryEmbedding.forward computes
+the default inv_freq (theta: rope_scaling.rope_theta, else rope_theta) against each of the 3 position rows
+[T, H, W] of position_ids [3, B, S] and always interleaves them (apply_interleaved_mrope: frequency j takes row H
+for j = 1, 4, .. < 3 * mrope_section[1], row W for j = 2, 5, .. < 3 * mrope_section[2], row T otherwise), whatever
+the target's own layout (Qwen2.5-VL's is chunked): the draft runs as it was trained.
 """
 from __future__ import annotations
 
@@ -19,6 +27,9 @@ from irsurgeon.core.errors import ConfigError
 from irsurgeon.ops.core import const, named
 
 TYPES = ("default", "llama3")
+MROPE_TYPES = ("default", "mrope")  # the rope_type an mrope rope_scaling may name (AngelSlim: "mrope" -> default)
+MROPE_ROWS = 3  # position_ids [T, H, W] rows
+MROPE_DEFAULT_SECTION = (24, 20, 20)  # MRotaryEmbedding.__init__: rope_scaling.get("mrope_section", [24, 20, 20])
 
 
 @dataclass(frozen=True)
@@ -29,6 +40,32 @@ class Rope:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original: int = 8192
+    mrope_section: tuple[int, ...] = ()  # kind "mrope": the frequencies of rows T, H, W
+
+
+def is_mrope(section: dict) -> bool:
+    """Whether AngelSlim's draft would take MRotaryEmbedding for this layer config (LlamaAttention._init_rope)."""
+    r = section.get("rope_scaling")
+    return isinstance(r, dict) and (r.get("type", r.get("rope_type")) == "mrope" or bool(r.get("mrope_interleaved")))
+
+
+def read_mrope(section: dict, theta: float, head_dim: int, source: str) -> Rope:
+    """AngelSlim's MRotaryEmbedding from rope_scaling, each value checked (the module docstring)."""
+    r = section["rope_scaling"]
+    kind = r.get("rope_type", r.get("type", "default"))
+    if kind not in MROPE_TYPES:
+        raise ConfigError(f"{source}: rope_scaling.rope_type {kind!r:.40} with mrope: only {', '.join(MROPE_TYPES)} "
+                          f"is built (AngelSlim's MRotaryEmbedding computes any other by transformers' ROPE_INIT_FUNCTIONS)")
+    factor = section.get("partial_rotary_factor", 1.0)
+    if factor != 1.0:
+        raise ConfigError(f"{source}: partial_rotary_factor is {factor!r:.20}: only full-width mrope is built")
+    theta = number(r, "rope_theta", theta, "rope_scaling", source, ROPE_THETA)
+    got = r.get("mrope_section", list(MROPE_DEFAULT_SECTION))
+    if (not isinstance(got, list) or len(got) != MROPE_ROWS
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in got) or sum(got) != head_dim // 2):
+        raise ConfigError(f"{source}: rope_scaling.mrope_section must be {MROPE_ROWS} positive integers summing to "
+                          f"head_dim / 2 = {head_dim // 2}, found {got!r:.60}")
+    return Rope("mrope", theta, mrope_section=tuple(got))
 
 
 def read(section: dict, theta: float, max_positions: int, source: str) -> Rope:
@@ -74,9 +111,22 @@ def inv_freq(rope: Rope, head_dim: int) -> np.ndarray:
     return freq.astype(np.float32)
 
 
+def mrope_rows(section: tuple[int, ...], head_dim: int) -> np.ndarray:
+    """One-hot [3, 1, 1, D/2] f32: which position row (T, H, W) frequency j reads (apply_interleaved_mrope)."""
+    rows = np.zeros(head_dim // 2, np.int64)
+    for row in (1, 2):
+        rows[row:section[row] * MROPE_ROWS:MROPE_ROWS] = row
+    return (np.arange(MROPE_ROWS)[:, None] == rows[None]).astype(np.float32)[:, None, None, :]
+
+
 def cos_sin(position_ids: ov.Output, rope: Rope, head_dim: int, name: str) -> tuple[ov.Output, ov.Output]:
-    """cos and sin tables [B, 1, S, D] for int64 position_ids [B, S] (rotate_half layout: the angles twice)."""
-    pos = ops.unsqueeze(ops.convert(position_ids, ov.Type.f32), const([-1], np.int64))  # [B, S, 1]
+    """cos and sin tables [B, 1, S, D] for int64 position_ids [B, S], or [3, B, S] for mrope (rotate_half layout:
+    the angles twice)."""
+    pos = ops.unsqueeze(ops.convert(position_ids, ov.Type.f32), const([-1], np.int64))  # [B, S, 1] / [3, B, S, 1]
     ang = named(ops.multiply(pos, const(inv_freq(rope, head_dim), name=f"{name}.inv_freq")), f"{name}/angles")
+    if rope.kind == "mrope":  # each frequency from its row: a one-hot sum over the rows is exact
+        pick = const(mrope_rows(rope.mrope_section, head_dim), name=f"{name}.mrope_rows")
+        ang = named(ops.reduce_sum(ops.multiply(ang, pick), const([0], np.int64), keep_dims=False),
+                    f"{name}/mrope_angles")  # [B, S, D/2]
     emb = ops.unsqueeze(ops.concat([ang, ang], axis=-1), const([1], np.int64))
     return named(ops.cos(emb), f"{name}/cos"), named(ops.sin(emb), f"{name}/sin")

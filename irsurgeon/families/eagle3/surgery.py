@@ -11,6 +11,9 @@ src/cpp/src/speculative_decoding/eagle3_model_transforms.cpp:
                    whose input 0 is a Multiply becomes the last_hidden_state output
     d2t            extract_d2t_mapping_table: a Result fed by a Constant named *d2t*; the sampler reads it as int64
     rt_info        apply_eagle3_rt_info: eagle3_mode true, hidden_layers_list read as std::vector<int> (3 ids)
+    VLM draft      no embedding Gather (the target's language model has none either, so share_vocabulary returns);
+                   the model runner sets the tensors inputs_embeds and position_ids [3, 1, T] by name
+                   (continuous_batching/model_runner.hpp), so the draft must have both, the latter of rank 3
 """
 from __future__ import annotations
 
@@ -57,11 +60,24 @@ def d2t_constant(model):
     return None
 
 
-def problems(model, hidden_size: int, target_hidden_size: int, taps: int | None = 3) -> list[str]:
+def vlm_inputs(model) -> str | None:
+    """What a VLM draft's inputs lack (None: inputs_embeds [?, ?, H] and position_ids of rank 3 are there)."""
+    shapes = {name: p.get_partial_shape() for p in model.inputs for name in p.get_names()}
+    if "inputs_embeds" not in shapes or shapes["inputs_embeds"].rank.get_length() != 3:
+        return "no inputs_embeds [B, S, H] input (genai feeds a VLM target's draft embeddings)"
+    if "position_ids" not in shapes or shapes["position_ids"].rank.get_length() != 3:
+        return "position_ids is not [3, B, S] (genai feeds a VLM target's draft 3-row mrope positions)"
+    return None
+
+
+def problems(model, hidden_size: int, target_hidden_size: int, taps: int | None = 3, vlm: bool = False) -> list[str]:
     """What genai's surgery would not find, or find in another form than it needs (empty: none)."""
     out = []
     gather = embedding_gather(model)
-    if gather is None or gather.input_value(0).get_node().get_type_name() != "Constant":
+    if vlm:
+        missing = vlm_inputs(model)
+        out += [missing] if missing else []
+    elif gather is None or gather.input_value(0).get_node().get_type_name() != "Constant":
         out.append("no embedding Gather of a constant table named embed_tokens (genai would share no vocabulary)")
     fc = fc_matmul(model)
     if fc is None:

@@ -51,6 +51,23 @@ def draft_tensors(hidden: int, vocab: int, draft_vocab: int, seed: int) -> dict[
     return out
 
 
+# AngelSlim's VLM draft config (compressor/speculative/train/configs/qwen3-vl-2b-eagle3-mrope.json), at this size
+VLM_KEYS = {"architectures": ["Eagle3LlamaForCausalLM"], "modal_type": "VLM", "target_model_type": "qwen3_vl",
+            "rope_theta": 5000000.0}
+
+
+def write_vlm_draft(ckpt: Path, hidden: int, vocab: int, mrope_section: list[int], seed: int) -> Path:
+    """A seeded random AngelSlim VLM draft (modal_type "VLM", interleaved mrope) of a Qwen3-VL target's geometry."""
+    draft_vocab = vocab * 3 // 4
+    cfg = {k: v for k, v in draft_config(hidden, vocab, draft_vocab).items() if k != "eagle_config"}
+    cfg.update(VLM_KEYS, rope_scaling={"type": "default", "rope_type": "default", "mrope_interleaved": True,
+                                       "mrope_section": mrope_section})
+    ckpt.mkdir(parents=True, exist_ok=True)
+    (ckpt / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    write_safetensors(ckpt / "model.safetensors", draft_tensors(hidden, vocab, draft_vocab, seed), {"t2d": "BOOL"})
+    return ckpt
+
+
 def synthesize_eagle3(out_dir: Path, seed: int, wait: bool, force: bool = False) -> tuple[Path, Path]:
     """Write out_dir/target and out_dir/ckpt as every kind does (synth.output). Returns both paths."""
     s = default_spec("llama").with_(layers=LAYERS)

@@ -1,6 +1,7 @@
 """An EAGLE-3 target as patch and verify see it, genai's tap rule, and the pair check.
 
-    inspect_target   openvino_model.xml of a text export: its decoder layer count (config.json), width and
+    inspect_target   openvino_model.xml of a text export, or openvino_language_model.xml of a VLM export
+                     (qwen3_vl, qwen2_5_vl): its decoder layer count (config.json, else text_config), width and
                      vocabulary (the logits MatMul), and which layers genai can tap
     genai_taps       openvino.genai (master da1db864, the 2026.4.1 binary's strings) eagle3_model_transforms.cpp
                      transform_hidden_state / is_hidden_state_residual_node: for layer i, the first op in
@@ -8,8 +9,13 @@
                      is a MatMul whose input 0 is a Multiply (the MLP residual: the output of layer i). A layer without
                      one (a MoE block's residual: openvino.genai issue 4390) cannot be tapped by 2026.4.1 as exported;
                      patch makes its output tappable by an edit of openvino_model.xml (moe_taps.py)
-    check_pair       the draft must be made for this target: width, vocabulary, and taps genai can take (or, for patch,
-                     taps whose MoE layer the edit makes tappable: target.edits)
+    check_pair       the draft must be made for this target: width, vocabulary, modality, and taps genai can take
+                     (or, for patch, taps whose MoE layer the edit makes tappable: target.edits). genai 2026.4.1 runs
+                     a VLM target's EAGLE-3 draft on embeddings (continuous_batching/pipeline.cpp: an inputs embedder
+                     makes the ModelDesc of Eagle3DecodingImpl; eagle3_strategy.cpp create_draft_input_embeddings
+                     and add_request feed the draft inputs_embeds and the target's mrope position_ids, shifted by
+                     one token): a text draft there fails at its first call ("Port for tensor name inputs_embeds was
+                     not found", measured), and a VLM draft on a text target has no embeddings to take
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from pathlib import Path
 from irsurgeon.core.config import read_json, text_section
 from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError
 from irsurgeon.draft.protocol import Target
-from irsurgeon.families.eagle3.layout import CONFIG, MODEL_XML
+from irsurgeon.families.eagle3.layout import CONFIG, MODEL_XML, VLM_XML, is_vlm_target
 from irsurgeon.families.eagle3.model import Eagle3Config, default_taps
 from irsurgeon.families.eagle3.moe_taps import LAYER_NAME, layer_outputs
 from irsurgeon.ir import files, graph
@@ -37,10 +43,15 @@ class Eagle3Target(Target):
     untapped: dict[int, str]            # the other layers whose output Add the edit can tap (MoE): layer -> its name
     taps: tuple[int, ...] = ()          # set by check_pair: the layers the draft is fed from
     edits: tuple[int, ...] = ()         # set by check_pair: the taps patch makes tappable (moe_taps.py)
+    xml_name: str = MODEL_XML           # the IR genai taps: VLM_XML for a VLM export
 
     @property
     def xml(self) -> Path:
-        return self.path / MODEL_XML
+        return self.path / self.xml_name
+
+    @property
+    def vlm(self) -> bool:
+        return self.xml_name == VLM_XML
 
 
 def genai_taps(model) -> dict[int, str]:
@@ -59,11 +70,13 @@ def genai_taps(model) -> dict[int, str]:
 
 def inspect_target(directory: str | Path) -> Eagle3Target:
     path = Path(directory)
-    xml = path / MODEL_XML
+    name = VLM_XML if is_vlm_target(path) else MODEL_XML
+    xml = path / name
     if not xml.is_symlink() and not xml.exists():
         raise IRError(f"{path}: no {MODEL_XML} (an EAGLE-3 target is a text export: optimum-cli export openvino "
-                      f"--task text-generation-with-past)")
-    section = text_section(read_json(path / CONFIG))
+                      f"--task text-generation-with-past; or a qwen3_vl / qwen2_5_vl export with {VLM_XML})")
+    top = read_json(path / CONFIG)
+    section = text_section(top)
     layers = section.get("num_hidden_layers")
     if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= 4096:
         raise ConfigError(f"{path / CONFIG}: num_hidden_layers must be an integer from 1 to 4096, found "
@@ -74,9 +87,10 @@ def inspect_target(directory: str | Path) -> Eagle3Target:
     if logits.rank.is_dynamic or logits[-1].is_dynamic:
         raise IRError(f"{xml}: the logits width (vocabulary) is not static")
     tappable = frozenset(genai_taps(model))
-    untapped = {i: name for i, name in layer_outputs(model).items() if i not in tappable}
-    return Eagle3Target(path, str(section.get("model_type", "")), layers, hidden, logits[-1].get_length(),
-                        tappable, untapped)
+    # moe_taps edits openvino_model.xml only: a VLM export's untappable layer is refused, not edited
+    untapped = {} if name == VLM_XML else {i: n for i, n in layer_outputs(model).items() if i not in tappable}
+    return Eagle3Target(path, str((top if name == VLM_XML else section).get("model_type", "")), layers, hidden,
+                        logits[-1].get_length(), tappable, untapped, xml_name=name)
 
 
 def resolve_taps(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...] | None = None
@@ -101,6 +115,14 @@ def check_pair(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...
         refuse(f"hidden_size is {cfg.hidden_size}, the target's is {target.hidden_size}")
     if cfg.vocab_size != target.vocab_size:
         refuse(f"vocab_size is {cfg.vocab_size}, the target's vocabulary is {target.vocab_size}")
+    if target.vlm and not cfg.vlm:
+        refuse(f"the target is a {target.model_type} VLM export and the draft a text draft (no modal_type \"VLM\"): "
+               f"openvino-genai 2026.4.1 feeds a VLM target's draft inputs_embeds and 3-row mrope position_ids")
+    if cfg.vlm and not target.vlm:
+        refuse(f"modal_type \"VLM\" (target_model_type {cfg.target_model_type}) names a VLM target, this is a "
+               f"{target.model_type} text export ({MODEL_XML})")
+    if cfg.vlm and cfg.target_model_type != target.model_type:
+        refuse(f"target_model_type is {cfg.target_model_type}, the target is {target.model_type}")
     taps, said = resolve_taps(target, cfg, override)
     outside = [i for i in taps if not 0 <= i < target.num_layers]
     if outside:

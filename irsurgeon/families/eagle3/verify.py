@@ -28,7 +28,7 @@ def verify_eagle3(target: Path, checkpoint: str | Path | None = None) -> list[Ch
         info = inspect_target(target)
     except IRSurgeonError as e:
         return [Check("target layout", False, str(e))]
-    checks = [Check("target layout", True, f"{MODEL_XML}: {info.model_type}, hidden {info.hidden_size}, vocab "
+    checks = [Check("target layout", True, f"{info.xml_name}: {info.model_type}, hidden {info.hidden_size}, vocab "
                                            f"{info.vocab_size}, {info.num_layers} layers, {len(info.tappable)} "
                                            f"tappable")]
     draft = target / DRAFT_DIR
@@ -56,14 +56,15 @@ def surgery_check(xml: Path, info: Eagle3Target, cfg) -> tuple[bool, str]:
         model = files.read_model(xml)
     except IRSurgeonError as e:
         return False, str(e)
-    found = surgery.problems(model, cfg.hidden_size, cfg.target_hidden_size)
+    found = surgery.problems(model, cfg.hidden_size, cfg.target_hidden_size, vlm=cfg.vlm)
     if found:
         return False, f"{DRAFT_DIR}/{MODEL_XML}: {found[0]}"
     taps = [int(t) for t in model.get_rt_info([eagle3.HIDDEN_LAYERS]).astype(str).split()]
     bad = [t for t in taps if t not in info.tappable]
     if bad:
         return False, f"{eagle3.HIDDEN_LAYERS} {taps} names layer {bad[0]}, which genai cannot tap in this target"
-    return True, f"fc, embedding, fed-back residual and d2t in genai's forms; taps the outputs of layers {taps}"
+    fed = "inputs_embeds and mrope positions" if cfg.vlm else "embedding"
+    return True, f"fc, {fed}, fed-back residual and d2t in genai's forms; taps the outputs of layers {taps}"
 
 
 def checkpoint_pair(info: Eagle3Target, checkpoint: Path) -> tuple[bool, str]:
