@@ -23,9 +23,9 @@ __version__ = "0.1.0"
 if "openvino" not in sys.modules:
     sys.modules.setdefault("openvino_telemetry", None)
 
-from irsurgeon.core.errors import IRSurgeonError
-
-_LAZY = {  # exported name -> (module, attribute)
+_LAZY = {  # exported name -> (module, attribute); nothing is imported here, so that `irsurgeon` starts straight into
+    # its entry point (irsurgeon.entry: a Ctrl-C from its first instruction on is one line and exit 130)
+    "IRSurgeonError": ("irsurgeon.core.errors", "IRSurgeonError"),
     "build_mtp_model": ("irsurgeon.flows.standalone", "build_mtp_model"),
     "save_draft": ("irsurgeon.flows.standalone", "save_draft"),
     "build_head": ("irsurgeon.flows.standalone", "build_head"),
@@ -46,4 +46,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'irsurgeon' has no attribute {name!r}")
 
 
-__all__ = ["IRSurgeonError", *_LAZY]
+__all__ = [*_LAZY]

@@ -1,11 +1,64 @@
-"""The `irsurgeon` console entry point: a Ctrl-C that lands while the CLI is still importing is a one-line error too."""
+"""The `irsurgeon` console entry point (and `python -m irsurgeon`): Ctrl-C at any moment of the process, from its
+first instruction here to its last, ends it in one line on stderr and exit code 130.
+
+    importing     a Ctrl-C while the CLI is still importing: "Error: interrupted"
+    the command   the group turns it into its one line (cli.Group: "Error: interrupted", or that the patch is
+                  complete); click's own handling (its "Aborted!" and exit 1) never sees it
+    the end       once the command's work is done, a Ctrl-C is "interrupted after the command completed" (the group,
+                  while it reports; here, after it has said how it ended: cli.ENDED). Then SIGINT is recorded and
+                  ignored, so no handler outlives the command into interpreter shutdown (CPython would print
+                  "Exception ignored ... KeyboardInterrupt" there, or die of the signal). After a command that
+                  failed, its one line already said it and its exit code stands. A Ctrl-C once SIGINT is ignored
+                  (the process is only exiting) changes nothing.
+"""
+import signal
 import sys
 
 
 def run() -> None:
+    ended: list[int] = []   # the exit code the command decided (cli.ENDED), once it has said it
+    late: list[int] = []    # a Ctrl-C that came after that
+    code = 130
     try:
-        from irsurgeon.cli import main
+        try:
+            from irsurgeon.cli import ENDED, main
+            ended = ENDED
+            main()
+        finally:
+            _quiet(late)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except KeyboardInterrupt:
-        print("Error: interrupted", file=sys.stderr)
-        sys.exit(130)
-    main()
+        _quiet(late)
+        if not ended:  # before the command said anything (importing): the one line is ours
+            _say("Error: interrupted")
+            sys.exit(130)
+        late.append(signal.SIGINT)  # after it had said its end
+        code = ended[-1]
+    if late and code == 0:
+        from irsurgeon.cli import AFTER_COMPLETION  # imported: the command ran
+        _say(f"Error: {AFTER_COMPLETION}")
+        code = 130
+    sys.exit(code)
+
+
+def _quiet(late: list) -> None:
+    """From here a Ctrl-C is recorded into `late`, including one CPython's C handler has already caught (the
+    Python-level handler is looked up when it runs), and then ignored for the rest of the process: a disposition,
+    so it holds for every thread (openvino's workers included), and one CPython keeps through its shutdown (its
+    signal module restores only handlers other than SIG_DFL and SIG_IGN to the default at exit, which would let a
+    late SIGINT kill the process)."""
+    signal.signal(signal.SIGINT, lambda signum, _frame: late.append(signum))
+    _checkpoint()  # a pending Ctrl-C runs the recorder here
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _checkpoint() -> None:
+    """A Python call: CPython runs pending signal handlers when one starts."""
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:  # stderr is gone (a closed pipe): the exit code still says it
+        return

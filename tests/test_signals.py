@@ -16,6 +16,7 @@ import pytest
 from helpers.cli import invoke
 from lab.demo import DEMO_CKPT, DEMO_TARGET, writable_copy
 from lab.dirsnap import snapshot
+from lab.families import FAMILIES as FAMILY_PARAMS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -226,3 +227,71 @@ def test_ctrl_c_before_the_commit_is_a_plain_interruption(tmp_path, monkeypatch)
     monkeypatch.setattr(DirectoryTransaction, "commit", interrupt)
     result = invoke("patch", target, "--checkpoint", DEMO_CKPT)
     assert result.exit_code == 130 and result.stderr.strip() == "Error: interrupted" and snapshot(target) == before
+
+
+# --- Ctrl-C from the first instruction to the last (lab.interrupts) -------------------------------------------------
+
+def judged(run, before: str, complete: str, json_out: bool = False) -> str:
+    """The rule of every end under Ctrl-C: exit 130 with one `Error:` line and the target as it was or complete,
+    or (a Ctrl-C once the process only exits) exit 0, no error, the target complete; never a traceback; with
+    --json, stdout is one document."""
+    err = run.stderr
+    assert "Traceback" not in err and "Exception ignored" not in err, err[-800:]
+    errors = [line for line in err.splitlines() if line.startswith("Error")]
+    state = snapshot_of(run.target)
+    if run.returncode == 130:
+        assert len(errors) == 1 and state in (before, complete), (errors, state == before)
+        if errors[0].startswith("Error: interrupted after the command completed") or "patch is complete" in errors[0]:
+            assert state == complete
+    else:
+        assert run.returncode == 0 and not errors and state == complete, (run.returncode, err[-400:])
+    if json_out:
+        import json
+        json.loads(run.stdout)  # one document, whatever the end
+    return errors[0] if errors else ""
+
+
+def snapshot_of(path: Path) -> str:
+    from lab.dirsnap import digest
+    return digest(path)
+
+
+def interrupt_patch(family, tmp_path, where: str, points, json_out: bool = False) -> list[str]:
+    from lab.families import FIXTURE_PAIRS
+    from lab.interrupts import count_events, interrupted_run, sample
+    import shutil
+    source, ckpt = FIXTURE_PAIRS[family.key]
+    target = tmp_path / "t"
+    args = ["patch", target, "--checkpoint", ckpt, *(["--json"] if json_out else [])]
+    shutil.copytree(source, target)
+    before = snapshot_of(target)
+    total, run = count_events(args, where)
+    assert run.returncode == 0, run.stderr
+    complete = snapshot_of(target)
+    said = []
+    for at in points(total, sample):
+        shutil.rmtree(target)
+        shutil.copytree(source, target)
+        run = interrupted_run(args, at, where)
+        run.target = target
+        said.append(judged(run, before, complete, json_out))
+    return said
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILY_PARAMS if f.id == "dflash"])
+def test_ctrl_c_at_any_moment_from_the_first_instruction_is_one_line_and_130(family, tmp_path):
+    said = interrupt_patch(family, tmp_path, "AT", lambda total, sample: sample(total, 3))
+    assert said[0] == "Error: interrupted" and any("patch is complete" in s for s in said), said
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILY_PARAMS if f.id == "qwen3_5"])
+def test_ctrl_c_while_the_command_ends_says_it_completed_and_json_stays_one_document(family, tmp_path):
+    said = interrupt_patch(family, tmp_path, "END", lambda total, sample: sample(total, 2), json_out=True)
+    assert said[0] == "Error: interrupted after the command completed: what it did is done", said
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILY_PARAMS)
+def test_ctrl_c_at_any_moment_of_every_familys_patch(family, tmp_path):
+    interrupt_patch(family, tmp_path, "AT", lambda total, sample: sample(total, 12))
+    interrupt_patch(family, tmp_path, "END", lambda total, sample: range(1, total + 1, 3))

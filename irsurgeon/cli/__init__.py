@@ -11,7 +11,7 @@ import click
 
 from irsurgeon import __version__
 from irsurgeon.core.errors import Interrupted, IRSurgeonError, cause
-from irsurgeon.core.signals import on_own_stack
+from irsurgeon.core.signals import deferred_sigint, on_own_stack
 from irsurgeon.core.text import shown
 from irsurgeon.cli.options import JSON_TO, LOST, RESULT, write
 from irsurgeon.families import registry
@@ -19,8 +19,41 @@ from irsurgeon.families import registry
 DEBUG_ENV = "IRSURGEON_DEBUG"
 
 
+SAID = "irsurgeon.said"  # ctx.meta: the JSON document is out
+AFTER_COMPLETION = "interrupted after the command completed: what it did is done"
+ENDED: list[int] = []  # the exit code each invocation decided, appended once its end is being said (irsurgeon.entry)
+
+
 class Group(click.Group):
     """Runs a command and turns every failure into `Error: ...` on one line and a non-zero exit."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode: bool = True, **extra):
+        """click's standalone mode, but a Ctrl-C outside the command (while click parses the arguments or closes
+        the context) is `Error: interrupted` and 130 like any other, not click's "Aborted!" and exit 1."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        ENDED.clear()
+        try:
+            done = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Exit as e:  # --help, --version
+            sys.exit(e.exit_code)
+        except click.ClickException as e:  # a usage error: its document is out (invoke); click's message here
+            ENDED.append(e.exit_code)
+            e.show()
+            sys.exit(e.exit_code)
+        except click.Abort:  # click's form of a KeyboardInterrupt (or EOF) it met outside invoke
+            if ENDED and ENDED[-1]:  # after the command's own failure was said: its one line and code stand
+                sys.exit(ENDED[-1])
+            fail(AFTER_COMPLETION if ENDED else "interrupted", 130)
+        sys.exit(done if isinstance(done, int) else 0)
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        """The group's context; a Ctrl-C while click parses the arguments is ours to say (click would print a blank
+        line and "Aborted!")."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
 
     def invoke(self, ctx: click.Context):
         LOST.clear()  # what an earlier in-process invocation (the Python API's CliRunner, tests) could not write
@@ -28,12 +61,15 @@ class Group(click.Group):
         # what the subcommand was given (click >= 8.2 keeps the command name in _protected_args, 8.1 in protected_args)
         protected = ctx.__dict__.get("_protected_args", ctx.__dict__.get("protected_args", []))
         ctx.meta["irsurgeon.args"] = [*protected, *ctx.args]
+        completed: list[bool] = []
         try:
             done = super().invoke(ctx)
+            completed.append(True)
             if LOST:  # the command did its work; only its report to stdout could not be written
                 fail(f"{ctx.invoked_subcommand} completed, but its output could not be written to stdout "
                      f"({LOST[0].lower()}): what it did is done; run it again to see its report", 1)
             document(ctx, {"ok": True})
+            ENDED.append(0)
             return done
         except click.UsageError as e:  # click prints the usage and exits 2; --json also gets its one document
             document(ctx, {"ok": False, "error": shown(e.format_message()), "exit_code": e.exit_code})
@@ -43,6 +79,8 @@ class Group(click.Group):
         except IRSurgeonError as e:
             fail(str(e) + _hint(ctx, e), 1, ctx)
         except KeyboardInterrupt as e:
+            if completed:  # while the command's report was being said: what it did is done
+                fail(AFTER_COMPLETION, 130, ctx)
             fail(f"interrupted: {e}" if isinstance(e, Interrupted) else "interrupted", 130, ctx)
         except OSError as e:
             where = f"{e.filename}: " if e.filename else ""
@@ -80,6 +118,9 @@ def _watch_sigint() -> list:
     def handler(signum, frame):
         seen.append(signum)
         raise KeyboardInterrupt
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started with Ctrl-C ignored (`nohup`, a shell's `&`):
+        return seen  # kept so, as Python keeps it: SIGINT becomes KeyboardInterrupt only "if the parent process has
+        # not changed it" (the `signal` module's documentation, "General rules")
     try:
         signal.signal(signal.SIGINT, handler)
         on_own_stack()  # not on a stale alternate stack openvino-genai may leave (irsurgeon.core.signals)
@@ -92,6 +133,7 @@ def fail(message: str, code: int, ctx: click.Context | None = None) -> None:
     """One `Error:` line on stderr and the exit code; a command run with --json also gets its one JSON document,
     saying what failed (document)."""
     line = shown(" ".join(message.split(" ")))
+    ENDED.append(code)
     click.echo(f"Error: {line}", err=True)
     if ctx is not None:
         document(ctx, {"ok": False, "error": line, "exit_code": code})
@@ -103,18 +145,20 @@ def document(ctx: click.Context, outcome: dict) -> None:
     {ok, command, result} and, on failure, {error, exit_code}; `result` is what the command reported
     (options.report), null when it ended before it had anything to say. To stdout, or to verify's --json FILE."""
     to = ctx.meta.get(JSON_TO) or _json_in_args(ctx)
-    if not to:
+    if not to or ctx.meta.get(SAID):  # one document per run: a Ctrl-C after it is out changes only the exit
         return
     text = json.dumps({"ok": outcome["ok"], "command": ctx.invoked_subcommand, "result": ctx.meta.get(RESULT),
                        **{k: v for k, v in outcome.items() if k != "ok"}}, indent=1)
-    if to == "-":
-        write(text, False)
-        return
-    try:
-        Path(to).write_text(text + "\n")
-    except OSError as e:
-        click.echo(f"Error: {shown(to)}: cannot write the JSON document: {e.strerror or e}", err=True)
-        sys.exit(outcome.get("exit_code") or 1)
+    with deferred_sigint():  # written whole and marked said, or not at all; a Ctrl-C meanwhile comes after
+        ctx.meta[SAID] = True
+        if to == "-":
+            write(text, False)
+            return
+        try:
+            Path(to).write_text(text + "\n")
+        except OSError as e:
+            click.echo(f"Error: {shown(to)}: cannot write the JSON document: {e.strerror or e}", err=True)
+            sys.exit(outcome.get("exit_code") or 1)
 
 
 def _json_in_args(ctx: click.Context) -> str | None:

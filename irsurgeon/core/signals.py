@@ -156,5 +156,5 @@ def deferred_sigint():
     finally:
         signal.signal(signal.SIGINT, previous)
         on_own_stack()
-    if received:
+    if received and previous is not signal.SIG_IGN:  # a process started with Ctrl-C ignored keeps ignoring it
         raise KeyboardInterrupt
