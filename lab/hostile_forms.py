@@ -7,7 +7,7 @@ openvino_config.json values. Each costs nothing on disk.
 The inputs are derived for every registered family (families.registry) from its layout and its bundled pair
 (lab.families.FIXTURE_PAIRS): `INPUTS[(family key, path)]` gives the file's role (ROLES), the commands that
 read it and its forms: the generic ones of its kind (KIND_FORMS, NAMED_FORMS) plus the family's content forms for
-that role (FAMILY_FORMS, optional). `all_cases()` is every combination; `sample()` the default run's slice. A new
+that role (ROLE_FORMS, every family's; FAMILY_FORMS, optional). `all_cases()` is every combination; `sample()` the default run's slice. A new
 family is attacked by its registry line and its fixture pair; a form table is all it may add.
 """
 from __future__ import annotations
@@ -390,9 +390,65 @@ GEMMA4_TARGET_CONFIG_FORMS = {
 # --- where each input lives and which commands read it, for every registered family --------------------------------
 
 # Forms by kind of file: every family's file of that kind gets all of them
+def _rope(key: str, value, scaling: dict | None = None) -> Callable[[Path], None]:
+    """Set `key` to value wherever the config tree has it; where it has none, add it at the level that holds
+    rope_theta or the text settings (scaling: the rope_scaling object added with it, for a factor)."""
+    def edit(data: dict) -> None:
+        if _set_everywhere(data, key, value):
+            return
+        if scaling is not None and _set_in_rope_objects(data, key, value):
+            return  # a factor joins the RoPE objects the config has (Gemma 4's per-layer-type rope_parameters)
+        level = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+        if scaling is None:
+            level[key] = value
+        else:
+            level["rope_scaling"] = {**scaling, key: value}
+    return json_edit(edit)
+
+
+def _set_in_rope_objects(node, key: str, value) -> int:
+    """Set key in every object that holds a rope_type (a RoPE parameter set); returns how many."""
+    count = 0
+    if isinstance(node, dict):
+        if "rope_type" in node:
+            node[key] = value
+            count += 1
+        count += sum(_set_in_rope_objects(v, key, value) for v in node.values())
+    elif isinstance(node, list):
+        count += sum(_set_in_rope_objects(x, key, value) for x in node)
+    return count
+
+
+def _set_everywhere(node, key: str, value) -> int:
+    count = 0
+    if isinstance(node, dict):
+        for k in list(node):
+            if k == key:
+                node[k] = value
+                count += 1
+            else:
+                count += _set_everywhere(node[k], key, value)
+    elif isinstance(node, list):
+        count += sum(_set_everywhere(x, key, value) for x in node)
+    return count
+
+
+# RoPE values every family reads from its checkpoint config, computed with before they were checked (math domain
+# errors, a ZeroDivisionError, float32 overflow into the tables): each must be refused in one line naming the key
+ROPE_CONFIG_FORMS = {
+    "rope_theta-nan": _rope("rope_theta", math.nan),
+    "rope_theta-inf": _rope("rope_theta", math.inf),
+    "rope_theta-1e308": _rope("rope_theta", 1e308),
+    "rope_theta-negative": _rope("rope_theta", -10000.0),
+    "rope-factor-1e300": _rope("factor", 1e300, {"rope_type": "linear"}),
+    "rope-factor-subnormal": _rope("factor", 5e-324, {"rope_type": "linear"}),
+}
+
 KIND_FORMS = {".json": JSON_FORMS, ".xml": XML_FORMS, ".bin": BIN_FORMS, ".safetensors": SAFETENSORS_FORMS}
 # Forms by file name, whoever's target holds it (the house reads it: irsurgeon.quant.precision for every family)
 NAMED_FORMS = {"openvino_config.json": OPENVINO_CONFIG_FORMS}
+# role -> content forms every family's file of that role gets (the registry's families alike, a new one included)
+ROLE_FORMS = {"checkpoint config": ROPE_CONFIG_FORMS}
 # family key -> role -> content forms added to the generic ones of the file's kind (a family without a table still
 # gets every generic form)
 FAMILY_FORMS = {
@@ -429,7 +485,7 @@ def forms_for(family: str, path: str, role: str) -> dict[str, Callable[[Path], N
         return PROMPT_FORMS
     name = path.rsplit("/", 1)[-1]
     generic = NAMED_FORMS.get(name) or KIND_FORMS.get(Path(name).suffix, BIN_FORMS)
-    return {**generic, **FAMILY_FORMS.get(family, {}).get(role, {})}
+    return {**generic, **ROLE_FORMS.get(role, {}), **FAMILY_FORMS.get(family, {}).get(role, {})}
 
 
 def family_inputs(family) -> list[Input]:
