@@ -15,6 +15,7 @@ Each check is a Check row; a failed check never raises. The house (irsurgeon.flo
 """
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import openvino as ov
@@ -22,6 +23,7 @@ import openvino as ov
 from irsurgeon.core import rtinfo
 from irsurgeon.core.config import read_json
 from irsurgeon.core.errors import IRSurgeonError
+from irsurgeon.core.text import shown
 from irsurgeon.draft.protocol import Check
 from irsurgeon.families.dflash import model as dflash
 from irsurgeon.families.dflash.layout import CONFIG, DRAFT_DIR, DRAFT_FILES, MODEL_XML
@@ -57,7 +59,7 @@ def _checks(target: Path, checkpoint) -> list[Result]:
         return checks + [("draft pair", False, str(e))]
     checks.append(("draft pair", *pair(info, cfg)))
     if checkpoint is not None:
-        checks.append(("checkpoint pair", *checkpoint_pair(info, Path(checkpoint))))
+        checks.append(("checkpoint pair", *checkpoint_pair(info, Path(checkpoint), cfg)))
     try:
         model = files.read_model(draft / MODEL_XML)  # byte-checked first: no DTD, .bin long enough
     except IRSurgeonError as e:
@@ -77,12 +79,23 @@ def pair(info, cfg) -> tuple[bool, str]:
                   f"{cfg.num_target_layers}, mask token {cfg.mask_token_id} < vocab {info.vocab_size}")
 
 
-def checkpoint_pair(info, checkpoint: Path) -> tuple[bool, str]:
+def checkpoint_pair(info, checkpoint: Path, built) -> tuple[bool, str]:
+    """--checkpoint against the target, and against the configuration the draft in DRAFT_DIR was built from (its
+    config.json, the checkpoint's as the patch copied it): a DFlash draft shares no tensor with its checkpoint's
+    target, so what proves it is this checkpoint's draft is every value the build read being the same (a mask token,
+    target layers or block size of another checkpoint make another draft)."""
     try:
         cfg = dflash.parse_config(read_json(checkpoint / CONFIG), str(checkpoint / CONFIG))
     except IRSurgeonError as e:
         return False, str(e)
-    return pair(info, cfg)
+    ok, detail = pair(info, cfg)
+    differ = [f.name for f in fields(cfg) if f.compare and getattr(cfg, f.name) != getattr(built, f.name)]
+    if ok and differ:
+        name = differ[0]
+        return False, (f"{checkpoint}: not the checkpoint {DRAFT_DIR}/ was built from: its {name} is "
+                       f"{shown(repr(getattr(cfg, name)))[:60]}, the draft's {shown(repr(getattr(built, name)))[:60]}"
+                       + (f" (and {len(differ) - 1} more value(s) differ)" if len(differ) > 1 else ""))
+    return ok, detail
 
 
 def _port(p, etype: ov.Type, rank: int, last: int | None) -> str | None:

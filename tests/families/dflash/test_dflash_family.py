@@ -104,3 +104,22 @@ def test_verify_rejects_a_target_whose_last_layer_is_the_pre_norm_tensor(tmp_pat
         '<hidden_states_decoder_layers value="x" />', ""))
     failed = {c.name: c.detail for c in verify_directory(target) if not c.ok}
     assert failed.get("hidden-state annotation", "").startswith("absent"), failed
+
+
+@pytest.mark.parametrize("key, value", [("mask_token_id", 3), ("block_size", 8)])
+def test_verify_checkpoint_names_another_checkpoint_of_the_same_geometry(tmp_path, key, value):
+    """A checkpoint that fits the target but is not the one the draft was built from (another mask token, another
+    block size: another draft) is not this directory's: --checkpoint says so, naming the value."""
+    source, ckpt = FIXTURE_PAIRS["dflash"]
+    target = shutil.copytree(source, tmp_path / "t")
+    assert invoke("patch", target, "--checkpoint", ckpt).exit_code == 0
+    same = {c.name: c for c in verify_directory(target, checkpoint=ckpt)}
+    assert same["checkpoint pair"].ok, same["checkpoint pair"]
+    other = shutil.copytree(ckpt, tmp_path / "other")
+    config = read_json(other / "config.json")
+    where = config.get("dflash_config") if key == "mask_token_id" and "dflash_config" in config else config
+    assert where.get(key) != value
+    where[key] = value
+    (other / "config.json").write_text(json.dumps(config))
+    checks = {c.name: c for c in verify_directory(target, checkpoint=other)}
+    assert not checks["checkpoint pair"].ok and key in checks["checkpoint pair"].detail, checks["checkpoint pair"]
