@@ -45,7 +45,7 @@ def main() -> None:
         for family in registry.FAMILIES:
             target, ckpt = FIXTURE_PAIRS[family.key]
             targets[family.key] = shutil.copytree(target, Path(tmp) / family.key)
-            patch(targets[family.key], ckpt, Options())
+            patch(targets[family.key], ckpt, options=Options())
         keys = [*targets, "import only"]
         peaks: dict[str, list[int]] = {k: [] for k in keys}
         for r in range(args.rounds):

@@ -69,7 +69,7 @@ def test_build_head_writes_the_chosen_format(tmp_path):
 def test_patch_verify_show_annotate(tmp_path):
     target = writable_copy(DEMO / "target", tmp_path / "target")
     lines: list[str] = []
-    result = api("patch_directory")(target, DEMO / "ckpt", api("Options")(), echo=lines.append)
+    result = api("patch_directory")(target, DEMO / "ckpt", options=api("Options")(), echo=lines.append)
     assert "openvino_mtp_model.xml" in result.written and not result.skipped, lines
     checks = api("verify_directory")(target)
     assert checks and all(c.ok for c in checks), [(c.name, c.detail) for c in checks if not c.ok]
@@ -99,3 +99,13 @@ def test_the_library_is_silent_unless_given_a_channel(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=DEMO.parents[1], timeout=300)
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr.strip().isdigit() and int(proc.stderr) >= 1, \
         (proc.stdout, proc.stderr[-2000:])
+
+
+@pytest.mark.parametrize("name, positional", [("patch_directory", 2), ("verify_directory", 2), ("show_path", 1),
+                                              ("build_mtp_model", 1), ("save_draft", 2), ("annotate_ir", 1)])
+def test_public_functions_take_keywords_beyond_their_first_one_or_two(name, positional):
+    """A caller names every argument past the first one or two (options, echo, hub, ...), so a new parameter can never
+    shift what a positional call means."""
+    import inspect
+    params = inspect.signature(api(name)).parameters.values()
+    assert sum(p.kind is p.POSITIONAL_OR_KEYWORD for p in params) == positional, list(params)

@@ -273,7 +273,7 @@ def test_an_unknown_weight_format_is_refused_before_any_note():
 
     said = []
     try:
-        patch_directory(DEMO_TARGET, DEMO_CKPT, Options(weight_format="int3"), echo=said.append)
+        patch_directory(DEMO_TARGET, DEMO_CKPT, options=Options(weight_format="int3"), echo=said.append)
     except CompressionError as e:
         assert "int3" in str(e)
     else:

@@ -55,7 +55,7 @@ def kv_bytes(xml: Path) -> int:
 
 def test_demo_footprint_matches_hand_computation(patched):
     context = 1000
-    fp = show(patched, context)["footprint"]
+    fp = show(patched, context=context)["footprint"]
     tc = text_section(read_json(patched / "config.json"))
     kinds = Counter(tc["layer_types"])
     nkv, hd = tc["num_key_value_heads"], tc["head_dim"]
@@ -100,7 +100,7 @@ def test_bad_context_is_refused(patched):
 
 
 def test_target_without_head():
-    fp = show(DEMO / "target", 10)["footprint"]
+    fp = show(DEMO / "target", context=10)["footprint"]
     assert fp["kv"]["draft"] is None and not fp["weights"]["draft"]["files"]
     assert fp["kv"]["target"]["bytes_per_token"] > 0
 
@@ -141,7 +141,7 @@ def test_constant_and_odd_states():
 
 
 def test_reference_int4_uses_the_cpu_default_estimate(export):
-    fp = show(export("dense-int4"), 4096)["footprint"]
+    fp = show(export("dense-int4"), context=4096)["footprint"]
     t, m = fp["kv"]["target"], fp["kv"]["draft"]
     assert t["estimate"] and m["estimate"] and t["precision"] == m["precision"] == "u8"
     assert m["bytes_per_token"] * t["layers"] == t["bytes_per_token"]
@@ -152,7 +152,7 @@ def test_the_runtime_overhead_is_the_directory_familys_own(family, tmp_path):
     """Each family's measured overhead (Family.runtime_overhead), not one family's number for all."""
     from irsurgeon.flows.patch import Options, patch
     target, ckpt = fixture_pair(family, tmp_path)
-    patch(target, ckpt, Options(weight_format="f32"))
+    patch(target, ckpt, options=Options(weight_format="f32"))
     oh = result_of(CliRunner().invoke(main, ["show", str(target), "--json"]).output)["footprint"]["runtime_overhead"]
     assert oh["bytes"] == family.runtime_overhead * 2**20 and family.title in oh["basis"], oh
     assert len({f.runtime_overhead for f in registry.FAMILIES}) > 1  # measured apart: Qwen's is not Gemma 4's

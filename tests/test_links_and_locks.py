@@ -248,7 +248,7 @@ def building(monkeypatch):
     def start(target, ckpt):
         def run():
             try:
-                runs.append(flow.patch(target, ckpt, flow.Options(weight_format="f32")))
+                runs.append(flow.patch(target, ckpt, options=flow.Options(weight_format="f32")))
             except BaseException as e:  # handed to the test below
                 runs.append(e)
         thread = threading.Thread(target=run)

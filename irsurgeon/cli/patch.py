@@ -46,7 +46,7 @@ def command(target: Path, source: str, weight_format: str, kv_cache_precision: s
                       allow_foreign_checkpoint=allow_foreign_checkpoint, hub=make_hub(revision, token, cache_dir),
                       hidden_layers=hidden_layers)
     echo = echo_for(as_json)
-    result = patch(target, source, options, echo=echo)
+    result = patch(target, source, options=options, echo=echo)
     report({"target": str(result.target), "family": result.family, "changed": bool(result.written),
             "written": result.written, "dry_run": dry_run, "plan": result.plan})
     if not as_json and not result.skipped:

@@ -23,7 +23,7 @@ def command(ctx: click.Context, path: Path, as_json: bool, context: int) -> None
     """Describe PATH: an OpenVINO IR .xml, or an exported model directory (draft readiness, memory footprint)."""
     from irsurgeon.flows.show import show  # on use: it imports openvino (~0.2 s of every other command's start)
 
-    info = show(path, context)
+    info = show(path, context=context)
     if info["kind"] == "ir" and ctx.get_parameter_source("context") != click.core.ParameterSource.DEFAULT:
         click.echo(f"note: --context sizes a directory's KV cache; ignored for the single IR {path} "
                    f"(show its directory for the footprint)", err=True)

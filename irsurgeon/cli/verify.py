@@ -114,7 +114,7 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
     echo = functools.partial(safe_echo, err=to_stdout)  # stdout carries only the JSON document then
     results = {"target": str(target), "ready": False, "failed": [], "checks": []}
     report(results)  # filled below: the document says how far the run got, whatever its end
-    checks = verify_directory(target, checkpoint, make_hub(revision, token, cache_dir), echo=echo)
+    checks = verify_directory(target, checkpoint, hub=make_hub(revision, token, cache_dir), echo=echo)
     for c in checks:
         echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
     results["checks"] = [c.__dict__ for c in checks]

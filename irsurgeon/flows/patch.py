@@ -60,7 +60,7 @@ def elapsed(start: float) -> str:
     return f"{time.perf_counter() - start:.1f} s"
 
 
-def patch(target_dir: str | Path, source: str | Path, options: Options = Options(), echo: Echo = silent) -> PatchResult:
+def patch(target_dir: str | Path, source: str | Path, *, options: Options = Options(), echo: Echo = silent) -> PatchResult:
     """The whole in-place flow (see the module docstring); returns what was written. echo: where its progress lines
     go (default: nowhere; the CLI prints them)."""
     start = time.perf_counter()

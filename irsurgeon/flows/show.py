@@ -34,7 +34,7 @@ DEFAULT_CONTEXT = 4096
 CONFIG_KEYS = ("model_type", "text_model_type", "num_hidden_layers", "hidden_size", "mtp_num_hidden_layers", "error")
 
 
-def show(path: str | Path, context: int = DEFAULT_CONTEXT) -> dict:
+def show(path: str | Path, *, context: int = DEFAULT_CONTEXT) -> dict:
     """show_directory for a directory (footprint at `context` tokens), show_ir for an `.xml`."""
     path = Path(path)
     if path.is_dir():

@@ -51,7 +51,7 @@ def load_mtp(checkpoint: str | Path, config: str | Path | None = None, allow_non
     return load_with(found.recipe(), checkpoint, config, allow_nonfinite, warn)
 
 
-def build_mtp_model(checkpoint: str | Path, config: str | Path | None = None,
+def build_mtp_model(checkpoint: str | Path, *, config: str | Path | None = None,
                     weight_format: str | WeightFormat = WeightFormat.F16, allow_nonfinite: bool = False,
                     warn=silent, hub=None, moe_form: str | None = None, family=None):
     """Build the draft of a checkpoint directory, a .safetensors file with its config.json, or a Hugging Face
@@ -83,14 +83,14 @@ def build_head(checkpoint: str | Path, out_dir: str | Path, choice: Choice, *, c
     """
     check_kv_cache_precision(kv_cache_precision)
     standalone = registry.standalone()
-    model = build_mtp_model(checkpoint, config, build_format(choice), allow_nonfinite=allow_nonfinite, warn=echo,
+    model = build_mtp_model(checkpoint, config=config, weight_format=build_format(choice), allow_nonfinite=allow_nonfinite, warn=echo,
                             hub=hub, family=standalone)
     staging = Staging(Path(str(checkpoint)), str(checkpoint), None, Options(kv_cache_precision=kv_cache_precision),
                       echo, choice)
     return save_draft(standalone.finish(model, staging), out_dir, wait=wait, echo=echo, replace=replace)
 
 
-def save_draft(model, out_dir: str | Path, wait: bool = False, echo=None, replace: bool = True) -> Path:
+def save_draft(model, out_dir: str | Path, *, wait: bool = False, echo=None, replace: bool = True) -> Path:
     """Write a standalone family's draft into out_dir as that family names it (draft.build.save_draft), recovering
     first what a killed run of any family left there."""
     return build.save_draft(model, out_dir, registry.standalone().layout.draft_xml, writable=registry.writable(),

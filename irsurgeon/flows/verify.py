@@ -27,7 +27,7 @@ from irsurgeon.commit.journal import leftover_state
 from irsurgeon.quant.formats import openvino_config_format
 
 
-def verify_directory(target: str | Path, checkpoint: str | Path | None = None, hub=None, echo=silent,
+def verify_directory(target: str | Path, checkpoint: str | Path | None = None, *, hub=None, echo=silent,
                      family: Family | None = None) -> list[Check]:
     """The checks of the directory's family (`family`: the one the caller already resolved); with `checkpoint` (a
     path or repo id; `hub`: weights.hub.HubOptions) also whether that checkpoint belongs to the directory, as the

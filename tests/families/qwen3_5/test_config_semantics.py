@@ -290,7 +290,7 @@ def dense_variants(ckpt, tmp_path_factory):
 
 def head(variants, name, fmt="f16"):
     weights, config = variants(name)
-    return build_mtp_model(weights, config, weight_format=fmt, warn=lambda line: None)
+    return build_mtp_model(weights, config=config, weight_format=fmt, warn=lambda line: None)
 
 
 @pytest.mark.parametrize("stale", ["stale-prf", "stale-theta"])
