@@ -290,7 +290,7 @@ PINNED = {
         ("patched/config.json", "num_kv_shared_layers-all", "verify", 1),
         # refused after 28 s at 2.3 GB; accepted
         ("ckpt/model.safetensors", "header-million-tensors", "patch", 1),
-        ("ckpt/model.safetensors", "header-aliased-tensors", "build-mtp", 1),
+        ("ckpt/model.safetensors", "header-aliased-tensors", "patch", 1),
         ("ckpt/model.safetensors", "header-duplicate-name", "patch", 1),
     ] + [("ckpt/model.safetensors", form, "patch", 0 if form in ("token_ordering-int32", "embed-f64") else 1)
          for form in GEMMA4_ASSISTANT_FORMS],
