@@ -225,7 +225,9 @@ def read_taps(cfg: dict, arch: str, source: str) -> tuple[Taps, list[str]]:
         ._extract_auxiliary_hidden_states takes HF hidden_states[id + 1] (index 0 is the embedding output), and its
         vLLM backends (VLLMBackend / VLMVLLMBackend.get_aux_and_target_hiddens) all_hs[id], where _LLMSetupHooksFn
         records each decoder layer's forward output (hidden_states + residual): id k is the output of layer k.
-        It comes first for that layout: the eagle_* keys below are not read by AngelSlim's trainer;
+        It comes first for that layout: the eagle_* keys below are not read by AngelSlim's trainer. (Its offline
+        path, tools/generate_hidden_for_draft_model.py, calls get_aux_and_target_hiddens without ids: a draft
+        trained offline took the default whatever the key says; a checkpoint does not say which path trained it);
       - eagle_config.eagle_aux_hidden_state_layer_ids (SpecForge, trained against SGLang): SGLang
         python/sglang/srt/models/llama.py LlamaModel.set_eagle3_layers_to_capture adds 1 to each id and
         LlamaModel.forward captures hidden_states + residual before layer i: id k is the output of layer k;
