@@ -5,6 +5,8 @@ genai hands the draft, and the same draft re-stored in vLLM speculators' layout.
     target_embed(target)             the target IR's token-embedding table (what genai gives the draft) as float32
     reference(ckpt, embed=None)      an Eagle3Reference of the checkpoint (embed: the fixture target's by default)
     speculators_variant(src, dst)    src (SafeAILab layout) rewritten as an `Eagle3Speculator` checkpoint in dst
+    with_target_table(model, table)  the draft IR with its embedding Gather reading `table` (genai's share_vocabulary)
+    run_calls(model, calls)          several stateful f32 calls of a draft IR: (logits of each, the feeds used)
 """
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from helpers.numpy_eagle3 import Eagle3Reference, layer_config
+from irsurgeon.families.eagle3 import surgery
 from irsurgeon.weights.safetensors_io import SafetensorsFile, f32_to_bf16, write_safetensors
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "fixtures" / "eagle3" / "target"  # `irsurgeon synth --kind eagle3 --seed 0`
 EMBED_NAME = "model.embed_tokens.weight"
+F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}  # the plugin's default KV cache is u8
 # the Llama fields speculators' converter carries into transformer_layer_config
 # (src/speculators/convert/converters/eagle3.py, Eagle3SpeculatorConverter._pretrained_config)
 LAYER_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -103,3 +107,31 @@ def speculators_variant(src_ckpt: Path, dst: Path, embed: np.ndarray | None = No
     write_safetensors(dst / "model.safetensors", {n: r for n, (r, _) in out.items()},
                       {n: dt for n, (_, dt) in out.items()})
     return dst
+
+
+def with_target_table(model, table: np.ndarray):
+    """What genai's share_vocabulary does: the draft's embedding Gather reads the target's table."""
+    gather = surgery.embedding_gather(model)
+    import openvino as ov
+
+    gather.input(0).replace_source_output(ov.opset13.constant(table).output(0))
+    model.validate_nodes_and_infer_types()
+    return model
+
+
+def run_calls(model, calls: list[int], seed: int = 0) -> tuple[list[np.ndarray], list]:
+    """Several stateful calls of the IR (the KV state carried), with the feeds used."""
+    import openvino as ov
+
+    request = ov.Core().compile_model(model, "CPU", F32).create_infer_request()
+    rng, pos, outs, feeds = np.random.default_rng(seed), 0, [], []
+    H3 = 3 * surgery.fc_matmul(model).input_value(1).get_partial_shape()[0].get_length()  # fc: [H, 3 H_t]
+    for s in calls:
+        feed = {"input_ids": rng.integers(0, 200, (1, s)), "position_ids": np.arange(pos, pos + s)[None],
+                "attention_mask": np.ones((1, pos + s), np.int64),
+                "hidden_states": rng.standard_normal((1, s, H3)).astype(np.float32) * 0.5,
+                "beam_idx": np.zeros(1, np.int32)}
+        outs.append(request.infer(feed)["logits"].copy())
+        feeds.append(feed)
+        pos += s
+    return outs, feeds

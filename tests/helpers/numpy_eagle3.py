@@ -23,7 +23,9 @@ key-value heads, head_dim. Weights are the checkpoint's (`<p>` = `midlayer.` or 
     q   = x Wq^T -> [B, n, S, D];  k, v = x Wk^T, x Wv^T -> [B, n_kv, S, D]     (q/k/v_proj take the 2H concat)
     q,k = q cos + rotate_half(q) sin, the same for k; rotate_half(u) = concat(-u[D/2:], u[:D/2]);
           angle[p, j] = p * theta^(-2j/D) for j < D/2, repeated for both halves (cat(freqs, freqs)); theta from
-          `rope_theta` (default 10000); p = position_ids
+          `rope_theta` (default 10000), but 10000 always for an AngelSlim text draft (`Eagle3LlamaForCausalLM`
+          without mrope: its trainer's `llama_eagle3.py` `LlamaAttention._init_rope` gives `LlamaRotaryEmbedding`
+          no base, whose default is 10000); p = position_ids
     K,V = the cache (earlier calls) then k, v                 [B, n_kv, T, D];  each kv head serves n/n_kv q heads
     a   = softmax(q K^T / sqrt(D) + mask) V                   [B, n, S, D] -> [B, S, n*D]; mask: query i (the
           (T-S+i)-th cached row) sees cached rows 0..T-S+i (causal in cache order) and rows attention_mask keeps
@@ -94,7 +96,11 @@ def layer_config(config: dict) -> dict:
     return config.get("transformer_layer_config") or config
 
 
-def rope_theta(layer: dict) -> float:
+ANGELSLIM = "Eagle3LlamaForCausalLM"
+ANGELSLIM_BASE = 10000.0  # AngelSlim llama_eagle3.py: LlamaRotaryEmbedding(dim, max_position_embeddings, base=10000)
+
+
+def rope_theta(layer: dict, architectures=()) -> float:
     params = layer.get("rope_parameters") or {}
     scaling = layer.get("rope_scaling") or {}
     if "mrope_section" in scaling:  # AngelSlim's MRotaryEmbedding: rope_scaling.rope_theta, else rope_theta
@@ -102,6 +108,8 @@ def rope_theta(layer: dict) -> float:
     kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
     if kind != "default":
         raise NotImplementedError(f"rope type {kind!r}: the reference does Llama's default rope only")
+    if ANGELSLIM in architectures:  # its text draft's LlamaRotaryEmbedding is made without a base
+        return ANGELSLIM_BASE
     return float(layer.get("rope_theta") or params.get("rope_theta") or 10000.0)
 
 
@@ -135,7 +143,7 @@ class Eagle3Reference:
         self.kv_heads = int(layer.get("num_key_value_heads") or self.heads)
         self.head_dim = int(layer.get("head_dim") or self.hidden // self.heads)
         self.eps = float(layer.get("rms_norm_eps", 1e-6))
-        self.theta = rope_theta(layer)
+        self.theta = rope_theta(layer, config.get("architectures") or ())
         self.mrope_section = (layer.get("rope_scaling") or {}).get("mrope_section")
         self.norm_before_residual = bool(config.get("norm_before_residual") or layer.get("norm_before_residual"))
         self.norm_before_fc = bool(config.get("norm_before_fc") or layer.get("norm_before_fc"))

@@ -163,14 +163,19 @@ def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
     target_type = read_modal(cfg, source)
     if target_type is not None:
         rope_cfg = rope.read_mrope(section, v["rope_theta"], D, source)
+    elif arch == layout.ANGELSLIM:
+        rope_cfg, said = rope.read_angelslim(section, v["rope_theta"], source)
+        warnings += said
     else:
         rope_cfg = rope.read(section, v["rope_theta"], v["max_position_embeddings"], source)
+    taps, said = read_taps(cfg, arch, source)
+    warnings += said
     return Eagle3Config(
         architecture=arch, hidden_size=H, num_heads=nH, num_kv_heads=nKV, head_dim=D,
         intermediate_size=v["intermediate_size"], rms_norm_eps=v["rms_norm_eps"], rope=rope_cfg,
         max_position_embeddings=v["max_position_embeddings"], vocab_size=v["vocab_size"],
         draft_vocab_size=draft_vocab, target_hidden_size=target_h,
-        norm_before_residual=bool(cfg.get("norm_before_residual", False)), taps=read_taps(cfg, arch, source),
+        norm_before_residual=bool(cfg.get("norm_before_residual", False)), taps=taps,
         target_model_type=target_type, dtype=v["dtype"], source=source, warnings=tuple(warnings))
 
 
@@ -198,10 +203,31 @@ def read_modal(cfg: dict, source: str) -> str | None:
     return target
 
 
-def read_taps(cfg: dict, arch: str, source: str) -> Taps:
-    """The trainer's tap layers as genai counts them (the output of layer i), from the config where it names them.
+# AngelSlim compressor/speculative/train/trainer/online_eagle3_trainer.py OnlineEagle3Trainer.__init__ (and its VLM
+# and audio siblings): getattr(draft_model_config, "aux_hidden_states_layer_ids", None), the draft config.json's
+# top-level key (tools/train_eagle3_online.py loads it with DraftModelConfig.from_file as LlamaConfig(**config_dict),
+# which keeps the key and save_pretrained writes it back), passed to the target wrapper's backends
+ANGELSLIM_TAPS = "aux_hidden_states_layer_ids"
+TAP_KEYS = {  # key -> what is added to an id to count as genai does (the layer output), in the order read
+    ANGELSLIM_TAPS: 0,                                   # AngelSlim's capture: layer outputs
+    "eagle_config.eagle_aux_hidden_state_layer_ids": 0,  # SGLang's: layer outputs
+    "eagle_aux_hidden_state_layer_ids": -1,              # vLLM's: layer inputs, one layer earlier
+}
+
+
+def read_taps(cfg: dict, arch: str, source: str) -> tuple[Taps, list[str]]:
+    """The trainer's tap layers as genai counts them (the output of layer i), from the config where it names them,
+    with the warning line of a key the trainer does not read.
 
     What an id means is the runtime's the trainer captured with:
+      - aux_hidden_states_layer_ids (AngelSlim's trainer, read for its layout only: ANGELSLIM_TAPS):
+        compressor/speculative/train/models/target/target_model_wrapper.py BaseBackend
+        ._extract_auxiliary_hidden_states takes HF hidden_states[id + 1] (index 0 is the embedding output), and its
+        vLLM backends (VLLMBackend / VLMVLLMBackend.get_aux_and_target_hiddens) all_hs[id], where _LLMSetupHooksFn
+        records each decoder layer's forward output (hidden_states + residual): id k is the output of layer k.
+        It comes first for that layout: the eagle_* keys below are not read by AngelSlim's trainer. (Its offline
+        path, tools/generate_hidden_for_draft_model.py, calls get_aux_and_target_hiddens without ids: a draft
+        trained offline took the default whatever the key says; a checkpoint does not say which path trained it);
       - eagle_config.eagle_aux_hidden_state_layer_ids (SpecForge, trained against SGLang): SGLang
         python/sglang/srt/models/llama.py LlamaModel.set_eagle3_layers_to_capture adds 1 to each id and
         LlamaModel.forward captures hidden_states + residual before layer i: id k is the output of layer k;
@@ -210,32 +236,40 @@ def read_taps(cfg: dict, arch: str, source: str) -> Taps:
         input of layer k, the output of layer k - 1.
     Without ids, the layout's trainer default (Taps.ids None), resolved against the target's layer count.
     """
-    nested, top = lookup(cfg, "eagle_config.eagle_aux_hidden_state_layer_ids"), cfg.get("eagle_aux_hidden_state_layer_ids")
-    if nested not in (MISSING, None):
-        ids, shift, said = nested, 0, "eagle_config.eagle_aux_hidden_state_layer_ids (SGLang: layer outputs)"
-    elif top is not None:
-        ids, shift, said = top, -1, "eagle_aux_hidden_state_layer_ids (vLLM: layer inputs, one layer earlier)"
-    else:
-        return Taps(None, f"the default of {arch}'s trainer")
+    named = {key: lookup(cfg, key) for key in TAP_KEYS}
+    named = {key: ids for key, ids in named.items() if ids not in (MISSING, None)}
+    warnings = []
+    if ANGELSLIM_TAPS in named and arch != layout.ANGELSLIM:
+        warnings.append(f"{source}: {ANGELSLIM_TAPS} not read: it is AngelSlim's key ({layout.ANGELSLIM}), and "
+                        f"{arch}'s trainer does not read it")
+        del named[ANGELSLIM_TAPS]
+    if not named:
+        return Taps(None, f"the default of {arch}'s trainer"), warnings
+    key = next(iter(named))
+    ids, shift = named[key], TAP_KEYS[key]
     if not isinstance(ids, list) or any(not isinstance(i, int) or isinstance(i, bool) for i in ids):
-        raise ConfigError(f"{source}: {said.split(' ')[0]} must be a list of integers, found {ids!r:.80}")
+        raise ConfigError(f"{source}: {key} must be a list of integers, found {ids!r:.80}")
     if len(ids) != 3:
-        raise ConfigError(f"{source}: {said.split(' ')[0]} names {len(ids)} layers: openvino-genai 2026.4.1 taps "
-                          f"exactly 3 (its fc takes 3 hidden states)")
+        raise ConfigError(f"{source}: {key} names {len(ids)} layers: openvino-genai 2026.4.1 taps exactly 3 (its fc "
+                          f"takes 3 hidden states)")
     converted = tuple(i + shift for i in ids)
     if min(converted) < 0:
-        raise ConfigError(f"{source}: {said.split(' ')[0]} {ids} taps the embedding output, which openvino-genai "
-                          f"cannot tap (it taps decoder layer outputs)")
-    return Taps(converted, f"{said.split(' (')[0]} {ids}" + (f" -> {list(converted)}" if shift else ""))
+        raise ConfigError(f"{source}: {key} {ids} taps the embedding output, which openvino-genai cannot tap (it "
+                          f"taps decoder layer outputs)")
+    return Taps(converted, f"{key} {ids}" + (f" -> {list(converted)}" if shift else "")), warnings
 
 
 def default_taps(arch: str, num_layers: int) -> tuple[int, ...]:
     """The trainer's default taps of an N-layer target, as genai counts them (the output of layer i).
 
     SafeAILab eagle/model/modeling_llama_kv.py (LlamaModel.forward, layers {2, N//2, N-3}) and vLLM (speculators'
-    runtime) capture the inputs of layers [2, N//2, N-3]; AngelSlim (compressor/speculative/train/models/target/
-    target_model_wrapper.py since c35fb3b) takes hidden_states[id + 1] for ids [1, N//2 - 1, N - 4]: all the outputs of
-    layers [1, N//2 - 1, N - 4]. (genai's own default, {2, N/2, N-3} as outputs, is one layer later.)
+    runtime) capture the inputs of layers [2, N//2, N-3]; SpecForge specforge/algorithms/model_providers.py
+    resolve_eagle_capture_layers defaults to [1, N//2 - 1, N - 4]; AngelSlim target_model_wrapper.py
+    BaseBackend._get_default_aux_layer_ids returns [1, N//2 - 1, N - 4] (N the target's num_hidden_layers, else
+    text_config's), taken as hidden_states[id + 1]: all the outputs of layers [1, N//2 - 1, N - 4]. (AngelSlim's
+    first trainer, 917de3a 2025-10-31 until f3cad9f 2025-11-17 and the release/0.2 branch, counted N + 1 hidden
+    states: [1, (N+1)//2 - 1, N - 3]; a checkpoint does not say which trained it. genai's own default,
+    {2, N/2, N-3} as outputs, is one layer later.)
     """
     return (1, num_layers // 2 - 1, num_layers - 4)
 

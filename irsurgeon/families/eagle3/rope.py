@@ -1,5 +1,5 @@
 """The RoPE an EAGLE-3 draft layer's config names: default, llama3 (the Llama 3.1 drafts'), or AngelSlim's mrope
-(its VLM drafts').
+(its VLM drafts'); an AngelSlim text draft's is the default at its trainer's base, 10000 (read_angelslim).
 
 transformers 5.2.0 modeling_rope_utils.py: _compute_default_rope_parameters (inv_freq = 1 / theta^(2i/D)) and
 _compute_llama3_parameters (wavelengths above original/low_freq_factor divided by factor, below
@@ -12,6 +12,18 @@ the default inv_freq (theta: rope_scaling.rope_theta, else rope_theta) against e
 [T, H, W] of position_ids [3, B, S] and always interleaves them (apply_interleaved_mrope: frequency j takes row H
 for j = 1, 4, .. < 3 * mrope_section[1], row W for j = 2, 5, .. < 3 * mrope_section[2], row T otherwise), whatever
 the target's own layout (Qwen2.5-VL's is chunked): the draft runs as it was trained.
+
+AngelSlim text drafts (Eagle3LlamaForCausalLM without modal_type VLM): the same LlamaAttention._init_rope makes
+LlamaRotaryEmbedding(head_dim, max_position_embeddings=...) and passes no base, so the draft trains with that class's
+default 10000 whatever rope_theta says (every version of the file: 917de3a 2025-10-31 to 67394ce, the release/0.2 to
+0.5 branches; under transformers 5 rope_scaling reads {"rope_type": "default", ...}, the same branch). Its
+rope_scaling types: "default" (that class), "linear" / "dynamic" (scaled classes, also base 10000, not built here),
+any other raises ValueError("Unknown RoPE scaling type"). SafeAILab/SpecForge drafts keep the config's theta: SpecForge
+specforge/modeling/draft/llama3_eagle.py LlamaAttention._init_rope passes base=rope_theta (since d3472dde, PR #270,
+2025-10-30; get_rope_config at its head), as SafeAILab eagle/model/cnets.py LlamaAttention._init_rope does
+(base=self.config.rope_theta) and the runtimes these drafts are served and measured with (SGLang, vLLM). SafeAILab's
+training copy, eagle/traineagle3/cnets.py, and SpecForge before d3472dde pass no base either; a checkpoint does not
+say which code trained it, so those drafts are built at the config's theta.
 """
 from __future__ import annotations
 
@@ -30,6 +42,7 @@ TYPES = ("default", "llama3")
 MROPE_TYPES = ("default", "mrope")  # the rope_type an mrope rope_scaling may name (AngelSlim: "mrope" -> default)
 MROPE_ROWS = 3  # position_ids [T, H, W] rows
 MROPE_DEFAULT_SECTION = (24, 20, 20)  # MRotaryEmbedding.__init__: rope_scaling.get("mrope_section", [24, 20, 20])
+ANGELSLIM_THETA = 10000.0  # llama_eagle3.py LlamaRotaryEmbedding.__init__(dim, max_position_embeddings=2048, base=10000)
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,27 @@ def read(section: dict, theta: float, max_positions: int, source: str) -> Rope:
     high = number(r, "high_freq_factor", None, home, source, Range(low, 1e12, lo_open=True))  # llama3 divides by
     original = number(r, "original_max_position_embeddings", None, home, source, Range(1, 1e12))  # their difference
     return Rope(kind, theta, factor, low, high, int(original))
+
+
+def read_angelslim(section: dict, theta: float, source: str) -> tuple[Rope, list[str]]:
+    """An AngelSlim text draft's RoPE as its trainer computes it: the default at base 10000 (the module docstring),
+    with one line when the config names another theta."""
+    home = "rope_scaling" if section.get("rope_scaling") else "rope_parameters"
+    r = lookup(section, home)
+    if r not in (MISSING, None):
+        if not isinstance(r, dict):
+            raise ConfigError(f"{source}: {home} must be a JSON object, found {type(r).__name__}")
+        kind = r.get("type", r.get("rope_type", "default"))  # _init_rope reads "type" first, then "rope_type"
+        if kind != "default":
+            raise ConfigError(f"{source}: {home} type {kind!r:.40} in an AngelSlim text draft: only the default RoPE "
+                              f"is built (AngelSlim's LlamaAttention._init_rope scales linear / dynamic ones, which "
+                              f"are not built here, and raises on any other)")
+        theta = number(r, "rope_theta", theta, home, source, ROPE_THETA)
+    if theta == ANGELSLIM_THETA:
+        return Rope("default", ANGELSLIM_THETA), []
+    return Rope("default", ANGELSLIM_THETA), [
+        f"{source}: rope_theta {theta:.12g} overridden by 10000: AngelSlim's trainer gives a text draft's "
+        f"LlamaRotaryEmbedding no base (llama_eagle3.py LlamaAttention._init_rope), so the draft was trained at 10000"]
 
 
 def number(r: dict, key: str, default, home: str, source: str, bounds: Range) -> float:

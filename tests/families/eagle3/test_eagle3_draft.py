@@ -17,7 +17,8 @@ import openvino as ov
 import pytest
 
 from helpers.cli import invoke
-from helpers.eagle3 import load_checkpoint, reference, speculators_variant, target_embed
+from helpers.eagle3 import (load_checkpoint, reference, run_calls, speculators_variant, target_embed,
+                            with_target_table)
 from helpers.numpy_eagle3 import Eagle3Reference
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.core.config import read_json
@@ -28,7 +29,6 @@ from irsurgeon.families.eagle3 import surgery
 from irsurgeon.families.eagle3.target import check_pair, genai_taps, inspect_target
 
 TARGET, CKPT = FIXTURE_PAIRS["eagle3"]
-F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}  # the plugin's default KV cache is u8
 
 
 def built(ckpt: Path = CKPT) -> tuple[ov.Model, eagle3.Eagle3Config]:
@@ -37,30 +37,6 @@ def built(ckpt: Path = CKPT) -> tuple[ov.Model, eagle3.Eagle3Config]:
         return build_model(cfg, weights, "f32", warn=lambda _: None, recipe=eagle3.RECIPE), cfg
     finally:
         handle.close()
-
-
-def with_target_table(model: ov.Model, table: np.ndarray) -> ov.Model:
-    """What genai's share_vocabulary does: the draft's embedding Gather reads the target's table."""
-    gather = surgery.embedding_gather(model)
-    gather.input(0).replace_source_output(ov.opset13.constant(table).output(0))
-    model.validate_nodes_and_infer_types()
-    return model
-
-
-def run_calls(model: ov.Model, calls: list[int], seed: int = 0) -> tuple[list[np.ndarray], list]:
-    """Several stateful calls of the IR (the KV state carried), with the feeds used."""
-    request = ov.Core().compile_model(model, "CPU", F32).create_infer_request()
-    rng, pos, outs, feeds = np.random.default_rng(seed), 0, [], []
-    H3 = 3 * surgery.fc_matmul(model).input_value(1).get_partial_shape()[0].get_length()  # fc: [H, 3 H_t]
-    for s in calls:
-        feed = {"input_ids": rng.integers(0, 200, (1, s)), "position_ids": np.arange(pos, pos + s)[None],
-                "attention_mask": np.ones((1, pos + s), np.int64),
-                "hidden_states": rng.standard_normal((1, s, H3)).astype(np.float32) * 0.5,
-                "beam_idx": np.zeros(1, np.int32)}
-        outs.append(request.infer(feed)["logits"].copy())
-        feeds.append(feed)
-        pos += s
-    return outs, feeds
 
 
 @pytest.fixture(scope="module")

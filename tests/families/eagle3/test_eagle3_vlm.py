@@ -15,7 +15,7 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from helpers.cli import invoke
+from helpers.cli import invoke, result_of
 from helpers.eagle3 import load_checkpoint
 from helpers.numpy_eagle3 import Eagle3Reference
 from lab.families import FIXTURE_PAIRS
@@ -128,5 +128,5 @@ def test_the_vlm_pair_is_token_identical_to_greedy_in_genai(tmp_path):
                     "--rounds", "1", "--json", report)
     assert result.exit_code == 0, result.output
     assert "8/8 speculative runs token-identical to plain greedy" in result.output, result.output
-    doc = json.loads(report.read_text())
+    doc = result_of(report.read_text())  # the JSON envelope {ok, command, result} (docs/cli.md)
     assert doc["ready"] is True, doc
