@@ -7,7 +7,7 @@
                    EAGLE-3's, until a draft is there (a DFlash checkpoint still patches them: TARGET_TYPES)
     targets        TARGET_TYPES: the model types patch accepts, each with the IR it carries the annotation in
     writes         TARGET/dflash_draft/{openvino_model.xml, .bin, config.json} (the draft, its checkpoint config) and
-                   the target IR's .xml with the hidden-state annotation: openvino_model.xml (Qwen3 text) or
+                   the target IR's .xml with the hidden-state annotation: openvino_model.xml (a text export) or
                    openvino_language_model.xml (decomposed Qwen3.5 VLM); a target .bin is never written
     runs           LLMPipeline(TARGET, scheduler_config=sc, draft_model=draft_model(TARGET/dflash_draft))
 """
