@@ -3,8 +3,9 @@ from z-lab's DFlashDraftModel safetensors into TARGET/dflash_draft/, with the ta
 
     irsurgeon patch TARGET --checkpoint DRAFT_DIR [--weight-format auto|f16|f32|int8|int4] [--dry-run] [--force]
 
-TARGET is a Qwen3 text export (optimum-intel `--task text-generation-with-past`) or a decomposed Qwen3.5 VLM export
-(patched for it, run with VLMPipeline); DRAFT_DIR a z-lab-format checkpoint (config.json + safetensors) or a repo id
+TARGET is a Qwen3, Qwen3-MoE or Llama text export (optimum-intel `--task text-generation-with-past`) or a
+decomposed Qwen3.5 VLM export (patched for it, run with VLMPipeline): layout.TARGET_TYPES, any other model type
+refused by name; DRAFT_DIR a z-lab-format checkpoint (config.json + safetensors) or a repo id
 of one (every tensor fetched by byte range). Afterwards TARGET/dflash_draft/ holds the draft IR and its config.json,
 and the target IR's .xml carries `hidden_states_decoder_layers` (its .bin untouched), all moved in by one
 transaction:
@@ -25,7 +26,7 @@ window (scripts/make_dflash_reference.py measured it). model.py builds dflash 0.
     patch.py   finish (compress, rt_info, runtime options, provenance) and what is staged, checked where staged
     verify.py  the checks of a directory for genai's DFlash path, without genai
     genai.py   how openvino-genai runs the pair (paged attention, prefix caching off, drafted-token counter)
-    synth.py   tiny pairs: a Qwen3 text export or the hybrid Qwen3.5 one, and a seeded random draft for it
+    synth.py   tiny pairs: a Qwen3 or Llama text export or the hybrid Qwen3.5 one, and a seeded random draft for it
     synth_cycle.py  a hand-set Qwen3 pair whose drafts are accepted (`synth --kind dflash-cycle`)
 """
 from __future__ import annotations
@@ -44,7 +45,7 @@ class DFlash(Family):
     key = "dflash"
     title = "DFlash draft"
     runtime_overhead = 199  # MiB: benchmarks/measure_overhead.py, median of 3 alternating rounds (2026-12-05)
-    model_types = (names.TARGET_TYPE,)  # z-lab's drafts are model_type qwen3, claimed by their architectures
+    model_types = (names.DRAFT_TYPE,)  # z-lab's drafts are model_type qwen3, claimed by their architectures
     describe = "DFlash block-diffusion draft (z-lab DFlashDraftModel checkpoint)"
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.DRAFT_DIR}/{names.MODEL_XML}",
                     target_xml=names.MODEL_XML, target_alternatives=(names.LANGUAGE_XML,))
@@ -52,7 +53,8 @@ class DFlash(Family):
     patch_options = frozenset({"kv_cache_precision"})
     synth_kinds = {"dflash": "a Qwen3 target and a random DFlash draft",
                    "dflash-cycle": "a Qwen3 pair whose drafts are accepted",
-                   "dflash-qwen35": "a hybrid Qwen3.5 target and a random DFlash draft"}
+                   "dflash-qwen35": "a hybrid Qwen3.5 target and a random DFlash draft",
+                   "dflash-llama": "a Llama text target and a random DFlash draft"}
 
     def recipe(self):
         from irsurgeon.families.dflash.model import RECIPE
@@ -62,7 +64,7 @@ class DFlash(Family):
         return names.claims(config)
 
     def claimed(self) -> str:
-        return f"model_type {names.TARGET_TYPE} with architectures {names.ARCHITECTURE}"
+        return f"model_type {names.DRAFT_TYPE} with architectures {names.ARCHITECTURE}"
 
     def recognise(self, directory: Path) -> Match:
         if names.has_draft(directory):
@@ -110,7 +112,7 @@ class DFlash(Family):
         from irsurgeon.families.dflash import synth, synth_cycle
         refuse_sizing(kind, options)
         make = {"dflash": synth.synthesize_dflash, "dflash-cycle": synth_cycle.synthesize_cycle,
-                "dflash-qwen35": synth.synthesize_hybrid}[kind]
+                "dflash-qwen35": synth.synthesize_hybrid, "dflash-llama": synth.synthesize_llama}[kind]
         target, ckpt = make(out_dir, seed, wait, options.get("force", False))
         return {"target": target, "ckpt": ckpt}
 

@@ -3,9 +3,11 @@
     claims         a checkpoint config.json whose `architectures` name DFlashDraftModel, or with a `dflash_config`
                    object (its model_type is "qwen3", like a plain Qwen3 target's, which is never claimed)
     recognised by  DRAFT: TARGET/dflash_draft/ exists; TARGET: a Qwen3 text export (config.json model_type qwen3,
-                   openvino_model.xml); Qwen3.5 VLM targets are the MTP family's until a draft is there
+                   openvino_model.xml); Qwen3.5 VLM targets are the MTP family's, and Llama / Qwen3-MoE text exports
+                   EAGLE-3's, until a draft is there (a DFlash checkpoint still patches them: TARGET_TYPES)
+    targets        TARGET_TYPES: the model types patch accepts, each with the IR it carries the annotation in
     writes         TARGET/dflash_draft/{openvino_model.xml, .bin, config.json} (the draft, its checkpoint config) and
-                   the target IR's .xml with the hidden-state annotation: openvino_model.xml (Qwen3 text) or
+                   the target IR's .xml with the hidden-state annotation: openvino_model.xml (a text export) or
                    openvino_language_model.xml (decomposed Qwen3.5 VLM); a target .bin is never written
     runs           LLMPipeline(TARGET, scheduler_config=sc, draft_model=draft_model(TARGET/dflash_draft))
 """
@@ -17,10 +19,21 @@ from irsurgeon.core.config import peek_json
 from irsurgeon.ir.export import LANGUAGE_MODEL, TEXT_ONLY_MODEL, bin_of
 
 ARCHITECTURE = "DFlashDraftModel"
-TARGET_TYPE = "qwen3"
+DRAFT_TYPE = "qwen3"  # z-lab's drafts' own model_type, whatever their target
+TARGET_TYPE = "qwen3"  # the bare text export `show` takes for a DFlash target
 DRAFT_DIR = "dflash_draft"
 MODEL_XML, MODEL_BIN = TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL)
 LANGUAGE_XML = LANGUAGE_MODEL
+# Targets by config.json's top-level model_type, and the IR each is patched in. z-lab publishes drafts for Qwen3
+# (dense and Coder-30B-A3B MoE), Qwen3.5 / 3.6 (dense and MoE), LLaMA-3.1-8B-Instruct and gpt-oss (z-lab/dflash
+# README.md); dflash/model.py reads a target only through `model.embed_tokens`, `lm_head` and
+# `hidden_states[layer + 1]` (dflash_generate), and benchmark.py's transformers backend takes "Qwen3 series and
+# LLaMA-3.1-8B-Instruct". openvino.genai's DFlash path (dflash_model_transforms.cpp) reads the annotation, the
+# lm_head MatMul and the embedding Gather, by no model type. Each type here ran token-identical to plain greedy in
+# openvino-genai 2026.4.1 at f32 (docs/families.md, tests/families/dflash/test_dflash_genai.py); gpt-oss and any
+# other type has not, and is refused by name.
+TARGET_TYPES = {"qwen3": MODEL_XML, "qwen3_moe": MODEL_XML, "llama": MODEL_XML,
+                "qwen3_5": LANGUAGE_XML, "qwen3_5_moe": LANGUAGE_XML}
 CONFIG = "config.json"
 DRAFT_FILES = (MODEL_XML, MODEL_BIN, CONFIG)
 WRITES = (*(f"{DRAFT_DIR}/{n}" for n in DRAFT_FILES), MODEL_XML, LANGUAGE_XML)

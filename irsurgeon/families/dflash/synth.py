@@ -1,4 +1,5 @@
-"""`irsurgeon synth --kind dflash | dflash-cycle | dflash-qwen35`: a DFlash target and a draft checkpoint made for it.
+"""`irsurgeon synth --kind dflash | dflash-cycle | dflash-qwen35 | dflash-llama`: a DFlash target and a draft checkpoint
+made for it.
 
     out/target/   the target export; out/ckpt/ config.json (DFlashDraftModel, z-lab's form) + model.safetensors
                   (z-lab's tensor names, f32)
@@ -9,6 +10,9 @@
     dflash-cycle   a hand-set Qwen3 pair whose drafts are accepted (synth_cycle)
     dflash-qwen35  the qwen35 kind's decomposed VLM target, hybrid (Gated DeltaNet linear-attention layers and a
                    full-attention one; synth.registry), and a seeded random draft of its geometry
+    dflash-llama   the llama kind's text export (synth.registry: model_type llama, no q/k norms, optimum's names) and
+                   a seeded random draft of its geometry, taps [0, 1] of its 2 layers (z-lab publishes a draft for
+                   LLaMA-3.1-8B-Instruct; layout.TARGET_TYPES)
 
 The Qwen3 target follows transformers' Qwen3 (plain attention with per-head q/k RMSNorm, gains `w`, untied lm_head),
 built from irsurgeon.synth.target's pieces; layer i's output is `__module.model.layers.<i>/aten::add/Add_1` as in
@@ -196,6 +200,16 @@ def synthesize_dflash(out_dir: Path, seed: int, wait: bool, force: bool = False)
 def final(out_dir: Path) -> tuple[Path, Path]:
     """Where output_pair moved the pair once written."""
     return Path(out_dir) / OWN[0], Path(out_dir) / OWN[1]
+
+
+def synthesize_llama(out_dir: Path, seed: int, wait: bool, force: bool = False) -> tuple[Path, Path]:
+    """The llama kind's default target (synth.registry) and a random draft of its hidden size, layers and vocabulary."""
+    s = default_spec("llama")
+    draft = replace(RANDOM, target_layer_ids=tuple(range(s.layers)), mask_token_id=s.vocab - 1)
+    with output_pair(out_dir, wait, force) as (target, ckpt):
+        write_target("llama", s, checkpoint_tensors("llama", s, seed, False), False, "f32", target)
+        write_checkpoint(ckpt, draft_config(s, draft), draft_tensors(seed, s, draft))
+    return final(out_dir)
 
 
 def synthesize_hybrid(out_dir: Path, seed: int, wait: bool, force: bool = False) -> tuple[Path, Path]:

@@ -1,6 +1,7 @@
 """`irsurgeon verify` for a DFlash directory: what openvino-genai 2026.4.1's DFlash path reads, without genai.
 
-    target layout            a Qwen3 text export (or decomposed VLM) with a logits MatMul (target.inspect_target)
+    target layout            a text export of layout.TARGET_TYPES (or decomposed Qwen3.5 VLM) with a logits MatMul
+                             (target.inspect_target)
     draft files              dflash_draft/ openvino_model.xml/.bin and config.json
     draft pair               target.check_pair on dflash_draft/config.json (and on --checkpoint's config.json)
     draft I/O                inputs in genai's order: inputs_embeds f32 [?,?,H], hidden_states f32 [?,?,n*H],

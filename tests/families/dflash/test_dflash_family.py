@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from helpers.cli import invoke, one_error
+from helpers.cli import invoke, one_error, refused
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.core.config import read_json
@@ -41,6 +41,39 @@ def test_recognition(tmp_path):
     shutil.copytree(TARGET, target)
     (target / "dflash_draft").mkdir()
     assert FAMILY.recognise(target) is Match.DRAFT and registry.for_directory(target) is FAMILY
+
+
+def test_a_llama_text_export_is_a_dflash_target_on_purpose(tmp_path):
+    """layout.TARGET_TYPES: z-lab publishes a LLaMA-3.1-8B-Instruct draft and genai's DFlash path reads no model type,
+    so a Llama text export is patched (annotated, its last layer the post-final-norm tensor) and verified. Bare, the
+    export stays EAGLE-3's in `show` (DFlash recognises a bare qwen3 export only); patched, it is DFlash's."""
+    parts = FAMILY.synth("dflash-llama", tmp_path / "pair", 0, False)
+    target, ckpt = parts["target"], parts["ckpt"]
+    assert read_json(target / "config.json")["model_type"] == "llama"
+    assert registry.for_directory(target).key == "eagle3"
+    result = invoke("patch", target, "--checkpoint", ckpt)
+    assert result.exit_code == 0, result.output
+    assert "annotated 2 decoder layers" in result.output
+    assert registry.for_directory(target) is FAMILY
+    checks = {c.name: c for c in verify_directory(target, ckpt)}
+    assert all(c.ok for c in checks.values()), [c for c in checks.values() if not c.ok]
+    assert "post-final-norm" in checks["hidden-state annotation"].detail
+
+
+@pytest.mark.parametrize("model_type, words", [
+    ("gpt_oss", "model_type 'gpt_oss' is not a DFlash target irsurgeon patches (it takes qwen3, qwen3_moe, llama, "
+                "qwen3_5, qwen3_5_moe"),
+    ("mistral", "model_type 'mistral' is not a DFlash target"),
+    ("qwen3_5", "model_type qwen3_5 is a DFlash target as openvino_language_model.xml, this directory's IR is "
+                "openvino_model.xml"),
+])
+def test_a_target_of_another_model_type_is_refused_in_one_line_naming_it(tmp_path, model_type, words):
+    target = shutil.copytree(TARGET, tmp_path / "t")
+    config = read_json(target / "config.json")
+    config["model_type"] = model_type
+    (target / "config.json").write_text(json.dumps(config))
+    error = refused(("patch", target, "--checkpoint", CKPT), target)
+    assert f"{target / 'config.json'}: {words}" in error, error
 
 
 def variant(tmp_path, **changes):

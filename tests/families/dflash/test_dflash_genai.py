@@ -1,6 +1,6 @@
 """DFlash pairs through openvino-genai 2026.4.1: a pair whose drafts are accepted (`synth --kind dflash-cycle`) and the
-counts of optimum-intel's export of its draft, K = 1..7 through `verify --genai`, a hybrid Qwen3.5 target at K = 7,
-and a sliding-window draft over a context longer than its window.
+counts of optimum-intel's export of its draft, the same pair with a Llama target, K = 1..7 through `verify --genai`,
+a hybrid Qwen3.5 target at K = 7, and a sliding-window draft over a context longer than its window.
 
 tests/data/dflash/cycle/acceptance.json (scripts/make_dflash_acceptance.py): accepted / drafted per prompt and K of
 optimum-intel 2.2.0's fp32 export of the dflash-cycle draft (seed 0) on the same target, at INFERENCE_PRECISION_HINT
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,7 +28,9 @@ from irsurgeon.core import rtinfo
 from irsurgeon.families.dflash import FAMILY, genai, synth_cycle
 from irsurgeon.families.dflash.synth import write_qwen3_target
 from irsurgeon.ir.hidden_states import parse_annotation
+from irsurgeon.families.dflash.synth import RANDOM, draft_config, draft_tensors, write_checkpoint
 from irsurgeon.synth.checkpoint import SynthSpec
+from irsurgeon.synth.registry import checkpoint_tensors, default_spec, write_target
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "dflash"
 GOLDEN = DATA / "cycle" / "acceptance.json"
@@ -160,6 +163,34 @@ def restart_positions(xml: Path) -> None:
     new.with_suffix(".bin").replace(xml.with_suffix(".bin"))
 
 
+def llama_cycle(tmp: Path, seed: int) -> Path:
+    """The dflash-cycle pair with its target written as a Llama text export (synth.registry's llama graph: no q/k
+    norms, model_type llama), patched. Its o_proj and down_proj are 0, so every layer's output is embed[token], as
+    in the Qwen3 target: what genai taps, embeds and scores must give the Qwen3 pair's counts."""
+    tensors = {n: t for n, t in synth_cycle.cycle_target(seed).items() if not n.endswith(("q_norm.weight",
+                                                                                          "k_norm.weight"))}
+    target, ckpt = tmp / "target", tmp / "ckpt"
+    target.mkdir()
+    ckpt.mkdir()
+    assert write_target("llama", synth_cycle.SPEC, tensors, False, "f32", target)["model_type"] == "llama"
+    write_checkpoint(ckpt, draft_config(synth_cycle.SPEC, synth_cycle.DRAFT), synth_cycle.cycle_draft(seed))
+    result = invoke("patch", target, "--checkpoint", ckpt)
+    assert result.exit_code == 0, result.output
+    return target
+
+
+@pytest.mark.genai
+def test_a_llama_target_runs_token_identical_and_accepts_as_the_qwen3_one(tmp_path):
+    """A Llama text target is a DFlash target on purpose (layout.TARGET_TYPES): the cycle pair on a Llama export is
+    token-identical to plain greedy and accepted / drafted exactly as the golden's Qwen3 target, every prompt and
+    K = 1..7 (its drafts are accepted only when the context rows genai feeds are the target's, at their positions)."""
+    golden = json.loads(GOLDEN.read_text())
+    report = equivalence(llama_cycle(tmp_path, golden["provenance"]["seed"]), golden)
+    assert report.identical
+    assert golden_runs(report) == golden["runs"]
+    assert sum(r.accepted for r in report.runs) > 0
+
+
 @pytest.mark.genai
 @pytest.mark.slow
 def test_the_golden_tells_a_draft_with_per_call_positions_apart(tmp_path):
@@ -185,18 +216,51 @@ def verify_all_k(target: Path, *options: str) -> list[tuple]:
 
 @pytest.mark.genai
 @pytest.mark.slow
-@pytest.mark.parametrize("pair", ["bundled", "dflash-cycle"])
+@pytest.mark.parametrize("pair", ["bundled", "dflash-cycle", "dflash-llama"])
 def test_verify_genai_is_token_identical_for_every_k_from_1_to_7(pair, tmp_path):
-    """`verify --genai --sweep 1,...,7` on one DFlash pipeline for every K. The bundled pair's draft is random
-    (~0 % accepted: --min-acceptance 0); the cycle pair's drafts are accepted, so the default floor holds."""
+    """`verify --genai --sweep 1,...,7` on one DFlash pipeline for every K. The bundled pair's and the Llama pair's
+    drafts are random (~0 % accepted: --min-acceptance 0); the cycle pair's drafts are accepted, so the default floor
+    holds."""
     if pair == "bundled":
         target = tmp_path / "t"
         shutil.copytree(FIXTURE_PAIRS["dflash"][0], target)
         assert invoke("patch", target, "--checkpoint", FIXTURE_PAIRS["dflash"][1]).exit_code == 0
         runs = verify_all_k(target, "--min-acceptance", "0")
+    elif pair == "dflash-llama":
+        runs = verify_all_k(patched(pair, tmp_path), "--min-acceptance", "0")
     else:
         runs = verify_all_k(patched(pair, tmp_path))
         assert sum(int(a) for *_, a, _ in runs) > 0
+    assert all(verdict == "identical" and int(drafted) > 0 for _, _, verdict, _, drafted in runs), runs
+
+
+def moe_pair(tmp: Path, model_type: str) -> Path:
+    """A MoE target of layout.TARGET_TYPES and a random draft of its geometry (taps [1, 3] of 4 layers), patched:
+    qwen3_moe is optimum-intel 2.2.0's export in tests/data/eagle3_moe/target (scripts/make_eagle3_moe_target.py),
+    qwen3_5_moe the qwen35-moe synth kind's decomposed VLM export."""
+    target, ckpt = tmp / "target", tmp / "ckpt"
+    if model_type == "qwen3_moe":
+        shutil.copytree(DATA.parent / "eagle3_moe" / "target", target)
+        spec = SynthSpec(hidden=64, vocab=256, layers=4)
+    else:
+        spec = default_spec("qwen35-moe")
+        target.mkdir()
+        write_target("qwen35-moe", spec, checkpoint_tensors("qwen35-moe", spec, 0, False), False, "f32", target)
+    assert json.loads((target / "config.json").read_text())["model_type"] == model_type
+    draft = replace(RANDOM, target_layer_ids=(1, 3), mask_token_id=spec.vocab - 1)
+    ckpt.mkdir()
+    write_checkpoint(ckpt, draft_config(spec, draft), draft_tensors(0, spec, draft))
+    result = invoke("patch", target, "--checkpoint", ckpt)
+    assert result.exit_code == 0, result.output
+    return target
+
+
+@pytest.mark.genai
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["qwen3_moe", "qwen3_5_moe"])
+def test_moe_targets_run_every_k_to_7_token_identical(model_type, tmp_path):
+    """The MoE types of layout.TARGET_TYPES (z-lab's Qwen3-Coder-30B-A3B and Qwen3.5/3.6-35B-A3B drafts' targets)."""
+    runs = verify_all_k(moe_pair(tmp_path, model_type), "--min-acceptance", "0")
     assert all(verdict == "identical" and int(drafted) > 0 for _, _, verdict, _, drafted in runs), runs
 
 
