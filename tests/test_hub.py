@@ -234,3 +234,14 @@ def test_a_mistyped_local_path_says_so_before_the_hub(tmp_path):
                           env={**env(), "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"})
     assert proc.returncode == 1 and proc.stderr.startswith("Error: models/ckptt: no such local checkpoint in models; "
                                                            "as a Hugging Face repo id:"), proc.stderr
+
+
+def test_a_mistyped_local_path_whose_first_folder_is_missing_says_so_before_the_hub(tmp_path):
+    """`fixtures-typo/ckptt`: no part of it exists; the line says which folder is missing, then what the hub said."""
+    proc = subprocess.run([sys.executable, "-m", "irsurgeon", "patch", str(DEMO_TARGET), "--checkpoint",
+                           "fixtures-typo/ckptt"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**env(), "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"})
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("Error: fixtures-typo/ckptt: no such local path (fixtures-typo/ does not exist); as a "
+                               "Hugging Face repo id: cannot reach"), lines[0]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -278,3 +279,33 @@ def test_target_without_the_vlm_layout_is_refused(export, ckpt, tmp_path):
     code, out = run("patch", target, "--checkpoint", ckpt("qwen35-dense"))
     assert code == 1 and out.startswith("Error: ") and "openvino_text_embeddings_model.xml" in out
     assert snapshot(target) == before
+
+
+def _read_only_run(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """`irsurgeon patch COPY args` where COPY is the demo target on a read-only file system (a tmpfs remounted
+    read-only in a private mount namespace: root ignores file modes), or a copy without write permission (non-root)."""
+    target = tmp_path / "ro"
+    command = [sys.executable, "-m", "irsurgeon", "patch", str(target / "t"), "--checkpoint", str(DEMO_CKPT), *args]
+    if os.geteuid() != 0:
+        shutil.copytree(DEMO_TARGET, target / "t")
+        os.chmod(target / "t", 0o555)
+        try:
+            return subprocess.run(command, capture_output=True, text=True, timeout=300)
+        finally:
+            os.chmod(target / "t", 0o755)
+    target.mkdir()
+    script = (f"mount -t tmpfs tmpfs {target} && cp -r {DEMO_TARGET} {target}/t && mount -o remount,ro {target} && "
+              + " ".join(shlex.quote(c) for c in command))
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    if "unshare failed" in proc.stderr or "mount:" in proc.stderr:
+        pytest.skip(f"no private mount namespace here: {proc.stderr.strip()[:120]}")
+    return proc
+
+
+@pytest.mark.parametrize("args", [("--dry-run",), ()])
+def test_a_read_only_target_is_refused_before_the_pair_check_dry_run_or_not(tmp_path, args):
+    proc = _read_only_run(tmp_path, *args)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert ("read-only file system" in lines[0] or "not writable" in lines[0]) and "cannot be written" in lines[0]
+    assert "would build" not in proc.stdout and "checkpoint identity" not in proc.stdout, proc.stdout

@@ -295,3 +295,48 @@ def test_ctrl_c_while_the_command_ends_says_it_completed_and_json_stays_one_docu
 def test_ctrl_c_at_any_moment_of_every_familys_patch(family, tmp_path):
     interrupt_patch(family, tmp_path, "AT", lambda total, sample: sample(total, 12))
     interrupt_patch(family, tmp_path, "END", lambda total, sample: range(1, total + 1, 3))
+
+
+HELD = r'''
+import os, signal, sys, time
+from irsurgeon.core.signals import NativeCalls, deferred_sigint
+try:
+    with NativeCalls(raising=True):
+        with deferred_sigint():  # a commit: two Ctrl-C inside it end nothing before it is done
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.5)  # the watcher has read both presses by now
+            print("commit done", flush=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt after the commit")
+'''
+
+
+def test_a_second_ctrl_c_never_exits_at_once_inside_a_held_commit():
+    proc = subprocess.run([sys.executable, "-c", HELD], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stdout.splitlines() == ["commit done", "KeyboardInterrupt after the commit"], proc.stdout
+
+
+RAISING = r'''
+import os, signal, threading, time
+from irsurgeon.core.signals import NativeCalls
+start = time.monotonic()
+try:
+    with NativeCalls(raising=True):
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        while time.monotonic() - start < 20:  # Python steps between C++ calls, as nncf's compression loop
+            sum(range(10000))
+    print("finished")
+except KeyboardInterrupt:
+    print(f"KeyboardInterrupt after {time.monotonic() - start:.1f} s")
+'''
+
+
+def test_a_raising_block_stops_at_the_next_python_step_not_when_it_is_left():
+    proc = subprocess.run([sys.executable, "-c", RAISING], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and proc.stdout.startswith("KeyboardInterrupt after"), (proc.stdout, proc.stderr)
+    assert float(proc.stdout.split()[2]) < 10

@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
+from irsurgeon.core.signals import NativeCalls
 from irsurgeon.cli.options import (choice, echo_for, json_flag, kv_cache_option, report,
                                    weight_format_option)
 from irsurgeon.families import registry
@@ -68,9 +69,10 @@ def command(checkpoint: str, out_dir: Path, config: Path | None, weight_format: 
                             all_layers=all_layers)
     if choice_.note:
         echo(choice_.note)
-    xml = build_head(checkpoint, out_dir, choice_, config=config, kv_cache_precision=kv_cache_precision,
-                     allow_nonfinite=allow_nonfinite, hub=make_hub(revision, token, cache_dir), wait=wait,
-                     replace=force, echo=echo)
+    with NativeCalls(raising=True):  # Ctrl-C said at once inside a long C++ step (nncf, a save); again: exits
+        xml = build_head(checkpoint, out_dir, choice_, config=config, kv_cache_precision=kv_cache_precision,
+                         allow_nonfinite=allow_nonfinite, hub=make_hub(revision, token, cache_dir), wait=wait,
+                         replace=force, echo=echo)
     size = xml.with_suffix(".bin").stat().st_size
     seconds = time.perf_counter() - start
     echo(f"wrote {xml} ({size / 1e6:.2f} MB of {choice_.weight_format} weights) in {seconds:.1f} s")

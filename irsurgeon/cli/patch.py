@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
+from irsurgeon.core.signals import NativeCalls
 from irsurgeon.cli.options import choice, echo_for, json_flag, report, weight_format_option
 from irsurgeon.quant.formats import KV_CACHE_PRECISIONS
 from irsurgeon.families import registry
@@ -46,7 +47,8 @@ def command(target: Path, source: str, weight_format: str, kv_cache_precision: s
                       allow_foreign_checkpoint=allow_foreign_checkpoint, hub=make_hub(revision, token, cache_dir),
                       hidden_layers=hidden_layers)
     echo = echo_for(as_json)
-    result = patch(target, source, options=options, echo=echo)
+    with NativeCalls(raising=True):  # Ctrl-C said at once inside a long C++ step (nncf, a save); again: exits
+        result = patch(target, source, options=options, echo=echo)
     report({"target": str(result.target), "family": result.family, "changed": bool(result.written),
             "written": result.written, "dry_run": dry_run, "plan": result.plan})
     if not as_json and not result.skipped:

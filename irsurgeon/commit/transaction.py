@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from irsurgeon.commit import recovery
-from irsurgeon.core.signals import deferred_sigint as _deferred_sigint
+from irsurgeon.core.signals import deferred_sigint as _deferred_sigint, no_exit
 from irsurgeon.core.errors import OutputError, cause
 from irsurgeon.core.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
 from irsurgeon.commit.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, SLASH, STAGE_DIR,
@@ -173,6 +173,7 @@ class DirectoryTransaction:
         self._made: list[str] = []  # subdirectories this commit makes
         self._written: dict[str, tuple] = {}  # name -> (its digest, a Tail or Known; the file's stat key once written)
         self._doing = ""  # the commit step under way, for its error message
+        self._no_exit = None
 
     @property
     def stage_dir(self) -> Path:
@@ -183,6 +184,8 @@ class DirectoryTransaction:
         # a duplicate of the caller's descriptor shares its open file description, and so its flock: closing it
         # (in _release) leaves the caller's lock held (flock(2): a lock belongs to the open file description)
         self._fd = os.dup(self.held) if self.held is not None else acquire(self.target, self.wait, self.echo)
+        self._no_exit = no_exit()  # no exit at once (a second Ctrl-C) while its staging folder or commit is open
+        self._no_exit.__enter__()
         try:
             for note in recover(self.target, self._fd, writable=self.writable):
                 self.echo(note)
@@ -229,6 +232,9 @@ class DirectoryTransaction:
         if self._fd is not None:
             os.close(self._fd)  # releases the flock (a held one stays: the caller still has it open)
             self._fd = None
+        if self._no_exit is not None:
+            self._no_exit.__exit__(None, None, None)
+            self._no_exit = None
 
     def stage(self, name: str) -> Path:
         """Where to write the new version of target/name (a name of the writable set, maybe folder/name). The

@@ -71,9 +71,14 @@ class NativeCalls:
     Outside the main thread: a no-op."""
 
     FIRST = "interrupted: stopping when the running openvino-genai call returns (Ctrl-C again stops at once)"
+    STEP = "interrupted: stopping when the running step returns (Ctrl-C again stops at once)"
 
-    def __init__(self, err=sys.stderr):
-        self.err, self.count, self._active = err, 0, False
+    def __init__(self, err=sys.stderr, *, raising: bool = False):
+        """raising: Ctrl-C also raises KeyboardInterrupt as soon as Python runs again (a command whose C++ calls
+        return between Python steps: a build, nncf's compression), not only when the block is left; the second
+        press exits at once only outside a `no_exit` section (a transaction's lifetime: its staging folder and
+        commit must be left by the code that made them)."""
+        self.err, self.count, self._active, self.raising = err, 0, False, raising
 
     def __enter__(self) -> "NativeCalls":
         global _CURRENT
@@ -82,7 +87,7 @@ class NativeCalls:
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
         self._old_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
-        self._old_handler = signal.signal(signal.SIGINT, lambda signum, frame: None)  # the watcher counts it
+        self._old_handler = signal.signal(signal.SIGINT, _raise if self.raising else lambda signum, frame: None)
         on_own_stack()
         self._left = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="irsurgeon-sigint", daemon=True)
@@ -98,11 +103,11 @@ class NativeCalls:
             presses = got.count(signal.SIGINT)  # one byte each: two Ctrl-C before this thread ran are read at once
             if presses:
                 self.count += presses
-                if self.count > 1:
+                if self.count > 1 and not _NO_EXIT:
                     os.write(2, b"Error: interrupted\n")
                     os._exit(130)
-                if not self._left.wait(NOTICE_AFTER):  # a call that returns at once needs no notice
-                    print(self.FIRST, file=self.err, flush=True)
+                if self.count == presses and not self._left.wait(NOTICE_AFTER):  # one that returns at once needs none
+                    print(self.STEP if self.raising else self.FIRST, file=self.err, flush=True)
 
     def check(self) -> None:
         if self.count:
@@ -123,6 +128,24 @@ class NativeCalls:
         os.close(self._write)
         if exc_type is None:
             self.check()
+
+
+def _raise(signum, frame):
+    raise KeyboardInterrupt
+
+
+_NO_EXIT: list[bool] = []  # open no_exit sections: a second Ctrl-C does not end the process at once inside one
+
+
+@contextmanager
+def no_exit():
+    """A section the process may not leave by NativeCalls' second Ctrl-C (os._exit): files it made in a target must
+    be removed or committed by its own code (commit.transaction)."""
+    _NO_EXIT.append(True)
+    try:
+        yield
+    finally:
+        _NO_EXIT.pop()
 
 
 STOP = 0  # the byte that ends the watcher (no signal has number 0)
@@ -152,7 +175,8 @@ def deferred_sigint():
         return
     on_own_stack()
     try:
-        yield
+        with no_exit():  # held sections are never left by a second Ctrl-C's exit either
+            yield
     finally:
         signal.signal(signal.SIGINT, previous)
         on_own_stack()

@@ -38,7 +38,8 @@ from irsurgeon.draft.build import build_model, load_with, stream_of
 from irsurgeon.core.config import peek_json, read_json
 from irsurgeon.quant.formats import WEIGHT_FORMATS
 from irsurgeon.core.text import silent
-from irsurgeon.core.errors import CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError
+from irsurgeon.core.errors import (CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError,
+                                   OutputError)
 from irsurgeon.families import registry
 from irsurgeon.draft.protocol import Family, Options, Pairing, Staging, Target
 from irsurgeon.ir import files, xmlsafe
@@ -98,6 +99,7 @@ def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float,
     if is_done(family, target.path, options, echo):
         result.skipped = True
         return result
+    refuse_unwritable(target.path, options.dry_run)  # before the pair check and the build, dry run or not
     staging = Staging(root, str(source), family.recipe().parse_config(config, str(where)), options, echo)
     pairing = pair(family, target, staging)
     staging.choice, result.plan = plan(family, target, source, options, echo)
@@ -120,6 +122,20 @@ def refuse_foreign_options(family: Family, options: Options) -> None:
             takers = [f.title for f in registry.FAMILIES if name in f.patch_options]
             said = ", ".join(takers[:-1]) + f" and {takers[-1]}" if len(takers) > 1 else "".join(takers)
             raise ConfigError(f"{flag} applies to {said or 'no family'} checkpoints; this one is a {family.title}'s")
+
+
+def refuse_unwritable(target: Path, dry_run: bool) -> None:
+    """A target the draft cannot be written into (a read-only file system, no write permission for this user) is
+    refused before any work: a dry run says so instead of planning a write that would fail."""
+    if os.access(target, os.W_OK | os.X_OK):
+        return
+    try:
+        read_only = bool(os.statvfs(target).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    why = "on a read-only file system" if read_only else "not writable by this user"
+    raise OutputError(f"{target}: {why}; the draft cannot be written into it"
+                      + (" (a real run would fail here)" if dry_run else ""))
 
 
 def refuse_local_source(source: Path, target_dir: Path) -> None:

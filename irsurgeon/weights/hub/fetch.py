@@ -85,9 +85,19 @@ def resolve_source(source: str | Path, echo: Echo = print, hub: HubOptions | Non
     try:
         return fetch_checkpoint(str(source), hub or HubOptions(), echo)
     except CheckpointError as e:  # a mistyped local path reads as a repo id too: say the local answer first
-        if path.parent == Path(".") or not path.parent.is_dir():
-            raise
-        raise type(e)(f"{source}: no such local checkpoint in {path.parent}; as a Hugging Face repo id: {e}") from None
+        said = str(e).removeprefix(f"{source}: ")
+        both = type(e)(f"{source}: {local_answer(path)}; as a Hugging Face repo id: {said}")
+        both.hint = e.hint  # the advice the hub's answer carried (errors.with_hint)
+        raise both from None
+
+
+def local_answer(path: Path) -> str:
+    """What the file system says of a missing local path: the folder it names that is missing, or, when its folder
+    is there, that it holds no such checkpoint."""
+    if path.parent.is_dir():
+        return f"no such local checkpoint in {path.parent}"
+    missing = next(p for p in reversed(path.parents) if not p.is_dir())
+    return f"no such local path ({missing}/ does not exist)"
 
 
 def probe_timeout() -> float:
