@@ -375,3 +375,16 @@ def test_a_usage_error_with_json_is_one_document_too(args):
     result = CliRunner().invoke(main, args)
     doc = json.loads(result.stdout)
     assert result.exit_code == 2 and doc["ok"] is False and doc["exit_code"] == 2 and doc["error"], result.output
+
+
+@pytest.mark.parametrize("command", ["patch", "patch-dflash", "verify", "show", "annotate"])
+def test_a_missing_target_is_said_in_the_same_words_by_every_command(tmp_path, command):
+    """"no such file or directory" for a path that is not there, whichever command and family (patch and verify
+    used to say "not a directory")."""
+    from lab.families import FIXTURE_PAIRS
+    missing = tmp_path / "nope"
+    args = {"patch": ["patch", missing, "--checkpoint", FIXTURE_PAIRS["qwen3_5"][1]],
+            "patch-dflash": ["patch", missing, "--checkpoint", FIXTURE_PAIRS["dflash"][1]],
+            "verify": ["verify", missing], "show": ["show", missing], "annotate": ["annotate", missing]}[command]
+    result = invoke(*args)
+    assert result.exit_code == 1 and f"{missing}: no such file or directory" in result.stderr, result.stderr

@@ -39,11 +39,11 @@ from irsurgeon.core.config import peek_json, read_json
 from irsurgeon.quant.formats import WEIGHT_FORMATS
 from irsurgeon.core.text import silent
 from irsurgeon.core.errors import (CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError,
-                                   OutputError)
+                                   IRError, OutputError)
 from irsurgeon.families import registry
 from irsurgeon.draft.protocol import Family, Options, Pairing, Staging, Target
 from irsurgeon.ir import files, xmlsafe
-from irsurgeon.ir.export import CONFIG
+from irsurgeon.ir.export import CONFIG, directory_problem
 from irsurgeon.quant.precision import build_format, choose_format
 from irsurgeon.flows.show import weight_precision
 from irsurgeon.ir.describe import weights
@@ -80,6 +80,9 @@ def patch(target_dir: str | Path, source: str | Path, *, options: Options = Opti
 
 def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float, held: int | None) -> PatchResult:
     """patch() under the directory lock it holds (held: its descriptor; None for a dry run)."""
+    problem = directory_problem(target_dir)
+    if problem:  # in the same words for every family, and as show, annotate and verify say it
+        raise IRError(problem)
     if held is not None and os.path.lexists(target_dir / STAGE_DIR):  # a half-done commit mixes versions:
         clear_interrupted(target_dir, echo=echo, writable=registry.writable(), held=held)  # undone before judging
     refuse_local_source(Path(source), target_dir)

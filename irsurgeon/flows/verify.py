@@ -22,7 +22,7 @@ from irsurgeon.core.errors import IRSurgeonError
 from irsurgeon.core.text import silent
 from irsurgeon.families import registry
 from irsurgeon.draft.protocol import Check, Family
-from irsurgeon.ir.export import GENERATION_CONFIG, OPENVINO_CONFIG
+from irsurgeon.ir.export import GENERATION_CONFIG, OPENVINO_CONFIG, directory_problem
 from irsurgeon.commit.journal import leftover_state
 from irsurgeon.quant.formats import openvino_config_format
 
@@ -33,6 +33,9 @@ def verify_directory(target: str | Path, checkpoint: str | Path | None = None, *
     path or repo id; `hub`: weights.hub.HubOptions) also whether that checkpoint belongs to the directory, as the
     family can tell."""
     target = Path(target)
+    problem = directory_problem(target)
+    if problem:  # in the same words for every family, and as show and annotate say it
+        return [Check("target layout", False, problem)]
     family = family or registry.for_directory(target)
     checks = family.verify(target, checkpoint, hub, echo)
     leftovers = leftover_state(target, registry.writable()) if target.is_dir() else None

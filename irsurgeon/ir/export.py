@@ -85,6 +85,14 @@ class ExportDir:
         return [f for f in VLM_FILES if not (self.path / f).is_file()]
 
 
+def directory_problem(path: str | Path) -> str | None:
+    """Why `path` is not an existing directory, in the words every command uses (None: it is one)."""
+    path = Path(path)
+    if path.is_dir():
+        return None
+    return f"{path}: no such file or directory" if not path.exists() else f"{path}: not a directory"
+
+
 def language_model_xml(target: str | Path) -> Path:
     """The language-model `.xml` of a target directory, or the target itself when it is an `.xml`."""
     target = Path(target)

@@ -17,7 +17,7 @@ from irsurgeon.core.errors import ConfigError, IRError
 from irsurgeon.draft.protocol import Target
 from irsurgeon.families.qwen35_mtp.layout import has_head_files
 from irsurgeon.ir import files, graph
-from irsurgeon.ir.export import EMBEDS_INPUT, ExportDir
+from irsurgeon.ir.export import EMBEDS_INPUT, ExportDir, directory_problem
 from irsurgeon.families.qwen35_mtp.model import MTPConfig, parse_config
 
 if TYPE_CHECKING:  # annotate is the write side: verify, which reads targets too, must not load it
@@ -54,7 +54,7 @@ def inspect_target(path: str | Path, plan: bool = False) -> QwenTarget:
     also the hidden-state annotation (Target.annotation_plan)."""
     export = ExportDir(path)
     if not export.path.is_dir():
-        raise IRError(f"{export.path}: not a directory")
+        raise IRError(directory_problem(export.path))
     missing = export.missing_for_vlm()
     if missing:
         hint = " (a text-only export: re-export it with `optimum-cli export openvino --task image-text-to-text`)" \
