@@ -225,6 +225,12 @@ class Family(ABC):
                echo: Echo = print) -> list[Check]:
         ...
 
+    def stale(self, directory: Path, options: Options) -> str | None:
+        """Why a draft that passes verify is still not the one `options` ask for (a family-specific option given
+        explicitly, as an explicit weight format is for every family), in words for the rebuild's line; None: it
+        is. Default: nothing family-specific to compare."""
+        return None
+
     @abstractmethod
     def genai(self) -> GenaiRuntime:
         ...

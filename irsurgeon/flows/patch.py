@@ -213,7 +213,8 @@ def inspect(family: Family, target_dir: Path, source) -> Target:
 
 
 def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:
-    """True (said so) when the family's verify passes and the draft is in the format asked for; --force: never.
+    """True (said so) when the family's verify passes and the draft is the one asked for (its weight format, and what
+    family.stale compares); options.force: never.
 
     An explicit --weight-format other than the present draft's rebuilds it: the user asked for that format, as a
     re-export with another format would give it. `auto` keeps any conforming draft.
@@ -228,10 +229,14 @@ def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:
         return False
     present, asked = draft_format(draft), options.weight_format.lower()
     if asked != "auto" and present != asked:
-        echo(f"{target}: its draft is {present or 'of unknown format'}; --weight-format {asked}: rebuilding it")
+        echo(f"{target}: its draft is {present or 'of unknown format'}; weight format {asked} asked: rebuilding it")
+        return False
+    other = family.stale(target, options)
+    if other:
+        echo(f"{target}: {other}: rebuilding it")
         return False
     done = "; ".join(f"{c.name}: {c.detail}" for c in checks)
-    echo(f"{target}: already has its draft ({family.describe}: {done}); nothing to do (--force rebuilds)")
+    echo(f"{target}: already has its draft ({family.describe}: {done}); nothing to do (a forced run rebuilds it)")
     return True
 
 

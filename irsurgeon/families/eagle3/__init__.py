@@ -84,6 +84,17 @@ class Eagle3(Family):
         from irsurgeon.families.eagle3.verify import verify_eagle3
         return verify_eagle3(Path(directory), checkpoint)
 
+    def stale(self, directory: Path, options) -> str | None:
+        """--hidden-layers other than the taps the present draft records: rebuilt (taps are the draft's input)."""
+        if options.hidden_layers is None:
+            return None
+        from irsurgeon.families.eagle3.patch import recorded_taps
+        present = recorded_taps(Path(directory) / names.DRAFT_DIR / names.MODEL_XML)
+        if present == tuple(options.hidden_layers):
+            return None
+        return f"its draft is fed from target layers {list(present) if present else '(unrecorded)'}; hidden layers " \
+               f"{list(options.hidden_layers)} asked"
+
     def genai(self) -> GenaiRuntime:
         from irsurgeon.families.eagle3 import genai
         return GenaiRuntime(genai.pipeline, genai.equivalence_properties, as_batch=True)

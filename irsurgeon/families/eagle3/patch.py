@@ -25,7 +25,7 @@ from irsurgeon.families.eagle3 import moe_taps, surgery
 from irsurgeon.families.eagle3.layout import CONFIG, DRAFT_DIR, GENERATION, MODEL_BIN, MODEL_XML
 from irsurgeon.families.eagle3.model import EMBED, HIDDEN_LAYERS, Eagle3Config
 from irsurgeon.families.eagle3.target import Eagle3Target, genai_taps
-from irsurgeon.ir import files
+from irsurgeon.ir import files, xmlsafe
 from irsurgeon.ir.narrow import narrow_feed_forward, narrow_rows
 from irsurgeon.quant.compress import compress_model, marked_consumers, set_kv_cache_precision
 from irsurgeon.weights.checkpoint import config_bytes
@@ -107,3 +107,10 @@ def generation_config(target: Path) -> bytes:
         raise ConfigError(f"{target}: no {GENERATION}: openvino-genai's EAGLE-3 draft pipeline reads its stop tokens "
                           f"from one in {DRAFT_DIR}/, copied from the target's")
     return text.encode("utf-8")
+
+
+def recorded_taps(xml: Path) -> tuple[int, ...] | None:
+    """The taps a built draft records (rt_info hidden_layers_list, "i j k"), None when absent or unreadable."""
+    value = xmlsafe.get_value(files.read_ir_bytes(xml), (HIDDEN_LAYERS,), str(xml))
+    parts = str(value).split() if value is not None else []
+    return tuple(int(p) for p in parts) if parts and all(p.isascii() and p.isdigit() for p in parts) else None

@@ -204,3 +204,19 @@ def test_the_one_step_check_keeps_the_first_vocabulary_rows_exactly(fmt, tmp_pat
     assert narrow_rows(cut, "lm_head.weight") == 8
     rows, _ = run_calls(cut, [2])
     assert rows[0].shape[-1] == 8 and np.array_equal(rows[0], whole[0][..., :8])
+
+
+def test_other_hidden_layers_rebuild_a_ready_draft_and_the_same_ones_leave_it(tmp_path):
+    """--hidden-layers is the draft's input, as a weight format is its storage: other taps than the present draft's
+    rebuild it (no --force needed); the same taps, or none given, leave it."""
+    from irsurgeon.families.eagle3.patch import recorded_taps
+    target = shutil.copytree(TARGET, tmp_path / "t")
+    draft = target / "eagle3_draft" / "openvino_model.xml"
+    assert invoke("patch", target, "--checkpoint", CKPT, "--hidden-layers", "1,2,3").exit_code == 0
+    assert recorded_taps(draft) == (1, 2, 3)
+    again = invoke("patch", target, "--checkpoint", CKPT, "--hidden-layers", "0,1,2")
+    assert again.exit_code == 0 and "hidden layers [0, 1, 2] asked: rebuilding it" in again.output, again.output
+    assert recorded_taps(draft) == (0, 1, 2)
+    for same in (("--hidden-layers", "0,1,2"), ()):
+        kept = invoke("patch", target, "--checkpoint", CKPT, *same)
+        assert kept.exit_code == 0 and "nothing to do" in kept.output and recorded_taps(draft) == (0, 1, 2)
