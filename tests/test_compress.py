@@ -296,7 +296,7 @@ def synth_ckpt(tmp_path_factory):
     (["--weight-format", "int4", "--ratio", "0"], "ratio 0.0 is out of range"),
     (["--weight-format", "int8", "--group-size", "64"], "int8 is per-channel"),
     (["--weight-format", "f16", "--group-size", "64"], "--group-size"),
-    (["--weight-format", "f16", "--target", "."], "--target is read only by --weight-format auto"),
+    (["--weight-format", "f16", "--target", "."], "a target to mirror is read only by weight format auto"),
 ])
 def test_cli_bad_options_are_one_line_errors(synth_ckpt, tmp_path, args, needle):
     code, output = run("build-mtp", synth_ckpt, "-o", tmp_path / "out", *args)

@@ -254,11 +254,11 @@ def test_regenerated_fixtures_match_the_committed_manifest(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--layers", "0"], "--layers 0"),
-    (["--heads", "3"], "--heads 3 does not divide --hidden 64"),
-    (["--kv-heads", "3"], "--kv-heads 3 does not divide --heads 4"),
+    (["--layers", "0"], "layers 0"),
+    (["--heads", "3"], "heads 3 does not divide hidden 64"),
+    (["--kv-heads", "3"], "kv heads 3 does not divide heads 4"),
     (["--kind", "llama", "--with-mtp"], "no MTP head"),
-    (["--layer-types", "full,lin"], "--layer-types 'full,lin'"),
+    (["--layer-types", "full,lin"], "layer types 'full,lin'"),
     (["--layer-types", "full,linear", "--layers", "3"], "expected 3 entries"),
     (["--layer-types", "0"], "full_attention_interval 0"),
     (["--kind", "llama", "--no-mtp", "--layer-types", "2"], "full-attention layers only"),

@@ -47,7 +47,7 @@ from typing import Callable, Iterator
 
 from irsurgeon.commit import recovery
 from irsurgeon.core.signals import deferred_sigint as _deferred_sigint, no_exit
-from irsurgeon.core.errors import OutputError, cause
+from irsurgeon.core.errors import OutputError, cause, with_hint
 from irsurgeon.core.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
 from irsurgeon.commit.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, SLASH, STAGE_DIR,
                                ForeignLeftovers, check_writable, digest, encode, identity, leaf, leftover_state,
@@ -77,8 +77,8 @@ def acquire(path: str | Path, wait: bool = False, echo: Callable[[str], None] | 
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise OutputError(f"{path}: another irsurgeon run holds this directory; try again when it has "
-                              f"finished (or pass --wait)") from None
+            raise with_hint(OutputError(f"{path}: another irsurgeon run holds this directory; try again when it "
+                                        f"has finished"), "--wait", "or pass --wait") from None
         raise OutputError(f"{path}: cannot lock directory: {e.strerror}") from None
     except BaseException:
         os.close(fd)

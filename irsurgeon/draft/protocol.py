@@ -251,11 +251,12 @@ class Family(ABC):
 def refuse_sizing(kind: str, options: dict) -> None:
     """For a synth kind that writes one fixed pair: any size, layer pattern, --with-mtp or non-default
     --weight-format given is one ConfigError line naming them."""
-    from irsurgeon.core.errors import ConfigError
+    from irsurgeon.core.errors import ConfigError, with_hint
 
-    given = [f"--{k.replace('_', '-')}" for k in (options.get("sizes") or {})]
-    given += [f"--{k.replace('_', '-')}" for k in ("layer_types", "with_mtp") if options.get(k) is not None]
-    given += ["--weight-format"] if options.get("weight_format", "f32") != "f32" else []
+    given = [k.replace('_', ' ') for k in (options.get("sizes") or {})]
+    given += [k.replace('_', ' ') for k in ("layer_types", "with_mtp") if options.get(k) is not None]
+    given += ["weight format"] if options.get("weight_format", "f32") != "f32" else []
     if given:
-        raise ConfigError(f"--kind {kind} writes one fixed tiny pair: {', '.join(given)} do not apply (it takes "
-                          f"--seed, --wait and --force)")
+        flags = ", ".join(f"--{g.replace(' ', '-')}" for g in given)
+        raise with_hint(ConfigError(f"kind {kind} writes one fixed tiny pair: {', '.join(given)} do not apply (it takes "
+                                    f"only a seed, wait and force)"), "--seed", f"{flags}: not for this kind")

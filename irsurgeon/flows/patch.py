@@ -115,16 +115,18 @@ def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float,
     return result
 
 
-FAMILY_OPTIONS = {"hidden_layers": "--hidden-layers", "kv_cache_precision": "--kv-cache-precision"}  # Options fields only some families read, and their flags
+# Options fields only some families read, and their words (the CLI's flags spell them --hidden-layers, ...)
+FAMILY_OPTIONS = {"hidden_layers": "hidden layers", "kv_cache_precision": "KV cache precision"}
 
 
 def refuse_foreign_options(family: Family, options: Options) -> None:
     """An option the checkpoint's family does not read is refused, never silently ignored."""
-    for name, flag in FAMILY_OPTIONS.items():
+    for name, words in FAMILY_OPTIONS.items():
         if getattr(options, name) is not None and name not in family.patch_options:
             takers = [f.title for f in registry.FAMILIES if name in f.patch_options]
             said = ", ".join(takers[:-1]) + f" and {takers[-1]}" if len(takers) > 1 else "".join(takers)
-            raise ConfigError(f"{flag} applies to {said or 'no family'} checkpoints; this one is a {family.title}'s")
+            raise ConfigError(f"the {words} option applies to {said or 'no family'} checkpoints; this one is a "
+                              f"{family.title}'s")
 
 
 def refuse_unwritable(target: Path, dry_run: bool) -> None:
@@ -147,7 +149,7 @@ def refuse_local_source(source: Path, target_dir: Path) -> None:
     problem = weightless(source)
     if problem:
         itself = source.is_dir() and target_dir.is_dir() and os.path.samefile(source, target_dir)
-        raise CheckpointError(f"{source}: " + ("is the target directory itself; --checkpoint takes the safetensors "
+        raise CheckpointError(f"{source}: " + ("is the target directory itself; the checkpoint is the safetensors "
                                                "checkpoint the target was exported from" if itself else problem))
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from irsurgeon.core import rtinfo
 from irsurgeon.core.config import read_optional_json
-from irsurgeon.core.errors import CompressionError, cause
+from irsurgeon.core.errors import CompressionError, cause, with_hint
 from irsurgeon.ir.export import OPENVINO_CONFIG
 from irsurgeon.ir.files import write_atomic
 from irsurgeon.quant.formats import (DEFAULTS, INT8_DEFAULTS, QUANTIZED_FORMATS, CompressionParams,
@@ -52,8 +52,9 @@ def resolve_params(weight_format: str, base: CompressionParams | None = None, *,
         p = replace(p, mode=f"{weight_format}_{'sym' if sym else 'asym'}")
     if weight_format == "int8":
         if group_size not in (None, -1) or ratio not in (None, 1.0) or backup is not None:
-            raise CompressionError("int8 is per-channel for every weight: --group-size, --ratio and "
-                                   "--backup-precision apply to int4 only")
+            raise with_hint(CompressionError("int8 is per-channel for every weight: group size, ratio and backup "
+                                             "precision apply to int4 only"), "--group-size",
+                            "--group-size, --ratio and --backup-precision")
         return p
     p = replace(p, group_size=p.group_size if group_size is None else group_size,
                 ratio=p.ratio if ratio is None else ratio, backup=p.backup if backup is None else backup,

@@ -11,15 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from irsurgeon.quant.compress import resolve_params
-from irsurgeon.core.errors import CompressionError, IRError
+from irsurgeon.core.errors import CompressionError, IRError, with_hint
 from irsurgeon.ir import files
 from irsurgeon.ir.export import LANGUAGE_MODELS, OPENVINO_CONFIG
 from irsurgeon.ir.storage import WeightSummary, weight_summary
 from irsurgeon.quant.formats import (DEFAULTS, QUANTIZED_FORMATS, WEIGHT_FORMATS, CompressionParams,
                                     TargetFormat, openvino_config_format)
 
-OPTION_FLAGS = {"group_size": "--group-size", "ratio": "--ratio", "backup": "--backup-precision", "sym": "--sym/--asym",
-                "all_layers": "--all-layers"}
+OPTION_HINT = {"group_size": "--group-size", "ratio": "--ratio", "backup": "--backup-precision", "sym": "--sym/--asym",
+               "all_layers": "--all-layers"}  # the CLI's flags of those options, for the hint of a refusal
+OPTION_WORDS = {"group_size": "group size", "ratio": "ratio", "backup": "backup precision", "sym": "symmetry",
+                "all_layers": "all layers"}
 
 
 def detect_target_format(target_dir: str | Path) -> TargetFormat:
@@ -98,17 +100,21 @@ def choose_format(weight_format: str, target: str | Path | None = None, **overri
     base, note = None, None
     if weight_format == "auto":
         if target is None:
-            raise CompressionError("weight format auto mirrors a target model directory: pass --target TARGET_DIR")
+            raise with_hint(CompressionError("weight format auto mirrors a target model directory, and none was given"),
+                            "--target", "pass --target TARGET_DIR")
         found = detect_target_format(target)
         weight_format, base = found.weight_format, found.params
         note = f"auto: {weight_format}" + (f" ({_params_text(base)})" if base else "") + \
             f" from {found.source}: {found.reason}"
     elif target is not None:
-        raise CompressionError(f"--target is read only by --weight-format auto (got --weight-format {weight_format})")
+        raise with_hint(CompressionError(f"a target to mirror is read only by weight format auto (got "
+                                         f"{weight_format})"), "--target", "--target")
     if weight_format not in QUANTIZED_FORMATS:
         if given:
-            flags = ", ".join(OPTION_FLAGS.get(k, k) for k in sorted(given))
-            raise CompressionError(f"{flags}: only for int4/int8 compression, not for {weight_format} weights")
+            words = ", ".join(OPTION_WORDS.get(k, k) for k in sorted(given))
+            flags = [OPTION_HINT.get(k, k) for k in sorted(given)]
+            raise with_hint(CompressionError(f"{words}: only for int4/int8 compression, not for {weight_format} "
+                                             f"weights"), flags[0].split("/")[0], ", ".join(flags))
         return Choice(weight_format, None, note)
     return Choice(weight_format, resolve_params(weight_format, base, **given), note)
 

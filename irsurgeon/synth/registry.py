@@ -22,7 +22,7 @@ import openvino as ov
 
 from irsurgeon.core import limits, rtinfo
 from irsurgeon.draft.build import name_anonymous_nodes
-from irsurgeon.core.errors import ConfigError, OutputError
+from irsurgeon.core.errors import ConfigError, OutputError, with_hint
 from irsurgeon.ir import export as ex
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.synth import configs
@@ -69,29 +69,33 @@ def validate(kind: str, s: SynthSpec, with_mtp: bool, weight_format: str) -> Non
     for key, upper in LIMITS.items():
         value = getattr(s, key)
         if not 1 <= value <= upper:
-            raise ConfigError(f"--{key.replace('_', '-')} {value}: expected 1..{upper}")
+            raise with_hint(ConfigError(f"{key.replace('_', ' ')} {value}: expected 1..{upper}"),
+                            f"--{key.replace('_', '-')}", f"--{key.replace('_', '-')}")
     if s.hidden % s.heads:
-        raise ConfigError(f"--heads {s.heads} does not divide --hidden {s.hidden}")
+        raise with_hint(ConfigError(f"heads {s.heads} does not divide hidden {s.hidden}"), "--heads", "--heads, --hidden")
     if s.heads % s.kv_heads:
-        raise ConfigError(f"--kv-heads {s.kv_heads} does not divide --heads {s.heads}")
+        raise with_hint(ConfigError(f"kv heads {s.kv_heads} does not divide heads {s.heads}"), "--kv-heads",
+                        "--kv-heads, --heads")
     rotary = int(s.head_dim * s.partial_rotary_factor)
     if rotary < 2 or rotary % 2:
-        raise ConfigError(f"--head-dim {s.head_dim} x partial rotary factor {s.partial_rotary_factor} = {rotary} "
+        raise ConfigError(f"head dim {s.head_dim} x partial rotary factor {s.partial_rotary_factor} = {rotary} "
                           f"rotary dims: expected an even number >= 2")
     if kind != "llama":
         validate_layer_types(s)
     elif s.layer_types or s.full_attention_interval != 1:
-        raise ConfigError("--layer-types: --kind llama has full-attention layers only")
+        raise ConfigError("layer types: kind llama has full-attention layers only")
     if s.vocab < MIN_VOCAB:
-        raise ConfigError(f"--vocab {s.vocab}: expected at least {MIN_VOCAB} ({SPECIAL} special tokens + bytes)")
+        raise with_hint(ConfigError(f"vocab {s.vocab}: expected at least {MIN_VOCAB} ({SPECIAL} special tokens + "
+                                    f"bytes)"), "--vocab", "--vocab")
     if s.num_experts and s.top_k > s.num_experts:
         raise ConfigError(f"top-k {s.top_k} exceeds the {s.num_experts} experts")
     if kind == "llama" and with_mtp:
-        raise ConfigError("--kind llama has no MTP head: use --no-mtp")
+        raise with_hint(ConfigError("kind llama has no MTP head"), "--no-mtp", "use --no-mtp")
     if weight_format not in WEIGHT_FORMATS:
-        raise ConfigError(f"--weight-format {weight_format!r}: expected one of {', '.join(WEIGHT_FORMATS)}")
+        raise ConfigError(f"weight format {weight_format!r}: expected one of {', '.join(WEIGHT_FORMATS)}")
     if weight_format == "int4" and s.hidden % 16:
-        raise ConfigError(f"--weight-format int4 needs --hidden divisible by 16 (the group size), got {s.hidden}")
+        raise with_hint(ConfigError(f"weight format int4 needs hidden divisible by 16 (the group size), got "
+                                    f"{s.hidden}"), "--hidden", "--hidden")
 
 
 def layer_pattern(text: str) -> dict:
@@ -104,7 +108,7 @@ def layer_pattern(text: str) -> dict:
     items = [t.strip() for t in text.split(",")]
     bad = [t for t in items if t not in names]
     if bad or not text:
-        raise ConfigError(f"--layer-types {text!r}: expected an interval (a positive integer) or a comma list of "
+        raise ConfigError(f"layer types {text!r}: expected an interval (a positive integer) or a comma list of "
                           f"full / linear, got {bad[0] if bad else 'nothing'!r}")
     return {"layer_types": tuple(names[t] for t in items)}
 
@@ -133,11 +137,11 @@ def validate_layer_types(s: SynthSpec) -> None:
                           f"{s.linear_key_heads} linear key heads")
     types = layer_types(s)
     if len(types) != s.layers or not set(types) <= {FULL, LINEAR}:
-        raise ConfigError(f"--layer-types {','.join(types)}: expected {s.layers} entries, each "
+        raise ConfigError(f"layer types {','.join(types)}: expected {s.layers} entries, each "
                           f"{FULL} or {LINEAR}")
     if FULL not in types:  # openvino-genai's paged-attention pipeline needs one: "No ScaledDotProductAttention ..."
-        raise ConfigError(f"--layers {s.layers} with full attention every {s.full_attention_interval} layers gives no "
-                          f"{FULL} layer, which openvino-genai needs to load the target: pass --layer-types "
+        raise ConfigError(f"layers {s.layers} with full attention every {s.full_attention_interval} layers gives no "
+                          f"{FULL} layer, which openvino-genai needs to load the target: pass layer types "
                           f"{min(s.layers, s.full_attention_interval) if s.layers > 1 else 1} or a list with 'full'")
 
 

@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from irsurgeon.core.errors import CheckpointError
+from irsurgeon.core.errors import CheckpointError, with_hint
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, check_scale, dequantize_blocks, split_scales
 from irsurgeon.weights.half import SLICE, NotHalf, Tally, bf16_slice, round_slice
@@ -148,7 +148,7 @@ def judge(name: str, seen: Extremes, allow_nonfinite: bool, warn) -> None:
     else:
         return
     if not allow_nonfinite:
-        raise CheckpointError(message + " (pass --allow-nonfinite to build anyway)")
+        raise with_hint(CheckpointError(message), "--allow-nonfinite", "pass --allow-nonfinite to build anyway")
     warn("warning: " + message)
 
 

@@ -24,7 +24,7 @@ from irsurgeon.commit.annotate import Status, plan_annotation, write_annotation
 from irsurgeon.draft.build import stage_ir
 from irsurgeon.quant.compress import compress_model, set_kv_cache_precision
 from irsurgeon.core.concurrency import alongside
-from irsurgeon.core.errors import IRError
+from irsurgeon.core.errors import IRError, with_hint
 from irsurgeon.families.dflash import model as dflash
 from irsurgeon.families.dflash.layout import CONFIG, DRAFT_DIR, MODEL_BIN, MODEL_XML
 from irsurgeon.families.dflash.target import DFlashTarget
@@ -95,9 +95,9 @@ def stage_annotation(tx, target: DFlashTarget, force: bool, echo) -> None:
     if planned.status is Status.KEPT:
         ok, detail = annotation_check(target.xml, target.num_layers)
         if not ok:  # kept, verify would reject the directory: refused before anything is committed
-            raise IRError(f"{target.xml}: its existing hidden-state annotation is kept without --force, but verify "
-                          f"rejects it ({detail}); pass --force to replace it")
-        echo(f"{target.xml_name}: keeps its existing, different hidden-state annotation (--force replaces it)")
+            raise with_hint(IRError(f"{target.xml}: its existing hidden-state annotation is kept unless the run is "
+                                    f"forced, but verify rejects it ({detail})"), "--force", "pass --force to replace it")
+        echo(f"{target.xml_name}: keeps its existing, different hidden-state annotation (a forced run replaces it)")
         return
 
     def into(data: bytes) -> Path:

@@ -97,7 +97,7 @@ def resolve_taps(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, .
                  ) -> tuple[tuple[int, ...], str]:
     """The taps the draft is fed from (genai's counting), and one line saying where they come from."""
     if override is not None:
-        return tuple(override), f"taps {list(override)} (--hidden-layers)"
+        return tuple(override), f"taps {list(override)} (as asked)"
     if cfg.taps.ids is not None:
         return cfg.taps.ids, f"taps {list(cfg.taps.ids)} from {cfg.taps.said}"
     ids = default_taps(cfg.architecture, target.num_layers)

@@ -25,7 +25,7 @@ import numpy as np
 import openvino as ov
 
 from irsurgeon.core.config import present
-from irsurgeon.core.errors import CheckpointError, IRError, cause
+from irsurgeon.core.errors import CheckpointError, IRError, cause, with_hint
 from irsurgeon.ir import files
 from irsurgeon.ir.export import ExportDir
 from irsurgeon.weights.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint
@@ -297,9 +297,9 @@ def compare(got, want: np.ndarray, bound: np.ndarray, storage: str, src) -> Iden
     return Identity(ok, detail, float(diff.max()), float(ratio[worst]))
 
 
-FOREIGN_HINT = ("base, instruct and fine-tuned releases of one size share config.json, so check the path, repo id or "
-                "--revision; --allow-foreign-checkpoint builds anyway (a fine-tune that knowingly reuses its base "
-                "model's head)")
+FOREIGN = "base, instruct and fine-tuned releases of one size share config.json, so check the path, repo id or revision"
+FOREIGN_HINT = ("--allow-foreign-checkpoint", "--allow-foreign-checkpoint builds anyway (a fine-tune that knowingly "
+                                              "reuses its base model's head)")
 
 
 def require_identity(target: Path, source: str | Path, root: Path, hub: HubOptions | None, allow_foreign: bool,
@@ -313,7 +313,7 @@ def require_identity(target: Path, source: str | Path, root: Path, hub: HubOptio
         echo(f"warning: checkpoint identity {result.detail}: nothing proves the head belongs to this target")
         return result.detail
     if not allow_foreign:
-        raise CheckpointError(f"checkpoint {source} does not belong to target {target}: {result.detail}; "
-                              f"{FOREIGN_HINT}")
-    echo(f"warning: --allow-foreign-checkpoint: building from {source} although {result.detail}")
-    return f"foreign checkpoint allowed (--allow-foreign-checkpoint): {result.detail}"
+        raise with_hint(CheckpointError(f"checkpoint {source} does not belong to target {target}: {result.detail}; "
+                                        f"{FOREIGN}"), *FOREIGN_HINT)
+    echo(f"warning: a foreign checkpoint allowed: building from {source} although {result.detail}")
+    return f"foreign checkpoint allowed: {result.detail}"

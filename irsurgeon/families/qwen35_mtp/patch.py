@@ -19,7 +19,7 @@ from irsurgeon.commit.annotate import Status, write_annotation
 from irsurgeon.draft.build import ir_bin, stage_ir
 from irsurgeon.quant.compress import compress_model, set_kv_cache_precision, updated_openvino_config
 from irsurgeon.core.concurrency import alongside
-from irsurgeon.core.errors import IRError, IRSurgeonError
+from irsurgeon.core.errors import IRError, IRSurgeonError, with_hint
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.model import MTPConfig
 from irsurgeon.families.qwen35_mtp.smoke import smoke_test
@@ -79,9 +79,9 @@ def stage_annotation(tx: DirectoryTransaction, target: QwenTarget, force: bool, 
     if planned.status is Status.KEPT:
         ok, detail = annotation_check(target.lm_xml, target.cfg.num_hidden_layers)
         if not ok:  # kept, verify would reject the directory: refused before anything is committed
-            raise IRError(f"{target.lm_xml}: its existing hidden-state annotation is kept without --force, but verify "
-                          f"rejects it ({detail}); pass --force to replace it")
-        echo(f"{LANGUAGE_MODEL}: keeps its existing, different hidden-state annotation (--force replaces it)")
+            raise with_hint(IRError(f"{target.lm_xml}: its existing hidden-state annotation is kept unless the run is "
+                                    f"forced, but verify rejects it ({detail})"), "--force", "pass --force to replace it")
+        echo(f"{LANGUAGE_MODEL}: keeps its existing, different hidden-state annotation (a forced run replaces it)")
         return
     write_annotation(planned, into=lambda data: stage_bytes(tx, LANGUAGE_MODEL, data))
     echo(f"{LANGUAGE_MODEL}: annotated {planned.num_layers} decoder layers")

@@ -202,11 +202,12 @@ def hub_error(repo_id: str, filename: str, hub: HubOptions, e: Exception) -> Che
 
     where = at(repo_id, hub)
     if isinstance(e, GatedRepoError):
-        return CheckpointError(f"{where}: gated repo: accept its terms on the hub, then pass --token (or "
-                               f"`hf auth login`)")
+        return with_hint(CheckpointError(f"{where}: gated repo: accept its terms on the hub, then give a token with "
+                                         f"access (HF_TOKEN or `hf auth login`)"), "--token", "or pass --token")
     if isinstance(e, RepositoryNotFoundError):
-        return CheckpointError(f"{where}: repo not found at {endpoint()}, or private and the token (--token, HF_TOKEN "
-                               f"or `hf auth login`) does not give access (HTTP {e.response.status_code})")
+        return with_hint(CheckpointError(f"{where}: repo not found at {endpoint()}, or private and the token (HF_TOKEN "
+                                         f"or `hf auth login`) does not give access (HTTP {e.response.status_code})"),
+                         "--token", "a token can also be passed with --token")
     if isinstance(e, RevisionNotFoundError):
         return CheckpointError(f"{where}: no revision {hub.revision or 'main'!r} in the repo")
     if isinstance(e, RemoteEntryNotFoundError):
@@ -293,9 +294,9 @@ def refuse_linked_folders(repo_id: str, hub: HubOptions) -> None:
         folders += [f"{repo}/snapshots/{entry.name}" for entry in os.scandir(snapshots)]
     for folder in folders:
         if (cache / folder).is_symlink():
-            raise CheckpointError(f"{cache / folder}: a link in the Hugging Face cache; huggingface_hub would write "
-                                  f"{repo_id}'s files through it, outside the cache {cache} (make it a folder, or "
-                                  f"pass --cache-dir)")
+            raise with_hint(CheckpointError(f"{cache / folder}: a link in the Hugging Face cache; huggingface_hub would write "
+                                  f"{repo_id}'s files through it, outside the cache {cache} (make it a folder)"), "--cache-dir",
+                            "or pass --cache-dir")
 
 
 def inside_cache(path: Path, repo_id: str, hub: HubOptions) -> Path:

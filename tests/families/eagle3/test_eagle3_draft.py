@@ -179,14 +179,14 @@ def test_patch_writes_the_draft_and_its_taps_and_never_the_target(tmp_path):
 def test_hidden_layers_overrides_the_taps_and_is_refused_for_other_families(tmp_path):
     target = Path(shutil.copytree(TARGET, tmp_path / "t"))
     result = invoke("patch", target, "--checkpoint", CKPT, "--hidden-layers", "1,2,3")
-    assert result.exit_code == 0 and "taps [1, 2, 3] (--hidden-layers)" in result.output, result.output
+    assert result.exit_code == 0 and "taps [1, 2, 3] (as asked)" in result.output, result.output
     draft = ov.Core().read_model(str(target / "eagle3_draft" / "openvino_model.xml"))
     assert draft.get_rt_info([eagle3.HIDDEN_LAYERS]).astype(str) == "1 2 3"
     assert invoke("patch", target, "--checkpoint", CKPT, "--hidden-layers", "1,2").exit_code == 2
     qwen_target, qwen_ckpt = FIXTURE_PAIRS["qwen3_5"]
     other = Path(shutil.copytree(qwen_target, tmp_path / "q"))
     refused = invoke("patch", other, "--checkpoint", qwen_ckpt, "--hidden-layers", "1,2,3")
-    assert refused.exit_code == 1 and "--hidden-layers applies to EAGLE-3 draft checkpoints" in refused.output
+    assert refused.exit_code == 1 and "the hidden layers option applies to EAGLE-3 draft checkpoints" in refused.output
     assert not (other / "openvino_mtp_model.xml").exists()
 
 
