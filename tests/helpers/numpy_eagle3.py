@@ -25,7 +25,8 @@ key-value heads, head_dim. Weights are the checkpoint's (`<p>` = `midlayer.` or 
           angle[p, j] = p * theta^(-2j/D) for j < D/2, repeated for both halves (cat(freqs, freqs)); theta from
           `rope_theta` (default 10000), but 10000 always for an AngelSlim text draft (`Eagle3LlamaForCausalLM`
           without mrope: its trainer's `llama_eagle3.py` `LlamaAttention._init_rope` gives `LlamaRotaryEmbedding`
-          no base, whose default is 10000); p = position_ids
+          no base, whose default is 10000); p = position_ids. With rope_scaling type llama3 (the Llama 3.1 drafts)
+          each theta^(-2j/D) is rescaled by its wavelength first (`llama3_inv_freq`)
     K,V = the cache (earlier calls) then k, v                 [B, n_kv, T, D];  each kv head serves n/n_kv q heads
     a   = softmax(q K^T / sqrt(D) + mask) V                   [B, n, S, D] -> [B, S, n*D]; mask: query i (the
           (T-S+i)-th cached row) sees cached rows 0..T-S+i (causal in cache order) and rows attention_mask keeps
@@ -59,11 +60,11 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def rope(x, pos, theta, mrope_section=None):
-    """x [B, N, S, D], pos [B, S]: Llama's default rope over all D dims, rotate_half convention. With mrope_section,
-    pos [3, B, S] and AngelSlim's MRotaryEmbedding (llama_eagle3.py apply_interleaved_mrope, as written there)."""
+def rope(x, pos, inv, mrope_section=None):
+    """x [B, N, S, D], pos [B, S], inv [D/2] the inverse frequencies (`inv_freq`): Llama's rope over all D dims,
+    rotate_half convention. With mrope_section, pos [3, B, S] and AngelSlim's MRotaryEmbedding
+    (llama_eagle3.py apply_interleaved_mrope, as written there)."""
     D = x.shape[-1]
-    inv = 1.0 / theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
     if mrope_section is not None:
         freqs = pos[..., None].astype(np.float64) * inv  # [3, B, S, D/2]
         freqs_t = freqs[0].copy()
@@ -76,6 +77,40 @@ def rope(x, pos, theta, mrope_section=None):
     emb = np.concatenate([ang, ang], -1)
     rotated = np.concatenate([-x[..., D // 2:], x[..., :D // 2]], -1)
     return x * np.cos(emb) + rotated * np.sin(emb)
+
+
+def default_inv_freq(head_dim: int, theta: float) -> np.ndarray:
+    """theta^(-2j/D), j < D/2 (transformers' _compute_default_rope_parameters)."""
+    return 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+
+
+KEPT, DIVIDED, MIXED = "kept", "divided", "mixed"  # the three bands of the llama3 rescaling
+
+
+def llama3_bands(head_dim: int, theta: float, scaling: dict) -> np.ndarray:
+    """Which band each frequency j < D/2 falls in (`llama3_inv_freq`): an array of KEPT / DIVIDED / MIXED."""
+    wavelen = 2 * np.pi / default_inv_freq(head_dim, theta)
+    original = scaling["original_max_position_embeddings"]
+    short = wavelen < original / scaling["high_freq_factor"]  # high_freq_wavelen
+    long = wavelen > original / scaling["low_freq_factor"]  # low_freq_wavelen
+    return np.where(short, KEPT, np.where(long, DIVIDED, MIXED))
+
+
+def llama3_inv_freq(head_dim: int, theta: float, scaling: dict) -> np.ndarray:
+    """The Llama 3.1 rescaled inverse frequencies, from transformers 5.2.0 modeling_rope_utils.py
+    `_compute_llama3_parameters` (the 4.x copy, taking rope_kwargs, computes the same): wavelen = 2 pi / inv_freq;
+    a wavelength below original_max_position_embeddings / high_freq_factor keeps its frequency, one above
+    original_max_position_embeddings / low_freq_factor is divided by factor, and one between (both bounds included)
+    mixes the two: (1 - s) inv / factor + s inv with s = (original / wavelen - low_freq_factor) /
+    (high_freq_factor - low_freq_factor). transformers' mix reads its already-divided array, which equals inv_freq
+    in that band (no mixed wavelength exceeds the low bound). Its attention factor is 1 (cos and sin unscaled).
+    transformers computes in float32; here float64, the reference's precision everywhere."""
+    inv = default_inv_freq(head_dim, theta)
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    wavelen = 2 * np.pi / inv
+    smooth = (scaling["original_max_position_embeddings"] / wavelen - low) / (high - low)
+    band = llama3_bands(head_dim, theta, scaling)
+    return np.select([band == KEPT, band == DIVIDED], [inv, inv / factor], (1 - smooth) * inv / factor + smooth * inv)
 
 
 def target_token(draft_token, d2t):
@@ -100,17 +135,52 @@ ANGELSLIM = "Eagle3LlamaForCausalLM"
 ANGELSLIM_BASE = 10000.0  # AngelSlim llama_eagle3.py: LlamaRotaryEmbedding(dim, max_position_embeddings, base=10000)
 
 
+LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def rope_section(layer: dict) -> dict:
+    """The RoPE dict: rope_scaling, when set, replaces rope_parameters (transformers 5.2.0 modeling_rope_utils.py
+    RotaryEmbeddingConfigMixin.convert_rope_params_to_dict: `rope_scaling or self.rope_parameters`)."""
+    return layer.get("rope_scaling") or layer.get("rope_parameters") or {}
+
+
 def rope_theta(layer: dict, architectures=()) -> float:
-    params = layer.get("rope_parameters") or {}
-    scaling = layer.get("rope_scaling") or {}
-    if "mrope_section" in scaling:  # AngelSlim's MRotaryEmbedding: rope_scaling.rope_theta, else rope_theta
-        return float(scaling.get("rope_theta") or layer.get("rope_theta") or 10000.0)
-    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
-    if kind != "default":
-        raise NotImplementedError(f"rope type {kind!r}: the reference does Llama's default rope only")
+    section = rope_section(layer)
+    if "mrope_section" in section:  # AngelSlim's MRotaryEmbedding: rope_scaling.rope_theta, else rope_theta
+        return float(section.get("rope_theta") or layer.get("rope_theta") or 10000.0)
+    kind = rope_kind(layer)
     if ANGELSLIM in architectures:  # its text draft's LlamaRotaryEmbedding is made without a base
+        if kind != "default":
+            raise NotImplementedError(f"rope type {kind!r} in an AngelSlim text draft")
         return ANGELSLIM_BASE
-    return float(layer.get("rope_theta") or params.get("rope_theta") or 10000.0)
+    # convert_rope_params_to_dict: the dict's own rope_theta, else the config's, else 10000
+    return float(section.get("rope_theta") or layer.get("rope_theta") or 10000.0)
+
+
+def rope_kind(layer: dict) -> str:
+    section = rope_section(layer)
+    kind = section.get("rope_type") or section.get("type") or "default"  # "type" is the older key
+    if kind not in ("default", "llama3"):
+        raise NotImplementedError(f"rope type {kind!r}: the reference does Llama's default rope and llama3 only")
+    return kind
+
+
+def llama3_scaling(layer: dict) -> dict | None:
+    """The four llama3 values (each required, as transformers 4.x's _validate_llama3_parameters has them; 5.2.0's
+    standardize_rope_params would fill a missing original_max_position_embeddings from max_position_embeddings, or
+    take a top-level one first), or None for another rope type."""
+    if rope_kind(layer) != "llama3":
+        return None
+    if "original_max_position_embeddings" in layer:
+        raise NotImplementedError("a top-level original_max_position_embeddings (transformers 5 prefers it)")
+    section = rope_section(layer)
+    return {k: float(section[k]) for k in LLAMA3_KEYS}
+
+
+def inv_freq(layer: dict, head_dim: int, theta: float) -> np.ndarray:
+    """[D/2] the layer's inverse frequencies: llama3-rescaled when its rope says so, else the default ones."""
+    scaling = None if "mrope_section" in rope_section(layer) else llama3_scaling(layer)
+    return default_inv_freq(head_dim, theta) if scaling is None else llama3_inv_freq(head_dim, theta, scaling)
 
 
 class Eagle3Reference:
@@ -145,6 +215,7 @@ class Eagle3Reference:
         self.eps = float(layer.get("rms_norm_eps", 1e-6))
         self.theta = rope_theta(layer, config.get("architectures") or ())
         self.mrope_section = (layer.get("rope_scaling") or {}).get("mrope_section")
+        self.inv = inv_freq(layer, self.head_dim, self.theta)  # [D/2]; a negative control may replace it
         self.norm_before_residual = bool(config.get("norm_before_residual") or layer.get("norm_before_residual"))
         self.norm_before_fc = bool(config.get("norm_before_fc") or layer.get("norm_before_fc"))
         if self.norm_before_fc and "input_norm.weight" not in self.w:
@@ -194,7 +265,7 @@ class Eagle3Reference:
         q = (x @ w["self_attn.q_proj.weight"].T).reshape(B, S, self.heads, D).transpose(0, 2, 1, 3)
         k = (x @ w["self_attn.k_proj.weight"].T).reshape(B, S, self.kv_heads, D).transpose(0, 2, 1, 3)
         v = (x @ w["self_attn.v_proj.weight"].T).reshape(B, S, self.kv_heads, D).transpose(0, 2, 1, 3)
-        q, k = rope(q, pos, self.theta, self.mrope_section), rope(k, pos, self.theta, self.mrope_section)
+        q, k = rope(q, pos, self.inv, self.mrope_section), rope(k, pos, self.inv, self.mrope_section)
         new_mask = np.ones((B, S), bool) if attention_mask is None else np.asarray(attention_mask) > 0
         self.k = k if self.k is None else np.concatenate([self.k, k], 2)
         self.v = v if self.v is None else np.concatenate([self.v, v], 2)

@@ -19,7 +19,8 @@ import pytest
 from helpers.cli import invoke
 from helpers.eagle3 import (load_checkpoint, reference, run_calls, speculators_variant, target_embed,
                             with_target_table)
-from helpers.numpy_eagle3 import Eagle3Reference
+from helpers.numpy_eagle3 import (DIVIDED, KEPT, MIXED, Eagle3Reference, default_inv_freq, layer_config, llama3_bands,
+                                  llama3_scaling)
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.core.config import read_json
 from irsurgeon.core.errors import CheckpointError, ConfigError, IRSurgeonError
@@ -63,6 +64,73 @@ def test_the_reference_is_sensitive_to_what_the_graph_computes(table):
                                                            feeds[0]["hidden_states"].astype(np.float64),
                                                            feeds[0]["position_ids"])
     assert np.abs(outs[0] - want).max() > 1e-2
+
+
+# Llama 3.1's llama3 values (factor 8, low_freq_factor 1, high_freq_factor 4) with original_max_position_embeddings
+# 32 for 8192: at the fixture's head_dim 16 and theta 10000 the wavelengths 2 pi 10000^(2j/16) = 6.3, 19.9, 62.8, ..
+# (j = 0..7) meet the bounds 32 / 4 = 8 and 32 / 1 = 32 so that frequency 0 is kept, 1 mixed (s = 0.20) and 2..7
+# divided by 8; the positions 0..5 of LLAMA3_CALLS turn the rescaled ones far from their default angles.
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 32}
+LLAMA3_CALLS = [3, 1, 2]
+
+
+def with_config(where: Path, config: dict) -> Path:
+    """The fixture checkpoint's tensors under `config`."""
+    where.mkdir(parents=True)
+    shutil.copy(CKPT / "model.safetensors", where / "model.safetensors")
+    (where / "config.json").write_text(json.dumps(config, indent=2))
+    return where
+
+
+def llama3_draft(where: Path, table: np.ndarray) -> tuple[Path, list, list]:
+    """The fixture draft under the LLAMA3 rope_scaling, built at f32 and run over LLAMA3_CALLS: (its checkpoint,
+    the logits of each call, the feeds)."""
+    ckpt = with_config(where, config_of(rope_scaling=LLAMA3))
+    model, cfg = built(ckpt)
+    assert cfg.rope.kind == "llama3"
+    outs, feeds = run_calls(with_target_table(model, table), LLAMA3_CALLS)
+    return ckpt, outs, feeds
+
+
+def reference_logits(ref: Eagle3Reference, feeds: list) -> list[np.ndarray]:
+    return [ref.step(f["input_ids"], f["hidden_states"].astype(np.float64), f["position_ids"])[0] for f in feeds]
+
+
+def llama3_bands_of(ckpt: Path, ref: Eagle3Reference) -> np.ndarray:
+    return llama3_bands(ref.head_dim, ref.theta, llama3_scaling(layer_config(load_checkpoint(ckpt)[1])))
+
+
+def test_llama3_rope_logits_match_the_numpy_reference_in_all_three_bands(tmp_path, table):
+    """A draft whose rope_scaling is llama3 equals the reference's llama3 (transformers' _compute_llama3_parameters)
+    over stateful calls, at the default-rope test's tolerance, with frequencies in each band of the rescaling."""
+    ckpt, outs, feeds = llama3_draft(tmp_path / "llama3", table)
+    ref = reference(ckpt, table)
+    bands = llama3_bands_of(ckpt, ref)
+    assert sorted(set(bands)) == sorted({KEPT, MIXED, DIVIDED}), bands
+    default = default_inv_freq(ref.head_dim, ref.theta)
+    mixed = bands == MIXED
+    assert np.array_equal(ref.inv[bands == KEPT], default[bands == KEPT])
+    assert np.allclose(ref.inv[bands == DIVIDED], default[bands == DIVIDED] / LLAMA3["factor"], rtol=1e-15)
+    assert np.all(ref.inv[mixed] < default[mixed]) and np.all(ref.inv[mixed] > default[mixed] / LLAMA3["factor"])
+    for out, want in zip(outs, reference_logits(ref, feeds)):
+        assert np.abs(out - want).max() < 1e-4, np.abs(out - want).max()
+
+
+def test_the_llama3_comparison_fails_at_the_default_rope_or_with_a_scaled_band_left_default(tmp_path, table):
+    """Negative controls of the test above: the same calls against the reference at the default rope (the same
+    tensors, no rope_scaling), or at llama3 with the divided or the mixed band left at its default frequencies,
+    are far outside the tolerance."""
+    ckpt, outs, feeds = llama3_draft(tmp_path / "llama3", table)
+    plain = reference(CKPT, table)
+    assert np.array_equal(plain.inv, default_inv_freq(plain.head_dim, plain.theta))
+    for out, want in zip(outs, reference_logits(plain, feeds)):
+        assert np.abs(out - want).max() > 1e-2, np.abs(out - want).max()
+    for band in (DIVIDED, MIXED):
+        ref = reference(ckpt, table)
+        ref.inv = np.where(llama3_bands_of(ckpt, ref) == band, default_inv_freq(ref.head_dim, ref.theta), ref.inv)
+        worst = max(np.abs(out - want).max() for out, want in zip(outs, reference_logits(ref, feeds)))
+        assert worst > 1e-2, (band, worst)
 
 
 def test_the_built_draft_is_in_every_form_genai_surgery_takes():
