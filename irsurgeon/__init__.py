@@ -47,3 +47,25 @@ def __getattr__(name: str):
 
 
 __all__ = [*_LAZY]
+
+
+def _interrupted_early() -> None:
+    """Ctrl-C before the CLI could say anything (while irsurgeon.entry or the CLI is imported): its one line, and
+    with --json its one document (docs/cli.md), as the CLI itself would give them (cli._json_in_args: verify's --json
+    FILE is written only by a run); exit 130. Here, where `python -m irsurgeon` finds it before importing anything."""
+    try:
+        print("Error: interrupted", file=sys.stderr, flush=True)
+    except OSError:  # stderr is gone: the exit code still says it
+        pass
+    args = sys.argv[1:]
+    command = next((a for a in args if not a.startswith("-")), None)
+    if "--json" in args:
+        following = args[args.index("--json") + 1:][:1]
+        if command != "verify" or not following or following[0].startswith("-"):
+            import json
+            try:
+                print(json.dumps({"ok": False, "command": command, "result": None, "error": "interrupted",
+                                  "exit_code": 130}, indent=1), flush=True)
+            except OSError:  # stdout is gone: the exit code still says it
+                pass
+    sys.exit(130)

@@ -14,6 +14,8 @@ first instruction here to its last, ends it in one line on stderr and exit code 
 import signal
 import sys
 
+from irsurgeon import _interrupted_early
+
 
 def run() -> None:
     ended: list[int] = []   # the exit code the command decided (cli.ENDED), once it has said it
@@ -30,16 +32,28 @@ def run() -> None:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except KeyboardInterrupt:
         _quiet(late)
-        if not ended:  # before the command said anything (importing): the one line is ours
-            _say("Error: interrupted")
-            sys.exit(130)
+        if not ended:  # before the command said anything (importing): the one line, and the document, are ours
+            _interrupted_early()
         late.append(signal.SIGINT)  # after it had said its end
         code = ended[-1]
     if late and code == 0:
         from irsurgeon.cli import AFTER_COMPLETION  # imported: the command ran
         _say(f"Error: {AFTER_COMPLETION}")
         code = 130
+    _forget_handled_interrupts()
     sys.exit(code)
+
+
+def _forget_handled_interrupts() -> None:
+    """CPython 3.11 ends a `python -m` run by killing itself with SIGINT (Modules/main.c, Py_RunMain: exit_sigint)
+    when its _Py_UnhandledKeyboardInterrupt flag is set, which it sets whenever a KeyboardInterrupt leaves any code
+    run through PyRun_* (pythonrun.c, run_eval_code_obj), handled later or not: a Ctrl-C a library met there would
+    turn the exit code the command decided into death by the signal. Every Ctrl-C has been answered by now."""
+    try:
+        import ctypes
+        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
+    except (ImportError, ValueError, AttributeError):  # another Python: no such flag to clear
+        return
 
 
 def _quiet(late: list) -> None:

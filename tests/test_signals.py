@@ -340,3 +340,34 @@ def test_a_raising_block_stops_at_the_next_python_step_not_when_it_is_left():
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0 and proc.stdout.startswith("KeyboardInterrupt after"), (proc.stdout, proc.stderr)
     assert float(proc.stdout.split()[2]) < 10
+
+
+FLAG_SETTER = r'''
+import ctypes, sys
+def hook(event, args):
+    if event == "open" and str(args[0]).endswith("config.json") and not getattr(hook, "done", False):
+        hook.done = True  # a library's PyRun_* call a Ctrl-C left, its KeyboardInterrupt handled: CPython's flag is set
+        ctypes.pythonapi.PyRun_SimpleString(b"raise KeyboardInterrupt")
+sys.addaudithook(hook)
+'''
+
+
+def test_a_handled_interrupt_inside_a_library_never_turns_the_exit_into_death_by_sigint(tmp_path):
+    """CPython 3.11 kills a `python -m` run with SIGINT at exit once any PyRun_* code let a KeyboardInterrupt out
+    (_Py_UnhandledKeyboardInterrupt), however the program went on: the command's own exit code must stand."""
+    (tmp_path / "sitecustomize.py").write_text(FLAG_SETTER)
+    proc = subprocess.run([sys.executable, "-m", "irsurgeon", "show", str(DEMO_TARGET), "--json"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert "KeyboardInterrupt" in proc.stderr  # the library's own report of it: the flag was set
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-300:])
+
+
+def test_ctrl_c_while_the_cli_imports_with_json_still_prints_its_document(tmp_path):
+    from lab.interrupts import interrupted_run
+    run = interrupted_run(["show", DEMO_TARGET, "--json"], 3)  # the 3rd audit event after irsurgeon.entry's import
+    assert run.returncode == 130 and run.stderr.strip() == "Error: interrupted", run.stderr
+    import json
+    assert json.loads(run.stdout) == {"ok": False, "command": "show", "result": None, "error": "interrupted",
+                                      "exit_code": 130}

@@ -254,7 +254,6 @@ def test_regenerated_fixtures_match_the_committed_manifest(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--layers", "0"], "layers 0"),
     (["--heads", "3"], "heads 3 does not divide hidden 64"),
     (["--kv-heads", "3"], "kv heads 3 does not divide heads 4"),
     (["--kind", "llama", "--with-mtp"], "no MTP head"),
@@ -269,6 +268,15 @@ def test_impossible_sizes_fail_before_writing(tmp_path, args, message):
     assert result.exit_code == 1
     assert result.output.startswith("Error: ") and message in result.output
     assert len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args", [["--layers", "0"], ["--hidden", "-8"], ["--vocab", str(1 << 30)]])
+def test_a_size_out_of_range_is_a_usage_error(tmp_path, args):
+    """Exit 2, click's bad option value, as for every option (was exit 1)."""
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["synth", str(out), *args])
+    assert result.exit_code == 2 and f"Invalid value for '{args[0]}'" in result.output, result.output
     assert not out.exists()
 
 

@@ -11,7 +11,7 @@ import click
 
 from irsurgeon import __version__
 from irsurgeon.core.errors import Interrupted, IRSurgeonError, cause
-from irsurgeon.core.signals import deferred_sigint, on_own_stack
+from irsurgeon.core.signals import PRESSES, deferred_sigint, on_own_stack
 from irsurgeon.core.text import shown
 from irsurgeon.cli.options import JSON_TO, LOST, RESULT, write
 from irsurgeon.families import registry
@@ -57,7 +57,7 @@ class Group(click.Group):
 
     def invoke(self, ctx: click.Context):
         LOST.clear()  # what an earlier in-process invocation (the Python API's CliRunner, tests) could not write
-        interrupted = _watch_sigint()
+        interrupted, pressed = _watch_sigint(), len(PRESSES)
         # what the subcommand was given (click >= 8.2 keeps the command name in _protected_args, 8.1 in protected_args)
         protected = ctx.__dict__.get("_protected_args", ctx.__dict__.get("protected_args", []))
         ctx.meta["irsurgeon.args"] = [*protected, *ctx.args]
@@ -65,10 +65,12 @@ class Group(click.Group):
         try:
             done = super().invoke(ctx)
             completed.append(True)
-            if LOST:  # the command did its work; only its report to stdout could not be written
+            problem = document(ctx, {"ok": True})
+            if LOST:  # the command did its work; only its report to stdout (the document too) could not be written
                 fail(f"{ctx.invoked_subcommand} completed, but its output could not be written to stdout "
                      f"({LOST[0].lower()}): what it did is done; run it again to see its report", 1)
-            document(ctx, {"ok": True})
+            if problem:
+                fail(f"{ctx.invoked_subcommand} completed, but {problem}: what it did is done", 1)
             ENDED.append(0)
             return done
         except click.UsageError as e:  # click prints the usage and exits 2; --json also gets its one document
@@ -77,16 +79,20 @@ class Group(click.Group):
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except IRSurgeonError as e:
+            if interrupted or len(PRESSES) > pressed:  # a Ctrl-C a C++ call turned into its own error (pybind11's
+                fail("interrupted", 130, ctx)          # "Unable to cast ..." from openvino's save_model, say)
             fail(str(e) + _hint(ctx, e), 1, ctx)
         except KeyboardInterrupt as e:
             if completed:  # while the command's report was being said: what it did is done
                 fail(AFTER_COMPLETION, 130, ctx)
             fail(f"interrupted: {e}" if isinstance(e, Interrupted) else "interrupted", 130, ctx)
         except OSError as e:
+            if interrupted or len(PRESSES) > pressed:
+                fail("interrupted", 130, ctx)
             where = f"{e.filename}: " if e.filename else ""
             fail(f"{where}{e.strerror or e}", 1, ctx)
         except Exception as e:  # the last line of defence: report, never hide, and point at the traceback switch
-            if interrupted:  # a Ctrl-C that a library turned into its own error (e.g. ImportError during init)
+            if interrupted or len(PRESSES) > pressed:  # a Ctrl-C a library turned into its own error
                 fail("interrupted", 130, ctx)
             if os.environ.get(DEBUG_ENV):
                 raise
@@ -134,31 +140,31 @@ def fail(message: str, code: int, ctx: click.Context | None = None) -> None:
     saying what failed (document)."""
     line = shown(" ".join(message.split(" ")))
     ENDED.append(code)
-    click.echo(f"Error: {line}", err=True)
-    if ctx is not None:
-        document(ctx, {"ok": False, "error": line, "exit_code": code})
+    problem = document(ctx, {"ok": False, "error": line, "exit_code": code}) if ctx is not None else None
+    click.echo(f"Error: {line}" + (f"; and {problem}" if problem else ""), err=True)  # still one line
     sys.exit(code)
 
 
-def document(ctx: click.Context, outcome: dict) -> None:
+def document(ctx: click.Context, outcome: dict) -> str | None:
     """The one JSON document of a command run with --json, whatever its end (docs/cli.md, "The JSON document"):
     {ok, command, result} and, on failure, {error, exit_code}; `result` is what the command reported
-    (options.report), null when it ended before it had anything to say. To stdout, or to verify's --json FILE."""
+    (options.report), null when it ended before it had anything to say. To stdout (a lost stdout: options.LOST),
+    or to verify's --json FILE: returns why that file could not be written, for the caller's one line."""
     to = ctx.meta.get(JSON_TO) or _json_in_args(ctx)
     if not to or ctx.meta.get(SAID):  # one document per run: a Ctrl-C after it is out changes only the exit
-        return
+        return None
     text = json.dumps({"ok": outcome["ok"], "command": ctx.invoked_subcommand, "result": ctx.meta.get(RESULT),
                        **{k: v for k, v in outcome.items() if k != "ok"}}, indent=1)
     with deferred_sigint():  # written whole and marked said, or not at all; a Ctrl-C meanwhile comes after
         ctx.meta[SAID] = True
         if to == "-":
             write(text, False)
-            return
+            return None
         try:
             Path(to).write_text(text + "\n")
         except OSError as e:
-            click.echo(f"Error: {shown(to)}: cannot write the JSON document: {e.strerror or e}", err=True)
-            sys.exit(outcome.get("exit_code") or 1)
+            return f"{shown(to)}: cannot write the JSON document: {e.strerror or e}"
+    return None
 
 
 def _json_in_args(ctx: click.Context) -> str | None:

@@ -8,6 +8,7 @@ import click
 
 from irsurgeon.cli.options import choice, echo_for, json_flag, report, weight_format_option
 from irsurgeon.core.errors import OutputError
+from irsurgeon.core.limits import SYNTH_SIZE_LIMITS
 from irsurgeon.families import registry
 
 KINDS = tuple(registry.synth_kinds())  # every family's fixtures
@@ -19,7 +20,9 @@ SIZES = (("layers", "Decoder layers."), ("hidden", "Hidden size."), ("heads", "A
 
 def size_options(f):
     for name, text in reversed(SIZES):
-        f = click.option(f"--{name}", type=int, default=None, help=f"{text} Default: the kind's tiny size.")(f)
+        upper = SYNTH_SIZE_LIMITS[name.replace("-", "_")]  # out of range: a usage error (exit 2), as for every option
+        f = click.option(f"--{name}", type=click.IntRange(1, upper), default=None,
+                         help=f"{text} Default: the kind's tiny size.")(f)
     return f
 
 

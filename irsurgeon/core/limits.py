@@ -351,3 +351,7 @@ def check_memory(nbytes: int, what: str, error: type[IRSurgeonError]) -> None:
     available = available_memory()
     if available is not None and nbytes > available:
         raise error(f"{what} needs {human(nbytes)} of memory, but only {human(available)} is available")
+
+
+# `synth`'s sizes: far above its tiny fixtures, low enough that a mistyped size cannot make a file of many GB
+SYNTH_SIZE_LIMITS = {"layers": 64, "hidden": 8192, "heads": 256, "kv_heads": 256, "head_dim": 1024, "vocab": 1 << 18}

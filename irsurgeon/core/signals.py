@@ -103,6 +103,7 @@ class NativeCalls:
             presses = got.count(signal.SIGINT)  # one byte each: two Ctrl-C before this thread ran are read at once
             if presses:
                 self.count += presses
+                PRESSES.extend([signal.SIGINT] * presses)
                 if self.count > 1 and not _NO_EXIT:
                     os.write(2, b"Error: interrupted\n")
                     os._exit(130)
@@ -131,7 +132,11 @@ class NativeCalls:
 
 
 def _raise(signum, frame):
+    PRESSES.append(signum)
     raise KeyboardInterrupt
+
+
+PRESSES: list[int] = []  # every Ctrl-C a handler of this module saw (the CLI asks whether an error followed one)
 
 
 _NO_EXIT: list[bool] = []  # open no_exit sections: a second Ctrl-C does not end the process at once inside one

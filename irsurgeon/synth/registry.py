@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
+from irsurgeon.core.limits import SYNTH_SIZE_LIMITS
 from irsurgeon.core import limits, rtinfo
 from irsurgeon.draft.build import name_anonymous_nodes
 from irsurgeon.core.errors import ConfigError, OutputError, with_hint
@@ -36,7 +37,7 @@ from irsurgeon.synth.output import OWN, output_pair
 from irsurgeon.synth.kinds import QWEN_KINDS as KINDS
 WEIGHT_FORMATS = ("f32", "f16", "int4")
 MIN_VOCAB = SPECIAL + 8
-LIMITS = {"layers": 64, "hidden": 8192, "heads": 256, "kv_heads": 256, "head_dim": 1024, "vocab": 1 << 18}
+LIMITS = SYNTH_SIZE_LIMITS  # core.limits: the CLI's option ranges read them without importing this module
 LINEAR_LIMITS = {"linear_key_heads": 256, "linear_value_heads": 256, "linear_key_head_dim": 1024,
                  "linear_value_head_dim": 1024, "linear_conv_kernel": 16, "full_attention_interval": 64}
 
