@@ -371,3 +371,27 @@ def test_ctrl_c_while_the_cli_imports_with_json_still_prints_its_document(tmp_pa
     import json
     assert json.loads(run.stdout) == {"ok": False, "command": "show", "result": None, "error": "interrupted",
                                       "exit_code": 130}
+
+
+def test_a_ctrl_c_a_native_call_turned_into_its_own_error_is_still_an_interruption(tmp_path, monkeypatch):
+    """pybind11 turns a KeyboardInterrupt raised while a C++ call (openvino's save_model, read_model) runs Python code
+    into a RuntimeError ("Unable to cast Python instance ..."), which irsurgeon reports as its own error on the staged
+    file: after a Ctrl-C that is `Error: interrupted` and 130, not exit 1 naming a file."""
+    import time
+    import irsurgeon.flows.patch as flow
+    from irsurgeon.core.errors import IRError
+
+    def converted(family, staging):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            raise IRError("t/.irsurgeon-staging/x.xml: the IR written does not read back: Unable to cast") from None
+        raise AssertionError("no SIGINT arrived")
+    monkeypatch.setattr(flow, "build", converted)
+    target = writable_copy(DEMO_TARGET, tmp_path / "t")
+    before = snapshot(target)
+    result = invoke("patch", target, "--checkpoint", DEMO_CKPT, "--json")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    assert result.exit_code == 130 and errors == ["Error: interrupted"], result.stderr
+    assert snapshot(target) == before
