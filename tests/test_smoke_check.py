@@ -78,7 +78,7 @@ def test_a_non_finite_weight_still_fails_the_check(ckpt, tmp_path, name, tensor)
         weights[tensor] = weights[tensor].copy()
         weights[tensor].reshape(-1)[:4] = np.nan
     xml, cfg = staged(ckpt(name), tmp_path, fmt="f32", edit=poison)
-    with pytest.raises(IRError, match="non-finite"):
+    with pytest.raises(IRError, match=r"NaN or Inf value\(s\) among its \d+ outputs"):
         smoke_test(xml, cfg)
 
 
@@ -118,5 +118,23 @@ def test_dflash_check_still_fails_on_a_non_finite_weight(tmp_path, tensor):
         weights[tensor] = weights[tensor].copy()
         weights[tensor].reshape(-1)[:4] = np.nan
     xml, cfg = staged_dflash(tmp_path, edit=poison)
-    with pytest.raises(IRError, match="expected finite"):
+    with pytest.raises(IRError, match=r"gave \d+ NaN or Inf value\(s\) among its \d+ outputs"):
         dflash_smoke_test(xml, cfg)
+
+
+def test_the_one_call_check_names_the_staged_file_as_the_user_spelled_it_and_what_is_wrong(tmp_path):
+    """Not /proc/self/fd/N/... (the held staging folder's path) and not a shape compared with itself."""
+    from irsurgeon.commit.transaction import DirectoryTransaction
+    from irsurgeon.draft.build import check_call
+    from lab.families import WRITABLE
+    with DirectoryTransaction(tmp_path, writable=WRITABLE) as tx:
+        staged = tx.stage("dflash_draft/openvino_model.xml")
+        assert str(staged).startswith("/proc/")
+        with pytest.raises(IRError) as nonfinite:
+            check_call(staged, "outputs", np.array([[1.0, np.nan, np.inf]]), (1, 3))
+        with pytest.raises(IRError) as shape:
+            check_call(staged, "outputs", np.zeros((1, 2)), (1, 3))
+    assert str(nonfinite.value).startswith(str(tmp_path / ".irsurgeon-staging")), nonfinite.value
+    assert "2 NaN or Inf value(s) among its 3 outputs" in str(nonfinite.value)
+    assert "of shape (1, 2), expected (1, 3)" in str(shape.value) and "/proc/" not in str(shape.value)
+

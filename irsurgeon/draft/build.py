@@ -517,3 +517,16 @@ def save_draft(model: ov.Model, out_dir: str | Path, name: str, *, writable: fro
             out_dir.rmdir()
         raise
     return out_dir / name
+
+
+def check_call(xml: Path, what: str, value: np.ndarray, shape: tuple[int, ...]) -> None:
+    """The one-call check each family runs on its staged draft: `value` (its `what`) has `shape` and only finite
+    numbers; otherwise one line naming the staged file by the path the user gave (commit.transaction.shown, not the
+    /proc path it was reached through) and what is wrong, the shape or how many values are not finite."""
+    where = shown(xml)
+    if tuple(value.shape) != tuple(shape):
+        raise IRError(f"{where}: one draft call gave {what} of shape {tuple(value.shape)}, expected {tuple(shape)}")
+    bad = int(value.size - np.count_nonzero(np.isfinite(value)))
+    if bad:
+        raise IRError(f"{where}: one draft call gave {bad} NaN or Inf value(s) among its {value.size} {what}: the "
+                      f"weights or a configuration value make the draft overflow")

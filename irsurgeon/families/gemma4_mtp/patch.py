@@ -26,7 +26,7 @@ import openvino as ov
 
 import irsurgeon
 from irsurgeon.core import rtinfo
-from irsurgeon.draft.build import stage_ir
+from irsurgeon.draft.build import check_call, stage_ir
 from irsurgeon.draft.protocol import Target
 from irsurgeon.quant.compress import compress_model
 from irsurgeon.core.config import generation_config_text
@@ -59,8 +59,7 @@ def smoke_test(xml: Path, cfg: AssistantConfig) -> None:
             feed[name] = np.full((1, layer.kv_heads, 3, layer.head_dim), 0.25, np.float32)
     out = ov.Core().compile_model(model, "CPU").create_infer_request().infer(feed)
     logits = out["logits"]
-    if logits.shape != (1, 1, cfg.vocab_size) or not np.isfinite(logits).all():
-        raise IRError(f"{xml}: one draft step gave logits {logits.shape} or non-finite values")
+    check_call(xml, "logits", logits, (1, 1, cfg.vocab_size))
 
 
 def check_exposed(xml: Path, bin_path: Path) -> None:
