@@ -34,11 +34,11 @@ demo-dflash: install
 	irsurgeon patch $(DEMO_DFLASH_OUT)/target --checkpoint $(DEMO_DFLASH_OUT)/ckpt
 	irsurgeon verify $(DEMO_DFLASH_OUT)/target --genai --prompts 3
 
-# EAGLE-3: a draft trained on taps [1, 5, 8] of a seeded 12-layer Llama target (tests/data/eagle3/trained/README.md);
-# the target is synthesized again from its seed, the draft built with its trainer's taps, and run in openvino-genai.
+# EAGLE-3: a draft trained on taps [1, 5, 8] of a seeded 12-layer Llama target (`synth --kind eagle3-trained`:
+# irsurgeon/families/eagle3/trained/README.md); the draft is built with its trainer's taps and run in openvino-genai.
 demo-eagle3: install
-	irsurgeon synth $(DEMO_EAGLE3_OUT) --kind llama --layers 12 --seed 0 --force
-	irsurgeon patch $(DEMO_EAGLE3_OUT)/target --checkpoint tests/data/eagle3/trained
+	irsurgeon synth $(DEMO_EAGLE3_OUT) --kind eagle3-trained --force
+	irsurgeon patch $(DEMO_EAGLE3_OUT)/target --checkpoint $(DEMO_EAGLE3_OUT)/ckpt
 	irsurgeon verify $(DEMO_EAGLE3_OUT)/target --genai --prompts 3
 
 # The tests run the CLI in hundreds of child processes: its modules are byte-compiled once here, where a machine

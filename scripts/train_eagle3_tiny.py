@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/data/eagle3/trained/: a tiny one-layer EAGLE-3 draft (SafeAILab layout) trained with PyTorch on a seeded
+"""irsurgeon/families/eagle3/trained/: a tiny one-layer EAGLE-3 draft (SafeAILab layout) trained with PyTorch on a seeded
 12-layer synthetic Llama target, fed from the outputs of target layers [1, 5, 8] (NOT genai's default {2, 6, 9}).
 
     irsurgeon synth /tmp/eagle3-target --kind llama --layers 12 --seed 0        (product env: the target)
@@ -7,7 +7,7 @@
     /tmp/eagle3-train/bin/pip install torch==2.13.0+cpu --index-url https://download.pytorch.org/whl/cpu
     /tmp/eagle3-train/bin/pip install numpy openvino==2026.4.1
     /tmp/eagle3-train/bin/python scripts/train_eagle3_tiny.py --target /tmp/eagle3-target/target \
-        [--out tests/data/eagle3/trained] [--seed 0]
+        [--out irsurgeon/families/eagle3/trained] [--seed 0]
 
 A training environment, never the product's: torch stays out of irsurgeon. About 1 minute of data collection and
 6 of training on 2 shared CPU cores (one torch thread); the same seed writes the same bytes (run twice, 2026-12-05).
@@ -333,7 +333,7 @@ def config(V: int, H: int) -> dict:
             "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(TRAIN_TAPS)}}
 
 
-README = """# tests/data/eagle3/trained: a trained EAGLE-3 draft for a seeded 12-layer synthetic Llama target
+README = """# irsurgeon/families/eagle3/trained: a trained EAGLE-3 draft for a seeded 12-layer synthetic Llama target
 
 Written by `scripts/train_eagle3_tiny.py` (its docstring has the whole recipe); do not edit by hand.
 
@@ -362,7 +362,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", type=Path, required=True, help="OUT/target of `irsurgeon synth OUT --kind llama "
                                                                "--layers 12 --seed SEED`")
-    ap.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "eagle3" / "trained")
+    ap.add_argument("--out", type=Path, default=ROOT / "irsurgeon" / "families" / "eagle3" / "trained")
     ap.add_argument("--seed", type=int, default=0, help="the target's synth seed, and this script's")
     args = ap.parse_args()
     rng = np.random.default_rng([args.seed, 3])

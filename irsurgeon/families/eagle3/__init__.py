@@ -37,7 +37,9 @@ class Eagle3(Family):
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.DRAFT_DIR}/{names.MODEL_XML}",
                     target_xml=names.MODEL_XML, target_alternatives=(names.VLM_XML,))
     hub_prefix = ""  # every tensor of the (small) checkpoint
-    synth_kinds = {"eagle3": "a Llama text target and a random EAGLE-3 draft for it"}
+    synth_kinds = {"eagle3": "a Llama text target and a random EAGLE-3 draft for it",
+                   "eagle3-trained": "a 12-layer Llama target and an EAGLE-3 draft trained on it, whose drafts are "
+                                     "accepted"}
     patch_options = frozenset({"hidden_layers", "kv_cache_precision"})
 
     def claims(self, config: dict) -> bool:
@@ -108,9 +110,10 @@ class Eagle3(Family):
 
     def synth(self, kind: str, out_dir: Path, seed: int, wait: bool, **options) -> dict[str, Path]:
         """A fixed tiny pair (synth.py): no option but the seed, --wait and --force applies."""
-        from irsurgeon.families.eagle3.synth import synthesize_eagle3
+        from irsurgeon.families.eagle3.synth import synthesize_eagle3, synthesize_trained
         refuse_sizing(kind, options)
-        target, ckpt = synthesize_eagle3(out_dir, seed, wait, options.get("force", False))
+        make = synthesize_trained if kind == "eagle3-trained" else synthesize_eagle3
+        target, ckpt = make(out_dir, seed, wait, options.get("force", False))
         return {"target": target, "ckpt": ckpt}
 
 

@@ -1,5 +1,7 @@
 """`irsurgeon synth --kind eagle3`: a Llama text target (irsurgeon.synth's `llama` kind, 4 layers) and a seeded random
-EAGLE-3 draft for it in the SafeAILab layout (config.json + model.safetensors, f32).
+EAGLE-3 draft for it in the SafeAILab layout (config.json + model.safetensors, f32). `--kind eagle3-trained`: the
+12-layer seed-0 `llama` target and the draft trained on it (trained/, scripts/train_eagle3_tiny.py; its README has
+the provenance), a pair whose drafts are accepted.
 
 The draft's geometry follows the target (hidden size, vocabulary; taps named in SpecForge's nested
 eagle_config.eagle_aux_hidden_state_layer_ids); its vocabulary is a seeded subset (d2t/t2d). Matrices are normal /
@@ -9,10 +11,12 @@ sqrt(fan_in), norm gains 1 + 0.1 normal. Random drafts are accepted about never:
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 
+from irsurgeon.core.errors import ConfigError
 from irsurgeon.synth.output import OWN, output_pair
 from irsurgeon.synth.registry import checkpoint_tensors, default_spec, write_target
 from irsurgeon.weights.safetensors_io import write_safetensors
@@ -77,4 +81,21 @@ def synthesize_eagle3(out_dir: Path, seed: int, wait: bool, force: bool = False)
         (ckpt / "config.json").write_text(json.dumps(draft_config(s.hidden, s.vocab, draft_vocab), indent=2) + "\n")
         write_safetensors(ckpt / "model.safetensors", draft_tensors(s.hidden, s.vocab, draft_vocab, seed),
                           {"t2d": "BOOL"})
+    return Path(out_dir) / OWN[0], Path(out_dir) / OWN[1]
+
+
+TRAINED = Path(__file__).resolve().parent / "trained"  # package data (setup.cfg): config.json, model.safetensors
+TRAINED_SEED, TRAINED_LAYERS = 0, 12                   # its target: `synth --kind llama --layers 12 --seed 0`
+
+
+def synthesize_trained(out_dir: Path, seed: int, wait: bool, force: bool = False) -> tuple[Path, Path]:
+    """The trained pair: the target its draft was trained on, written again from its seed, and the draft as trained."""
+    if seed != TRAINED_SEED:
+        raise ConfigError(f"kind eagle3-trained is one fixed pair: its draft was trained on the target of seed "
+                          f"{TRAINED_SEED}, not {seed}")
+    s = default_spec("llama").with_(layers=TRAINED_LAYERS)
+    with output_pair(out_dir, wait, force) as (target, ckpt):
+        write_target("llama", s, checkpoint_tensors("llama", s, TRAINED_SEED, False), False, "f32", target)
+        for name in ("config.json", "model.safetensors", "README.md"):
+            shutil.copyfile(TRAINED / name, ckpt / name)
     return Path(out_dir) / OWN[0], Path(out_dir) / OWN[1]

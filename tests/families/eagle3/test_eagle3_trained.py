@@ -40,7 +40,7 @@ from irsurgeon.families.eagle3.target import genai_taps
 from helpers.cli import result_of
 
 ROOT = Path(__file__).resolve().parents[3]
-TRAINED = ROOT / "tests" / "data" / "eagle3" / "trained"
+TRAINED = ROOT / "irsurgeon" / "families" / "eagle3" / "trained"  # synth --kind eagle3-trained writes it
 SEED, LAYERS = 0, 12                     # the target's synth command (the README's)
 TRAINED_TAPS, GENAI_DEFAULT = (1, 5, 8), (2, 6, 9)
 HIDDEN_LAYERS_LINE = '<hidden_layers_list value="1 5 8" />'
@@ -162,3 +162,17 @@ def test_genai_accepts_the_drafts_and_the_default_taps_cost_acceptance(patched, 
                               echo=lambda _: None)
     assert default.identical, [r for r in default.runs if not r.identical]
     assert trained >= MIN_TRAINED and trained - default.acceptance >= MIN_MARGIN, (trained, default.acceptance)
+
+
+def test_synth_eagle3_trained_is_the_seeded_target_and_the_draft_as_trained(tmp_path):
+    """`synth --kind eagle3-trained`: the target the draft was trained on (`--kind llama --layers 12 --seed 0`,
+    byte for byte) and the packaged draft; another seed is refused (the draft fits one target)."""
+    assert invoke("synth", tmp_path / "pair", "--kind", "eagle3-trained").exit_code == 0
+    assert invoke("synth", tmp_path / "llama", "--kind", "llama", "--layers", LAYERS, "--seed", SEED).exit_code == 0
+    made = {p.relative_to(tmp_path / "pair" / "target"): p.read_bytes()
+            for p in (tmp_path / "pair" / "target").rglob("*") if p.is_file()}
+    assert made == {p.relative_to(tmp_path / "llama" / "target"): p.read_bytes()
+                    for p in (tmp_path / "llama" / "target").rglob("*") if p.is_file()}
+    assert (tmp_path / "pair" / "ckpt" / "model.safetensors").read_bytes() == (TRAINED / "model.safetensors").read_bytes()
+    other = invoke("synth", tmp_path / "other", "--kind", "eagle3-trained", "--seed", "1")
+    assert other.exit_code == 1 and "trained on the target of seed 0" in other.output
