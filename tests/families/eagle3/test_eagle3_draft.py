@@ -288,3 +288,32 @@ def test_other_hidden_layers_rebuild_a_ready_draft_and_the_same_ones_leave_it(tm
     for same in (("--hidden-layers", "0,1,2"), ()):
         kept = invoke("patch", target, "--checkpoint", CKPT, *same)
         assert kept.exit_code == 0 and "nothing to do" in kept.output and recorded_taps(draft) == (0, 1, 2)
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16"])
+def test_bf16_and_f16_checkpoints_match_the_reference_of_their_own_values(tmp_path, table, dtype):
+    """Published drafts are bf16 (SafeAILab, SpecForge) or f16: each is read as stored and computed in f32 (the
+    reference decodes the same stored values), and a stored value is not the f32 original (the test can fail)."""
+    import json as _json
+    from irsurgeon.weights.safetensors_io import f32_to_bf16, write_safetensors
+    tensors, config = load_checkpoint(CKPT)
+    stored, kinds = {}, {}
+    for name, value in tensors.items():
+        if value.dtype == np.float32:
+            stored[name] = f32_to_bf16(value) if dtype == "BF16" else value.astype(np.float16)
+            kinds[name] = dtype
+        else:
+            stored[name] = value
+    ckpt = tmp_path / dtype
+    ckpt.mkdir()
+    write_safetensors(ckpt / "model.safetensors", stored, {n: k for n, k in kinds.items() if k == "BF16"} |
+                      {n: "BOOL" for n, v in tensors.items() if v.dtype == bool})
+    (ckpt / "config.json").write_text(_json.dumps({**config, "torch_dtype": {"BF16": "bfloat16", "F16": "float16"}[dtype]}))
+    model, _ = built(ckpt)
+    outs, feeds = run_calls(with_target_table(model, table), [3, 1])
+    ref, f32_ref = reference(ckpt, table), reference(CKPT, table)
+    worst = max(np.abs(out - ref.step(f["input_ids"], f["hidden_states"].astype(np.float64), f["position_ids"])[0]).max()
+                for out, f in zip(outs, feeds))
+    assert worst < 1e-4, worst
+    first, _ = f32_ref.step(feeds[0]["input_ids"], feeds[0]["hidden_states"].astype(np.float64), feeds[0]["position_ids"])
+    assert np.abs(outs[0] - first).max() > 1e-4  # rounded weights: another draft than the f32 one
