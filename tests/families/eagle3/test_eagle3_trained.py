@@ -1,6 +1,6 @@
 """A trained EAGLE-3 draft on the target it was trained for: genai accepts its drafts, and the taps cost acceptance.
 
-tests/data/eagle3/trained (scripts/train_eagle3_tiny.py; its README.md has the provenance) is a one-layer draft in the
+irsurgeon/families/eagle3/trained (scripts/train_eagle3_tiny.py; its README.md has the provenance) is a one-layer draft in the
 SafeAILab layout trained with PyTorch on the outputs of target layers [1, 5, 8] of `irsurgeon synth OUT --kind llama
 --layers 12 --seed 0` (eagle_config.eagle_aux_hidden_state_layer_ids, SGLang's meaning). `patch` writes those taps as
 hidden_layers_list; an export without it (optimum-intel writes none) runs on genai 2026.4.1's default taps, the
