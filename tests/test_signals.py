@@ -395,3 +395,20 @@ def test_a_ctrl_c_a_native_call_turned_into_its_own_error_is_still_an_interrupti
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
     assert result.exit_code == 130 and errors == ["Error: interrupted"], result.stderr
     assert snapshot(target) == before
+
+
+IGNORED = r'''
+import os, signal, time
+from irsurgeon.core.signals import NativeCalls
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `nohup` or a shell's `&` starts a process
+with NativeCalls(raising=True):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.5)
+print("went on", signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+'''
+
+
+def test_a_process_started_with_ctrl_c_ignored_keeps_ignoring_it_in_a_native_block():
+    proc = subprocess.run([sys.executable, "-c", IGNORED], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "went on True", (proc.returncode, proc.stdout, proc.stderr)

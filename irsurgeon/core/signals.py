@@ -84,6 +84,8 @@ class NativeCalls:
         global _CURRENT
         if threading.current_thread() is not threading.main_thread():
             return self
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started with Ctrl-C ignored: it stays so
+            return self
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
         self._old_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
