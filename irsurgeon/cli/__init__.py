@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from irsurgeon import __version__
-from irsurgeon.core.errors import Interrupted, IRSurgeonError, cause
+from irsurgeon.core.errors import CommitError, Interrupted, IRSurgeonError, cause
 from irsurgeon.core.signals import PRESSES, deferred_sigint, on_own_stack
 from irsurgeon.core.text import shown
 from irsurgeon.cli.options import JSON_TO, LOST, RESULT, write
@@ -79,8 +79,10 @@ class Group(click.Group):
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except IRSurgeonError as e:
-            if interrupted or len(PRESSES) > pressed:  # a Ctrl-C a C++ call turned into its own error (pybind11's
-                fail("interrupted", 130, ctx)          # "Unable to cast ..." from openvino's save_model, say)
+            # a Ctrl-C that a C++ call turned into an error of its own (pybind11's "Unable to cast ..." from
+            # openvino's save_model) is an interruption; a failed commit's line says the target's state: kept
+            if (interrupted or len(PRESSES) > pressed) and not isinstance(e, CommitError):
+                fail("interrupted", 130, ctx)
             fail(str(e) + _hint(ctx, e), 1, ctx)
         except KeyboardInterrupt as e:
             if completed:  # while the command's report was being said: what it did is done

@@ -47,7 +47,7 @@ from typing import Callable, Iterator
 
 from irsurgeon.commit import recovery
 from irsurgeon.core.signals import deferred_sigint as _deferred_sigint, no_exit
-from irsurgeon.core.errors import OutputError, cause, with_hint
+from irsurgeon.core.errors import CommitError, OutputError, cause, with_hint
 from irsurgeon.core.fsat import DIR_FLAGS, lstat_at, open_dir, rename_noreplace
 from irsurgeon.commit.journal import (BACKUP_SUFFIX, COMMITTED, JOURNAL, SLASH, STAGE_DIR,
                                ForeignLeftovers, check_writable, digest, encode, identity, leaf, leftover_state,
@@ -351,14 +351,14 @@ class DirectoryTransaction:
                 return
             recovery.recover_at(self._fd, self.target, self.writable)
         except ForeignLeftovers as r:
-            raise OutputError(f"{self.target}: commit failed ({failed}), and its rollback stopped: {r}") from None
+            raise CommitError(f"{self.target}: commit failed ({failed}), and its rollback stopped: {r}") from None
         except OSError as r:
-            raise OutputError(f"{self.target}: commit failed ({failed}), and undoing it failed too "
+            raise CommitError(f"{self.target}: commit failed ({failed}), and undoing it failed too "
                               f"({r.strerror or r}); the next irsurgeon run on it finishes undoing it") from None
         finally:
             if not self.committed:
                 self._close_stage()
-        raise OutputError(f"{self.target}: commit failed and was rolled back: {failed}")
+        raise CommitError(f"{self.target}: commit failed and was rolled back: {failed}")
 
     def _dir_fd(self, name: str) -> int:
         folder = subdir(name)

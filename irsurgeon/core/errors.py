@@ -38,6 +38,11 @@ class OutputError(IRSurgeonError):
     """The output location cannot be written."""
 
 
+class CommitError(OutputError):
+    """A commit that failed part-way: its message says whether the target was rolled back or the next run finishes
+    undoing it, which a Ctrl-C pressed meanwhile must not hide (cli.Group reports it as it is)."""
+
+
 class CompressionError(IRSurgeonError):
     """Weight compression options are invalid or cannot be applied to the model."""
 
