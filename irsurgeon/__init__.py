@@ -58,14 +58,25 @@ def _interrupted_early() -> None:
     except OSError:  # stderr is gone: the exit code still says it
         pass
     args = sys.argv[1:]
-    command = next((a for a in args if not a.startswith("-")), None)
-    if "--json" in args:
-        following = args[args.index("--json") + 1:][:1]
-        if command != "verify" or not following or following[0].startswith("-"):
-            import json
-            try:
-                print(json.dumps({"ok": False, "command": command, "result": None, "error": "interrupted",
-                                  "exit_code": 130}, indent=1), flush=True)
-            except OSError:  # stdout is gone: the exit code still says it
-                pass
+    at = next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))
+    command = args[at] if at < len(args) else None
+    if _json_to_stdout(command, args[at + 1:]):
+        import json
+        try:
+            print(json.dumps({"ok": False, "command": command, "result": None, "error": "interrupted",
+                              "exit_code": 130}, indent=1), flush=True)
+        except OSError:  # stdout is gone: the exit code still says it
+            pass
     sys.exit(130)
+
+
+def _json_to_stdout(command: str | None, args: list[str]) -> bool:
+    """Whether `irsurgeon COMMAND ARGS...` asked for its JSON document on stdout, read from the words alone (for an
+    end before click parsed them: a usage error, a Ctrl-C while importing): --json is a flag, except verify's, which
+    takes an optional FILE (written only by a run)."""
+    for i, arg in enumerate(args):
+        if arg == "--json":
+            following = args[i + 1] if i + 1 < len(args) else None
+            if command != "verify" or following is None or following.startswith("-"):
+                return True
+    return False

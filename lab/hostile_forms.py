@@ -394,7 +394,7 @@ def _rope(key: str, value, scaling: dict | None = None) -> Callable[[Path], None
     """Set `key` to value wherever the config tree has it; where it has none, add it at the level that holds
     rope_theta or the text settings (scaling: the rope_scaling object added with it, for a factor)."""
     def edit(data: dict) -> None:
-        if _set_everywhere(data, key, value):
+        if set_everywhere(data, key, value):
             return
         if scaling is not None and _set_in_rope_objects(data, key, value):
             return  # a factor joins the RoPE objects the config has (Gemma 4's per-layer-type rope_parameters)
@@ -419,7 +419,9 @@ def _set_in_rope_objects(node, key: str, value) -> int:
     return count
 
 
-def _set_everywhere(node, key: str, value) -> int:
+def set_everywhere(node, key: str, value) -> int:
+    """Set `key` to value wherever it appears in a config tree; returns how many were set (tests/test_rope_values.py
+    edits configs with it too)."""
     count = 0
     if isinstance(node, dict):
         for k in list(node):
@@ -427,9 +429,9 @@ def _set_everywhere(node, key: str, value) -> int:
                 node[k] = value
                 count += 1
             else:
-                count += _set_everywhere(node[k], key, value)
+                count += set_everywhere(node[k], key, value)
     elif isinstance(node, list):
-        count += sum(_set_everywhere(x, key, value) for x in node)
+        count += sum(set_everywhere(x, key, value) for x in node)
     return count
 
 

@@ -67,6 +67,16 @@ def leftovers(cache: Path) -> list[str]:
     return sorted(p.name for p in (cache / "irsurgeon").rglob("*.tmp"))
 
 
+def waiting_second(target: Path, cache: Path, hub: HubServer, home: Path) -> tuple[subprocess.Popen, list[str]]:
+    """Once the first run holds the shard's lock (the server stalls its request for the tensors), a second run on
+    `target`, read up to the line that says it waits for the first; returns it and the lines read."""
+    assert hub.stalled.wait(120), "the first run never asked for the shard's tensors"
+    second = start(target, cache, hub, home)
+    said = lines_until(second, WAITING)
+    assert said and WAITING in said[-1], f"the second run did not wait for the first: {said}"
+    return second, said
+
+
 def test_a_second_run_waits_for_the_shard_the_first_is_writing_then_uses_it_whole(pair, tmp_path):
     """The issue's case: two DFlash patches of two targets from one repo id with one --cache-dir. Before the cache
     had a lock, the second downloaded the shard again and renamed its copy over the first run's while that one was
@@ -77,10 +87,7 @@ def test_a_second_run_waits_for_the_shard_the_first_is_writing_then_uses_it_whol
     with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(stall_data=SHARD)) as hub:
         first = start(targets[0], cache, hub, home, HELD)
         try:
-            assert hub.stalled.wait(120), "the first run never asked for the shard's tensors"
-            second = start(targets[1], cache, hub, home)
-            said = lines_until(second, WAITING)
-            assert said and WAITING in said[-1], f"the second run did not wait for the first: {said}"
+            second, said = waiting_second(targets[1], cache, hub, home)
         finally:
             hub.release.set()
         code1, out1, err1 = finish(first, [])
@@ -104,10 +111,7 @@ def test_a_run_killed_while_it_writes_the_shard_does_not_keep_the_waiting_run_wa
     with HubServer({REPO: {"main": Revision(files)}}, faults=Faults(stall_data=SHARD)) as hub:
         first = start(targets[0], cache, hub, home, HELD)
         try:
-            assert hub.stalled.wait(120), "the first run never asked for the shard's tensors"
-            second = start(targets[1], cache, hub, home)
-            said = lines_until(second, WAITING)
-            assert said and WAITING in said[-1], f"the second run did not wait for the first: {said}"
+            second, said = waiting_second(targets[1], cache, hub, home)
             first.send_signal(signal.SIGKILL)
             first.communicate(timeout=60)
             code, out, err = finish(second, said)

@@ -16,25 +16,11 @@ import pytest
 
 from lab.dirsnap import snapshot
 from lab.families import FAMILIES, FIXTURE_PAIRS
+from lab.hostile_forms import set_everywhere
 from irsurgeon.families import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE_THETA = [float("nan"), float("inf"), 1e308, 0.5, -10000.0]
-
-
-def set_everywhere(node, key: str, value) -> int:
-    """Set `key` to value wherever it appears in a config tree; returns how many were set."""
-    count = 0
-    if isinstance(node, dict):
-        for k in list(node):
-            if k == key:
-                node[k] = value
-                count += 1
-            else:
-                count += set_everywhere(node[k], key, value)
-    elif isinstance(node, list):
-        count += sum(set_everywhere(x, key, value) for x in node)
-    return count
 
 
 def patch_with(tmp_path: Path, family, edit) -> tuple[subprocess.CompletedProcess, dict, dict]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from irsurgeon import __version__
+from irsurgeon import __version__, _json_to_stdout
 from irsurgeon.core.errors import CommitError, Interrupted, IRSurgeonError, cause
 from irsurgeon.core.signals import PRESSES, deferred_sigint, on_own_stack
 from irsurgeon.core.text import shown
@@ -57,7 +57,10 @@ class Group(click.Group):
 
     def invoke(self, ctx: click.Context):
         LOST.clear()  # what an earlier in-process invocation (the Python API's CliRunner, tests) could not write
-        interrupted, pressed = _watch_sigint(), len(PRESSES)
+        seen, pressed = _watch_sigint(), len(PRESSES)
+
+        def interrupted() -> bool:  # a Ctrl-C came during this invocation (our handler's, or NativeCalls')
+            return bool(seen) or len(PRESSES) > pressed
         # what the subcommand was given (click >= 8.2 keeps the command name in _protected_args, 8.1 in protected_args)
         protected = ctx.__dict__.get("_protected_args", ctx.__dict__.get("protected_args", []))
         ctx.meta["irsurgeon.args"] = [*protected, *ctx.args]
@@ -81,7 +84,7 @@ class Group(click.Group):
         except IRSurgeonError as e:
             # a Ctrl-C that a C++ call turned into an error of its own (pybind11's "Unable to cast ..." from
             # openvino's save_model) is an interruption; a failed commit's line says the target's state: kept
-            if (interrupted or len(PRESSES) > pressed) and not isinstance(e, CommitError):
+            if interrupted() and not isinstance(e, CommitError):
                 fail("interrupted", 130, ctx)
             fail(str(e) + _hint(ctx, e), 1, ctx)
         except KeyboardInterrupt as e:
@@ -89,12 +92,12 @@ class Group(click.Group):
                 fail(AFTER_COMPLETION, 130, ctx)
             fail(f"interrupted: {e}" if isinstance(e, Interrupted) else "interrupted", 130, ctx)
         except OSError as e:
-            if interrupted or len(PRESSES) > pressed:
+            if interrupted():
                 fail("interrupted", 130, ctx)
             where = f"{e.filename}: " if e.filename else ""
             fail(f"{where}{e.strerror or e}", 1, ctx)
         except Exception as e:  # the last line of defence: report, never hide, and point at the traceback switch
-            if interrupted or len(PRESSES) > pressed:  # a Ctrl-C a library turned into its own error
+            if interrupted():  # a Ctrl-C a library turned into its own error
                 fail("interrupted", 130, ctx)
             if os.environ.get(DEBUG_ENV):
                 raise
@@ -173,12 +176,7 @@ def _json_in_args(ctx: click.Context) -> str | None:
     """Where --json sends the document when the command never ran to record it (a usage error): stdout for the
     flag, and for verify's --json given no FILE; None when a FILE follows (its file is written only by a run)."""
     args = ctx.meta.get("irsurgeon.args", [])
-    for i, arg in enumerate(args[1:], 1):
-        if arg == "--json":
-            following = args[i + 1] if i + 1 < len(args) else None
-            if args[0] != "verify" or following is None or following.startswith("-"):
-                return "-"
-    return None
+    return "-" if args and _json_to_stdout(args[0], args[1:]) else None
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},

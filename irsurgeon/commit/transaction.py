@@ -40,7 +40,7 @@ import shutil
 import stat
 import sys
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -139,11 +139,7 @@ def clear_interrupted(target: str | Path, wait: bool = False, echo: Callable[[st
                       writable: frozenset[str], held: int | None = None) -> None:
     """Under the directory lock, roll back or clear what an interrupted run left in target (nothing if clean).
     held: the descriptor of the lock the caller already holds on target (taken here otherwise)."""
-    if held is not None:
-        for note in recover(target, held, writable=writable):
-            (echo or (lambda _m: None))(note)
-        return
-    with directory_lock(target, wait, echo) as fd:
+    with nullcontext(held) if held is not None else directory_lock(target, wait, echo) as fd:
         for note in recover(target, fd, writable=writable):
             (echo or (lambda _m: None))(note)
 
