@@ -268,7 +268,7 @@ def checked(key: Key, path: str, value: Any, source: str) -> Any:
     if key.bounds is not None and value not in key.bounds:
         raise ConfigError(f"{source}: {path} = {value} is out of range (expected {key.bounds})")
     if key.allowed is not None and value not in key.allowed:
-        raise ConfigError(f"{source}: {path} {show(value)} is not supported by the MTP head "
+        raise ConfigError(f"{source}: {path} {show(value)} is not supported by this draft family's build "
                           f"(expected {' or '.join(show(a) for a in key.allowed)})")
     return value
 

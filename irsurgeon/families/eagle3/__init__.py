@@ -91,8 +91,9 @@ class Eagle3(Family):
         if options.hidden_layers is None:
             return None
         from irsurgeon.families.eagle3.patch import recorded_taps
+        from irsurgeon.families.eagle3.target import asked_taps
         present = recorded_taps(Path(directory) / names.DRAFT_DIR / names.MODEL_XML)
-        if present == tuple(options.hidden_layers):
+        if present == asked_taps(options.hidden_layers):
             return None
         return f"its draft is fed from target layers {list(present) if present else '(unrecorded)'}; hidden layers " \
                f"{list(options.hidden_layers)} asked"

@@ -28,8 +28,8 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.core.config import (MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, ROPE_THETA, Key, Range, ints, lookup,
-                                   read_keys)
+from irsurgeon.core.config import (MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, ROPE_THETA, Key, Range, flag, ints,
+                                   lookup, read_keys)
 from irsurgeon.core.errors import CheckpointError, ConfigError
 from irsurgeon.draft.recipe import Recipe, Weights
 from irsurgeon.families.eagle3 import layout, rope
@@ -141,16 +141,18 @@ def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
         raise ConfigError(f"{source}: the draft layer's model_type {section.get('model_type')!r:.40} is not one of "
                           f"{', '.join(layout.MODEL_TYPES)} (only Llama draft layers are built)")
     for key, why in UNSUPPORTED.items():
-        if cfg.get(key) or lookup(cfg, f"eagle_config.{key}") not in (MISSING, None, False):
-            raise ConfigError(f"{source}: {key} is set: {why}; openvino-genai 2026.4.1 cannot run this draft as it "
-                              f"was trained")
+        for home, section_ in (("", cfg), ("eagle_config.", cfg.get("eagle_config"))):
+            if isinstance(section_, dict) and section_.get(key) is not None and flag(section_, key, False, source,
+                                                                                   home):
+                raise ConfigError(f"{source}: {home}{key} is set: {why}; openvino-genai 2026.4.1 cannot run this "
+                                  f"draft as it was trained")
     layers = section.get("num_hidden_layers", 1)
     if layers != 1:
         raise ConfigError(f"{source}: {'transformer_layer_config.' if nested else ''}num_hidden_layers is "
                           f"{layers!r:.20}: only one-layer drafts are built (genai feeds back one layer's residual)")
     v, warnings = read_keys(cfg, KEYS, "llama", {"layer": "transformer_layer_config." if nested else ""}, source)
     H, nH = v["hidden_size"], v["num_heads"]
-    nKV, D = v["num_kv_heads"] or nH, v["head_dim"] or H // nH
+    nKV, D = v["num_kv_heads"] or nH, head_dim(v, source)
     if nH % nKV:
         raise ConfigError(f"{source}: num_attention_heads {nH} is not a multiple of num_key_value_heads {nKV}")
     target_h = v["target_hidden_size"] or H
@@ -175,8 +177,23 @@ def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
         intermediate_size=v["intermediate_size"], rms_norm_eps=v["rms_norm_eps"], rope=rope_cfg,
         max_position_embeddings=v["max_position_embeddings"], vocab_size=v["vocab_size"],
         draft_vocab_size=draft_vocab, target_hidden_size=target_h,
-        norm_before_residual=bool(cfg.get("norm_before_residual", False)), taps=taps,
+        norm_before_residual=flag(cfg, "norm_before_residual", False, source), taps=taps,
         target_model_type=target_type, dtype=v["dtype"], source=source, warnings=tuple(warnings))
+
+
+def head_dim(v: dict, source: str) -> int:
+    """head_dim as given, else hidden_size / num_attention_heads (transformers' LlamaAttention), refused where RoPE
+    cannot rotate it (odd: rotate_half splits it in two halves) or where the division leaves a remainder."""
+    H, nH, D = v["hidden_size"], v["num_heads"], v["head_dim"]
+    if D is None:
+        if H % nH:
+            raise ConfigError(f"{source}: hidden_size {H} is not a multiple of num_attention_heads {nH}, and no "
+                              f"head_dim is given")
+        D = H // nH
+    if D % 2:
+        raise ConfigError(f"{source}: head_dim is {D}: RoPE rotates pairs of dimensions (rotate_half splits it "
+                          f"in two halves), so it must be even")
+    return D
 
 
 def read_modal(cfg: dict, source: str) -> str | None:
@@ -256,7 +273,41 @@ def read_taps(cfg: dict, arch: str, source: str) -> tuple[Taps, list[str]]:
     if min(converted) < 0:
         raise ConfigError(f"{source}: {key} {ids} taps the embedding output, which openvino-genai cannot tap (it "
                           f"taps decoder layer outputs)")
-    return Taps(converted, f"{key} {ids}" + (f" -> {list(converted)}" if shift else "")), warnings
+    if (twice := repeated(converted)) is not None:
+        raise ConfigError(f"{source}: {key} {ids} names layer {twice} twice: {DISTINCT}")
+    taps = in_trained_order(converted, arch)
+    said = f"{key} {ids}" + (f" -> {list(taps)}" if taps != tuple(ids) else "")
+    return Taps(taps, said + (f" ({LAYER_ORDER})" if taps != converted else "")), warnings
+
+
+# openvino-genai 2026.4.1 concatenates one tapped state per id (eagle3_model_transforms.cpp transform_hidden_state);
+# a layer named twice yields fewer states than ids, and the pipeline fails to load ("Number of extracted hidden states
+# does not match the requested number")
+DISTINCT = "openvino-genai 2026.4.1 taps three distinct layers (a layer named twice fails at load)"
+LAYER_ORDER = "in layer order, as the runtime it was trained against captures them"
+
+
+def repeated(ids: tuple[int, ...]) -> int | None:
+    """The first layer named twice, or None."""
+    seen: set[int] = set()
+    for i in ids:
+        if i in seen:
+            return i
+        seen.add(i)
+    return None
+
+
+def in_trained_order(ids: tuple[int, ...], arch: str) -> tuple[int, ...]:
+    """The taps in the order the trainer fed them to the draft, which is the order genai must feed them in (it
+    concatenates them in hidden_layers_list's order).
+
+    SGLang (python/sglang/srt/models/llama.py LlamaModel.forward) and vLLM (vllm/model_executor/models/llama.py
+    LlamaModel.forward) append a captured state inside their loop over the decoder layers (`if i in
+    layers_to_capture`): SpecForge and SafeAILab drafts (trained against SGLang) and speculators drafts (vLLM) were fed
+    the states in layer order whatever order their config lists the ids in. AngelSlim's trainer concatenates
+    `hidden_states[id + 1] for id in aux_layer_ids` (target_model_wrapper.py BaseBackend
+    ._extract_auxiliary_hidden_states): in the list's own order."""
+    return ids if arch == layout.ANGELSLIM else tuple(sorted(ids))
 
 
 def default_taps(arch: str, num_layers: int) -> tuple[int, ...]:

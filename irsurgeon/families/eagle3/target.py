@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from irsurgeon.core.config import read_json, text_section
-from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError
+from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError, with_hint
 from irsurgeon.draft.protocol import Target
 from irsurgeon.families.eagle3.layout import CONFIG, MODEL_XML, VLM_XML, is_vlm_target
-from irsurgeon.families.eagle3.model import Eagle3Config, default_taps
+from irsurgeon.families.eagle3.model import DISTINCT, Eagle3Config, default_taps, repeated
 from irsurgeon.families.eagle3.moe_taps import LAYER_NAME, layer_outputs
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.hidden_states import lm_head_input
@@ -97,11 +97,29 @@ def resolve_taps(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, .
                  ) -> tuple[tuple[int, ...], str]:
     """The taps the draft is fed from (genai's counting), and one line saying where they come from."""
     if override is not None:
-        return tuple(override), f"taps {list(override)} (as asked)"
+        ids = asked_taps(override)
+        return ids, f"taps {list(ids)} (as asked{', in layer order' if ids != tuple(override) else ''})"
     if cfg.taps.ids is not None:
         return cfg.taps.ids, f"taps {list(cfg.taps.ids)} from {cfg.taps.said}"
     ids = default_taps(cfg.architecture, target.num_layers)
-    return ids, f"taps {list(ids)}: {cfg.taps.said} for a {target.num_layers}-layer target (layer outputs)"
+    said = f"{cfg.taps.said} for a {target.num_layers}-layer target"
+    if (twice := repeated(ids)) is not None or min(ids) < 0:
+        what = f"names layer {twice} twice" if twice is not None else "names a layer before the first"
+        raise with_hint(ConfigError(f"{cfg.source}: names no tap layers, and {said}, {list(ids)}, {what}: "
+                                    f"{DISTINCT}"), "--hidden-layers",
+                        "choose three distinct target layers with --hidden-layers I,J,K")
+    return ids, f"taps {list(ids)}: {said} (layer outputs)"
+
+
+def asked_taps(ids) -> tuple[int, ...]:
+    """Taps given explicitly (the Python API's Options.hidden_layers; the CLI checks its option the same way first):
+    three distinct non-negative layer indices, recorded in layer order (the order a layer-loop capture feeds them)."""
+    ids = tuple(ids)
+    if len(ids) != 3 or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
+        raise ConfigError(f"hidden layers {list(ids)!r:.60}: expected three non-negative layer indices")
+    if (twice := repeated(ids)) is not None:
+        raise ConfigError(f"hidden layers {list(ids)} name layer {twice} twice: {DISTINCT}")
+    return tuple(sorted(ids))
 
 
 def check_pair(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...] | None = None,

@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from irsurgeon.core.config import read_json
-from irsurgeon.core.errors import IRSurgeonError
+from irsurgeon.core.errors import IRError, IRSurgeonError
 from irsurgeon.draft.protocol import Check
 from irsurgeon.families.eagle3 import model as eagle3
 from irsurgeon.families.eagle3 import surgery
 from irsurgeon.families.eagle3.layout import CONFIG, DRAFT_DIR, DRAFT_FILES, MODEL_XML
+from irsurgeon.families.eagle3.patch import recorded_taps
 from irsurgeon.families.eagle3.target import Eagle3Target, check_pair, inspect_target
 from irsurgeon.ir import files
 from irsurgeon.weights.checkpoint import config_of
@@ -40,7 +41,7 @@ def verify_eagle3(target: Path, checkpoint: str | Path | None = None) -> list[Ch
         return checks
     try:
         cfg = eagle3.parse_config(read_json(draft / CONFIG), str(draft / CONFIG))
-        check_pair(info, cfg)
+        check_pair(info, cfg, recorded(draft / MODEL_XML))  # the taps built in: patch may have been told others
     except IRSurgeonError as e:
         return checks + [Check("draft pair", False, str(e))]
     checks.append(Check("draft pair", True, f"hidden {cfg.hidden_size}, vocab {cfg.vocab_size} -> draft vocab "
@@ -49,6 +50,18 @@ def verify_eagle3(target: Path, checkpoint: str | Path | None = None) -> list[Ch
     if checkpoint is not None:
         checks.append(Check("checkpoint pair", *checkpoint_pair(info, Path(checkpoint))))
     return checks
+
+
+def recorded(xml: Path) -> tuple[int, ...]:
+    """The draft's rt_info hidden_layers_list: three distinct layer indices, or an IRError saying what it holds."""
+    taps = recorded_taps(xml)
+    if taps is None or len(taps) != 3:
+        raise IRError(f"{xml}: rt_info {eagle3.HIDDEN_LAYERS} is not three layer indices (openvino-genai 2026.4.1 "
+                      f"reads it as the 3 target layers it taps)")
+    if (twice := eagle3.repeated(taps)) is not None:
+        raise IRError(f"{xml}: rt_info {eagle3.HIDDEN_LAYERS} {list(taps)} names layer {twice} twice: "
+                      f"{eagle3.DISTINCT}")
+    return taps
 
 
 def surgery_check(xml: Path, info: Eagle3Target, cfg) -> tuple[bool, str]:
