@@ -79,7 +79,7 @@ def test_patch(patched, tmp_path):
     refused = run("patch", fresh, "--checkpoint", tmp_path / "missing", "--json", expect=1)
     assert refused["result"] is None and "missing" in refused["error"]
     usage = run("patch", fresh, "--checkpoint", CKPT, "--hidden-layers", "1,2", "--json", expect=2)
-    assert usage["result"] is None and "three layer indices" in usage["error"]
+    assert usage["result"] is None and "three non-negative integers" in usage["error"]
     with lock_held(fresh, tmp_path / "gate"):
         held = run("patch", fresh, "--checkpoint", CKPT, "--json", expect=1)
     assert "another irsurgeon run holds" in held["error"]
