@@ -41,12 +41,14 @@ from irsurgeon.weights.table import Table
 
 
 def load_with(recipe: Recipe, checkpoint: str | Path, config: str | Path | None = None,
-              allow_nonfinite: bool = False, warn=print):
-    """Open a checkpoint, read its config as `recipe` does, and check its tensors against its table (only the
-    shards holding them are opened; no tensor is decoded yet). Returns (config, weights, open checkpoint)."""
+              allow_nonfinite: bool = False, warn=print, cfg=None):
+    """Open a checkpoint, read its config as `recipe` does (cfg: as the caller already read it, Family.reading), and
+    check its tensors against its table (only the shards holding them are opened; no tensor is decoded yet). Returns
+    (config, weights, open checkpoint)."""
     ckpt = open_checkpoint(checkpoint, config)
     try:
-        cfg = recipe.parse_config(read_json(ckpt.config_path), str(ckpt.config_path))
+        if cfg is None:
+            cfg = recipe.parse_config(read_json(ckpt.config_path), str(ckpt.config_path))
         for line in cfg.warnings:
             warn(line)
         weights = load_tensors(ckpt, recipe, cfg, checkpoint, allow_nonfinite, warn)

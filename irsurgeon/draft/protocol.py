@@ -22,8 +22,11 @@ The claims (class attributes):
                           family's bundled pair (benchmarks/measure_overhead.py), the runtime overhead `show` adds to
                           a directory's footprint
 The methods, in the order `patch` calls them:
-    claims(config)        whether a checkpoint's config.json (an object) is this family's draft (default: its
-                          model_type is one of model_types); the registry's for_config is the one caller
+    claims(config, held)  whether a checkpoint is this family's draft, by its config.json (an object) and what it
+                          holds (weights.checkpoint.Held: tensor names and shapes, read on first use): default, the
+                          config's model_type is one of model_types; the registry's for_config is the one caller
+    reading(config, held, source)  the config as the family reads this checkpoint, with one line per key set aside
+                          because what the checkpoint holds says otherwise (default: as it is)
     recognise(dir)        how surely a directory is this family's: DRAFT (its draft is there), TARGET, NONE
     inspect(dir)          the target as the family sees it: a Target (raises a one-line IRSurgeonError otherwise)
     recipe()              the build's view of its checkpoints (draft.recipe.Recipe)
@@ -41,6 +44,7 @@ The methods, in the order `patch` calls them:
 """
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -52,6 +56,7 @@ if TYPE_CHECKING:  # types only: the protocol loads without openvino (the CLI im
 
     from irsurgeon.draft.recipe import Recipe
     from irsurgeon.quant.precision import Choice
+    from irsurgeon.weights.held import Held
     from irsurgeon.weights.hub import HubOptions
 
 Echo = Callable[[str], None]
@@ -133,9 +138,19 @@ class Staging:
     cfg: object                # the family's parsed checkpoint config (its Recipe.parse_config's result)
     options: Options
     echo: Echo = print
+    read_as: dict | None = None  # the config as the family read it (Family.reading), when that differs from the file
     choice: Choice | None = None      # the weight format: set once planned (pair runs before)
     provenance: dict[str, str] = field(default_factory=dict)  # rt_info irsurgeon/... for the draft
     model: ov.Model | None = None     # the built draft (strict accounting done), for stage: take() it
+
+    def config_file(self) -> bytes:
+        """The checkpoint's config.json for a draft folder: as it is, or as the family read it (read_as), so that
+        verify's pair check reads what was built."""
+        from irsurgeon.weights.checkpoint import config_bytes
+
+        if self.read_as is None:
+            return config_bytes(self.root)
+        return (json.dumps(self.read_as, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
     def take(self) -> ov.Model:
         """The model, handed over: once the draft is saved its weights can be freed before the staged copy runs."""
@@ -185,8 +200,11 @@ class Family(ABC):
         if missing:
             raise TypeError(f"family {cls.__name__} does not state {', '.join(missing)}")
 
-    def claims(self, config: dict) -> bool:
+    def claims(self, config: dict, held: Held) -> bool:
         return config.get("model_type") in self.model_types
+
+    def reading(self, config: dict, held: Held, source: str) -> tuple[dict, list[str]]:
+        return config, []
 
     def claimed(self) -> str:
         """What `claims` takes, in words for a refusal (a family claiming by more than the model_type says so)."""

@@ -11,6 +11,7 @@ from irsurgeon.core.config import checked_model_type, peek_json
 from irsurgeon.core.errors import ConfigError
 from irsurgeon.families import dflash, eagle3, gemma4_mtp, qwen35_mtp
 from irsurgeon.draft.protocol import Family, Match
+from irsurgeon.weights.held import NOTHING_HELD, Held
 
 FAMILIES: tuple[Family, ...] = (
     qwen35_mtp.FAMILY,
@@ -28,13 +29,14 @@ def by_key(key: str) -> Family:
     raise KeyError(key)
 
 
-def for_config(config: dict, source: str) -> Family:
-    """Whose checkpoint is this: the family that claims this config.json (Family.claims), or a ConfigError listing
-    the model types there are (or naming a model_type that is not a string: config.checked_model_type). The one
-    answer: every flow asks it (for_checkpoint too)."""
+def for_config(config: dict, source: str, held: Held = NOTHING_HELD) -> Family:
+    """Whose checkpoint is this: the family that claims this config.json and what the checkpoint holds
+    (Family.claims; held: its tensor names, read only if a family asks), or a ConfigError listing what each family
+    takes (or naming a model_type that is not a string: config.checked_model_type). The one answer: every flow asks
+    it (for_checkpoint too)."""
     checked_model_type(config, source)
     for family in FAMILIES:
-        if family.claims(config):
+        if family.claims(config, held):
             return family
     known = "; ".join(f"{f.title}: {f.claimed()}" for f in FAMILIES)
     raise ConfigError(f"{source}: model_type {config.get('model_type')!r:.80} has no supported draft family "
@@ -49,7 +51,7 @@ def for_checkpoint(root: Path) -> Family | None:
     if config is None:
         return None
     try:
-        return for_config(config, str(Path(root) / "config.json"))
+        return for_config(config, str(Path(root) / "config.json"), Held(root))
     except ConfigError:
         return None  # no family's: the flow that runs next reads the same file and says what is wrong with it
 

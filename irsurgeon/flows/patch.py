@@ -7,8 +7,10 @@ The same flow for every registered family (draft.protocol.Family); the family su
     recover    what an interrupted run left in the target is rolled back or cleared first (irsurgeon.commit.transaction)
     source     the checkpoint's config.json (for a repo id: fetched with the index, no weight yet), so a checkpoint that
                is not there is said first, whatever the target holds
-    family     the checkpoint's, resolved once (families.registry.for_config: its config.json's model_type); a
-               model_type that is not a string, the target's or the checkpoint's, is refused (config.checked_model_type)
+    family     the checkpoint's, resolved once (families.registry.for_config: its config.json and, where a family
+               asks, what it holds: weights.held.Held), and the config as that family reads what it holds
+               (Family.reading: a key set aside is said in one line); a model_type that is not a string, the
+               target's or the checkpoint's, is refused (config.checked_model_type)
     prefetch   a local checkpoint's head tensors asked of the kernel (posix_fadvise) on a thread, while the steps
                below judge the target: a hint that reads, checks and writes nothing (irsurgeon.weights.prefetch)
     target     family.inspect: the layout its genai path needs, refused in one line otherwise
@@ -52,6 +54,7 @@ from irsurgeon.commit.transaction import (STAGE_DIR, DirectoryTransaction, Patch
 from irsurgeon.flows.verify import config_checks, verify_directory
 from irsurgeon.weights import prefetch
 from irsurgeon.weights.checkpoint import config_of, weightless
+from irsurgeon.weights.held import Held
 from irsurgeon.weights.hub import fetch_weights, resolve_source
 
 Echo = Callable[[str], None]
@@ -89,9 +92,12 @@ def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float,
     peek_json(target_dir / CONFIG)  # the target's config.json: a model_type that is not a name is refused first
     root = resolve_source(source, echo, options.hub)  # a repo id: config.json and the index only
     where = config_of(root)
-    config = read_json(where)
-    family = registry.for_config(config, str(where))
+    config, holds = read_json(where), Held(root)
+    family = registry.for_config(config, str(where), holds)
     refuse_foreign_options(family, options)
+    config, read_as = family.reading(config, holds, str(where))
+    for line in read_as:
+        echo(line)
     if Path(source).exists() and not options.dry_run:  # a local checkpoint, folder or file: its head's bytes are
         prefetch.start(family.recipe(), Path(source))  # read ahead while the target is judged (a hint only)
     target = inspect(family, target_dir, source)
@@ -103,7 +109,8 @@ def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float,
         result.skipped = True
         return result
     refuse_unwritable(target.path, options.dry_run)  # before the pair check and the build, dry run or not
-    staging = Staging(root, str(source), family.recipe().parse_config(config, str(where)), options, echo)
+    staging = Staging(root, str(source), family.recipe().parse_config(config, str(where)), options, echo,
+                      read_as=config if read_as else None)
     pairing = pair(family, target, staging)
     staging.choice, result.plan = plan(family, target, source, options, echo)
     if staging.choice is None:
@@ -287,7 +294,8 @@ def build(family: Family, staging: Staging):
     Uncompressed (f32 or f16), a draft's matrices are left to stage_ir, which reads them from the checkpoint as it
     writes them (build.Stream): the checkpoint stays open until then, and the model holds no matrix."""
     recipe, options = family.recipe(), staging.options
-    cfg, weights, ckpt = load_with(recipe, staging.root, allow_nonfinite=options.allow_nonfinite, warn=staging.echo)
+    cfg, weights, ckpt = load_with(recipe, staging.root, allow_nonfinite=options.allow_nonfinite, warn=staging.echo,
+                                   cfg=staging.cfg)
     try:
         model = build_model(cfg, weights, build_format(staging.choice), staging.echo, recipe=recipe,
                             stream=None if staging.choice.params else ckpt.close)

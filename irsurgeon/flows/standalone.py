@@ -23,6 +23,7 @@ from irsurgeon.families import registry
 from irsurgeon.draft.protocol import Family, Options, Staging
 from irsurgeon.ops.core import WeightFormat
 from irsurgeon.weights.checkpoint import config_of
+from irsurgeon.weights.held import Held
 from irsurgeon.quant.precision import Choice, build_format
 from irsurgeon.weights.hub import fetch_weights, resolve_source
 
@@ -33,7 +34,7 @@ def family_of(checkpoint: str | Path, config: str | Path | None = None, only: Fa
     """The family of a local checkpoint's config.json (or `config`); `only`: the one accepted here."""
     where = config_of(checkpoint, config)
     raw = read_json(where)
-    found = registry.for_config(raw, str(where))
+    found = registry.for_config(raw, str(where), Held(checkpoint))
     if only is not None and found is not only:
         raise ConfigError(f"{where}: model_type {raw.get('model_type')!r:.80} is a {found.describe}; "
                           f"expected a {only.describe} here" + ("" if found.standalone else

@@ -28,7 +28,6 @@ from irsurgeon.core.errors import IRError, with_hint
 from irsurgeon.families.dflash import model as dflash
 from irsurgeon.families.dflash.layout import CONFIG, DRAFT_DIR, MODEL_BIN, MODEL_XML
 from irsurgeon.families.dflash.target import DFlashTarget
-from irsurgeon.weights.checkpoint import config_bytes
 from irsurgeon.ir.narrow import narrow_feed_forward
 
 ACTIVATIONS_SCALE_FACTOR = "8.0"  # optimum-intel 2.2.0's runtime_options of a DFlash draft
@@ -78,7 +77,7 @@ def stage(tx, target: DFlashTarget, staging) -> None:
         xml = stage_ir(tx, f"{DRAFT_DIR}/{MODEL_XML}", model)
         model = None  # spent by stage_ir: the staged copy is what runs next
         smoke_test(xml, cfg)
-        data = config_bytes(staging.root)
+        data = staging.config_file()
         tx.write(f"{DRAFT_DIR}/{CONFIG}", data)
     annotation.result(staging.echo)
 

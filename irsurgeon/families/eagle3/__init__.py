@@ -42,11 +42,16 @@ class Eagle3(Family):
                                      "accepted"}
     patch_options = frozenset({"hidden_layers", "kv_cache_precision"})
 
-    def claims(self, config: dict) -> bool:
-        return names.claims(config)
+    def claims(self, config: dict, held) -> bool:
+        return names.claims(config, held)
+
+    def reading(self, config: dict, held, source: str) -> tuple[dict, list[str]]:
+        return names.reading(config, held, source)
 
     def claimed(self) -> str:
-        return f"architectures {' / '.join(names.ARCHITECTURES)}"
+        return (f"architectures {' / '.join(names.ARCHITECTURES)}, or the tensors of one ({names.FC} [H, 3H], one "
+                f"layer {' or '.join(p + '*' for p in names.LAYER_PREFIXES)} with hidden_norm, "
+                f"{' or '.join(names.HEADS)})")
 
     def recognise(self, directory: Path) -> Match:
         if names.has_draft(directory):

@@ -2,7 +2,8 @@
 
     claims         a checkpoint config.json whose `architectures` name one of ARCHITECTURES (SafeAILab/SpecForge's
                    LlamaForCausalLMEagle3, AngelSlim's Eagle3LlamaForCausalLM, the speculators' Eagle3Speculator) or
-                   with `speculators_model_type` "eagle3"
+                   with `speculators_model_type` "eagle3"; or, whatever its labels, a checkpoint holding one EAGLE-3
+                   draft layer (held_draft), read as held (reading)
     recognised by  DRAFT: TARGET/eagle3_draft/ exists; TARGET: a text export (openvino_model.xml) of a model type an
                    EAGLE-3 draft is published for, or a VLM export (openvino_language_model.xml) of a VLM type
                    AngelSlim publishes VLM drafts for (VLM_TARGET_TYPES)
@@ -44,8 +45,57 @@ def architecture(config: dict) -> str | None:
     return SPECULATORS if config.get("speculators_model_type") == "eagle3" else None
 
 
-def claims(config: dict) -> bool:
-    return architecture(config) is not None
+# What an EAGLE-3 draft holds, whatever its config's labels say (SafeAILab uploads its drafts as LlamaForCausalLM, and
+# vLLM and SGLang take them by these tensors: vLLM's speculative config maps LlamaForCausalLM to its EAGLE-3 class):
+# fc over the three concatenated target states, one decoder layer with EAGLE-3's hidden_norm under either stored
+# prefix, and a draft head (d2t, or a full-vocabulary lm_head); never a base model's stack of layers.
+LAYER_PREFIXES = ("midlayer.", "layers.0.")
+FC = "fc.weight"
+HEADS = ("d2t", "lm_head.weight")
+BASE_LAYERS = ("model.layers.", "layers.1.")  # a plain causal LM's layers; a second draft layer
+
+
+def held_draft(held) -> str | None:
+    """What makes the tensors of `held` (weights.held.Held) one EAGLE-3 draft layer, in words, or None."""
+    names = held.names
+    prefix = next((p for p in LAYER_PREFIXES if {f"{p}hidden_norm.weight", f"{p}self_attn.q_proj.weight"} <= names),
+                  None)
+    heads = [n for n in HEADS if n in names]
+    if FC not in names or prefix is None or not heads or any(n.startswith(BASE_LAYERS) for n in names):
+        return None
+    fc, norm = held.shape(FC), held.shape(f"{prefix}hidden_norm.weight")
+    if fc is not None and (len(fc) != 2 or fc[1] % 3 or (norm is not None and norm != fc[:1])):
+        return None  # not [H, 3 * H_t] over a layer of width H
+    return f"{FC}{' ' + str(list(fc)) if fc else ''}, one layer {prefix}* with hidden_norm, {' and '.join(heads)}"
+
+
+def claims(config: dict, held=None) -> bool:
+    return architecture(config) is not None or (held is not None and held.known and held_draft(held) is not None)
+
+
+def reading(config: dict, held, source: str) -> tuple[dict, list[str]]:
+    """The config as an EAGLE-3 draft of these tensors is read: `architectures` naming no EAGLE-3 layout read as
+    SafeAILab's (a flat Llama config: what SafeAILab's uploads are), and a `num_hidden_layers` copied from the base
+    model set to the one layer held; one line saying so (empty when nothing was set aside)."""
+    evidence = held_draft(held) if held is not None and held.known else None
+    if evidence is None:
+        return config, []
+    read, aside = dict(config), []
+    if architecture(config) is None:
+        read["architectures"], aside = [SAFEAILAB], [f"architectures {config.get('architectures')!r:.60}"]
+    nested = architecture(read) == SPECULATORS and isinstance(read.get("transformer_layer_config"), dict)
+    section = dict(read["transformer_layer_config"]) if nested else read
+    if section.get("num_hidden_layers", 1) != 1:
+        aside.append(f"{'transformer_layer_config.' if nested else ''}num_hidden_layers "
+                     f"{section['num_hidden_layers']!r:.20}")
+        section["num_hidden_layers"] = 1
+        if nested:
+            read["transformer_layer_config"] = section
+    if not aside:
+        return config, []
+    as_what = f"{architecture(read)}'s layout" if architecture(config) is None else "one layer"
+    return read, [f"{source}: {' and '.join(aside)} set aside: read as an EAGLE-3 draft ({as_what}) by what the "
+                  f"checkpoint holds: {evidence}"]
 
 
 def has_draft(directory: str | Path) -> bool:

@@ -28,7 +28,6 @@ from irsurgeon.families.eagle3.target import Eagle3Target, genai_taps
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.ir.narrow import narrow_feed_forward, narrow_rows
 from irsurgeon.quant.compress import compress_model, marked_consumers, set_kv_cache_precision
-from irsurgeon.weights.checkpoint import config_bytes
 
 TOKENS = 2  # the smoke test's call
 
@@ -75,7 +74,7 @@ def stage(tx, target: Eagle3Target, staging) -> None:
     xml = stage_ir(tx, f"{DRAFT_DIR}/{MODEL_XML}", model)
     model = None  # spent by stage_ir: the staged copy is what runs next
     smoke_test(xml, cfg)
-    tx.write(f"{DRAFT_DIR}/{CONFIG}", config_bytes(staging.root))
+    tx.write(f"{DRAFT_DIR}/{CONFIG}", staging.config_file())
     tx.write(f"{DRAFT_DIR}/{GENERATION}", generation_config(target.path))
     if target.edits:
         stage_taps(tx, target)

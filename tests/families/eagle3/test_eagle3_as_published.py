@@ -1,0 +1,138 @@
+"""EAGLE-3 drafts as their publishers upload them: a checkpoint is an EAGLE-3 draft by what it holds, whatever its
+config's labels say (irsurgeon/families/eagle3/layout.py held_draft, reading).
+
+SafeAILab's own uploads (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B and the others) say `architectures:
+["LlamaForCausalLM"]`, and the Vicuna-13B draft's config copies its base model's `num_hidden_layers: 40` over a
+checkpoint of one layer (tests/data/eagle3_configs holds the published configs with their sources). vLLM and SGLang take
+them by their tensors. Here the bundled draft's tensors go under such configs: the draft built is the one its labelled
+config builds, byte for byte, and a plain Llama checkpoint is never taken for one.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers.cli import invoke
+from lab.families import FIXTURE_PAIRS
+from irsurgeon.families import registry
+from irsurgeon.families.eagle3 import layout
+from irsurgeon.weights.held import Held
+from irsurgeon.weights.safetensors_io import write_safetensors
+
+TARGET, CKPT = FIXTURE_PAIRS["eagle3"]
+DRAFT = Path(layout.DRAFT_DIR)
+
+
+def relabelled(where: Path, **change) -> Path:
+    where.mkdir(parents=True)
+    shutil.copy(CKPT / "model.safetensors", where / "model.safetensors")
+    config = json.loads((CKPT / "config.json").read_text())
+    for key, value in change.items():
+        config.pop(key, None) if value is None else config.__setitem__(key, value)
+    (where / "config.json").write_text(json.dumps(config, indent=2))
+    return where
+
+
+def patched(tmp_path: Path, ckpt: Path, name: str) -> tuple[Path, str]:
+    target = Path(shutil.copytree(TARGET, tmp_path / name))
+    result = invoke("patch", target, "--checkpoint", ckpt, "--weight-format", "f32")
+    assert result.exit_code == 0, result.output
+    return target, result.output
+
+
+def test_safeailabs_upload_as_published_builds_the_draft_its_labelled_config_builds(tmp_path):
+    published = relabelled(tmp_path / "published", architectures=["LlamaForCausalLM"], num_hidden_layers=40)
+    target, said = patched(tmp_path, published, "t")
+    reference, _ = patched(tmp_path, CKPT, "ref")
+    assert "architectures ['LlamaForCausalLM'] and num_hidden_layers 40 set aside: read as an EAGLE-3 draft " \
+           "(LlamaForCausalLMEagle3's layout) by what the checkpoint holds: fc.weight [64, 192], one layer " \
+           "midlayer.* with hidden_norm, d2t and lm_head.weight" in said, said
+    assert (target / DRAFT / "openvino_model.bin").read_bytes() == (reference / DRAFT / "openvino_model.bin").read_bytes()
+    kept = json.loads((target / DRAFT / "config.json").read_text())
+    assert kept["architectures"] == [layout.SAFEAILAB] and kept["num_hidden_layers"] == 1
+    assert invoke("verify", target).exit_code == 0
+    again = invoke("patch", target, "--checkpoint", published, "--weight-format", "f32")
+    assert again.exit_code == 0 and "nothing to do" in again.output, again.output
+
+
+def test_a_labelled_draft_whose_config_copies_the_base_layer_count_is_read_as_the_one_layer_it_holds(tmp_path):
+    copied = relabelled(tmp_path / "c", num_hidden_layers=40)
+    _, said = patched(tmp_path, copied, "t")
+    assert "num_hidden_layers 40 set aside: read as an EAGLE-3 draft (one layer)" in said, said
+
+
+def test_a_labelled_draft_as_its_config_says_is_read_without_a_word(tmp_path):
+    _, said = patched(tmp_path, CKPT, "t")
+    assert "set aside" not in said
+
+
+def plain_llama(where: Path, extra: dict | None = None) -> Path:
+    """A one-layer plain LlamaForCausalLM checkpoint (transformers' names), of the draft's widths."""
+    rng = np.random.default_rng(0)
+    H, V, I = 64, 256, 64
+    names = {"model.embed_tokens.weight": (V, H), "lm_head.weight": (V, H), "model.norm.weight": (H,),
+             **{f"model.layers.0.{n}": s for n, s in (
+                 ("self_attn.q_proj.weight", (H, H)), ("self_attn.k_proj.weight", (32, H)),
+                 ("self_attn.v_proj.weight", (32, H)), ("self_attn.o_proj.weight", (H, H)),
+                 ("mlp.gate_proj.weight", (I, H)), ("mlp.up_proj.weight", (I, H)), ("mlp.down_proj.weight", (H, I)),
+                 ("input_layernorm.weight", (H,)), ("post_attention_layernorm.weight", (H,)))}}
+    tensors = {n: rng.standard_normal(s).astype(np.float32) for n, s in names.items()}
+    for name, shape in (extra or {}).items():
+        tensors[name] = rng.standard_normal(shape).astype(np.float32)
+    where.mkdir(parents=True)
+    write_safetensors(where / "model.safetensors", tensors)
+    config = json.loads((CKPT / "config.json").read_text())
+    config.update(architectures=["LlamaForCausalLM"], draft_vocab_size=None, eagle_config=None)
+    (where / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    return where
+
+
+@pytest.mark.parametrize("extra", [None, {"fc.weight": (64, 192)}], ids=["plain", "with-an-fc"])
+def test_a_plain_llama_checkpoint_is_never_taken_for_a_draft(tmp_path, extra):
+    ckpt = plain_llama(tmp_path / "llama", extra)
+    target = Path(shutil.copytree(TARGET, tmp_path / "t"))
+    result = invoke("patch", target, "--checkpoint", ckpt)
+    assert result.exit_code == 1, result.output
+    assert "has no supported draft family" in result.output and "fc.weight [H, 3H]" in result.output
+    assert not (target / DRAFT).exists()
+
+
+@pytest.mark.parametrize("names, shapes, claimed", [
+    ({"fc.weight", "midlayer.hidden_norm.weight", "midlayer.self_attn.q_proj.weight", "d2t"}, {}, True),
+    ({"fc.weight", "layers.0.hidden_norm.weight", "layers.0.self_attn.q_proj.weight", "lm_head.weight"}, {}, True),
+    # EAGLE-1/2 heads: no hidden_norm, fc over two states
+    ({"fc.weight", "layers.0.self_attn.q_proj.weight", "lm_head.weight"}, {}, False),
+    # two draft layers; no draft head; a base model's layers beside
+    ({"fc.weight", "layers.0.hidden_norm.weight", "layers.0.self_attn.q_proj.weight", "layers.1.mlp.up_proj.weight",
+      "lm_head.weight"}, {}, False),
+    ({"fc.weight", "midlayer.hidden_norm.weight", "midlayer.self_attn.q_proj.weight"}, {}, False),
+    ({"fc.weight", "midlayer.hidden_norm.weight", "midlayer.self_attn.q_proj.weight", "d2t",
+      "model.layers.0.mlp.up_proj.weight"}, {}, False),
+    # fc's shape, where a header was read: [H, 3 * H_t] over a layer of width H
+    ({"fc.weight", "midlayer.hidden_norm.weight", "midlayer.self_attn.q_proj.weight", "d2t"},
+     {"fc.weight": (64, 128), "midlayer.hidden_norm.weight": (64,)}, False),
+    ({"fc.weight", "midlayer.hidden_norm.weight", "midlayer.self_attn.q_proj.weight", "d2t"},
+     {"fc.weight": (64, 192), "midlayer.hidden_norm.weight": (64,)}, True),
+])
+def test_what_a_checkpoint_holds_decides_whether_it_is_an_eagle3_draft(names, shapes, claimed):
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama"}
+    held = Held(names=names, shapes=shapes)
+    if claimed:
+        assert registry.for_config(config, "config.json", held).key == "eagle3"
+    else:
+        with pytest.raises(Exception, match="has no supported draft family"):
+            registry.for_config(config, "config.json", held)
+
+
+def test_a_hub_snapshot_before_its_weights_is_judged_by_its_index(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    names = ["fc.weight", "midlayer.hidden_norm.weight", "midlayer.self_attn.q_proj.weight", "d2t"]
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {n: "model-00001-of-00001.safetensors" for n in names}}))
+    held = Held(tmp_path)
+    assert held.known and held.names == frozenset(names) and held.shape("fc.weight") is None
+    assert registry.for_checkpoint(tmp_path).key == "eagle3"
