@@ -138,10 +138,10 @@ class Staging:
     cfg: object                # the family's parsed checkpoint config (its Recipe.parse_config's result)
     options: Options
     echo: Echo = print
-    read_as: dict | None = None  # the config as the family read it (Family.reading), when that differs from the file
     choice: Choice | None = None      # the weight format: set once planned (pair runs before)
     provenance: dict[str, str] = field(default_factory=dict)  # rt_info irsurgeon/... for the draft
     model: ov.Model | None = None     # the built draft (strict accounting done), for stage: take() it
+    read_as: dict | None = None  # the config as the family read it (Family.reading), when that differs from the file
 
     def config_file(self) -> bytes:
         """The checkpoint's config.json for a draft folder: as it is, or as the family read it (read_as), so that
@@ -200,10 +200,10 @@ class Family(ABC):
         if missing:
             raise TypeError(f"family {cls.__name__} does not state {', '.join(missing)}")
 
-    def claims(self, config: dict, held: Held) -> bool:
+    def claims(self, config: dict, held: Held | None = None) -> bool:
         return config.get("model_type") in self.model_types
 
-    def reading(self, config: dict, held: Held, source: str) -> tuple[dict, list[str]]:
+    def reading(self, config: dict, held: Held | None, source: str) -> tuple[dict, list[str]]:
         return config, []
 
     def claimed(self) -> str:

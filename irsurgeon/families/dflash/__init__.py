@@ -60,7 +60,7 @@ class DFlash(Family):
         from irsurgeon.families.dflash.model import RECIPE
         return RECIPE
 
-    def claims(self, config: dict, held) -> bool:
+    def claims(self, config: dict, held=None) -> bool:
         return names.claims(config)
 
     def claimed(self) -> str:

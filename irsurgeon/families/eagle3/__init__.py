@@ -42,7 +42,7 @@ class Eagle3(Family):
                                      "accepted"}
     patch_options = frozenset({"hidden_layers", "kv_cache_precision"})
 
-    def claims(self, config: dict, held) -> bool:
+    def claims(self, config: dict, held=None) -> bool:
         return names.claims(config, held)
 
     def reading(self, config: dict, held, source: str) -> tuple[dict, list[str]]:
