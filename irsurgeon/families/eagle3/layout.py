@@ -53,6 +53,7 @@ LAYER_PREFIXES = ("midlayer.", "layers.0.")
 FC = "fc.weight"
 HEADS = ("d2t", "lm_head.weight")
 BASE_LAYERS = ("model.layers.", "layers.1.")  # a plain causal LM's layers; a second draft layer
+QK_NORM = "self_attn.q_norm.weight"  # speculators' Qwen3 draft layer
 
 
 def held_draft(held) -> str | None:
@@ -85,6 +86,11 @@ def reading(config: dict, held, source: str) -> tuple[dict, list[str]]:
         read["architectures"], aside = [SAFEAILAB], [f"architectures {config.get('architectures')!r:.60}"]
     nested = architecture(read) == SPECULATORS and isinstance(read.get("transformer_layer_config"), dict)
     section = dict(read["transformer_layer_config"]) if nested else read
+    if nested and "model_type" not in section:  # speculators reads it as Qwen3 since PR #620 (03ba008b), Llama before
+        section["model_type"] = "qwen3" if any(n.endswith(QK_NORM) for n in held.names) else "llama"
+        aside.append(f"a transformer_layer_config without model_type (read as {section['model_type']}: "
+                     f"{'with' if section['model_type'] == 'qwen3' else 'no'} q_norm / k_norm)")
+        read["transformer_layer_config"] = section
     if section.get("num_hidden_layers", 1) != 1:
         aside.append(f"{'transformer_layer_config.' if nested else ''}num_hidden_layers "
                      f"{section['num_hidden_layers']!r:.20}")

@@ -81,6 +81,7 @@ class Eagle3Config:
     norm_before_residual: bool
     taps: Taps
     target_model_type: str | None = None  # set for a VLM draft (modal_type "VLM"): the target it was trained on
+    qk_norm: bool = False  # speculators' Qwen3 draft layer: q_norm / k_norm per head before RoPE
     model_type: str = "llama"
     dtype: str | None = None
     source: str = field(default="", compare=False)
@@ -105,7 +106,8 @@ KEYS: tuple[Key, ...] = (
     Key("hidden_size", ("{layer}hidden_size",), bounds=ints(MAX_WIDTH)),
     Key("num_heads", ("{layer}num_attention_heads",), 32, bounds=ints(MAX_HEADS)),
     Key("num_kv_heads", ("{layer}num_key_value_heads",), None, bounds=ints(MAX_HEADS), null_is_absent=True),
-    Key("head_dim", ("{layer}head_dim",), None, bounds=ints(MAX_WIDTH), null_is_absent=True),  # None: H // nH
+    Key("head_dim", ("{layer}head_dim",), {"llama": None, "qwen3": 128}, bounds=ints(MAX_WIDTH),
+        null_is_absent=True),  # llama None: H // nH; Qwen3Config's head_dim=128
     Key("intermediate_size", ("{layer}intermediate_size",), 11008, bounds=ints(MAX_WIDTH * 8)),
     Key("rms_norm_eps", ("{layer}rms_norm_eps",), 1e-6, float, Range(0, 1, lo_open=True, hi_open=True)),
     Key("hidden_act", ("{layer}hidden_act",), "silu", str, allowed=("silu",)),
@@ -137,9 +139,12 @@ def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
     section = cfg.get("transformer_layer_config") if nested else cfg
     if not isinstance(section, dict):
         raise ConfigError(f"{source}: transformer_layer_config must be a JSON object (the speculators' layer config)")
-    if section.get("model_type", "llama") not in layout.MODEL_TYPES:
-        raise ConfigError(f"{source}: the draft layer's model_type {section.get('model_type')!r:.40} is not one of "
-                          f"{', '.join(layout.MODEL_TYPES)} (only Llama draft layers are built)")
+    layer_type, warnings = layer_type_of(cfg, section, nested, arch, source)
+    if (modelopt := [k for k in MODELOPT_KEYS if lookup(cfg, f"eagle_config.{k}") is not MISSING]):
+        raise ConfigError(f"{source}: eagle_config.{modelopt[0]} marks an NVIDIA ModelOpt head, whose layer is not "
+                          f"stated: ModelOpt's EagleModule norms the hidden branch with hidden_norm(input_layernorm(h)) "
+                          f"since bdd10c2 (2025-12-19, modeling_eagle.py) and with hidden_norm(h) before it, and a "
+                          f"checkpoint does not say which code trained it")
     for key, why in UNSUPPORTED.items():
         for home, section_ in (("", cfg), ("eagle_config.", cfg.get("eagle_config"))):
             if isinstance(section_, dict) and section_.get(key) is not None and flag(section_, key, False, source,
@@ -150,7 +155,8 @@ def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
     if layers != 1:
         raise ConfigError(f"{source}: {'transformer_layer_config.' if nested else ''}num_hidden_layers is "
                           f"{layers!r:.20}: only one-layer drafts are built (genai feeds back one layer's residual)")
-    v, warnings = read_keys(cfg, KEYS, "llama", {"layer": "transformer_layer_config." if nested else ""}, source)
+    v, said = read_keys(cfg, KEYS, layer_type, {"layer": "transformer_layer_config." if nested else ""}, source)
+    warnings += said
     H, nH = v["hidden_size"], v["num_heads"]
     nKV, D = v["num_kv_heads"] or nH, head_dim(v, source)
     if nH % nKV:
@@ -178,7 +184,45 @@ def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
         max_position_embeddings=v["max_position_embeddings"], vocab_size=v["vocab_size"],
         draft_vocab_size=draft_vocab, target_hidden_size=target_h,
         norm_before_residual=flag(cfg, "norm_before_residual", False, source), taps=taps,
-        target_model_type=target_type, dtype=v["dtype"], source=source, warnings=tuple(warnings))
+        target_model_type=target_type, qk_norm=layer_type == "qwen3", dtype=v["dtype"], source=source,
+        warnings=tuple(warnings))
+
+
+# speculators src/speculators/models/eagle3/model_definitions.py model_classes: the draft layer class by
+# transformer_layer_config.model_type ("llama": LlamaDecoderEagle3FirstLayer, "qwen3": Qwen3DecoderEagle3FirstLayer,
+# the same layer with transformers' Qwen3Attention: q_norm / k_norm, an RMSNorm over head_dim per head, before RoPE)
+LAYER_TYPES = ("llama", "qwen3")
+# NVIDIA ModelOpt's exported eagle_config (modelopt/torch/export/plugins/hf_spec_configs.py llama_eagle_template_config)
+# has these beside use_aux_hidden_state, which SpecForge's configs carry too (configs/qwen3-235B-A22B-eagle3.json)
+MODELOPT_KEYS = ("use_input_layernorm_in_first_layer", "use_last_layernorm", "use_mtp_layernorm", "next_layer_regular")
+# speculators (PR #684): a draft layer trained attending to a sliding window (layer_types "sliding_attention")
+SLIDING = "sliding_attention"
+
+
+def layer_type_of(cfg: dict, section: dict, nested: bool, arch: str, source: str) -> tuple[str, list[str]]:
+    """The draft layer's kind, and a line where a label is not what decides it.
+
+    The speculators choose the layer class by transformer_layer_config.model_type (LAYER_TYPES). SafeAILab, SpecForge
+    and AngelSlim build a Llama layer whatever model_type names: SpecForge picks config and model class by
+    architectures[0] alone (specforge/training/model_loading.py _draft_config_from_dict, DRAFT_REGISTRY; its Phi-4
+    draft says "phi3", its QwQ draft "qwen2"), SafeAILab's cnets.py and AngelSlim's llama_eagle3.py are Llama only."""
+    said = []
+    if nested:
+        kind = section.get("model_type", "llama")
+        if kind not in LAYER_TYPES:
+            raise ConfigError(f"{source}: transformer_layer_config.model_type {kind!r:.40} is not one of "
+                              f"{', '.join(LAYER_TYPES)} (the speculators' draft layers)")
+        types = section.get("layer_types")
+        if isinstance(types, list) and SLIDING in types:
+            said.append(f"{source}: transformer_layer_config.layer_types names {SLIDING} (a window of "
+                        f"{section.get('sliding_window')!r:.12} tokens): built attending to the whole context, the "
+                        f"same draft as trained while the context fits the window")
+        return kind, said
+    kind = cfg.get("model_type", "llama")
+    if kind != "llama":
+        said.append(f"{source}: model_type {kind!r:.40} not read: {arch}'s trainer builds a Llama draft layer "
+                    f"whatever it names (the class follows architectures)")
+    return "llama", said
 
 
 def head_dim(v: dict, source: str) -> int:
@@ -337,13 +381,19 @@ def tensors(cfg: Eagle3Config) -> Table:
              ("self_attn.v_proj.weight", (nKV * D, 2 * H)), ("self_attn.o_proj.weight", (H, nH * D)),
              ("mlp.gate_proj.weight", (I, H)), ("mlp.up_proj.weight", (I, H)), ("mlp.down_proj.weight", (H, I)),
              ("input_layernorm.weight", (H,)), ("hidden_norm.weight", (H,)), ("post_attention_layernorm.weight", (H,))]
+    if cfg.qk_norm:
+        layer += [("self_attn.q_norm.weight", (D,)), ("self_attn.k_norm.weight", (D,))]
     rows = [Tensor(LAYER + n, shape, layouts={k: Whole(p + n) for k, p in LAYOUTS.items()}) for n, shape in layer]
     rows += [Tensor("fc.weight", (H, 3 * cfg.target_hidden_size)), Tensor("norm.weight", (H,)),
              Tensor("lm_head.weight", (cfg.draft_vocab_size, H))]
     ignored = {"t2d": "the target-to-draft mask: openvino-genai maps draft tokens with d2t only",
                "embed_tokens.weight": "a copy of the target's token embeddings: openvino-genai gives the draft the "
                                       "target's own table at load",
-               **{p + "self_attn.rotary_emb.inv_freq": "" for p in LAYOUTS.values()}}
+               **{p + "self_attn.rotary_emb.inv_freq": "" for p in LAYOUTS.values()},
+               # speculators core.py: the verifier's final norm and head, for training targets only (never saved by
+               # its trainer, _keys_to_ignore_on_save; tolerated where a converter kept them)
+               "verifier_norm.weight": "the target's final norm, used by the trainer for its targets only",
+               "verifier_lm_head.weight": "the target's head, used by the trainer for its targets only"}
     if cfg.draft_vocab_size < cfg.vocab_size:
         rows.append(Tensor(D2T, (cfg.draft_vocab_size,), compress=False, integer=True))
     else:
@@ -400,6 +450,9 @@ def attention(a: ov.Output, x: Inputs, w: Weights, cfg: Eagle3Config) -> tuple[o
     name, nH, nKV, D = LAYER + "self_attn", cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     q = heads(linear(a, w(f"{name}.q_proj.weight"), f"{name}.q_proj"), nH, D, f"{name}/q_heads")
     k = heads(linear(a, w(f"{name}.k_proj.weight"), f"{name}.k_proj"), nKV, D, f"{name}/k_heads")
+    if cfg.qk_norm:  # [B, S, n, D]: over head_dim, each head alone, before RoPE (transformers' Qwen3Attention)
+        q = rms_norm(q, w(f"{name}.q_norm.weight"), cfg.rms_norm_eps, f"{name}.q_norm")
+        k = rms_norm(k, w(f"{name}.k_norm.weight"), cfg.rms_norm_eps, f"{name}.k_norm")
     v = heads(linear(a, w(f"{name}.v_proj.weight"), f"{name}.v_proj"), nKV, D, f"{name}/v_heads")
     cos, sin = rope.cos_sin(x.position_ids, cfg.rope, D, f"{name}.rotary_emb")
     q = apply_rope(to_bnsd(q), cos, sin, D, D, f"{name}/q_rope", fusable=True)  # [B, nH, S, D]
