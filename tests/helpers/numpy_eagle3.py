@@ -26,7 +26,10 @@ key-value heads, head_dim. Weights are the checkpoint's (`<p>` = `midlayer.` or 
           `rope_theta` (default 10000), but 10000 always for an AngelSlim text draft (`Eagle3LlamaForCausalLM`
           without mrope: its trainer's `llama_eagle3.py` `LlamaAttention._init_rope` gives `LlamaRotaryEmbedding`
           no base, whose default is 10000); p = position_ids. With rope_scaling type llama3 (the Llama 3.1 drafts)
-          each theta^(-2j/D) is rescaled by its wavelength first (`llama3_inv_freq`)
+          each theta^(-2j/D) is rescaled by its wavelength first (`llama3_inv_freq`); linear, dynamic, yarn and
+          longrope come from numpy_rope.py as the layout's trainer computes them (transformers' LlamaRotaryEmbedding
+          for speculators, SpecForge's classes for the SafeAILab / SpecForge layout): dynamic and longrope from the
+          positions of each step, cos and sin times yarn's / longrope's attention factor (so q and k both)
     K,V = the cache (earlier calls) then k, v                 [B, n_kv, T, D];  each kv head serves n/n_kv q heads
     a   = softmax(q K^T / sqrt(D) + mask) V                   [B, n, S, D] -> [B, S, n*D]; mask: query i (the
           (T-S+i)-th cached row) sees cached rows 0..T-S+i (causal in cache order) and rows attention_mask keeps
@@ -43,6 +46,8 @@ All arithmetic is float64, so that the reference is the more accurate side of ev
 from __future__ import annotations
 
 import numpy as np
+
+from helpers import numpy_rope
 
 PREFIXES = ("midlayer.", "layers.0.")  # SafeAILab / SpecForge / AngelSlim; vLLM speculators
 LAYER_TENSORS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
@@ -160,21 +165,25 @@ def rope_theta(layer: dict, architectures=()) -> float:
 def rope_kind(layer: dict) -> str:
     section = rope_section(layer)
     kind = section.get("rope_type") or section.get("type") or "default"  # "type" is the older key
-    if kind not in ("default", "llama3"):
-        raise NotImplementedError(f"rope type {kind!r}: the reference does Llama's default rope and llama3 only")
+    if kind not in numpy_rope.TYPES:
+        raise NotImplementedError(f"rope type {kind!r}: the reference does {', '.join(numpy_rope.TYPES)}")
     return kind
 
 
 def llama3_scaling(layer: dict) -> dict | None:
-    """The four llama3 values (each required, as transformers 4.x's _validate_llama3_parameters has them; 5.2.0's
-    standardize_rope_params would fill a missing original_max_position_embeddings from max_position_embeddings, or
-    take a top-level one first), or None for another rope type."""
+    """The four llama3 values as transformers 5.2.0 computes with them (numpy_rope.parameters: a top-level
+    original_max_position_embeddings first, else the dict's, else max_position_embeddings), or None for another
+    rope type."""
     if rope_kind(layer) != "llama3":
         return None
-    if "original_max_position_embeddings" in layer:
-        raise NotImplementedError("a top-level original_max_position_embeddings (transformers 5 prefers it)")
-    section = rope_section(layer)
-    return {k: float(section[k]) for k in LLAMA3_KEYS}
+    params = numpy_rope.parameters(layer)
+    return {k: float(params[k]) for k in LLAMA3_KEYS}
+
+
+def trainer_of(config: dict) -> str:
+    """Whose RoPE classes trained the draft: transformers' for the speculators layout, else SpecForge's."""
+    speculators = "Eagle3Speculator" in (config.get("architectures") or ()) or bool(config.get("speculators_model_type"))
+    return "transformers" if speculators else "specforge"
 
 
 def inv_freq(layer: dict, head_dim: int, theta: float) -> np.ndarray:
@@ -216,6 +225,10 @@ class Eagle3Reference:
         self.theta = rope_theta(layer, config.get("architectures") or ())
         self.mrope_section = (layer.get("rope_scaling") or {}).get("mrope_section")
         self.inv = inv_freq(layer, self.head_dim, self.theta)  # [D/2]; a negative control may replace it
+        self.table = None  # positions -> (inv_freq, attention) for the types numpy_rope computes
+        if "mrope_section" not in rope_section(layer) and rope_kind(layer) not in ("default", "llama3"):
+            at = numpy_rope.transformers_at if trainer_of(config) == "transformers" else numpy_rope.specforge_at
+            self.table = lambda pos: at(layer, self.head_dim, pos)
         self.norm_before_residual = bool(config.get("norm_before_residual") or layer.get("norm_before_residual"))
         self.norm_before_fc = bool(config.get("norm_before_fc") or layer.get("norm_before_fc"))
         if self.norm_before_fc and "input_norm.weight" not in self.w:
@@ -265,7 +278,8 @@ class Eagle3Reference:
         q = (x @ w["self_attn.q_proj.weight"].T).reshape(B, S, self.heads, D).transpose(0, 2, 1, 3)
         k = (x @ w["self_attn.k_proj.weight"].T).reshape(B, S, self.kv_heads, D).transpose(0, 2, 1, 3)
         v = (x @ w["self_attn.v_proj.weight"].T).reshape(B, S, self.kv_heads, D).transpose(0, 2, 1, 3)
-        q, k = rope(q, pos, self.inv, self.mrope_section), rope(k, pos, self.inv, self.mrope_section)
+        inv, attention = (self.inv, 1.0) if self.table is None else self.table(pos)
+        q, k = (rope(t, pos, inv, self.mrope_section) * attention for t in (q, k))
         new_mask = np.ones((B, S), bool) if attention_mask is None else np.asarray(attention_mask) > 0
         self.k = k if self.k is None else np.concatenate([self.k, k], 2)
         self.v = v if self.v is None else np.concatenate([self.v, v], 2)

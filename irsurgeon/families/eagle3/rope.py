@@ -1,10 +1,48 @@
-"""The RoPE an EAGLE-3 draft layer's config names: default, llama3 (the Llama 3.1 drafts'), or AngelSlim's mrope
-(its VLM drafts'); an AngelSlim text draft's is the default at its trainer's base, 10000 (read_angelslim).
+"""The RoPE an EAGLE-3 draft layer's config names, as the code that trained it computes it: default, linear,
+dynamic, yarn, longrope, llama3 (the Llama 3.1 drafts'), or AngelSlim's mrope (its VLM drafts'); an AngelSlim text
+draft's is the default at its trainer's base, 10000 (read_angelslim). The tables: rope_tables.py.
 
-transformers 5.2.0 modeling_rope_utils.py: _compute_default_rope_parameters (inv_freq = 1 / theta^(2i/D)) and
-_compute_llama3_parameters (wavelengths above original/low_freq_factor divided by factor, below
-original/high_freq_factor kept, smoothly mixed between; attention factor 1). rope_scaling, when set, replaces
-rope_parameters; its type is `rope_type`, else `type`.
+transformers 5.2.0 modeling_rope_utils.py, the rope dict: rope_scaling, when set, replaces rope_parameters
+(RotaryEmbeddingConfigMixin.convert_rope_params_to_dict); its type is `rope_type`, else `type`; its own rope_theta
+wins over the layer's. standardize_rope_params, as each `_compute_*_parameters` calls it on the built config, gives
+llama3, yarn and longrope their original_max_position_embeddings: a layer-level one (Phi-3's place) wins, else the
+dict's, else max_position_embeddings. dynamic scales from max_position_embeddings. Keys each type requires
+(`_validate_<type>_rope_parameters`, a KeyError at config load when missing): linear, dynamic: factor; yarn: factor
+(null: max_position_embeddings / original); longrope: short_factor, long_factor (factor optional, the same ratio
+when absent); llama3: factor, low_freq_factor, high_freq_factor. Optional: yarn attention_factor, beta_fast,
+beta_slow (`or` 32 / 1, so 0 reads as unset), mscale, mscale_all_dim (used only when both are non-zero), truncate;
+longrope attention_factor. Every value is checked before a table is computed with it (`number`): the validators
+ask for factors >= 1 and positive attention factors and betas; the upper bounds are far above any published config
+and keep float32 tables finite. A scaled type with partial_rotary_factor other than 1 is refused: Llama's
+apply_rotary_pos_emb multiplies whole heads, so transformers' partial tables could not have trained.
+
+dynamic and longrope change with the length: transformers' `dynamic_rope_update` decorator recomputes them in
+each forward from seq_len = max(position_ids) + 1 (dynamic: theta' when seq_len > max_position_embeddings, else
+the table at max_position_embeddings, the default one; longrope: long_factor when seq_len >
+original_max_position_embeddings, else short_factor). The graph does the same from the position_ids of each call
+(ReduceMax, then a Select between the two tables), so the IR matches transformers at every length. openvino-genai
+calls the draft with growing positions (the prompt, then each draft step, only the new rows): each call gets the
+table of its own positions, and the keys cached by earlier calls keep the rotation of their call, as in
+transformers' KV cache. Across forwards transformers differs by version, and for growing positions they all agree:
+5.2.0 recomputes whenever seq_len > max_position_embeddings and then never returns to the default table
+(dynamic_frequency_update stores max_seq_len_cached as "None_max_seq_len_cached" when the model has no layer
+types, so its reset branch never fires; scripts/check_rope_reference.py shows it), 4.56.1 recomputes only past the
+longest length seen and resets below max_position_embeddings. 4.56.1's longrope threshold is the layer-level
+original_max_position_embeddings only (else max_position_embeddings); 5.2.0's is read here.
+
+Which code computes a draft's tables (the `trainer` argument of read): a speculators draft (Eagle3Speculator) is
+transformers' LlamaRotaryEmbedding over its transformer_layer_config (vllm-project/speculators
+src/speculators/models/eagle3/core.py Eagle3DraftModel.__init__ at c05b95b). A SafeAILab / SpecForge layout draft
+is SpecForge's (sgl-project/SpecForge specforge/modeling/draft/llama3_eagle.py at a6b6b02, LlamaAttention._init_rope;
+under transformers 5 it reads config.rope_parameters, standardized at load): linear and llama3 compute the same
+numbers; its LlamaDynamicNTKScalingRotaryEmbedding builds its cache at max_position_embeddings + 20 at init, so
+theta' is computed at max(seq_len, max_position_embeddings + 20) and never equals theta; its
+LlamaYarnRotaryEmbedding scales cos and sin by get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+(attention_factor unread; mscale_all_dim 0 divides by 1, where transformers takes get_mscale(factor)), always
+truncates, and takes beta_fast, beta_slow, mscale, mscale_all_dim as given (an absent one fails there, so each is
+required here); it raises on longrope. SafeAILab's own eagle/model/cnets.py (cb7e084) reads only `type` linear and
+dynamic and builds them at base 10000 with a transformers-like dynamic threshold; a checkpoint does not say which of
+the two trained it, and such configs are built as SpecForge's.
 
 mrope: Tencent/AngelSlim compressor/speculative/train/models/draft/llama_eagle3.py LlamaAttention._init_rope takes
 MRotaryEmbedding when rope_scaling's type is "mrope" or it sets mrope_interleaved; MRotaryEmbedding.forward computes
@@ -27,7 +65,6 @@ say which code trained it, so those drafts are built at the config's theta.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,24 +73,22 @@ import openvino.opset13 as ops
 
 from irsurgeon.core.config import MISSING, ROPE_THETA, Range, lookup
 from irsurgeon.core.errors import ConfigError
+from irsurgeon.families.eagle3 import rope_tables
+from irsurgeon.families.eagle3.rope_tables import Rope
 from irsurgeon.ops.core import const, named
 
-TYPES = ("default", "llama3")
+TRANSFORMERS, SPECFORGE = "transformers", "specforge"  # whose code computes the tables (the module docstring)
+TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")  # transformers' ROPE_INIT_FUNCTIONS + default
+TRAINER_TYPES = {TRANSFORMERS: TYPES, SPECFORGE: ("default", "linear", "dynamic", "yarn", "llama3")}
+SPECFORGE_MARGIN = 20  # llama3_eagle.py LlamaRotaryEmbedding.__init__: _set_cos_sin_cache(max_position_embeddings + 20)
+FINITE = 1e6  # bound of attention factors, betas, mscales, longrope factors, a dynamic factor
+FACTOR = Range(1, 1e12)
+POSITIONS = Range(1, 1 << 24)  # the bound of max_position_embeddings (model.py)
 MROPE_TYPES = ("default", "mrope")  # the rope_type an mrope rope_scaling may name (AngelSlim: "mrope" -> default)
 MROPE_ROWS = 3  # position_ids [T, H, W] rows
 MROPE_DEFAULT_SECTION = (24, 20, 20)  # MRotaryEmbedding.__init__: rope_scaling.get("mrope_section", [24, 20, 20])
 ANGELSLIM_THETA = 10000.0  # llama_eagle3.py LlamaRotaryEmbedding.__init__(dim, max_position_embeddings=2048, base=10000)
-
-
-@dataclass(frozen=True)
-class Rope:
-    kind: str
-    theta: float
-    factor: float = 1.0
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original: int = 8192
-    mrope_section: tuple[int, ...] = ()  # kind "mrope": the frequencies of rows T, H, W
+inv_freq = rope_tables.inv_freq  # [D/2] f32: the table of a call at or below the type's threshold
 
 
 def is_mrope(section: dict) -> bool:
@@ -81,25 +116,152 @@ def read_mrope(section: dict, theta: float, head_dim: int, source: str) -> Rope:
     return Rope("mrope", theta, mrope_section=tuple(got))
 
 
-def read(section: dict, theta: float, max_positions: int, source: str) -> Rope:
-    """The layer's RoPE (rope_scaling, else rope_parameters), each value checked before it is computed with."""
+def read(section: dict, theta: float, max_positions: int, source: str, *, head_dim: int | None = None,
+         trainer: str = TRANSFORMERS) -> Rope:
+    """The layer's RoPE (rope_scaling, else rope_parameters) as `trainer` computes it, each value checked before
+    it is computed with; head_dim, when given, checks the widths here rather than at the build (cos_sin)."""
     home = "rope_scaling" if section.get("rope_scaling") else "rope_parameters"
     r = lookup(section, home)
     if r in (MISSING, None):
         return Rope("default", theta)
     if not isinstance(r, dict):
         raise ConfigError(f"{source}: {home} must be a JSON object, found {type(r).__name__}")
-    kind = r.get("rope_type", r.get("type", "default"))
-    if kind not in TYPES:
-        raise ConfigError(f"{source}: {home}.rope_type {kind!r:.40} is not one of {', '.join(TYPES)}")
+    kind, types = r.get("rope_type", r.get("type", "default")), TRAINER_TYPES[trainer]
+    if kind not in types:
+        raise ConfigError(f"{source}: {home}.rope_type {kind!r:.40} is not one of {', '.join(types)}"
+                          + (" (SpecForge's LlamaAttention._init_rope raises on any other)" if trainer == SPECFORGE
+                             else ""))
     theta = number(r, "rope_theta", theta, home, source, ROPE_THETA)
     if kind == "default":
         return Rope(kind, theta)
-    factor = number(r, "factor", None, home, source, Range(1, 1e12))
-    low = number(r, "low_freq_factor", None, home, source, Range(0, 1e12, lo_open=True))
-    high = number(r, "high_freq_factor", None, home, source, Range(low, 1e12, lo_open=True))  # llama3 divides by
-    original = number(r, "original_max_position_embeddings", None, home, source, Range(1, 1e12))  # their difference
-    return Rope(kind, theta, factor, low, high, int(original))
+    values = Values(r, home, source, section, max_positions, trainer == SPECFORGE)
+    values.check_partial(kind)
+    rope = READERS[kind](values, theta)
+    if head_dim is not None:
+        check_width(rope, head_dim, f"{source}: {home}.")
+    return rope
+
+
+@dataclass(frozen=True)
+class Values:
+    """One rope dict's values as a type's reader takes them, each checked (`number`)."""
+    r: dict
+    home: str
+    source: str
+    section: dict  # the layer config around it
+    max_positions: int
+    specforge: bool
+
+    def number(self, key: str, default=None, bounds: Range = FACTOR) -> float:
+        return number(self.r, key, default, self.home, self.source, bounds)
+
+    def optional(self, key: str, bounds: Range) -> float | None:
+        """The key's number, or None when it is absent or null (transformers' rope_parameters_dict.get(key))."""
+        return None if self.r.get(key) is None else self.number(key, None, bounds)
+
+    def original(self, bounds: Range = POSITIONS) -> int:
+        """original_max_position_embeddings as standardize_rope_params leaves it (the module docstring); SpecForge
+        reads the dict as loaded, before a layer-level one replaces it."""
+        key, home, where = "original_max_position_embeddings", "", self.section
+        if key not in self.section or self.specforge:
+            home, where = self.home, self.r
+        value = number(where, key, self.max_positions, home, self.source, bounds)
+        if not value.is_integer():
+            raise ConfigError(f"{self.source}: {home + '.' if home else ''}{key} must be an integer, found {value!r:.40}")
+        return int(value)
+
+    def factors(self, key: str) -> tuple[float, ...]:
+        got = self.r.get(key)
+        bad = not isinstance(got, list) or not got or any(
+            isinstance(x, bool) or not isinstance(x, (int, float)) or x not in Range(0, FINITE, lo_open=True)
+            for x in got)
+        if bad:
+            raise ConfigError(f"{self.source}: {self.home}.{key} must be a list of head_dim / 2 numbers in "
+                              f"(0, {FINITE:g}], found {got!r:.60}")
+        return tuple(float(x) for x in got)
+
+    def check_partial(self, kind: str) -> None:
+        for where, home in ((self.r, self.home + "."), (self.section, "")):
+            value = where.get("partial_rotary_factor", 1.0)
+            if value != 1.0:
+                raise ConfigError(f"{self.source}: {home}partial_rotary_factor is {value!r:.20} with rope_type "
+                                  f"{kind!r}: only a RoPE over the whole head is built (Llama's "
+                                  f"apply_rotary_pos_emb rotates every head dim)")
+
+
+def read_linear(v: Values, theta: float) -> Rope:
+    return Rope("linear", theta, v.number("factor"))
+
+
+def read_dynamic(v: Values, theta: float) -> Rope:
+    margin = SPECFORGE_MARGIN if v.specforge else 0
+    return Rope("dynamic", theta, v.number("factor", None, Range(1, FINITE)), original=v.max_positions,
+                floor=v.max_positions + margin)
+
+
+def read_llama3(v: Values, theta: float) -> Rope:
+    factor = v.number("factor")
+    low = v.number("low_freq_factor", None, Range(0, 1e12, lo_open=True))
+    high = v.number("high_freq_factor", None, Range(low, 1e12, lo_open=True))  # llama3 divides by their difference
+    return Rope("llama3", theta, factor, low, high, v.original())
+
+
+def read_yarn(v: Values, theta: float) -> Rope:
+    """_compute_yarn_parameters' values (SpecForge: LlamaYarnRotaryEmbedding's, the module docstring)."""
+    if "factor" not in v.r:
+        raise ConfigError(f"{v.source}: {v.home}.factor is required for its rope_type")
+    original = v.original()
+    if v.specforge:
+        factor = v.number("factor")
+        betas = [v.number(k, None, Range(0, FINITE, lo_open=True)) for k in ("beta_fast", "beta_slow")]
+        attention = 1.0  # yarn_get_mscale returns 1 for a factor <= 1 before it reads mscale
+        if factor > 1:
+            m, m_all = (v.number(k, None, Range(0, FINITE)) for k in ("mscale", "mscale_all_dim"))
+            attention = rope_tables.yarn_mscale(factor, m) / rope_tables.yarn_mscale(factor, m_all)
+        return Rope("yarn", theta, factor, original=original, attention=attention, beta_fast=betas[0],
+                    beta_slow=betas[1])
+    factor = v.optional("factor", FACTOR)
+    factor = v.max_positions / original if factor is None else factor
+    attention = v.optional("attention_factor", Range(0, FINITE, lo_open=True))
+    m, m_all = (v.optional(k, Range(0, FINITE)) for k in ("mscale", "mscale_all_dim"))
+    if attention is None:
+        attention = (rope_tables.yarn_mscale(factor, m) / rope_tables.yarn_mscale(factor, m_all) if m and m_all
+                     else rope_tables.yarn_mscale(factor))
+    truncate = v.r.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise ConfigError(f"{v.source}: {v.home}.truncate must be true or false, found {truncate!r:.40}")
+    return Rope("yarn", theta, factor, original=original, attention=attention, truncate=truncate,
+                beta_fast=v.optional("beta_fast", Range(0, FINITE)) or 32.0,
+                beta_slow=v.optional("beta_slow", Range(0, FINITE)) or 1.0)
+
+
+def read_longrope(v: Values, theta: float) -> Rope:
+    """_compute_longrope_parameters' values; original >= 2 (its attention factor divides by log(original))."""
+    short, long = v.factors("short_factor"), v.factors("long_factor")
+    original = v.original(Range(2, POSITIONS.hi))
+    factor = v.optional("factor", FACTOR)
+    factor = v.max_positions / original if factor is None else factor
+    attention = v.optional("attention_factor", Range(0, FINITE, lo_open=True))
+    if attention is None:
+        attention = rope_tables.longrope_attention(factor, original)
+    return Rope("longrope", theta, factor, original=original, attention=attention, short_factor=short,
+                long_factor=long)
+
+
+READERS = {"linear": read_linear, "dynamic": read_dynamic, "yarn": read_yarn, "longrope": read_longrope,
+           "llama3": read_llama3}
+
+
+def check_width(rope: Rope, head_dim: int, where: str = "") -> None:
+    """The values that must fit head_dim: longrope's D/2 factors each, dynamic's exponent D / (D - 2)."""
+    for key in ("short_factor", "long_factor"):
+        got = len(getattr(rope, key))
+        if rope.kind == "longrope" and got != head_dim // 2:
+            raise ConfigError(f"{where}{key} has {got} values: head_dim {head_dim} takes {head_dim // 2} "
+                              f"(one per rotated pair)")
+    if rope.kind == "dynamic" and head_dim <= 2:
+        raise ConfigError(f"{where}rope_type 'dynamic' needs head_dim above 2 (its base is raised to "
+                          f"D / (D - 2)), found {head_dim}")
 
 
 def read_angelslim(section: dict, theta: float, source: str) -> tuple[Rope, list[str]]:
@@ -124,25 +286,12 @@ def read_angelslim(section: dict, theta: float, source: str) -> tuple[Rope, list
 
 
 def number(r: dict, key: str, default, home: str, source: str, bounds: Range) -> float:
-    value = r.get(key, default)
+    value, path = r.get(key, default), f"{home}.{key}" if home else key
     if value is None:
-        raise ConfigError(f"{source}: {home}.{key} is required for its rope_type")
+        raise ConfigError(f"{source}: {path} is required for its rope_type")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value not in bounds:
-        raise ConfigError(f"{source}: {home}.{key} must be a number in {bounds}, found {value!r:.40}")
+        raise ConfigError(f"{source}: {path} must be a number in {bounds}, found {value!r:.40}")
     return float(value)
-
-
-def inv_freq(rope: Rope, head_dim: int) -> np.ndarray:
-    freq = 1.0 / rope.theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    if rope.kind == "llama3":
-        low_wavelen, high_wavelen = rope.original / rope.low_freq_factor, rope.original / rope.high_freq_factor
-        wavelen = 2 * math.pi / freq
-        scaled = np.where(wavelen > low_wavelen, freq / rope.factor, freq)
-        smooth = (rope.original / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
-        smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
-        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-        freq = np.where(medium, smoothed, scaled)
-    return freq.astype(np.float32)
 
 
 def mrope_rows(section: tuple[int, ...], head_dim: int) -> np.ndarray:
@@ -155,12 +304,19 @@ def mrope_rows(section: tuple[int, ...], head_dim: int) -> np.ndarray:
 
 def cos_sin(position_ids: ov.Output, rope: Rope, head_dim: int, name: str) -> tuple[ov.Output, ov.Output]:
     """cos and sin tables [B, 1, S, D] for int64 position_ids [B, S], or [3, B, S] for mrope (rotate_half layout:
-    the angles twice)."""
+    the angles twice), times the type's attention factor; dynamic and longrope pick their table from the
+    positions of the call (the module docstring)."""
+    check_width(rope, head_dim)
     pos = ops.unsqueeze(ops.convert(position_ids, ov.Type.f32), const([-1], np.int64))  # [B, S, 1] / [3, B, S, 1]
-    ang = named(ops.multiply(pos, const(inv_freq(rope, head_dim), name=f"{name}.inv_freq")), f"{name}/angles")
+    inv = rope_tables.call_inv(position_ids, rope, head_dim, name)  # [D/2]
+    ang = named(ops.multiply(pos, inv), f"{name}/angles")
     if rope.kind == "mrope":  # each frequency from its row: a one-hot sum over the rows is exact
         pick = const(mrope_rows(rope.mrope_section, head_dim), name=f"{name}.mrope_rows")
         ang = named(ops.reduce_sum(ops.multiply(ang, pick), const([0], np.int64), keep_dims=False),
                     f"{name}/mrope_angles")  # [B, S, D/2]
     emb = ops.unsqueeze(ops.concat([ang, ang], axis=-1), const([1], np.int64))
-    return named(ops.cos(emb), f"{name}/cos"), named(ops.sin(emb), f"{name}/sin")
+    cos, sin = ops.cos(emb), ops.sin(emb)
+    if rope.attention != 1.0:  # LlamaRotaryEmbedding.forward: cos() * attention_scaling, sin() likewise
+        scale = const(rope.attention, name=f"{name}.attention_scaling")
+        cos, sin = ops.multiply(cos, scale), ops.multiply(sin, scale)
+    return named(cos, f"{name}/cos"), named(sin, f"{name}/sin")
