@@ -7,7 +7,8 @@ openvino-genai's EAGLE-3 path, with the taps its trainer used written as hidden_
 
     layout.py   names: what is claimed and recognised, the files written (no openvino)
     model.py    config as the trainers read it, the taps, tensor table, the stateful draft graph (RECIPE)
-    rope.py     the RoPE variants its configs name (default, llama3, mrope), at the base each trainer trains with
+    rope.py     the RoPE its configs name (default, linear, dynamic, yarn, longrope, llama3, mrope), read as each
+                trainer computes it; rope_tables.py computes the tables
     target.py   the target as patch and verify see it, genai's tap rule, the pair check
     moe_taps.py the XML edit that makes a MoE layer's output tappable by genai 2026.4.1 (openvino.genai issue 4390)
     surgery.py  the conditions genai's load-time surgery puts on the draft IR

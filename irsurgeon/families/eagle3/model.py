@@ -169,13 +169,18 @@ def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
     if draft_vocab > v["vocab_size"]:
         raise ConfigError(f"{source}: draft_vocab_size {draft_vocab} exceeds vocab_size {v['vocab_size']}")
     target_type = read_modal(cfg, source)
-    if target_type is not None:
-        rope_cfg = rope.read_mrope(section, v["rope_theta"], D, source)
+    if target_type is not None:  # AngelSlim's mrope interleaves its rows, SpecForge's chunks them (rope.py)
+        rope_cfg = rope.read_mrope(section, v["rope_theta"], D, source, interleaved=arch != layout.SAFEAILAB)
+        if arch == layout.SAFEAILAB:
+            warnings.append(f"{source}: a SpecForge {target_type} draft: trained on its own embeddings of the prompt's "
+                            f"tokens, where openvino-genai feeds the target's (image features at image positions): "
+                            f"the same on text")
     elif arch == layout.ANGELSLIM:
         rope_cfg, said = rope.read_angelslim(section, v["rope_theta"], source)
         warnings += said
     else:
-        rope_cfg = rope.read(section, v["rope_theta"], v["max_position_embeddings"], source)
+        rope_cfg = rope.read(section, v["rope_theta"], v["max_position_embeddings"], source, head_dim=D,
+                             trainer=rope.TRANSFORMERS if nested else rope.SPECFORGE)
     taps, said = read_taps(cfg, arch, source)
     warnings += said
     return Eagle3Config(
@@ -244,6 +249,8 @@ def read_modal(cfg: dict, source: str) -> str | None:
     """The target model type of an AngelSlim VLM draft (modal_type "VLM"), None for a text draft; refused where
     genai 2026.4.1 cannot run it as trained."""
     modal = cfg.get("modal_type")
+    if modal is None and rope.is_mrope(cfg) and layout.architecture(cfg) == layout.SAFEAILAB:
+        modal = VLM  # SpecForge's VLM drafts name their target by target_model_type alone (configs/qwen2-5-vl-*.json)
     if modal in (None, "LLM"):
         if rope.is_mrope(cfg):
             raise ConfigError(f"{source}: rope_scaling names mrope but modal_type is {modal!r}: a text draft with "

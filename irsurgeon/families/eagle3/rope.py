@@ -44,6 +44,11 @@ required here); it raises on longrope. SafeAILab's own eagle/model/cnets.py (cb7
 dynamic and builds them at base 10000 with a transformers-like dynamic threshold; a checkpoint does not say which of
 the two trained it, and such configs are built as SpecForge's.
 
+SpecForge's VLM drafts (configs/qwen2-5-vl-7b-eagle3.json: rope_scaling type "mrope" with target_model_type
+qwen2_5_vl, no modal_type): specforge/modeling/draft/llama3_eagle.py LlamaAttention._init_rope takes
+LlamaMutiRotaryEmbedding(base=rope_theta) for type "mrope", and its forward applies apply_multimodal_rotary_pos_emb
+with rope_scaling.mrope_section: the chunked layout of Qwen2-VL (mrope_rows).
+
 mrope: Tencent/AngelSlim compressor/speculative/train/models/draft/llama_eagle3.py LlamaAttention._init_rope takes
 MRotaryEmbedding when rope_scaling's type is "mrope" or it sets mrope_interleaved; MRotaryEmbedding.forward computes
 the default inv_freq (theta: rope_scaling.rope_theta, else rope_theta) against each of the 3 position rows
@@ -97,8 +102,9 @@ def is_mrope(section: dict) -> bool:
     return isinstance(r, dict) and (r.get("type", r.get("rope_type")) == "mrope" or bool(r.get("mrope_interleaved")))
 
 
-def read_mrope(section: dict, theta: float, head_dim: int, source: str) -> Rope:
-    """AngelSlim's MRotaryEmbedding from rope_scaling, each value checked (the module docstring)."""
+def read_mrope(section: dict, theta: float, head_dim: int, source: str, interleaved: bool = True) -> Rope:
+    """AngelSlim's MRotaryEmbedding (interleaved), or SpecForge's LlamaMutiRotaryEmbedding (chunked: the module
+    docstring), from rope_scaling, each value checked."""
     r = section["rope_scaling"]
     kind = r.get("rope_type", r.get("type", "default"))
     if kind not in MROPE_TYPES:
@@ -113,7 +119,7 @@ def read_mrope(section: dict, theta: float, head_dim: int, source: str) -> Rope:
             or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in got) or sum(got) != head_dim // 2):
         raise ConfigError(f"{source}: rope_scaling.mrope_section must be {MROPE_ROWS} positive integers summing to "
                           f"head_dim / 2 = {head_dim // 2}, found {got!r:.60}")
-    return Rope("mrope", theta, mrope_section=tuple(got))
+    return Rope("mrope", theta, mrope_section=tuple(got), interleaved=interleaved)
 
 
 def read(section: dict, theta: float, max_positions: int, source: str, *, head_dim: int | None = None,
@@ -294,11 +300,17 @@ def number(r: dict, key: str, default, home: str, source: str, bounds: Range) ->
     return float(value)
 
 
-def mrope_rows(section: tuple[int, ...], head_dim: int) -> np.ndarray:
-    """One-hot [3, 1, 1, D/2] f32: which position row (T, H, W) frequency j reads (apply_interleaved_mrope)."""
+def mrope_rows(section: tuple[int, ...], head_dim: int, interleaved: bool = True) -> np.ndarray:
+    """One-hot [3, 1, 1, D/2] f32: which position row (T, H, W) frequency j reads: interleaved
+    (apply_interleaved_mrope), or chunked (Qwen2-VL's apply_multimodal_rotary_pos_emb, which SpecForge's draft
+    calls: the cos/sin halves split by mrope_section * 2, chunk i from row i % 3, so frequency j reads row T below
+    section[0], H below section[0] + section[1], W above)."""
     rows = np.zeros(head_dim // 2, np.int64)
-    for row in (1, 2):
-        rows[row:section[row] * MROPE_ROWS:MROPE_ROWS] = row
+    if interleaved:
+        for row in (1, 2):
+            rows[row:section[row] * MROPE_ROWS:MROPE_ROWS] = row
+    else:
+        rows[section[0]:section[0] + section[1]], rows[section[0] + section[1]:] = 1, 2
     return (np.arange(MROPE_ROWS)[:, None] == rows[None]).astype(np.float32)[:, None, None, :]
 
 
@@ -311,7 +323,7 @@ def cos_sin(position_ids: ov.Output, rope: Rope, head_dim: int, name: str) -> tu
     inv = rope_tables.call_inv(position_ids, rope, head_dim, name)  # [D/2]
     ang = named(ops.multiply(pos, inv), f"{name}/angles")
     if rope.kind == "mrope":  # each frequency from its row: a one-hot sum over the rows is exact
-        pick = const(mrope_rows(rope.mrope_section, head_dim), name=f"{name}.mrope_rows")
+        pick = const(mrope_rows(rope.mrope_section, head_dim, rope.interleaved), name=f"{name}.mrope_rows")
         ang = named(ops.reduce_sum(ops.multiply(ang, pick), const([0], np.int64), keep_dims=False),
                     f"{name}/mrope_angles")  # [B, S, D/2]
     emb = ops.unsqueeze(ops.concat([ang, ang], axis=-1), const([1], np.int64))

@@ -38,6 +38,7 @@ class Rope:
     high_freq_factor: float = 4.0
     original: int = 8192  # original_max_position_embeddings; dynamic: max_position_embeddings, its threshold
     mrope_section: tuple[int, ...] = ()  # kind "mrope": the frequencies of rows T, H, W
+    interleaved: bool = True  # kind "mrope": AngelSlim's interleaved rows; False: SpecForge's chunked ones
     attention: float = 1.0  # yarn, longrope: the scale of cos and sin
     beta_fast: float = 32.0  # yarn
     beta_slow: float = 1.0

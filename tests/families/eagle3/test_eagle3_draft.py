@@ -191,8 +191,8 @@ def test_other_than_three_taps_and_another_width_are_refused():
         eagle3.parse_config(config_of(eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1]}))
     with pytest.raises(ConfigError, match="target_hidden_size 32 differs"):
         eagle3.parse_config(config_of(target_hidden_size=32))
-    with pytest.raises(ConfigError, match="rope_type 'yarn'"):
-        eagle3.parse_config(config_of(rope_scaling={"rope_type": "yarn", "factor": 2.0}))
+    with pytest.raises(ConfigError, match="rope_type 'su'"):
+        eagle3.parse_config(config_of(rope_scaling={"rope_type": "su", "factor": 2.0}))
 
 
 def test_taps_follow_the_runtime_each_trainer_captured_with():
