@@ -65,11 +65,21 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def rope(x, pos, inv, mrope_section=None):
+def rope(x, pos, inv, mrope_section=None, chunked=False):
     """x [B, N, S, D], pos [B, S], inv [D/2] the inverse frequencies (`inv_freq`): Llama's rope over all D dims,
     rotate_half convention. With mrope_section, pos [3, B, S] and AngelSlim's MRotaryEmbedding
-    (llama_eagle3.py apply_interleaved_mrope, as written there)."""
+    (llama_eagle3.py apply_interleaved_mrope, as written there), or with chunked SpecForge's
+    LlamaMutiRotaryEmbedding + apply_multimodal_rotary_pos_emb (llama3_eagle.py): cos and sin of each row computed
+    whole, split along D by mrope_section * 2, chunk i taken from row i % 3."""
     D = x.shape[-1]
+    if mrope_section is not None and chunked:
+        freqs = pos[..., None].astype(np.float64) * inv  # [3, B, S, D/2]
+        emb = np.concatenate([freqs, freqs], -1)  # [3, B, S, D]
+        bounds = np.cumsum([0, *mrope_section, *mrope_section])
+        cos = np.concatenate([np.cos(emb[i % 3, ..., a:b]) for i, (a, b) in enumerate(zip(bounds, bounds[1:]))], -1)
+        sin = np.concatenate([np.sin(emb[i % 3, ..., a:b]) for i, (a, b) in enumerate(zip(bounds, bounds[1:]))], -1)
+        rotated = np.concatenate([-x[..., D // 2:], x[..., :D // 2]], -1)
+        return x * cos[:, None] + rotated * sin[:, None]
     if mrope_section is not None:
         freqs = pos[..., None].astype(np.float64) * inv  # [3, B, S, D/2]
         freqs_t = freqs[0].copy()
@@ -224,6 +234,8 @@ class Eagle3Reference:
         self.eps = float(layer.get("rms_norm_eps", 1e-6))
         self.theta = rope_theta(layer, config.get("architectures") or ())
         self.mrope_section = (layer.get("rope_scaling") or {}).get("mrope_section")
+        # SpecForge's VLM drafts (LlamaForCausalLMEagle3, mrope, no modal_type) chunk the rows; AngelSlim's interleave
+        self.mrope_chunked = "LlamaForCausalLMEagle3" in (config.get("architectures") or ())
         self.inv = inv_freq(layer, self.head_dim, self.theta)  # [D/2]; a negative control may replace it
         self.table = None  # positions -> (inv_freq, attention) for the types numpy_rope computes
         if "mrope_section" not in rope_section(layer) and rope_kind(layer) not in ("default", "llama3"):
@@ -277,9 +289,12 @@ class Eagle3Reference:
         pos = np.asarray(position_ids)
         q = (x @ w["self_attn.q_proj.weight"].T).reshape(B, S, self.heads, D).transpose(0, 2, 1, 3)
         k = (x @ w["self_attn.k_proj.weight"].T).reshape(B, S, self.kv_heads, D).transpose(0, 2, 1, 3)
+        if "self_attn.q_norm.weight" in w:  # speculators' Qwen3 layer: Qwen3Attention's q_norm / k_norm over D, per
+            q = rms(q, w["self_attn.q_norm.weight"], eps)  # head, before RoPE (transformers modeling_qwen3.py)
+            k = rms(k, w["self_attn.k_norm.weight"], eps)
         v = (x @ w["self_attn.v_proj.weight"].T).reshape(B, S, self.kv_heads, D).transpose(0, 2, 1, 3)
         inv, attention = (self.inv, 1.0) if self.table is None else self.table(pos)
-        q, k = (rope(t, pos, inv, self.mrope_section) * attention for t in (q, k))
+        q, k = (rope(t, pos, inv, self.mrope_section, self.mrope_chunked) * attention for t in (q, k))
         new_mask = np.ones((B, S), bool) if attention_mask is None else np.asarray(attention_mask) > 0
         self.k = k if self.k is None else np.concatenate([self.k, k], 2)
         self.v = v if self.v is None else np.concatenate([self.v, v], 2)
