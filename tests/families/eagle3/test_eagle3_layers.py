@@ -151,3 +151,32 @@ def test_specforges_vlm_draft_matches_its_chunked_mrope_and_not_the_interleaved_
         np.testing.assert_allclose(g, want, atol=1e-4)
         moved = max(moved, np.abs(g - other).max())
     assert moved > 1e-2, moved
+
+
+def yarn_draft(where: Path) -> Path:
+    """The fixture draft under a SpecForge yarn rope_scaling (its deepseek-v2-lite config's form)."""
+    shutil.copytree(CKPT, where)
+    rewrite(where, lambda c: c.update(rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings":
+                                                    64, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+                                                    "mscale_all_dim": 0.7}))
+    return where
+
+
+def vlm_target(where: Path) -> Path:
+    return Path(shutil.copytree(VLM_CKPT.parent / "target", where))
+
+
+@pytest.mark.genai
+@pytest.mark.parametrize("form", ["qwen3-layer", "yarn", "specforge-vlm"])
+def test_each_new_form_is_token_identical_to_greedy_in_genai(tmp_path, form):
+    """genai 2026.4.1 runs each new draft form (the random drafts are accepted about never: exactness and plumbing)."""
+    if form == "specforge-vlm":
+        target, ckpt = vlm_target(tmp_path / "t"), specforge_vlm(tmp_path / "c", target_model_type="qwen3_vl")
+    else:
+        target = Path(shutil.copytree(TARGET, tmp_path / "t"))
+        ckpt = qwen3_draft(tmp_path / "c") if form == "qwen3-layer" else yarn_draft(tmp_path / "c")
+    assert invoke("patch", target, "--checkpoint", ckpt, "--hidden-layers", "0,1,2").exit_code == 0
+    result = invoke("verify", target, "--genai", "--prompts", "2", "--sweep", "1,3", "--min-acceptance", "0",
+                    "--rounds", "1")
+    assert result.exit_code == 0, result.output
+    assert "4/4 speculative runs token-identical to plain greedy" in result.output, result.output
