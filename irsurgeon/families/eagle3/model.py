@@ -276,11 +276,13 @@ def read_modal(cfg: dict, source: str) -> str | None:
 # top-level key (tools/train_eagle3_online.py loads it with DraftModelConfig.from_file as LlamaConfig(**config_dict),
 # which keeps the key and save_pretrained writes it back), passed to the target wrapper's backends
 ANGELSLIM_TAPS = "aux_hidden_states_layer_ids"
+SGLANG_TAPS, VLLM_TAPS = "eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids"
 TAP_KEYS = {  # key -> what is added to an id to count as genai does (the layer output), in the order read
     ANGELSLIM_TAPS: 0,                                   # AngelSlim's capture: layer outputs
     "eagle_config.eagle_aux_hidden_state_layer_ids": 0,  # SGLang's: layer outputs
     "eagle_aux_hidden_state_layer_ids": -1,              # vLLM's: layer inputs, one layer earlier
 }
+OWN_TAPS = {layout.ANGELSLIM: ANGELSLIM_TAPS, layout.SAFEAILAB: SGLANG_TAPS, layout.SPECULATORS: VLLM_TAPS}
 
 
 def read_taps(cfg: dict, arch: str, source: str) -> tuple[Taps, list[str]]:
@@ -313,7 +315,11 @@ def read_taps(cfg: dict, arch: str, source: str) -> tuple[Taps, list[str]]:
         del named[ANGELSLIM_TAPS]
     if not named:
         return Taps(None, f"the default of {arch}'s trainer"), warnings
-    key = next(iter(named))
+    key = OWN_TAPS[arch] if OWN_TAPS[arch] in named else next(iter(named))
+    why = f"the key {arch}'s trainer reads" if key == OWN_TAPS[arch] else "read first"
+    for other, other_ids in named.items():
+        if other != key and other_ids != named[key]:  # the values as written: each key counts its own way
+            warnings.append(f"{source}: {other} {other_ids!r:.60} not read: {key} {named[key]!r:.60} is {why}")
     ids, shift = named[key], TAP_KEYS[key]
     if not isinstance(ids, list) or any(not isinstance(i, int) or isinstance(i, bool) for i in ids):
         raise ConfigError(f"{source}: {key} must be a list of integers, found {ids!r:.80}")

@@ -176,3 +176,15 @@ def test_the_pair_check_refuses_repeated_taps_from_any_source():
     default = eagle3.parse_config(config(eagle_config=None))
     with pytest.raises(IRSurgeonError, match=r"\[1, 1, 0\], names layer 1 twice"):
         check_pair(target, default)
+
+
+def test_two_tap_keys_that_disagree_are_said_and_the_trainers_own_key_is_read():
+    both = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 1, 2]}, "eagle_aux_hidden_state_layer_ids": [2, 3, 4]}
+    sglang = eagle3.parse_config(config(**both))  # LlamaForCausalLMEagle3: SpecForge reads eagle_config's
+    assert sglang.taps.ids == (0, 1, 2)
+    assert any("eagle_aux_hidden_state_layer_ids [2, 3, 4] not read: eagle_config.eagle_aux_hidden_state_layer_ids "
+               "[0, 1, 2] is the key LlamaForCausalLMEagle3's trainer reads" in w for w in sglang.warnings), \
+        sglang.warnings
+    agree = eagle3.parse_config(config(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 3]},
+                                       eagle_aux_hidden_state_layer_ids=[1, 2, 3]))
+    assert not [w for w in agree.warnings if "not read" in w]
