@@ -108,16 +108,33 @@ def has_draft(directory: str | Path) -> bool:
     return (Path(directory) / DRAFT_DIR).is_dir()
 
 
+# moe_taps.py edits only these: a MoE layer's output Add reads the experts' sum (openvino.genai issue 4390); any other
+# layer genai's rule does not find is not a layer this edit was measured on
+MOE_TARGET_TYPES = ("qwen3_moe",)
+
+
+def target_type_problem(model_type: object, vlm: bool) -> str | None:
+    """Why an export of this model type is not an EAGLE-3 target, or None: the one rule show (recognise), patch and
+    verify (target.inspect_target) apply."""
+    allowed = VLM_TARGET_TYPES if vlm else TARGET_TYPES
+    if model_type in allowed:
+        return None
+    return (f"model_type {model_type!r:.40} is not an EAGLE-3 {'VLM ' if vlm else ''}target: expected one of "
+            f"{', '.join(allowed)} (the {'VLM' if vlm else 'text'} targets EAGLE-3 drafts are published for whose "
+            f"export openvino-genai 2026.4.1 runs with one)")
+
+
 def is_text_target(directory: str | Path) -> bool:
     directory = Path(directory)
     config = peek_json(directory / CONFIG) or {}
-    return config.get("model_type") in TARGET_TYPES and not claims(config) and (directory / MODEL_XML).is_file()
+    return (target_type_problem(config.get("model_type"), vlm=False) is None and not claims(config)
+            and (directory / MODEL_XML).is_file())
 
 
 def is_vlm_target(directory: str | Path) -> bool:
     directory = Path(directory)
     config = peek_json(directory / CONFIG) or {}
-    return config.get("model_type") in VLM_TARGET_TYPES and (directory / VLM_XML).is_file()
+    return target_type_problem(config.get("model_type"), vlm=True) is None and (directory / VLM_XML).is_file()
 
 
 def target_xml(directory: str | Path) -> str:

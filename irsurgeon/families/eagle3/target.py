@@ -25,7 +25,8 @@ from pathlib import Path
 from irsurgeon.core.config import read_json, text_section
 from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError, with_hint
 from irsurgeon.draft.protocol import Target
-from irsurgeon.families.eagle3.layout import CONFIG, MODEL_XML, VLM_XML, is_vlm_target
+from irsurgeon.families.eagle3.layout import (CONFIG, MODEL_XML, MOE_TARGET_TYPES, VLM_XML, is_vlm_target,
+                                              target_type_problem)
 from irsurgeon.families.eagle3.model import DISTINCT, Eagle3Config, default_taps, repeated
 from irsurgeon.families.eagle3.moe_taps import LAYER_NAME, layer_outputs
 from irsurgeon.ir import files, graph
@@ -81,6 +82,9 @@ def inspect_target(directory: str | Path) -> Eagle3Target:
     if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= 4096:
         raise ConfigError(f"{path / CONFIG}: num_hidden_layers must be an integer from 1 to 4096, found "
                           f"{layers!r:.40}")
+    kind = (top if name == VLM_XML else section).get("model_type")
+    if (problem := target_type_problem(kind, name == VLM_XML)) is not None:
+        raise IRError(f"{path / CONFIG}: {problem}")
     model = files.read_model(xml)
     _, hidden = lm_head_input(model, None, str(xml))
     logits = graph.logits_matmul(model, str(xml)).output(0).get_partial_shape()
@@ -88,9 +92,8 @@ def inspect_target(directory: str | Path) -> Eagle3Target:
         raise IRError(f"{xml}: the logits width (vocabulary) is not static")
     tappable = frozenset(genai_taps(model))
     # moe_taps edits openvino_model.xml only: a VLM export's untappable layer is refused, not edited
-    untapped = {} if name == VLM_XML else {i: n for i, n in layer_outputs(model).items() if i not in tappable}
-    return Eagle3Target(path, str((top if name == VLM_XML else section).get("model_type", "")), layers, hidden,
-                        logits[-1].get_length(), tappable, untapped, xml_name=name)
+    untapped = {i: n for i, n in layer_outputs(model).items() if i not in tappable} if kind in MOE_TARGET_TYPES else {}
+    return Eagle3Target(path, str(kind), layers, hidden, logits[-1].get_length(), tappable, untapped, xml_name=name)
 
 
 def resolve_taps(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...] | None = None

@@ -188,3 +188,19 @@ def test_two_tap_keys_that_disagree_are_said_and_the_trainers_own_key_is_read():
     agree = eagle3.parse_config(config(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 3]},
                                        eagle_aux_hidden_state_layer_ids=[1, 2, 3]))
     assert not [w for w in agree.warnings if "not read" in w]
+
+
+@pytest.mark.parametrize("model_type", ["gemma4_text", "gpt2", None])
+def test_a_target_show_does_not_call_an_eagle3_target_is_refused_by_patch_and_verify_alike(tmp_path, model_type):
+    """One rule (layout.target_type_problem) for show, patch and verify: an export of another model type is refused
+    before anything is written, and its openvino_model.xml is never edited."""
+    target = Path(shutil.copytree(TARGET, tmp_path / "t"))
+    config = json.loads((target / "config.json").read_text())
+    config.pop("model_type") if model_type is None else config.__setitem__("model_type", model_type)
+    (target / "config.json").write_text(json.dumps(config))
+    before = snapshot(target)
+    assert not layout.is_text_target(target)
+    result = invoke("patch", target, "--checkpoint", CKPT)
+    assert result.exit_code == 1 and f"model_type {model_type!r} is not an EAGLE-3 target" in result.output, \
+        result.output
+    assert snapshot(target) == before
