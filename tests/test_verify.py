@@ -123,3 +123,30 @@ def test_a_generation_config_openvino_genai_refuses_is_refused_naming_the_key(tm
     with pytest.raises(ConfigError) as e:
         check_generation_config(path)
     assert str(path) in str(e.value) and key in str(e.value) and "\n" not in str(e.value), e.value
+
+
+@pytest.mark.parametrize("family", ["qwen3_5", "eagle3"])
+def test_an_eos_token_outside_the_vocabulary_is_not_called_in_range(tmp_path, family):
+    """verify said 'token ids in range' of an eos_token_id the model can never generate; now it names the id and the
+    vocabulary it lies outside (config.json vocab_size), and a good file says which vocabulary it was checked
+    against."""
+    import json
+    import shutil
+
+    from helpers.cli import invoke
+    from lab.families import FIXTURE_PAIRS
+    from irsurgeon.core.config import vocabulary_of
+
+    target, ckpt = FIXTURE_PAIRS[family]
+    target = Path(shutil.copytree(target, tmp_path / "t"))
+    assert invoke("patch", target, "--checkpoint", ckpt).exit_code == 0
+    vocab = vocabulary_of(target / "config.json")
+    ok = invoke("verify", target)
+    assert ok.exit_code == 0 and f"token ids within the vocabulary of {vocab}" in ok.output, ok.output
+    generation = json.loads((target / "generation_config.json").read_text())
+    eos = generation.get("eos_token_id")
+    generation["eos_token_id"] = [*(eos if isinstance(eos, list) else [eos] if eos is not None else []), vocab + 5]
+    (target / "generation_config.json").write_text(json.dumps(generation))
+    bad = invoke("verify", target)
+    assert bad.exit_code == 1 and f"eos_token_id {vocab + 5} is outside the vocabulary of {vocab} tokens" \
+        in bad.output, bad.output

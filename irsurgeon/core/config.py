@@ -147,7 +147,21 @@ GENAI_FLOATS = ("diversity_penalty", "length_penalty", "temperature", "top_p", "
 GENAI_BOOLS = ("ignore_eos", "include_stop_str_in_output", "do_sample", "echo")
 
 
-def check_generation_config(path: Path) -> None:
+GENERATED_TOKEN_KEYS = ("eos_token_id", "stop_token_ids")  # ids generation stops at: the model must be able to emit them
+
+
+def vocabulary_of(config: Path) -> int | None:
+    """The vocabulary a model's config.json states (vocab_size, top level or its text_config), None where it states
+    none or cannot be read (its own check says why)."""
+    try:
+        data = peek_json(config)
+    except ConfigError:  # a model_type that is no name: the directory's own checks refuse it
+        return None
+    vocab = text_section(data).get("vocab_size") if data is not None else None
+    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None
+
+
+def check_generation_config(path: Path, vocab: int | None = None) -> None:
     """openvino-genai reads generation_config.json itself, and its errors quote the file (bytes of a linked-to
     file, non-UTF-8 text), name no key ("type must be number, but is string") or come at generate time
     ("'stop_token_ids' must be non-negative"): read it first through the bounded reader, check each value as
@@ -166,6 +180,10 @@ def check_generation_config(path: Path) -> None:
         ids = value if isinstance(value, list) else [] if value is None else [value]
         if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < 1 << 31 for i in ids):
             raise ConfigError(f"{path}: {key} must be a non-negative token id or a list of them")
+        outside = [i for i in ids if vocab is not None and key in GENERATED_TOKEN_KEYS and i >= vocab]
+        if outside:
+            raise ConfigError(f"{path}: {key} {outside[0]} is outside the vocabulary of {vocab} tokens (config.json "
+                              f"vocab_size): the model can never generate it, so generation would not stop there")
 
 
 def generation_config_text(where: Path) -> str | None:

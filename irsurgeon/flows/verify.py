@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.core.config import check_generation_config, present
+from irsurgeon.core.config import check_generation_config, present, vocabulary_of
 from irsurgeon.core.errors import IRSurgeonError
 from irsurgeon.core.text import silent
 from irsurgeon.families import registry
 from irsurgeon.draft.protocol import Check, Family
-from irsurgeon.ir.export import GENERATION_CONFIG, OPENVINO_CONFIG, directory_problem
+from irsurgeon.ir.export import CONFIG, GENERATION_CONFIG, OPENVINO_CONFIG, directory_problem
 from irsurgeon.commit.journal import leftover_state
 from irsurgeon.quant.formats import openvino_config_format
 
@@ -63,13 +63,15 @@ def generation_check(target: Path, family: Family, replaced: tuple[str, ...] = (
     paths = [p for p in generation_configs(target, family) if p.relative_to(target).as_posix() not in replaced]
     if not paths:
         return None
+    vocab = vocabulary_of(target / CONFIG)
     try:
         for path in paths:
-            check_generation_config(path)
+            check_generation_config(path, vocab)
     except IRSurgeonError as e:
         return Check("generation config", False, str(e))
     names = ", ".join(p.relative_to(target).as_posix() for p in paths)
-    return Check("generation config", True, f"{names}: readable JSON, token ids in range")
+    within = f"within the vocabulary of {vocab}" if vocab is not None else "in range (config.json states no vocab_size)"
+    return Check("generation config", True, f"{names}: readable JSON, token ids {within}")
 
 
 def openvino_config_check(target: Path) -> Check | None:
