@@ -145,3 +145,28 @@ def test_synth(tmp_path):
     keys_of(run("synth", tmp_path / "s", "--kind", "llama", "--json", expect=0), "synth")
     assert "--force" in run("synth", tmp_path / "s", "--kind", "llama", "--json", expect=1)["error"]
     assert run("synth", tmp_path / "u", "--kind", "nope", "--json", expect=2)["result"] is None
+
+
+@pytest.mark.parametrize("command", ["show", "verify", "annotate", "synth", "patch"])
+def test_a_closed_stdout_is_never_exit_0_without_the_document(tmp_path, command):
+    """`irsurgeon COMMAND --json >&-`: Python starts with sys.stdout None and click.echo drops what it is given, so the
+    command used to end with exit 0 and no document. Now one stderr line says the report was lost, exit 1."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from lab.families import FIXTURE_PAIRS
+
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    if command == "verify":  # a ready directory: verify would end 0
+        from helpers.cli import invoke
+        assert invoke("patch", target, "--checkpoint", ckpt).exit_code == 0
+    args = {"show": [target], "verify": [target], "annotate": [target], "synth": [tmp_path / "s", "--kind", "eagle3"],
+            "patch": [target, "--checkpoint", ckpt]}[command]
+    proc = subprocess.run([sys.executable, "-m", "irsurgeon.cli", command, *map(str, args), "--json"],
+                          preexec_fn=lambda: os.close(1), stderr=subprocess.PIPE, text=True, timeout=300)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error: ")]
+    assert proc.returncode != 0 and len(errors) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -70,6 +70,9 @@ def safe_echo(message: object = "", err: bool = False) -> None:
 def write(text: str, err: bool) -> None:
     if not err and LOST:
         return
+    if not err and sys.stdout is None:  # started with stdout closed (`>&-`): click.echo would drop it silently
+        LOST.append("stdout is closed")
+        return
     try:
         click.echo(text, err=err)
     except OSError as e:
