@@ -9,7 +9,8 @@ RepoNotFound (401, as the hub answers for an unknown or private repo), RevisionN
     hub = HubServer({"acme/tiny": {"main": Revision(files), "v2": Revision(other)}}, private={"acme/tiny": "tok"})
     with hub: ... HF_ENDPOINT=hub.url ...; hub.log -> [(method, path, range, bytes sent)]
 
-`.safetensors` files are redirected to a second port (another origin, like the hub's CDN), which serves `Range`.
+`.safetensors` and `.bin` files are redirected to a second port (another origin, like the hub's CDN), which serves
+`Range`.
 Both servers run in daemon threads and stop on `__exit__` or, at the latest, after `lifetime` seconds.
 `GET /api/agent-harnesses` answers a registry, as the hub does for huggingface_hub's telemetry (utils/_detect_agent.py).
 
@@ -202,7 +203,7 @@ class Handler(BaseHTTPRequestHandler):
         sha = self.hub.sha256(path)
         meta = {"X-Repo-Commit": commit}
         size = faults.announce.get(filename, path.stat().st_size)
-        if filename.endswith(".safetensors"):  # LFS-like: metadata here, bytes from the CDN origin
+        if filename.endswith((".safetensors", ".bin")):  # LFS-like: metadata here, bytes from the CDN origin
             self.hub.blobs[sha] = path
             meta.update({"X-Linked-Etag": faults.etag.get(filename, f'"{sha}"'), "X-Linked-Size": str(size),
                          "Location": faults.location.get(filename, f"{self.hub.cdn}/cdn/{sha}"), "Content-Length": "0"})

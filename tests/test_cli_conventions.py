@@ -295,7 +295,7 @@ def test_the_target_given_as_its_own_checkpoint_is_one_line_before_any_note(fami
 def test_a_checkpoints_config_json_given_as_the_checkpoint_is_named_as_not_safetensors(tmp_path):
     target = writable_copy(DEMO_TARGET, tmp_path / "t")
     line = refused(["patch", target, "--checkpoint", DEMO_CKPT / "config.json"], target)
-    assert "config.json: not a .safetensors file" in line and "header" not in line
+    assert "config.json: not a .safetensors or .bin file" in line and "header" not in line
 
 
 @pytest.mark.usefixtures("no_hang")
@@ -303,7 +303,8 @@ def test_a_folder_without_weights_is_one_line_before_any_note(tmp_path):
     target, ckpt = writable_copy(DEMO_TARGET, tmp_path / "t"), tmp_path / "c"
     ckpt.mkdir()
     (ckpt / "config.json").write_text("{}")
-    assert "neither model.safetensors nor" in refused(["patch", target, "--checkpoint", ckpt], target)
+    line = refused(["patch", target, "--checkpoint", ckpt], target)
+    assert "neither model.safetensors, model.safetensors.index.json, pytorch_model.bin nor" in line
 
 
 @pytest.mark.usefixtures("no_hang")

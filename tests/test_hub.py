@@ -17,6 +17,7 @@ from lab.dirsnap import snapshot
 from lab.hub import run_cli
 from lab.hub_server import Blackhole, Faults, HubServer, Refusing, Revision, split_checkpoint
 from lab.procs import env
+from lab import torch_zip as tz
 from irsurgeon.synth import synthesize
 from irsurgeon.synth.registry import default_spec
 from irsurgeon.flows.verify import verify_directory
@@ -131,6 +132,48 @@ def test_unreachable_hub_falls_back_to_a_filled_cache(models, tmp_path):
     assert again.returncode == 0, again.stderr
     assert "using the local Hugging Face cache" in again.stdout and "read from irsurgeon's cache" in again.stdout
     assert all(c.ok for c in verify_directory(tmp_path / "b")) and took < 15
+
+
+def bin_repo(files: dict[str, Path], dest: Path) -> dict[str, Path]:
+    """A repo of split_checkpoint's files with each .safetensors written as a torch.save .bin (model-*.safetensors ->
+    pytorch_model-*.bin), its index as pytorch_model.bin.index.json: no safetensors left."""
+    dest.mkdir()
+    renamed = {n: "pytorch_model" + n.removeprefix("model").removesuffix(".safetensors") + ".bin"
+               for n in files if n.endswith(".safetensors")}
+    out = {new: tz.from_safetensors(files[old], dest / new) for old, new in renamed.items()}
+    out["config.json"] = files["config.json"]
+    if "model.safetensors.index.json" in files:
+        index = json.loads(files["model.safetensors.index.json"].read_text())
+        index["weight_map"] = {n: renamed[shard] for n, shard in index["weight_map"].items()}
+        out["pytorch_model.bin.index.json"] = dest / "pytorch_model.bin.index.json"
+        out["pytorch_model.bin.index.json"].write_text(json.dumps(index))
+    return out
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_repo_of_bin_files_is_fetched_whole_and_read_locally(tmp_path, shards):
+    """No safetensors in the repo (transformers' order then takes pytorch_model.bin, its index): the .bin files
+    holding `mtp.*` are downloaded whole through huggingface_hub, never by range and never the others, then read by
+    the restricted reader; the head is the local checkpoint's, and a second run offline needs no server."""
+    s = synthesize(tmp_path / "s", "qwen35", SPEC, seed=1)
+    files = bin_repo(split_checkpoint(s.ckpt, tmp_path / "st", shards), tmp_path / "repo")
+    assert not [n for n in files if "safetensors" in n]
+    head = "pytorch_model.bin" if shards == 1 else "pytorch_model-00003-of-00003.bin"
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        proc, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "hub", endpoint=hub.url, home=tmp_path / "hf")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert f"fetching {head} whole" in proc.stdout + proc.stderr
+    cdn = [(hub.blobs[e[1][5:]].name, e[2]) for e in hub.log if e[0] == "GET" and e[1].startswith("/cdn/")]
+    assert cdn == [(head, None)], hub.log
+    assert hub.served(head)[1] >= files[head].stat().st_size
+    local, _ = run_cli("build-mtp", s.ckpt, "-o", tmp_path / "local", endpoint=hub.url, home=tmp_path / "hf2")
+    assert local.returncode == 0, local.stderr
+    built = (tmp_path / "hub" / "openvino_mtp_model.bin").read_bytes()
+    assert built == (tmp_path / "local" / "openvino_mtp_model.bin").read_bytes()
+    again, _ = run_cli("build-mtp", REPO, "-o", tmp_path / "offline", endpoint=hub.url, home=tmp_path / "hf",
+                       extra_env={"HF_HUB_OFFLINE": "1"})
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "offline" / "openvino_mtp_model.bin").read_bytes() == built
 
 
 FAILURES = {  # case -> (server set-up, words the one error line must hold)

@@ -181,7 +181,8 @@ def _json_in_args(ctx: click.Context) -> str | None:
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
              help=f"Graph surgery on OpenVINO IR: build speculative-decoding drafts ({registry.titles()}) from "
-                  f"safetensors without PyTorch, and attach them to exported model directories.")
+                  f"safetensors (or pytorch_model.bin) without PyTorch, and attach them to exported model "
+                  f"directories.")
 @click.version_option(__version__, prog_name="irsurgeon")
 def main() -> None:
     """The command group (its help names every registered family: families.registry.titles)."""

@@ -9,6 +9,8 @@ hurt a machine:
     IR .xml: a 4-layer export is 0.6 MB, so a 64-layer int4 language model is tens of MB
     safetensors header: 100 MB, the limit the safetensors format itself sets, and at most 262,144 entries (tensors)
         per file, counted on the raw bytes before the JSON is built (see SAFETENSORS_TENSORS)
+    torch.save zip (`pytorch_model.bin`): its pickle and its zip directory 64 MiB each, the pickle at most 2^24
+        opcodes and as many tensors as a safetensors header (see TORCH_PICKLE_BYTES)
     text (a prompts file): a few KB in practice
 Readers accept regular files only: a FIFO, a device (`/dev/zero`), a socket or a directory is refused before a byte
 is read (opened with O_NONBLOCK, so opening a FIFO never waits for a writer). The size is checked on the open
@@ -52,6 +54,18 @@ SAFETENSORS_HEADER_BYTES = 100_000_000
 # 0.5 GB); a million 1-element entries (79 MB, under the byte limit) cost 29 s and 2.3 GB before, and are refused
 # now in under a second at ~0.2 GB, by the count json_scan makes on the bytes.
 SAFETENSORS_TENSORS = 1 << 18
+# A torch.save zip (`pytorch_model.bin`, irsurgeon.weights.torch_bin): its pickle `data.pkl` and its zip central
+# directory each at most this many bytes, refused by the sizes the zip declares before either is read. A state dict
+# pickles to ~120 bytes a tensor (torch 2.13.0: 2.4 MB for 20,000 tensors), its directory to ~100 bytes a storage,
+# so SAFETENSORS_TENSORS of them fit with room for names twice as long; the largest published `.bin` shards hold a
+# few thousand tensors (~0.5 MB of pickle).
+TORCH_PICKLE_BYTES = 64 * MiB
+TORCH_DIRECTORY_BYTES = 64 * MiB
+# Opcodes the pickle may hold: ~30 a tensor (25-40 measured, Parameters and `_metadata` included), 64 a tensor
+# for SAFETENSORS_TENSORS of them. Counted before anything is built, this bounds what unpickling makes: 2^24
+# one-byte opcodes that each push an empty dict or list (the largest object an admitted opcode makes) held 1.2 GB
+# at most and were read in 4-6 s (measured, CPython 3.11: 1,166 MiB over the interpreter's 62)
+TORCH_PICKLE_OPCODES = 64 * SAFETENSORS_TENSORS
 TEXT_BYTES = 16 * MiB
 
 JSON_MAX_DEPTH = 64          # real configs nest 4-6 deep (text_config / rope_parameters / mrope_section)

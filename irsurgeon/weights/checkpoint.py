@@ -1,10 +1,14 @@
 """Locate a Hugging Face checkpoint's tensors and open only the shards that hold the ones asked for.
 
-A checkpoint is a directory with `config.json` and either `model.safetensors` or a sharded
-`model.safetensors.index.json` (`{"weight_map": {tensor: shard file}}`), or a single `.safetensors` file with a
-separately given config. Shard names from an index are untrusted: they must be plain file names inside the
-checkpoint directory, and a shard that is a link must resolve inside it, or into the Hugging Face cache the
-checkpoint is a snapshot of (its repo's blobs folder, or the cache's shared blob store), never anywhere else.
+A checkpoint is a directory with `config.json` and its weights: a sharded `model.safetensors.index.json`
+(`{"weight_map": {tensor: shard file}}`) or `model.safetensors`, else `pytorch_model.bin.index.json` or
+`pytorch_model.bin` (torch.save zip files, read by the restricted reader of torch_bin.py); or a single `.safetensors`
+or `.bin` file with a separately given config. Safetensors come first, as transformers takes them (transformers
+5.25.0 modeling_utils.py _get_resolved_checkpoint_files: model.safetensors, its index, then pytorch_model.bin, its
+index). Shard names from an index are untrusted: they must be plain file names inside the checkpoint directory, of
+the index's kind (`.safetensors` or `.bin`), and a shard that is a link must resolve inside it, or into the Hugging
+Face cache the checkpoint is a snapshot of (its repo's blobs folder, or the cache's shared blob store), never
+anywhere else. Nothing above this module knows which kind of file a tensor came from (TensorFile).
 """
 from __future__ import annotations
 
@@ -14,16 +18,23 @@ import numpy as np
 
 from irsurgeon.core import limits
 from irsurgeon.core.errors import CheckpointError, ConfigError, with_hint
-from irsurgeon.weights.safetensors_io import SafetensorsFile, StoredRows, TensorInfo
+from irsurgeon.weights.safetensors_io import SafetensorsFile, StoredRows, TensorFile, TensorInfo
+from irsurgeon.weights import torch_bin
+from irsurgeon.weights.torch_bin import TorchBinFile
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
+BIN_FILE = "pytorch_model.bin"
+BIN_INDEX_FILE = "pytorch_model.bin.index.json"
+WEIGHT_FILES = (INDEX_FILE, SINGLE_FILE, BIN_INDEX_FILE, BIN_FILE)  # a directory's, looked for in this order
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
 CONFIG_FILE = "config.json"
 
 
 def weight_map(index: Path) -> dict[str, str]:
-    """An index's {tensor: shard file name}, bounded, each shard a plain `.safetensors` name (index files are
-    untrusted: they decide which files are opened here, or fetched from a hub)."""
+    """An index's {tensor: shard file name}, bounded, each shard a plain name of the index's kind (`.safetensors`,
+    or `.bin` for pytorch_model.bin.index.json; index files are untrusted: they decide which files are opened here,
+    or fetched from a hub)."""
     data = limits.read_json(index, CheckpointError, limits.INDEX_JSON_BYTES)
     found = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(found, dict) or not found:
@@ -35,35 +46,43 @@ def weight_map(index: Path) -> dict[str, str]:
     return {str(name): checked[shard] for name, shard in found.items()}
 
 
-def _plain_shard_name(shard: object, index: Path) -> str:
+def _plain_shard_name(shard: object, index: Path, kind: str | None = None) -> str:
     if isinstance(shard, str) and any(ord(c) < 32 or ord(c) == 127 for c in shard):
         raise CheckpointError(f"{index}: shard name {shard!r:.200} holds a control character (a NUL, a newline): "
                               f"not a file name")
     if not isinstance(shard, str) or not shard or "/" in shard or "\\" in shard or shard in (".", ".."):
         raise CheckpointError(f"{index}: shard name {shard!r} is not a plain file name in the checkpoint directory")
-    if not shard.endswith(".safetensors"):
-        raise CheckpointError(f"{index}: shard {shard!r} is not a .safetensors file (only safetensors are read)")
+    kind = kind or shard_suffix(index)
+    if not shard.endswith(kind):
+        raise CheckpointError(f"{index}: shard {shard!r} is not a {kind} file (an index of {kind} files names only "
+                              f"those)")
     return shard
 
 
+def shard_suffix(index: Path) -> str:
+    """The kind of file an index lists: its name less `.index.json` (pytorch_model.bin.index.json: `.bin`)."""
+    return ".bin" if Path(index.name.removesuffix(limits.INDEX_SUFFIX)).suffix == ".bin" else ".safetensors"
+
+
 def weightless(path: Path) -> str | None:
-    """Why a local checkpoint path can hold no weights, or None: a file that is not .safetensors (such as its
-    config.json), or a folder with neither model.safetensors nor an index (such as an export directory)."""
-    if path.is_file() and path.suffix != ".safetensors":
-        return "not a .safetensors file: expected a .safetensors file or a checkpoint directory"
-    if path.is_dir() and not any((path / name).exists() for name in (INDEX_FILE, SINGLE_FILE)):
-        return f"neither {SINGLE_FILE} nor {INDEX_FILE} found (only safetensors are read)"
+    """Why a local checkpoint path can hold no weights, or None: a file that is neither .safetensors nor .bin (such
+    as its config.json), or a folder with none of WEIGHT_FILES (such as an export directory)."""
+    if path.is_file() and path.suffix not in WEIGHT_SUFFIXES:
+        return ("not a .safetensors or .bin file: expected a .safetensors file, a torch.save .bin file or a "
+                "checkpoint directory")
+    if path.is_dir() and not any((path / name).exists() for name in WEIGHT_FILES):
+        return f"neither {SINGLE_FILE}, {INDEX_FILE}, {BIN_FILE} nor {BIN_INDEX_FILE} found"
     return None
 
 
 def home_of(path: str | Path) -> Path:
-    """The folder a checkpoint's files sit in: the checkpoint directory, or a single .safetensors file's own."""
+    """The folder a checkpoint's files sit in: the checkpoint directory, or a single weights file's own."""
     path = Path(path)
     return path if path.is_dir() else path.parent
 
 
 def config_of(path: str | Path, config: str | Path | None = None) -> Path:
-    """The config.json of a checkpoint directory or of a single .safetensors file (beside it), under the same link
+    """The config.json of a checkpoint directory or of a single weights file (beside it), under the same link
     rule as its shards; `config` (the user's --config) as given. A missing one is a CheckpointError naming it."""
     path = Path(path)
     if config is not None:
@@ -76,8 +95,8 @@ def config_of(path: str | Path, config: str | Path | None = None) -> Path:
     return where
 
 
-def _shard_path(root: Path, shard: object, index: Path) -> Path:
-    return _inside(root, _plain_shard_name(shard, index), index, f"shard {shard!r}")
+def _shard_path(root: Path, shard: object, index: Path, kind: str | None = None) -> Path:
+    return _inside(root, _plain_shard_name(shard, index, kind), index, f"shard {shard!r}")
 
 
 def _inside(root: Path, name: str, where: Path, what: str) -> Path:
@@ -122,7 +141,7 @@ class Checkpoint:
         self.shard_of = shard_of
         self.config_path = config_path
         self.root = root
-        self._files: dict[Path, SafetensorsFile] = {}
+        self._files: dict[Path, TensorFile] = {}
 
     @classmethod
     def open(cls, path: str | Path, config: str | Path | None = None) -> "Checkpoint":
@@ -138,15 +157,15 @@ class Checkpoint:
         if not path.is_dir():
             raise CheckpointError(f"{path}: no such checkpoint file or directory")
         cfg = Path(config) if config else _inside(path, CONFIG_FILE, path, CONFIG_FILE)  # --config: the user's
-        index = path / INDEX_FILE
-        if index.exists():  # exists, not is_file: a FIFO or device there is refused by name when read
-            return cls(cls._read_index(_inside(path, INDEX_FILE, path, INDEX_FILE), path), cfg, path)
-        single = path / SINGLE_FILE
-        if single.exists():
-            ckpt = cls({}, cfg, path)
-            ckpt._index_single(_shard_path(path, SINGLE_FILE, path))  # the same link rule as an index's shards
-            return ckpt
-        raise CheckpointError(f"{path}: {weightless(path)}")
+        # exists, not is_file: a FIFO or device there is refused by name when read
+        name = next((n for n in WEIGHT_FILES if (path / n).exists()), None)
+        if name is None:
+            raise CheckpointError(f"{path}: {weightless(path)}")
+        if name.endswith(limits.INDEX_SUFFIX):
+            return cls(cls._read_index(_inside(path, name, path, name), path), cfg, path)
+        ckpt = cls({}, cfg, path)
+        ckpt._index_single(_shard_path(path, name, path, Path(name).suffix))  # the link rule of an index's shards
+        return ckpt
 
     @staticmethod
     def _read_index(index: Path, root: Path) -> dict[str, Path]:
@@ -159,11 +178,11 @@ class Checkpoint:
         f = self._file(path)
         self.shard_of = {name: path for name in f.tensors}
 
-    def _file(self, path: Path) -> SafetensorsFile:
+    def _file(self, path: Path) -> TensorFile:
         if path not in self._files:
             if not path.exists():
                 raise CheckpointError(f"{path}: shard listed in the index does not exist")
-            self._files[path] = SafetensorsFile(path)
+            self._files[path] = (TorchBinFile if path.suffix == torch_bin.SUFFIX else SafetensorsFile)(path)
         return self._files[path]
 
     @property
@@ -184,12 +203,12 @@ class Checkpoint:
         return self._file(self.shard_of[name]).get(name)
 
     def check_unchanged(self, name: str) -> None:
-        """Every shard opened so far as it was when opened (SafetensorsFile.check_unchanged); `name`: what was read."""
+        """Every shard opened so far as it was when opened (TensorFile.check_unchanged); `name`: what was read."""
         for f in self._files.values():
             f.check_unchanged(name)
 
     def advise(self, names: list[str]) -> None:
-        """Ask the kernel to read these tensors' bytes ahead, shard by shard (SafetensorsFile.advise)."""
+        """Ask the kernel to read these tensors' bytes ahead, shard by shard (TensorFile.advise)."""
         by_shard: dict[Path, list[str]] = {}
         for name in names:
             by_shard.setdefault(self.shard_of[name], []).append(name)

@@ -4,6 +4,8 @@
                                                                HubBytes:   GET with `Range: bytes=a-b`, 206 only
     read_rows(source, names, pick) -> TableRows                header (8 + N bytes), then only the rows picked
 
+A local `.bin` (torch.save zip) is read the same way, its tensors placed by torch_bin's zip directory and pickle.
+
 Used for the checkpoint-identity check: 16 rows of the token-embedding table are kilobytes, the shard gigabytes.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 
 from irsurgeon.core import limits
 from irsurgeon.core.errors import CheckpointError
+from irsurgeon.weights import torch_bin
 from irsurgeon.weights.safetensors_io import STORAGE, TensorInfo, decode, parse_header
 
 MERGE_GAP = 4096  # rows closer than this are fetched in one range: one page either way
@@ -99,9 +102,18 @@ def table_entry(tensors: dict[str, TensorInfo], name: str, label: str) -> Tensor
     return info
 
 
+def tensor_table(src: ByteSource) -> tuple[dict[str, TensorInfo], int]:
+    """The file's tensors and where their offsets count from: a safetensors header, or a torch.save zip's (a `.bin`
+    file, by name as Checkpoint takes it; its offsets are the file's) read by the restricted reader."""
+    if Path(src.label).suffix == torch_bin.SUFFIX:
+        return torch_bin.read_tensors(lambda n, offset, what: src.read([(offset, n)])[0], src.size(), src.label), 0
+    tensors, _, start = parse_header(lambda offset, n: src.read([(offset, n)])[0], src.size(), src.label)
+    return tensors, start
+
+
 def read_rows(src: ByteSource, names: tuple[str, ...], pick: Callable[[int], np.ndarray]) -> TableRows | None:
     """Rows `pick(vocab)` of the first 2-D tensor of `names` the file holds, as float32; None when it holds none."""
-    tensors, _, start = parse_header(lambda offset, n: src.read([(offset, n)])[0], src.size(), src.label)
+    tensors, start = tensor_table(src)
     name = next((n for n in names if n in tensors), None)
     if name is None:
         return None

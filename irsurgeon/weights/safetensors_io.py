@@ -11,6 +11,7 @@ import math
 import os
 import re
 import struct
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -164,12 +165,16 @@ def _where(name: str, label: str) -> str:
     return f"{label}: tensor {quoted_name(name)}"
 
 
-class SafetensorsFile:
-    """One .safetensors file, header parsed and validated; tensor bytes read on request with pread.
+class TensorFile(ABC):
+    """A checkpoint file whose tensors are each one contiguous byte range, [data_start + begin, data_start + end):
+    what places them is parsed when it is opened (_read_header: SafetensorsFile's JSON header, or TorchBinFile's zip
+    directory and pickle, irsurgeon.weights.torch_bin), and a tensor's bytes are read on request with pread.
 
     Reads, not a memory map: a file that shrinks under a mapping kills the process with SIGBUS, which Python cannot
     catch, while a short read is a CheckpointError naming the file and the tensor.
     """
+
+    data_start = 0
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -181,10 +186,9 @@ class SafetensorsFile:
             self.close()
             raise
 
+    @abstractmethod
     def _read_header(self) -> tuple[dict[str, TensorInfo], dict]:
-        tensors, metadata, self.data_start = parse_header(lambda offset, n: self._pread(n, offset, "the header"),
-                                                          self.size, str(self.path))
-        return tensors, metadata
+        """The file's tensors (each checked to lie within it) and its metadata; sets data_start."""
 
     def raw(self, name: str) -> np.ndarray:
         """The tensor's bytes as a new numpy array in its storage dtype (bf16/fp8 as unsigned ints).
@@ -240,6 +244,8 @@ class SafetensorsFile:
 
     def _read_into(self, arr: np.ndarray, offset: int, name: str) -> None:
         """Fill arr (contiguous) from the file at offset; a short read means the file changed under us."""
+        if arr.nbytes == 0:  # an empty tensor (a 0 in its shape): nothing to read, and its view cannot be cast
+            return
         view = memoryview(arr).cast("B")
         got = 0
         while got < len(view):
@@ -252,11 +258,6 @@ class SafetensorsFile:
                 raise CheckpointError(f"{self.path}: tensor {quoted_name(name)}: the file ends at byte {offset + got}, "
                                       f"before the tensor's last byte {offset + len(view)}: truncated while being read")
             got += n
-
-    def data_chunks(self, chunk: int) -> Iterator[bytes]:
-        """The bytes after the header, `chunk` at a time (a file that ends early: CheckpointError)."""
-        for at in range(self.data_start, self.size, chunk):
-            yield self._pread(min(chunk, self.size - at), at, "the tensors' bytes")
 
     def _pread(self, n: int, offset: int, what: str) -> bytes:
         try:
@@ -287,6 +288,20 @@ class SafetensorsFile:
     def __del__(self) -> None:  # a file object closed itself when collected; a bare descriptor must be closed here
         if getattr(self, "_fd", -1) >= 0:
             self.close()
+
+
+class SafetensorsFile(TensorFile):
+    """One .safetensors file, its header parsed and validated (parse_header)."""
+
+    def _read_header(self) -> tuple[dict[str, TensorInfo], dict]:
+        tensors, metadata, self.data_start = parse_header(lambda offset, n: self._pread(n, offset, "the header"),
+                                                          self.size, str(self.path))
+        return tensors, metadata
+
+    def data_chunks(self, chunk: int) -> Iterator[bytes]:
+        """The bytes after the header, `chunk` at a time (a file that ends early: CheckpointError)."""
+        for at in range(self.data_start, self.size, chunk):
+            yield self._pread(min(chunk, self.size - at), at, "the tensors' bytes")
 
 
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:
@@ -333,7 +348,7 @@ class StoredRows:
     decoded block by block without ever being held whole; a `[:, a:b]` narrowing reads only those bytes of each row.
     """
 
-    def __init__(self, file: SafetensorsFile, info: TensorInfo, trailing: tuple = ()):
+    def __init__(self, file: TensorFile, info: TensorInfo, trailing: tuple = ()):
         self.file, self.info, self.trailing = file, info, trailing
         storage = STORAGE[info.dtype]
         self.shape = np.broadcast_to(np.zeros((), storage), info.shape)[(slice(None), *trailing)].shape

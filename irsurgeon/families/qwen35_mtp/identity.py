@@ -26,9 +26,10 @@ import openvino as ov
 
 from irsurgeon.core.config import present
 from irsurgeon.core.errors import CheckpointError, IRError, cause, with_hint
+from irsurgeon.core.limits import INDEX_SUFFIX
 from irsurgeon.ir import files
 from irsurgeon.ir.export import ExportDir
-from irsurgeon.weights.checkpoint import INDEX_FILE, SINGLE_FILE, Checkpoint
+from irsurgeon.weights.checkpoint import SINGLE_FILE, WEIGHT_FILES, Checkpoint
 from irsurgeon.weights.hub import HubBytes, HubOffline, HubOptions, HubUnreachable, is_repo_id, snapshot_commit
 from irsurgeon.weights.rows import LocalBytes, read_rows
 from irsurgeon.weights.safetensors_io import bf16_to_f32
@@ -219,9 +220,9 @@ def embedding_shard(root: Path, source: str | Path, hub: HubOptions | None):
     why the table cannot be read."""
     if root.is_file():
         return LocalBytes(root)
-    index = root / INDEX_FILE
-    shard = SINGLE_FILE
-    if present(index):  # a FIFO or folder there is refused by its reader, never taken for a single-file checkpoint
+    shard = next((n for n in WEIGHT_FILES if present(root / n)), SINGLE_FILE)  # Checkpoint.open's choice
+    if shard.endswith(INDEX_SUFFIX):  # a FIFO or folder there is refused by its reader, never taken for a single file
+        index = root / shard
         shard_of = Checkpoint.open(root).shard_of  # shard names validated: plain files in the directory
         shard = next((shard_of[n].name for n in EMBED_NAMES if n in shard_of), None)
         if shard is None:

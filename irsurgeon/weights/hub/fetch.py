@@ -2,8 +2,9 @@
 weights come by byte range: partial.py), and, when a server will not serve ranges, a whole shard.
 
 Through huggingface_hub's cache go its token discovery, `HF_ENDPOINT` and `HF_HUB_OFFLINE=1`. A repo without an index
-holds a single `model.safetensors`. Before any download, one HEAD request with a short timeout asks whether the hub
-answers at all: an unreachable hub is one line within seconds, not huggingface_hub's minute of retries
+holds a single `model.safetensors`, or `.bin` files (partial.stored_as_bin asks, by one HEAD: has_file). Before any
+download, one HEAD request with a short timeout asks whether the hub answers at all: an unreachable hub is one line
+within seconds, not huggingface_hub's minute of retries
 (huggingface_hub 2.4.0, file_download.py: a failed HEAD without a cached copy is retried with
 `_ETAG_RETRY_TIMEOUT = 60` and backoff).
 A hub that accepts connections but never answers costs the probe's 5 s (plus, when the user turned telemetry on, up
@@ -125,24 +126,45 @@ def cache_root(hub: HubOptions) -> Path:
     return Path(hub.cache_dir or constants.HF_HUB_CACHE).expanduser().resolve()
 
 
-def probe(repo_id: str, hub: HubOptions, echo: Echo) -> bool:
-    """Whether the hub answers for the repo's config.json (True) or only the cache can serve it (False). The answer
-    is the same HEAD huggingface_hub makes first (file_download.py _get_metadata_or_catch_error ->
-    get_hf_file_metadata); its commit and ETag are checked here as well as by the scope."""
+def head(repo_id: str, filename: str, hub: HubOptions) -> None:
+    """One HEAD of the repo's file: the one huggingface_hub makes first (file_download.py
+    _get_metadata_or_catch_error -> get_hf_file_metadata), bounded by the scope, its commit and ETag checked here as
+    well as by the scope; huggingface_hub's failures are raised as they are."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
     from irsurgeon.weights.hub.transport import scope
 
+    url = hf_hub_url(repo_id, filename, revision=hub.revision)
+    try:
+        with scope(hub.clock, *size_limit(filename)):
+            meta = get_hf_file_metadata(url, token=hub.token, timeout=probe_timeout())
+    except HubGuardError as e:
+        raise labelled(e, f"{at(repo_id, hub)}: {filename}") from None
+    check_metadata(repo_id, filename, hub, meta.commit_hash, meta.etag)
+
+
+def has_file(repo_id: str, filename: str, hub: HubOptions) -> bool:
+    """Whether the repo holds `filename`: one HEAD, as huggingface_hub's HfApi.file_exists asks (hf_api.py); any
+    other failure than a missing file is one line (hub_error)."""
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+
+    try:
+        head(repo_id, filename, hub)
+    except RemoteEntryNotFoundError:
+        return False
+    except hub_failures() as e:
+        raise hub_error(repo_id, filename, hub, e) from None
+    return True
+
+
+def probe(repo_id: str, hub: HubOptions, echo: Echo) -> bool:
+    """Whether the hub answers for the repo's config.json (True) or only the cache can serve it (False), by its
+    HEAD (head)."""
     if is_offline():
         return False
-    url = hf_hub_url(repo_id, CONFIG_FILE, revision=hub.revision)
     try:
-        with scope(hub.clock, limits.CONFIG_JSON_BYTES, "the largest config.json irsurgeon reads"):
-            meta = get_hf_file_metadata(url, token=hub.token, timeout=probe_timeout())
-        check_metadata(repo_id, CONFIG_FILE, hub, meta.commit_hash, meta.etag)
+        head(repo_id, CONFIG_FILE, hub)
         return True
-    except HubGuardError as e:
-        raise labelled(e, f"{at(repo_id, hub)}: {CONFIG_FILE}") from None
     except hub_failures() as e:
         if not is_network_error(e):
             raise hub_error(repo_id, CONFIG_FILE, hub, e) from None

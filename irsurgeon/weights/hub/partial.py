@@ -33,6 +33,11 @@ The digest lives in the cache it guards, as huggingface_hub's ETag-named blobs d
 cached file of a commit without hashing it: file_download.py "if user provides a commit_hash and they already have
 the file on disk, shortcut everything"; try_to_load_from_cache checks os.path.isfile): it tells a changed copy from
 the one written, not a copy forged by someone who rewrites the digest too.
+
+A repo without safetensors (stored_as_bin: transformers' order takes pytorch_model.bin and its index only then) has
+its `.bin` files holding `prefix*` tensors fetched whole into the Hugging Face cache instead (fetch_bin), each checked
+against its ETag once downloaded, and the snapshot is the checkpoint directory: a `.bin` places its tensors through
+its zip directory and pickle, which the local reader (torch_bin.py) reads, not by byte range.
 """
 from __future__ import annotations
 
@@ -48,12 +53,14 @@ import threading
 from pathlib import Path
 
 from irsurgeon.core import limits
+from irsurgeon.core.config import present
 from irsurgeon.core.errors import CheckpointError
 from irsurgeon.core.text import shown
-from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE, SINGLE_FILE, weight_map
+from irsurgeon.weights.checkpoint import BIN_FILE, BIN_INDEX_FILE, CONFIG_FILE, INDEX_FILE, SINGLE_FILE, weight_map
 from irsurgeon.weights.hub import store
-from irsurgeon.weights.hub.fetch import (Echo, HubOptions, cache_root, cached_file, fetcher, is_repo_id, probe,
-                                         size_limit, snapshot_commit)
+from irsurgeon.weights.hub import fetch as hub_fetch
+from irsurgeon.weights.hub.fetch import (Echo, HubOptions, cache_root, cached_file, fetcher, has_file, is_repo_id,
+                                         probe, size_limit, snapshot_commit)
 from irsurgeon.weights.hub.names import CONTENT_HASH
 from irsurgeon.weights.hub.ranges import HubBytes, RangesRefused
 from irsurgeon.weights.rows import LocalBytes, merge_ranges
@@ -82,11 +89,47 @@ def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, prefix
             copy_small(folder, root, name, echo)
         todo = [s for s in shards if not kept(folder, s, prefix, placed, echo)]
         online = probe(repo_id, pinned, lambda _: None) if todo else False  # quiet: resolve_source's spoke
+        if placed is None and todo and stored_as_bin(repo_id, root, pinned, online):
+            return fetch_bin(repo_id, root, pinned, prefix, online, echo)
         for shard in todo:
             with folder.writing(shard, echo):  # another run writing it: waited for, then its copy is complete
                 if not kept(folder, shard, prefix, placed):
                     fetch_shard(folder, repo_id, shard, pinned, prefix, online, echo)
     return folder.path
+
+
+def stored_as_bin(repo_id: str, root: Path, hub: HubOptions, online: bool) -> bool:
+    """Whether a repo without model.safetensors.index.json keeps its weights in .bin files: transformers 5.25.0
+    (modeling_utils.py _get_resolved_checkpoint_files) takes model.safetensors, its index, then pytorch_model.bin, its
+    index. The .bin files an earlier run left in the snapshot say so without a request; else one HEAD of
+    model.safetensors (offline, or the hub unreachable: a safetensors repo, whose missing shard is the error)."""
+    if any(present(root / name) for name in (BIN_INDEX_FILE, BIN_FILE)):
+        return True
+    return online and not has_file(repo_id, SINGLE_FILE, hub)
+
+
+def fetch_bin(repo_id: str, root: Path, hub: HubOptions, prefix: str, online: bool, echo: Echo) -> Path:
+    """A .bin repo's files holding `prefix*` tensors (its index says which; without one, pytorch_model.bin), each
+    fetched whole into the Hugging Face cache by fetcher (hf_hub_download, bounded and checked like every file) and,
+    when just downloaded, its content checked against its ETag as a whole shard's is; the snapshot is then the
+    checkpoint directory. Whole, not by range: a .bin places its tensors through its zip directory and its pickle,
+    which the local reader (torch_bin.py) reads."""
+    fetch = fetcher(repo_id, hub, online)
+    index = root / BIN_INDEX_FILE if present(root / BIN_INDEX_FILE) else \
+        fetch(BIN_INDEX_FILE, optional=True) if online else None
+    for shard in head_shards(weight_map(index), prefix, index) if index is not None else [BIN_FILE]:
+        if cached_file(repo_id, shard, hub) is None:
+            echo(f"{repo_id}: fetching {shard} whole (a .bin file is read from the local copy)")
+            found = fetch(shard, optional=index is None)  # an index's shard must be there: its absence is the error
+            if found is None:
+                raise CheckpointError(f"{hub_fetch.at(repo_id, hub)}: neither {SINGLE_FILE}, {INDEX_FILE}, "
+                                      f"{BIN_FILE} nor {BIN_INDEX_FILE} is in the repo")
+            local = LocalFile(found)
+            try:
+                local.check()
+            finally:
+                local.close()
+    return root
 
 
 def head_shards(placed: dict[str, str], prefix: str, index: Path) -> list[str]:

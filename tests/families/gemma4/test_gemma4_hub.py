@@ -65,7 +65,8 @@ def test_a_missing_weights_file_is_one_line_and_touches_nothing(tmp_path):
         proc = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf")
     errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
     assert proc.returncode == 1 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "model.safetensors is not in the repo" in errors[0]
+    assert ("neither model.safetensors, model.safetensors.index.json, pytorch_model.bin nor "
+            "pytorch_model.bin.index.json is in the repo") in errors[0]
     assert snapshot(target) == before
 
 
