@@ -1,5 +1,5 @@
 """An independent float64 numpy reference of the RoPE tables an EAGLE-3 draft layer trains with, written from the
-trainers' PyTorch code (not from irsurgeon's rope modules). scripts/check_rope_reference.py compares it with
+trainers' PyTorch code (not from irsurgeon's rope modules). tests/helpers/check_rope_reference.py compares it with
 transformers itself.
 
 transformers 5.2.0 (speculators drafts: `transformers.models.llama.modeling_llama.LlamaRotaryEmbedding` over the

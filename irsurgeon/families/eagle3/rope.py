@@ -26,7 +26,7 @@ table of its own positions, and the keys cached by earlier calls keep the rotati
 transformers' KV cache. Across forwards transformers differs by version, and for growing positions they all agree:
 5.2.0 recomputes whenever seq_len > max_position_embeddings and then never returns to the default table
 (dynamic_frequency_update stores max_seq_len_cached as "None_max_seq_len_cached" when the model has no layer
-types, so its reset branch never fires; scripts/check_rope_reference.py shows it), 4.56.1 recomputes only past the
+types, so its reset branch never fires; tests/helpers/check_rope_reference.py shows it), 4.56.1 recomputes only past the
 longest length seen and resets below max_position_embeddings. 4.56.1's longrope threshold is the layer-level
 original_max_position_embeddings only (else max_position_embeddings); 5.2.0's is read here.
 

@@ -1,5 +1,5 @@
 """EAGLE-3 RoPE types beyond default and llama3 (linear, dynamic, yarn, longrope) against tests/helpers/numpy_rope.py,
-a float64 reference written from transformers 5.2.0 and SpecForge (scripts/check_rope_reference.py compares it with
+a float64 reference written from transformers 5.2.0 and SpecForge (tests/helpers/check_rope_reference.py compares it with
 both).
 
 Drafts: the fixture checkpoint re-stored in vLLM speculators' layout (helpers.eagle3.speculators_variant), whose

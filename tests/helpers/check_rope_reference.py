@@ -4,7 +4,7 @@
 Runs only in a separate venv holding torch and transformers, never in irsurgeon's own environment:
 
     python3 -m venv /tmp/tfenv && /tmp/tfenv/bin/pip install torch==2.13.0 transformers==5.2.0 numpy
-    /tmp/tfenv/bin/python scripts/check_rope_reference.py [--specforge PATH/llama3_eagle.py]
+    /tmp/tfenv/bin/python tests/helpers/check_rope_reference.py [--specforge PATH/llama3_eagle.py]
 
 transformers: LlamaRotaryEmbedding(LlamaConfig(...)).forward for each rope type at position ranges ending below and
 above the original length, each on a fresh module (one forward, as one call of the draft); prints the largest
@@ -25,7 +25,7 @@ import transformers
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the helpers package
 from helpers import numpy_rope
 
 D, M = 16, 64  # head_dim, max_position_embeddings
