@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.core.config import peek_json
+from irsurgeon.core.config import brief, peek_json
 from irsurgeon.ir.export import GENERATION_CONFIG, LANGUAGE_MODEL, TEXT_ONLY_MODEL, bin_of
 
 SAFEAILAB, ANGELSLIM, SPECULATORS = "LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator"
@@ -70,6 +70,16 @@ def held_draft(held) -> str | None:
     return f"{FC}{' ' + str(list(fc)) if fc else ''}, one layer {prefix}* with hidden_norm, {' and '.join(heads)}"
 
 
+# keys only AngelSlim's trainer writes (its DraftModelConfig keeps them: compressor/speculative/train): a config that
+# names no layout but carries one is AngelSlim's, whose text drafts train at base 10000 and whose mrope interleaves
+ANGELSLIM_MARKS = ("modal_type", "aux_hidden_states_layer_ids")
+
+
+def angelslim_marked(config: dict) -> bool:
+    rope = config.get("rope_scaling")
+    return any(k in config for k in ANGELSLIM_MARKS) or (isinstance(rope, dict) and "mrope_interleaved" in rope)
+
+
 def claims(config: dict, held=None) -> bool:
     return architecture(config) is not None or (held is not None and held.known and held_draft(held) is not None)
 
@@ -83,7 +93,8 @@ def reading(config: dict, held, source: str) -> tuple[dict, list[str]]:
         return config, []
     read, aside = dict(config), []
     if architecture(config) is None:
-        read["architectures"], aside = [SAFEAILAB], [f"architectures {config.get('architectures')!r:.60}"]
+        read["architectures"] = [ANGELSLIM if angelslim_marked(config) else SAFEAILAB]
+        aside = [f"architectures {brief(config.get('architectures'), 60)}"]
     nested = architecture(read) == SPECULATORS and isinstance(read.get("transformer_layer_config"), dict)
     section = dict(read["transformer_layer_config"]) if nested else read
     if nested and "model_type" not in section:  # speculators reads it as Qwen3 since PR #620 (03ba008b), Llama before
@@ -93,7 +104,7 @@ def reading(config: dict, held, source: str) -> tuple[dict, list[str]]:
         read["transformer_layer_config"] = section
     if section.get("num_hidden_layers", 1) != 1:
         aside.append(f"{'transformer_layer_config.' if nested else ''}num_hidden_layers "
-                     f"{section['num_hidden_layers']!r:.20}")
+                     f"{brief(section['num_hidden_layers'], 20)}")
         section["num_hidden_layers"] = 1
         if nested:
             read["transformer_layer_config"] = section

@@ -28,8 +28,8 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from irsurgeon.core.config import (MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, ROPE_THETA, Key, Range, flag, ints,
-                                   lookup, read_keys)
+from irsurgeon.core.config import (MAX_HEADS, MAX_VOCAB, MAX_WIDTH, MISSING, ROPE_THETA, Key, Range, brief, flag,
+                                   ints, lookup, read_keys)
 from irsurgeon.core.errors import CheckpointError, ConfigError
 from irsurgeon.draft.recipe import Recipe, Weights
 from irsurgeon.families.eagle3 import layout, rope
@@ -136,6 +136,8 @@ def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
         raise ConfigError(f"{source}: architectures {cfg.get('architectures')!r:.80} name no EAGLE-3 draft "
                           f"(expected one of {', '.join(layout.ARCHITECTURES)})")
     nested = arch == layout.SPECULATORS
+    if "eagle_config" in cfg and not isinstance(cfg["eagle_config"], (dict, type(None))):
+        raise ConfigError(f"{source}: eagle_config must be a JSON object, found {brief(cfg['eagle_config'], 40)}")
     section = cfg.get("transformer_layer_config") if nested else cfg
     if not isinstance(section, dict):
         raise ConfigError(f"{source}: transformer_layer_config must be a JSON object (the speculators' layer config)")
@@ -152,9 +154,10 @@ def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
                 raise ConfigError(f"{source}: {home}{key} is set: {why}; openvino-genai 2026.4.1 cannot run this "
                                   f"draft as it was trained")
     layers = section.get("num_hidden_layers", 1)
-    if layers != 1:
+    if isinstance(layers, bool) or layers != 1 or not isinstance(layers, int):
         raise ConfigError(f"{source}: {'transformer_layer_config.' if nested else ''}num_hidden_layers is "
-                          f"{layers!r:.20}: only one-layer drafts are built (genai feeds back one layer's residual)")
+                          f"{brief(layers, 20)}: only one-layer drafts are built (genai feeds back one layer's "
+                          f"residual)")
     v, said = read_keys(cfg, KEYS, layer_type, {"layer": "transformer_layer_config." if nested else ""}, source)
     warnings += said
     H, nH = v["hidden_size"], v["num_heads"]
@@ -249,7 +252,7 @@ def read_modal(cfg: dict, source: str) -> str | None:
     """The target model type of an AngelSlim VLM draft (modal_type "VLM"), None for a text draft; refused where
     genai 2026.4.1 cannot run it as trained."""
     modal = cfg.get("modal_type")
-    if modal is None and rope.is_mrope(cfg) and layout.architecture(cfg) == layout.SAFEAILAB:
+    if modal is None and rope.is_specforge_mrope(cfg) and layout.architecture(cfg) == layout.SAFEAILAB:
         modal = VLM  # SpecForge's VLM drafts name their target by target_model_type alone (configs/qwen2-5-vl-*.json)
     if modal in (None, "LLM"):
         if rope.is_mrope(cfg):

@@ -102,6 +102,14 @@ def is_mrope(section: dict) -> bool:
     return isinstance(r, dict) and (r.get("type", r.get("rope_type")) == "mrope" or bool(r.get("mrope_interleaved")))
 
 
+def is_specforge_mrope(section: dict) -> bool:
+    """SpecForge's mrope (llama3_eagle.py LlamaAttention._init_rope: rope_scaling type "mrope", read as
+    rope_type, else type), without AngelSlim's mrope_interleaved."""
+    r = section.get("rope_scaling")
+    return (isinstance(r, dict) and r.get("rope_type", r.get("type")) == "mrope"
+            and "mrope_interleaved" not in r)
+
+
 def read_mrope(section: dict, theta: float, head_dim: int, source: str, interleaved: bool = True) -> Rope:
     """AngelSlim's MRotaryEmbedding (interleaved), or SpecForge's LlamaMutiRotaryEmbedding (chunked: the module
     docstring), from rope_scaling, each value checked."""

@@ -48,9 +48,9 @@ def test_safeailabs_upload_as_published_builds_the_draft_its_labelled_config_bui
     published = relabelled(tmp_path / "published", architectures=["LlamaForCausalLM"], num_hidden_layers=40)
     target, said = patched(tmp_path, published, "t")
     reference, _ = patched(tmp_path, CKPT, "ref")
-    assert "architectures ['LlamaForCausalLM'] and num_hidden_layers 40 set aside: read as an EAGLE-3 draft " \
-           "(LlamaForCausalLMEagle3's layout) by what the checkpoint holds: fc.weight [64, 192], one layer " \
-           "midlayer.* with hidden_norm, d2t and lm_head.weight" in said, said
+    assert ('architectures ["LlamaForCausalLM"] and num_hidden_layers 40 set aside: read as an EAGLE-3 draft '
+            "(LlamaForCausalLMEagle3's layout) by what the checkpoint holds: fc.weight [64, 192], one layer "
+            "midlayer.* with hidden_norm, d2t and lm_head.weight") in said, said
     assert (target / DRAFT / "openvino_model.bin").read_bytes() == (reference / DRAFT / "openvino_model.bin").read_bytes()
     kept = json.loads((target / DRAFT / "config.json").read_text())
     assert kept["architectures"] == [layout.SAFEAILAB] and kept["num_hidden_layers"] == 1
@@ -136,3 +136,35 @@ def test_a_hub_snapshot_before_its_weights_is_judged_by_its_index(tmp_path):
     held = Held(tmp_path)
     assert held.known and held.names == frozenset(names) and held.shape("fc.weight") is None
     assert registry.for_checkpoint(tmp_path).key == "eagle3"
+
+
+def test_a_relabelled_angelslim_draft_is_read_as_angelslims_by_the_keys_only_its_trainer_writes():
+    """modal_type, aux_hidden_states_layer_ids and rope_scaling.mrope_interleaved are AngelSlim's: a config naming no
+    layout but carrying one is read as AngelSlim's (interleaved mrope, base 10000 for a text draft), never as
+    SafeAILab's."""
+    vlm = json.loads((Path(__file__).resolve().parents[2] / "data" / "eagle3_vlm" / "ckpt" / "config.json").read_text())
+    vlm["architectures"] = ["LlamaForCausalLM"]
+    held = Held(names={"fc.weight", "midlayer.hidden_norm.weight", "midlayer.self_attn.q_proj.weight", "d2t"})
+    read, said = layout.reading(vlm, held, "config.json")
+    assert read["architectures"] == [layout.ANGELSLIM] and "Eagle3LlamaForCausalLM's layout" in said[0]
+    from irsurgeon.families.eagle3 import model as eagle3
+    assert eagle3.parse_config(read).rope.interleaved
+    text = {**json.loads((CKPT / "config.json").read_text()), "architectures": ["LlamaForCausalLM"],
+            "aux_hidden_states_layer_ids": [0, 1, 2], "rope_theta": 1e6, "eagle_config": None}
+    read, _ = layout.reading({k: v for k, v in text.items() if v is not None}, held, "config.json")
+    cfg = eagle3.parse_config(read)
+    assert cfg.architecture == layout.ANGELSLIM and cfg.rope.theta == 10000.0 and cfg.taps.ids == (0, 1, 2)
+
+
+@pytest.mark.parametrize("change, said", [({"eagle_config": "junk"}, 'eagle_config must be a JSON object, found "junk"'),
+                                          ({"eagle_config": [1, 5, 8]}, "eagle_config must be a JSON object"),
+                                          ({"num_hidden_layers": True}, "num_hidden_layers is true"),
+                                          ({"num_hidden_layers": 1.0}, "num_hidden_layers is 1.0")])
+def test_a_labelled_config_of_the_wrong_type_is_refused_naming_the_key(change, said):
+    from irsurgeon.core.errors import ConfigError
+    from irsurgeon.families.eagle3 import model as eagle3
+
+    config = {**json.loads((CKPT / "config.json").read_text()), **change}
+    with pytest.raises(ConfigError, match="^c.json: ") as refused:
+        eagle3.parse_config(config, "c.json")
+    assert said in str(refused.value)
