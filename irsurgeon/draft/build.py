@@ -47,10 +47,10 @@ def load_with(recipe: Recipe, checkpoint: str | Path, config: str | Path | None 
     (config, weights, open checkpoint)."""
     ckpt = open_checkpoint(checkpoint, config)
     try:
-        if cfg is None:
+        if cfg is None:  # else the caller read it, and said its warnings
             cfg = recipe.parse_config(read_json(ckpt.config_path), str(ckpt.config_path))
-        for line in cfg.warnings:
-            warn(line)
+            for line in cfg.warnings:
+                warn(line)
         weights = load_tensors(ckpt, recipe, cfg, checkpoint, allow_nonfinite, warn)
     except BaseException:
         ckpt.close()

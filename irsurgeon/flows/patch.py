@@ -104,13 +104,15 @@ def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float,
     for line in target.warnings:  # here, not in inspect: verify re-inspects the target
         echo(line)
     refuse_unreadable_configs(family, target.path)
+    cfg = family.recipe().parse_config(config, str(where))  # a checkpoint refused so is refused for a ready target too
     result = PatchResult(target.path, run_hint=family.run_hint(target.path), family=family.key)
     if is_done(family, target.path, options, echo):
         result.skipped = True
         return result
+    for line in cfg.warnings:  # said once, dry run or not (the build reads cfg as given)
+        echo(line)
     refuse_unwritable(target.path, options.dry_run)  # before the pair check and the build, dry run or not
-    staging = Staging(root, str(source), family.recipe().parse_config(config, str(where)), options, echo,
-                      read_as=config if read_as else None)
+    staging = Staging(root, str(source), cfg, options, echo, read_as=config if read_as else None)
     pairing = pair(family, target, staging)
     staging.choice, result.plan = plan(family, target, source, options, echo)
     if staging.choice is None:

@@ -96,10 +96,12 @@ class Eagle3(Family):
         """--hidden-layers other than the taps the present draft records: rebuilt (taps are the draft's input)."""
         if options.hidden_layers is None:
             return None
+        from irsurgeon.core.config import peek_json
         from irsurgeon.families.eagle3.patch import recorded_taps
         from irsurgeon.families.eagle3.target import asked_taps
-        present = recorded_taps(Path(directory) / names.DRAFT_DIR / names.MODEL_XML)
-        if present == asked_taps(options.hidden_layers):
+        draft = Path(directory) / names.DRAFT_DIR
+        present = recorded_taps(draft / names.MODEL_XML)
+        if present == asked_taps(options.hidden_layers, names.architecture(peek_json(draft / names.CONFIG) or {})):
             return None
         return f"its draft is fed from target layers {list(present) if present else '(unrecorded)'}; hidden layers " \
                f"{list(options.hidden_layers)} asked"

@@ -19,6 +19,7 @@
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError, with_hin
 from irsurgeon.draft.protocol import Target
 from irsurgeon.families.eagle3.layout import (CONFIG, MODEL_XML, MOE_TARGET_TYPES, VLM_XML, is_vlm_target,
                                               target_type_problem)
-from irsurgeon.families.eagle3.model import DISTINCT, Eagle3Config, default_taps, repeated
+from irsurgeon.families.eagle3.model import DISTINCT, Eagle3Config, default_taps, in_trained_order, repeated
 from irsurgeon.families.eagle3.moe_taps import LAYER_NAME, layer_outputs
 from irsurgeon.ir import files, graph
 from irsurgeon.ir.hidden_states import lm_head_input
@@ -100,7 +101,7 @@ def resolve_taps(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, .
                  ) -> tuple[tuple[int, ...], str]:
     """The taps the draft is fed from (genai's counting), and one line saying where they come from."""
     if override is not None:
-        ids = asked_taps(override)
+        ids = asked_taps(override, cfg.architecture)
         return ids, f"taps {list(ids)} (as asked{', in layer order' if ids != tuple(override) else ''})"
     if cfg.taps.ids is not None:
         return cfg.taps.ids, f"taps {list(cfg.taps.ids)} from {cfg.taps.said}"
@@ -114,15 +115,20 @@ def resolve_taps(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, .
     return ids, f"taps {list(ids)}: {said} (layer outputs)"
 
 
-def asked_taps(ids) -> tuple[int, ...]:
+def asked_taps(ids, architecture: str) -> tuple[int, ...]:
     """Taps given explicitly (the Python API's Options.hidden_layers; the CLI checks its option the same way first):
-    three distinct non-negative layer indices, recorded in layer order (the order a layer-loop capture feeds them)."""
-    ids = tuple(ids)
-    if len(ids) != 3 or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
+    three distinct non-negative layer indices, recorded in the order the draft's trainer fed them (model.py
+    in_trained_order: layer order, or as given for an AngelSlim draft)."""
+    try:
+        ids = tuple(ids)
+    except TypeError:
+        raise ConfigError(f"hidden layers {ids!r:.40}: expected three non-negative layer indices") from None
+    if len(ids) != 3 or any(isinstance(i, bool) or not isinstance(i, numbers.Integral) or i < 0 for i in ids):
         raise ConfigError(f"hidden layers {list(ids)!r:.60}: expected three non-negative layer indices")
+    ids = tuple(int(i) for i in ids)
     if (twice := repeated(ids)) is not None:
         raise ConfigError(f"hidden layers {list(ids)} name layer {twice} twice: {DISTINCT}")
-    return tuple(sorted(ids))
+    return in_trained_order(ids, architecture)
 
 
 def check_pair(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...] | None = None,

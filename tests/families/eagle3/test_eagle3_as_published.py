@@ -168,3 +168,18 @@ def test_a_labelled_config_of_the_wrong_type_is_refused_naming_the_key(change, s
     with pytest.raises(ConfigError, match="^c.json: ") as refused:
         eagle3.parse_config(config, "c.json")
     assert said in str(refused.value)
+
+
+def test_a_dry_run_says_what_the_config_leaves_aside_as_the_run_does(tmp_path):
+    ckpt = relabelled(tmp_path / "phi", model_type="phi3")
+    target = Path(shutil.copytree(TARGET, tmp_path / "t"))
+    for args in (("--dry-run",), ()):
+        result = invoke("patch", target, "--checkpoint", ckpt, *args)
+        assert result.exit_code == 0 and result.output.count("model_type 'phi3' not read") == 1, result.output
+
+
+def test_a_ready_target_still_refuses_a_checkpoint_config_it_cannot_read(tmp_path):
+    target, _ = patched(tmp_path, CKPT, "t")
+    broken = relabelled(tmp_path / "broken", hidden_size="x")
+    result = invoke("patch", target, "--checkpoint", broken)
+    assert result.exit_code == 1 and "hidden_size must be an integer" in result.output, result.output

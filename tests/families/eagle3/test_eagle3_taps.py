@@ -14,6 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers.cli import invoke
@@ -203,4 +204,31 @@ def test_a_target_show_does_not_call_an_eagle3_target_is_refused_by_patch_and_ve
     result = invoke("patch", target, "--checkpoint", CKPT)
     assert result.exit_code == 1 and f"model_type {model_type!r} is not an EAGLE-3 target" in result.output, \
         result.output
+    assert snapshot(target) == before
+
+
+def test_hidden_layers_of_an_angelslim_draft_keep_the_order_given(tmp_path, target):
+    """AngelSlim's trainer concatenates the states in its list's order, so the order given is the draft's input."""
+    ckpt = checkpoint(tmp_path / "a", eagle_config=None, architectures=[layout.ANGELSLIM],
+                      aux_hidden_states_layer_ids=[2, 0, 1])
+    assert invoke("patch", target, "--checkpoint", ckpt).exit_code == 0
+    assert recorded_taps(target / DRAFT_XML) == (2, 0, 1)
+    same = invoke("patch", target, "--checkpoint", ckpt, "--hidden-layers", "2,0,1")
+    assert same.exit_code == 0 and "nothing to do" in same.output, same.output
+    other = invoke("patch", target, "--checkpoint", ckpt, "--hidden-layers", "0,1,2")
+    assert other.exit_code == 0 and recorded_taps(target / DRAFT_XML) == (0, 1, 2), other.output
+
+
+@pytest.mark.parametrize("value, ok", [((np.int64(0), np.int32(1), 3), True), ([3, 1, 0], True), (158, False),
+                                       ((True, 1, 2), False), ((0, 1, 2.0), False), ("0,1,2", False)])
+def test_the_python_api_takes_any_three_integers_and_refuses_the_rest_in_one_line(target, value, ok):
+    from irsurgeon import Options, patch_directory
+
+    if ok:
+        result = patch_directory(target, CKPT, options=Options(hidden_layers=value))
+        assert recorded_taps(target / DRAFT_XML) == tuple(sorted(int(i) for i in value)), result
+        return
+    before = snapshot(target)
+    with pytest.raises(ConfigError, match="hidden layers .*expected three non-negative layer indices"):
+        patch_directory(target, CKPT, options=Options(hidden_layers=value))
     assert snapshot(target) == before
