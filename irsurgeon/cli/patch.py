@@ -62,7 +62,7 @@ def layer_ids(text: str | None) -> tuple[int, ...] | None:
         return None
     parts = [p.strip() for p in text.split(",")]
     if len(parts) != 3 or not all(p.isascii() and p.isdigit() and len(p) <= 6 for p in parts):
-        raise click.BadParameter(f"{text!r:.40}: expected three non-negative integers, as 1,13,24")
+        raise click.BadParameter(f"{text!r:.40}: expected three non-negative integers below 1000000, as 1,13,24")
     ids = tuple(int(p) for p in parts)
     if len(set(ids)) != 3:
         raise click.BadParameter(f"{text!r:.40}: names a layer twice; expected three distinct layers (openvino-genai "

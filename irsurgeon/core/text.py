@@ -39,3 +39,8 @@ def shown(text: object) -> str:
 
 def silent(_line: str) -> None:
     """The library's default channel for progress lines: nothing (the CLI passes its own)."""
+
+
+def a(noun: str) -> str:
+    """The noun with its indefinite article, by its first letter ("an EAGLE-3 draft", "a Gemma 4 assistant")."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"

@@ -39,7 +39,7 @@ from irsurgeon.core import rtinfo
 from irsurgeon.draft.build import build_model, load_with, stream_of
 from irsurgeon.core.config import peek_json, read_json
 from irsurgeon.quant.formats import WEIGHT_FORMATS
-from irsurgeon.core.text import silent
+from irsurgeon.core.text import a, silent
 from irsurgeon.core.errors import (CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError,
                                    IRError, OutputError)
 from irsurgeon.families import registry
@@ -134,8 +134,8 @@ def refuse_foreign_options(family: Family, options: Options) -> None:
         if getattr(options, name) is not None and name not in family.patch_options:
             takers = [f.title for f in registry.FAMILIES if name in f.patch_options]
             said = ", ".join(takers[:-1]) + f" and {takers[-1]}" if len(takers) > 1 else "".join(takers)
-            raise ConfigError(f"the {words} option applies to {said or 'no family'} checkpoints; this one is a "
-                              f"{family.title}'s")
+            raise ConfigError(f"the {words} option applies to {said or 'no family'} checkpoints; this one is "
+                              f"{a(family.title)}'s")
 
 
 def refuse_unwritable(target: Path, dry_run: bool) -> None:
@@ -216,7 +216,7 @@ def inspect(family: Family, target_dir: Path, source) -> Target:
     except IRSurgeonError as e:
         if registry.for_directory(target_dir) is family:
             raise
-        raise type(e)(f"{target_dir} is not a target for {source}, a {family.title} checkpoint: "
+        raise type(e)(f"{target_dir} is not a target for {source}, {a(family.title)} checkpoint: "
                       f"{e}") from None
     if not isinstance(target, Target):
         raise TypeError(f"{family!r}.inspect returned {type(target).__name__}, not a draft.protocol.Target")

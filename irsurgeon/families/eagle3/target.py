@@ -97,11 +97,14 @@ def inspect_target(directory: str | Path) -> Eagle3Target:
     return Eagle3Target(path, str(kind), layers, hidden, logits[-1].get_length(), tappable, untapped, xml_name=name)
 
 
-def resolve_taps(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...] | None = None
-                 ) -> tuple[tuple[int, ...], str]:
-    """The taps the draft is fed from (genai's counting), and one line saying where they come from."""
+def resolve_taps(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...] | None = None,
+                 recorded: bool = False) -> tuple[tuple[int, ...], str]:
+    """The taps the draft is fed from (genai's counting), and one line saying where they come from (recorded: the
+    override is what a built draft records, verify's case)."""
     if override is not None:
         ids = asked_taps(override, cfg.architecture)
+        if recorded:
+            return ids, f"taps {list(ids)} (recorded in the draft)"
         return ids, f"taps {list(ids)} (as asked{', in layer order' if ids != tuple(override) else ''})"
     if cfg.taps.ids is not None:
         return cfg.taps.ids, f"taps {list(cfg.taps.ids)} from {cfg.taps.said}"
@@ -132,7 +135,7 @@ def asked_taps(ids, architecture: str) -> tuple[int, ...]:
 
 
 def check_pair(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...] | None = None,
-               edit: bool = False) -> str:
+               edit: bool = False, recorded: bool = False) -> str:
     """Refuses a draft not made for this target (one line naming the key); sets target.taps and, with edit (patch),
     target.edits: the taps in MoE layers genai can tap once moe_taps' edit is made. Returns the taps line."""
     def refuse(detail: str) -> None:
@@ -146,11 +149,11 @@ def check_pair(target: Eagle3Target, cfg: Eagle3Config, override: tuple[int, ...
         refuse(f"the target is a {target.model_type} VLM export and the draft a text draft (no modal_type \"VLM\"): "
                f"openvino-genai 2026.4.1 feeds a VLM target's draft inputs_embeds and 3-row mrope position_ids")
     if cfg.vlm and not target.vlm:
-        refuse(f"modal_type \"VLM\" (target_model_type {cfg.target_model_type}) names a VLM target, this is a "
-               f"{target.model_type} text export ({MODEL_XML})")
+        refuse(f"it is a VLM draft (target_model_type {cfg.target_model_type}), this is a {target.model_type} text "
+               f"export ({MODEL_XML})")
     if cfg.vlm and cfg.target_model_type != target.model_type:
         refuse(f"target_model_type is {cfg.target_model_type}, the target is {target.model_type}")
-    taps, said = resolve_taps(target, cfg, override)
+    taps, said = resolve_taps(target, cfg, override, recorded)
     outside = [i for i in taps if not 0 <= i < target.num_layers]
     if outside:
         refuse(f"{said} names layer {outside[0]}, the target has {target.num_layers} decoder layers")

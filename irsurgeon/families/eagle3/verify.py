@@ -41,7 +41,8 @@ def verify_eagle3(target: Path, checkpoint: str | Path | None = None) -> list[Ch
         return checks
     try:
         cfg = eagle3.parse_config(read_json(draft / CONFIG), str(draft / CONFIG))
-        check_pair(info, cfg, recorded(draft / MODEL_XML))  # the taps built in: patch may have been told others
+        taps = recorded(draft / MODEL_XML, cfg)
+        check_pair(info, cfg, taps, recorded=True)  # the taps built in: patch may have been told others
     except IRSurgeonError as e:
         return checks + [Check("draft pair", False, str(e))]
     checks.append(Check("draft pair", True, f"hidden {cfg.hidden_size}, vocab {cfg.vocab_size} -> draft vocab "
@@ -52,8 +53,9 @@ def verify_eagle3(target: Path, checkpoint: str | Path | None = None) -> list[Ch
     return checks
 
 
-def recorded(xml: Path) -> tuple[int, ...]:
-    """The draft's rt_info hidden_layers_list: three distinct layer indices, or an IRError saying what it holds."""
+def recorded(xml: Path, cfg) -> tuple[int, ...]:
+    """The draft's rt_info hidden_layers_list: three distinct layer indices in the order its trainer fed them
+    (model.in_trained_order), or an IRError saying what it holds."""
     taps = recorded_taps(xml)
     if taps is None or len(taps) != 3:
         raise IRError(f"{xml}: rt_info {eagle3.HIDDEN_LAYERS} is not three layer indices (openvino-genai 2026.4.1 "
@@ -61,6 +63,10 @@ def recorded(xml: Path) -> tuple[int, ...]:
     if (twice := eagle3.repeated(taps)) is not None:
         raise IRError(f"{xml}: rt_info {eagle3.HIDDEN_LAYERS} {list(taps)} names layer {twice} twice: "
                       f"{eagle3.DISTINCT}")
+    if eagle3.in_trained_order(taps, cfg.architecture) != taps:
+        raise IRError(f"{xml}: rt_info {eagle3.HIDDEN_LAYERS} {list(taps)} is out of layer order: a "
+                      f"{cfg.architecture} draft was fed its states in layer order, and genai feeds them in the "
+                      f"list's")
     return taps
 
 

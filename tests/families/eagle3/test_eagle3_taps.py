@@ -232,3 +232,12 @@ def test_the_python_api_takes_any_three_integers_and_refuses_the_rest_in_one_lin
     with pytest.raises(ConfigError, match="hidden layers .*expected three non-negative layer indices"):
         patch_directory(target, CKPT, options=Options(hidden_layers=value))
     assert snapshot(target) == before
+
+
+def test_verify_refuses_recorded_taps_out_of_the_order_the_trainer_fed_them(target):
+    assert invoke("patch", target, "--checkpoint", CKPT).exit_code == 0
+    xml = target / DRAFT_XML
+    xml.write_text(xml.read_text().replace('<hidden_layers_list value="0 1 2" />', '<hidden_layers_list value="1 0 2" />'))
+    result = invoke("verify", target)
+    assert result.exit_code == 1 and "hidden_layers_list [1, 0, 2] is out of layer order" in result.output, \
+        result.output

@@ -111,7 +111,7 @@ def test_the_pair_check_keeps_text_and_vlm_apart():
     vlm = eagle3.parse_config(vlm_config(vocab_size=text_target.vocab_size, draft_vocab_size=None,
                                          hidden_size=text_target.hidden_size),
                               "c.json")
-    with pytest.raises(IRSurgeonError, match="names a VLM target, this is a llama text export"):
+    with pytest.raises(IRSurgeonError, match=r"it is a VLM draft \(target_model_type qwen3_vl\), this is a llama text export"):
         check_pair(text_target, vlm, (0, 1, 2))
 
 
