@@ -369,3 +369,9 @@ def check_memory(nbytes: int, what: str, error: type[IRSurgeonError]) -> None:
 
 # `synth`'s sizes: far above its tiny fixtures, low enough that a mistyped size cannot make a file of many GB
 SYNTH_SIZE_LIMITS = {"layers": 64, "hidden": 8192, "heads": 256, "kv_heads": 256, "head_dim": 1024, "vocab": 1 << 18}
+
+# A repo whose config.json names no family has its single weight file fetched to see what it holds (a SafeAILab
+# EAGLE-3 upload labelled LlamaForCausalLM, weights/hub/partial.py fetch_to_judge): up to this size. The largest
+# published EAGLE-3 draft (a Llama-3.3-70B target's: fc [8192, 24576], one layer, a 32000-row head) is about 3 GiB
+# in bf16, 6 GiB in f32.
+JUDGE_FETCH_BYTES = 8 << 30

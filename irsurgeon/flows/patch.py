@@ -55,7 +55,7 @@ from irsurgeon.flows.verify import config_checks, verify_directory
 from irsurgeon.weights import prefetch
 from irsurgeon.weights.checkpoint import config_of, weightless
 from irsurgeon.weights.held import Held
-from irsurgeon.weights.hub import fetch_weights, resolve_source
+from irsurgeon.weights.hub import fetch_to_judge, fetch_weights, resolve_source
 
 Echo = Callable[[str], None]
 
@@ -93,7 +93,7 @@ def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float,
     root = resolve_source(source, echo, options.hub)  # a repo id: config.json and the index only
     where = config_of(root)
     config, holds = read_json(where), Held(root)
-    family = registry.for_config(config, str(where), holds)
+    family, holds = family_of(config, str(where), source, root, holds, options, echo)
     refuse_foreign_options(family, options)
     config, read_as = family.reading(config, holds, str(where))
     for line in read_as:
@@ -122,6 +122,19 @@ def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float,
     staging.provenance = provenance(options, source, pairing.identity)
     result.written = commit(family, target, staging, start, held)
     return result
+
+
+def family_of(config: dict, where: str, source, root: Path, holds: Held, options: Options, echo: Echo):
+    """The checkpoint's family (registry.for_config) and what it holds: a repo id whose labels name no family and
+    whose snapshot shows no tensor name has its weights fetched first (into the caches, where the build finds them
+    again), so that what it holds decides (weights.hub.fetch_to_judge)."""
+    try:
+        return registry.for_config(config, where, holds), holds
+    except ConfigError:
+        if holds.known or (fetched := fetch_to_judge(source, root, options.hub, echo)) is None:
+            raise
+    holds = Held(fetched)
+    return registry.for_config(config, where, holds), holds
 
 
 # Options fields only some families read, and their words (the CLI's flags spell them --hidden-layers, ...)

@@ -19,11 +19,11 @@ from irsurgeon.weights.hub.fetch import (OFFLINE_HINT, PROBE_TIMEOUT, REPO_ID, E
                                          network_reason, probe, probe_timeout, resolve_source, snapshot_commit)
 from irsurgeon.weights.hub.guard import DEFAULT_TIMEOUT, TIMEOUT_ENV, HubGuardError, HubRefused, HubTimeout
 from irsurgeon.weights.hub.names import revision_problem
-from irsurgeon.weights.hub.partial import fetch_weights
+from irsurgeon.weights.hub.partial import fetch_to_judge, fetch_weights
 from irsurgeon.weights.hub.ranges import HubBytes, HubOffline, RangesRefused
 
 __all__ = ["OFFLINE_HINT", "PROBE_TIMEOUT", "REPO_ID", "Echo", "HubOptions", "HubUnreachable", "cached_file",
            "endpoint", "fetch_checkpoint", "fetcher", "hub_error", "hub_failures", "inside_cache", "is_network_error",
            "is_offline", "is_repo_id", "looks_like_repo_id", "network_reason", "probe", "probe_timeout",
            "resolve_source", "snapshot_commit", "DEFAULT_TIMEOUT", "TIMEOUT_ENV", "HubGuardError", "HubRefused",
-           "HubTimeout", "revision_problem", "fetch_weights", "HubBytes", "HubOffline", "RangesRefused"]
+           "HubTimeout", "revision_problem", "fetch_to_judge", "fetch_weights", "HubBytes", "HubOffline", "RangesRefused"]

@@ -126,10 +126,10 @@ def cache_root(hub: HubOptions) -> Path:
     return Path(hub.cache_dir or constants.HF_HUB_CACHE).expanduser().resolve()
 
 
-def head(repo_id: str, filename: str, hub: HubOptions) -> None:
+def head(repo_id: str, filename: str, hub: HubOptions) -> int | None:
     """One HEAD of the repo's file: the one huggingface_hub makes first (file_download.py
     _get_metadata_or_catch_error -> get_hf_file_metadata), bounded by the scope, its commit and ETag checked here as
-    well as by the scope; huggingface_hub's failures are raised as they are."""
+    well as by the scope; huggingface_hub's failures are raised as they are. Returns the size it announces."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
     from irsurgeon.weights.hub.transport import scope
@@ -141,6 +141,20 @@ def head(repo_id: str, filename: str, hub: HubOptions) -> None:
     except HubGuardError as e:
         raise labelled(e, f"{at(repo_id, hub)}: {filename}") from None
     check_metadata(repo_id, filename, hub, meta.commit_hash, meta.etag)
+    return meta.size if isinstance(meta.size, int) and meta.size >= 0 else None
+
+
+def file_size(repo_id: str, filename: str, hub: HubOptions) -> int | None:
+    """The size the hub announces for the repo's file (one HEAD), None when the repo has no such file or announces
+    none; any other failure is one line (hub_error)."""
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+
+    try:
+        return head(repo_id, filename, hub)
+    except RemoteEntryNotFoundError:
+        return None
+    except hub_failures() as e:
+        raise hub_error(repo_id, filename, hub, e) from None
 
 
 def has_file(repo_id: str, filename: str, hub: HubOptions) -> bool:

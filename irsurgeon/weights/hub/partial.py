@@ -98,6 +98,27 @@ def fetch_weights(source: str | Path, root: Path, hub: HubOptions | None, prefix
     return folder.path
 
 
+def fetch_to_judge(source: str | Path, root: Path, hub: HubOptions | None, echo: Echo = print) -> Path | None:
+    """For a repo id whose config.json names no draft family by its labels and whose snapshot holds no index (so no
+    tensor name is known yet): its weights, every tensor, fetched as fetch_weights fetches them (a single
+    safetensors file by range, a .bin whole), so that what the checkpoint holds decides whose it is
+    (weights.held.Held). None for a local path. A file larger than limits.JUDGE_FETCH_BYTES is refused rather than
+    fetched: a draft of one layer is far smaller, and a base model given by mistake is not downloaded to be refused."""
+    if not (snapshot_commit(root) and is_repo_id(source)):
+        return None
+    pinned = dataclasses.replace(hub or HubOptions(), revision=snapshot_commit(root))
+    repo_id = str(source)
+    if probe(repo_id, pinned, lambda _: None):
+        size = next((n for n in (hub_fetch.file_size(repo_id, f, pinned) for f in (SINGLE_FILE, BIN_FILE))
+                     if n is not None), None)
+        if size is not None and size > limits.JUDGE_FETCH_BYTES:
+            raise CheckpointError(f"{hub_fetch.at(repo_id, pinned)}: config.json names no draft family, and its "
+                                  f"weights ({size / 2**30:.1f} GiB) are too large to fetch to see what they hold "
+                                  f"(at most {limits.JUDGE_FETCH_BYTES / 2**30:.0f} GiB)")
+    echo(f"{repo_id}: config.json names no draft family: fetching its weights to see what they hold")
+    return fetch_weights(source, root, hub, "", echo)
+
+
 def stored_as_bin(repo_id: str, root: Path, hub: HubOptions, online: bool) -> bool:
     """Whether a repo without model.safetensors.index.json keeps its weights in .bin files: transformers 5.25.0
     (modeling_utils.py _get_resolved_checkpoint_files) takes model.safetensors, its index, then pytorch_model.bin, its

@@ -183,3 +183,81 @@ def test_a_ready_target_still_refuses_a_checkpoint_config_it_cannot_read(tmp_pat
     broken = relabelled(tmp_path / "broken", hidden_size="x")
     result = invoke("patch", target, "--checkpoint", broken)
     assert result.exit_code == 1 and "hidden_size must be an integer" in result.output, result.output
+
+
+def safeailab_upload(where: Path, source: Path = CKPT) -> Path:
+    """A draft as SafeAILab uploads it: config.json labelled LlamaForCausalLM with the base model's layer count, and
+    the tensors in pytorch_model.bin (its traineagle3 saves with torch), no safetensors."""
+    from lab import torch_zip
+
+    where.mkdir(parents=True)
+    torch_zip.from_safetensors(source / "model.safetensors", where / "pytorch_model.bin")
+    config = json.loads((source / "config.json").read_text())
+    config.update(architectures=["LlamaForCausalLM"], num_hidden_layers=40)
+    (where / "config.json").write_text(json.dumps(config, indent=2))
+    return where
+
+
+def test_safeailabs_upload_from_pytorch_model_bin_builds_the_same_draft_bit_for_bit(tmp_path):
+    upload = safeailab_upload(tmp_path / "upload")
+    target, said = patched(tmp_path, upload, "t")
+    reference, _ = patched(tmp_path, CKPT, "ref")
+    assert "set aside: read as an EAGLE-3 draft" in said, said
+    assert (target / DRAFT / "openvino_model.bin").read_bytes() == (reference / DRAFT / "openvino_model.bin").read_bytes()
+    assert invoke("verify", target).exit_code == 0
+
+
+@pytest.mark.parametrize("stored", ["bin", "safetensors"])
+def test_safeailabs_upload_as_a_repo_id_is_fetched_and_judged_by_what_it_holds(tmp_path, stored):
+    """No index in the repo, so no tensor name before its weights: a config naming no family has its one weight file
+    fetched (a .bin whole, a safetensors file by range), then what it holds decides; the draft is the local one."""
+    from lab.hub import run_cli
+    from lab.hub_server import HubServer, Revision
+
+    upload = safeailab_upload(tmp_path / "upload")
+    if stored == "safetensors":
+        (upload / "pytorch_model.bin").unlink()
+        shutil.copy(CKPT / "model.safetensors", upload / "model.safetensors")
+    files = {p.name: p for p in upload.iterdir()}
+    target = Path(shutil.copytree(TARGET, tmp_path / "t"))
+    with HubServer({"yuhuili/EAGLE3-tiny": {"main": Revision(files)}}) as hub:
+        proc, _ = run_cli("patch", target, "--checkpoint", "yuhuili/EAGLE3-tiny", "--weight-format", "f32",
+                          endpoint=hub.url, home=tmp_path / "hf")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "config.json names no draft family: fetching its weights to see what they hold" in proc.stdout
+    reference, _ = patched(tmp_path, CKPT, "ref")
+    assert (target / DRAFT / "openvino_model.bin").read_bytes() == (reference / DRAFT / "openvino_model.bin").read_bytes()
+
+
+def test_a_repo_whose_labels_name_no_family_and_holding_a_plain_llama_is_refused_once_seen(tmp_path):
+    from lab.hub import run_cli
+    from lab.hub_server import HubServer, Revision
+
+    ckpt = plain_llama(tmp_path / "llama")
+    files = {p.name: p for p in ckpt.iterdir()}
+    target = Path(shutil.copytree(TARGET, tmp_path / "t"))
+    with HubServer({"acme/llama": {"main": Revision(files)}}) as hub:
+        proc, _ = run_cli("patch", target, "--checkpoint", "acme/llama", endpoint=hub.url, home=tmp_path / "hf")
+    assert proc.returncode == 1 and "has no supported draft family" in proc.stderr, proc.stderr
+    assert not (target / DRAFT).exists()
+
+
+def test_weights_larger_than_the_bound_are_refused_before_any_download(tmp_path, monkeypatch):
+    """A base model given by mistake is not downloaded to be refused: the announced size decides first."""
+    from irsurgeon.core import limits
+    from irsurgeon.core.errors import CheckpointError
+    from irsurgeon.weights.hub import partial
+
+    snapshot = tmp_path / "models--acme--big" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    fetched = []
+    monkeypatch.setattr(partial, "probe", lambda *_: True)
+    monkeypatch.setattr(partial.hub_fetch, "file_size", lambda repo, name, hub: limits.JUDGE_FETCH_BYTES + 1
+                        if name == "model.safetensors" else None)
+    monkeypatch.setattr(partial, "fetch_weights", lambda *a, **k: fetched.append(a))
+    with pytest.raises(CheckpointError, match=r"names no draft family, and its weights \(8.0 GiB\) are too large"):
+        partial.fetch_to_judge("acme/big", snapshot, None, echo=lambda _: None)
+    assert fetched == []
+    monkeypatch.setattr(partial.hub_fetch, "file_size", lambda repo, name, hub: 1 << 20)
+    partial.fetch_to_judge("acme/big", snapshot, None, echo=lambda _: None)
+    assert len(fetched) == 1
