@@ -176,3 +176,27 @@ def test_synth_eagle3_trained_is_the_seeded_target_and_the_draft_as_trained(tmp_
     assert (tmp_path / "pair" / "ckpt" / "model.safetensors").read_bytes() == (TRAINED / "model.safetensors").read_bytes()
     other = invoke("synth", tmp_path / "other", "--kind", "eagle3-trained", "--seed", "1")
     assert other.exit_code == 1 and "trained on the target of seed 0" in other.output
+
+
+@pytest.mark.genai
+def test_the_trained_draft_as_safeailab_uploads_it_is_accepted_exactly_as_often(target, patched, tmp_path):
+    """The trained draft as SafeAILab uploads drafts (LlamaForCausalLM, the base model's layer count, tensors in
+    pytorch_model.bin, no tap key: its trainer's default [1, N//2 - 1, N - 4] is [1, 5, 8] here, the trained taps):
+    the same draft, and greedy decoding makes acceptance deterministic, so the counts are equal."""
+    from irsurgeon.flows.genai import run_equivalence
+    from lab import torch_zip
+
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    torch_zip.from_safetensors(TRAINED / "model.safetensors", upload / "pytorch_model.bin")
+    config = json.loads((TRAINED / "config.json").read_text())
+    config.update(architectures=["LlamaForCausalLM"], num_hidden_layers=40)
+    del config["eagle_config"]
+    (upload / "config.json").write_text(json.dumps(config))
+    where = Path(shutil.copytree(target, tmp_path / "t"))
+    result = invoke("patch", where, "--checkpoint", upload)
+    assert result.exit_code == 0 and "taps [1, 5, 8]" in result.output, result.output
+    runs = [run_equivalence(d, prompts=2, nats=(1, 3), echo=lambda _: None) for d in (where, patched)]
+    assert all(r.identical for r in runs)
+    assert [(r.accepted, r.draft_tokens) for r in runs[0].runs] == [(r.accepted, r.draft_tokens) for r in runs[1].runs]
+    assert runs[0].acceptance > 0.05
