@@ -153,12 +153,28 @@ def test_specforges_vlm_draft_matches_its_chunked_mrope_and_not_the_interleaved_
     assert moved > 1e-2, moved
 
 
-def yarn_draft(where: Path) -> Path:
-    """The fixture draft under a SpecForge yarn rope_scaling (its deepseek-v2-lite config's form)."""
+SCALED = {  # a short original length, so that the genai runs' positions cross it
+    "yarn": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1,
+             "mscale": 1.0, "mscale_all_dim": 0.7},  # SpecForge's deepseek-v2-lite config's form
+    "linear": {"type": "linear", "factor": 2.0},
+    "dynamic": {"type": "dynamic", "factor": 2.0},
+    "longrope": {"rope_type": "longrope", "original_max_position_embeddings": 16,
+                 "short_factor": [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7],
+                 "long_factor": [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5]},
+}
+
+
+def scaled_draft(where: Path, kind: str) -> Path:
+    """The fixture draft under a scaled RoPE: SpecForge's layout, or (longrope, which SpecForge does not build) the
+    speculators' (transformers' LlamaRotaryEmbedding)."""
+    if kind == "longrope":
+        ckpt = speculators_variant(CKPT, where)
+        rewrite(ckpt, lambda c: c["transformer_layer_config"].update(rope_scaling=SCALED[kind],
+                                                                      max_position_embeddings=64))
+        return ckpt
     shutil.copytree(CKPT, where)
-    rewrite(where, lambda c: c.update(rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings":
-                                                    64, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
-                                                    "mscale_all_dim": 0.7}))
+    rewrite(where, lambda c: c.update(rope_scaling=SCALED[kind], max_position_embeddings=16 if kind == "dynamic"
+                                      else c["max_position_embeddings"]))
     return where
 
 
@@ -167,14 +183,14 @@ def vlm_target(where: Path) -> Path:
 
 
 @pytest.mark.genai
-@pytest.mark.parametrize("form", ["qwen3-layer", "yarn", "specforge-vlm"])
+@pytest.mark.parametrize("form", ["qwen3-layer", *SCALED, "specforge-vlm"])
 def test_each_new_form_is_token_identical_to_greedy_in_genai(tmp_path, form):
     """genai 2026.4.1 runs each new draft form (the random drafts are accepted about never: exactness and plumbing)."""
     if form == "specforge-vlm":
         target, ckpt = vlm_target(tmp_path / "t"), specforge_vlm(tmp_path / "c", target_model_type="qwen3_vl")
     else:
         target = Path(shutil.copytree(TARGET, tmp_path / "t"))
-        ckpt = qwen3_draft(tmp_path / "c") if form == "qwen3-layer" else yarn_draft(tmp_path / "c")
+        ckpt = qwen3_draft(tmp_path / "c") if form == "qwen3-layer" else scaled_draft(tmp_path / "c", form)
     assert invoke("patch", target, "--checkpoint", ckpt, "--hidden-layers", "0,1,2").exit_code == 0
     result = invoke("verify", target, "--genai", "--prompts", "2", "--sweep", "1,3", "--min-acceptance", "0",
                     "--rounds", "1")
