@@ -7,6 +7,7 @@ genai hands the draft, and the same draft re-stored in vLLM speculators' layout.
     speculators_variant(src, dst)    src (SafeAILab layout) rewritten as an `Eagle3Speculator` checkpoint in dst
     with_target_table(model, table)  the draft IR with its embedding Gather reading `table` (genai's share_vocabulary)
     run_calls(model, calls)          several stateful f32 calls of a draft IR: (logits of each, the feeds used)
+    variant(where, source, **change) source's tensors under its config.json changed (a None value removes the key)
 """
 from __future__ import annotations
 
@@ -135,3 +136,16 @@ def run_calls(model, calls: list[int], seed: int = 0) -> tuple[list[np.ndarray],
         feeds.append(feed)
         pos += s
     return outs, feeds
+
+
+def variant(where: Path, source: Path, **change) -> Path:
+    """A checkpoint in `where`: source's model.safetensors under its config.json with `change` (None removes a key)."""
+    import shutil
+
+    where.mkdir(parents=True)
+    shutil.copy(source / "model.safetensors", where / "model.safetensors")
+    config = json.loads((source / "config.json").read_text())
+    for key, value in change.items():
+        config.pop(key, None) if value is None else config.__setitem__(key, value)
+    (where / "config.json").write_text(json.dumps(config, indent=2))
+    return where

@@ -24,6 +24,7 @@ import pytest
 
 from helpers.cli import invoke
 from helpers.eagle3 import load_checkpoint, run_calls, target_embed, with_target_table
+from helpers.eagle3 import variant as checkpoint_variant
 from helpers.numpy_eagle3 import Eagle3Reference
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.core.errors import ConfigError
@@ -38,13 +39,7 @@ CALLS = [3, 1, 2]     # stateful calls: positions 0..5
 
 def variant(where: Path, **change) -> Path:
     """The fixture checkpoint's tensors under its config with `change` (None removes a key)."""
-    where.mkdir(parents=True)
-    shutil.copy(CKPT / "model.safetensors", where / "model.safetensors")
-    config = json.loads((CKPT / "config.json").read_text())
-    for key, value in change.items():
-        config.pop(key, None) if value is None else config.__setitem__(key, value)
-    (where / "config.json").write_text(json.dumps(config, indent=2))
-    return where
+    return checkpoint_variant(where, CKPT, **change)
 
 
 def angelslim(where: Path, **change) -> Path:

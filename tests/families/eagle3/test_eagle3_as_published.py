@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from helpers.cli import invoke
+from helpers.eagle3 import variant
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.families import registry
 from irsurgeon.families.eagle3 import layout
@@ -28,13 +29,7 @@ DRAFT = Path(layout.DRAFT_DIR)
 
 
 def relabelled(where: Path, **change) -> Path:
-    where.mkdir(parents=True)
-    shutil.copy(CKPT / "model.safetensors", where / "model.safetensors")
-    config = json.loads((CKPT / "config.json").read_text())
-    for key, value in change.items():
-        config.pop(key, None) if value is None else config.__setitem__(key, value)
-    (where / "config.json").write_text(json.dumps(config, indent=2))
-    return where
+    return variant(where, CKPT, **change)
 
 
 def patched(tmp_path: Path, ckpt: Path, name: str) -> tuple[Path, str]:

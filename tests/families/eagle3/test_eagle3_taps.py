@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from helpers.cli import invoke
+from helpers.eagle3 import variant
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.core.config import read_json
 from irsurgeon.core.errors import ConfigError, IRSurgeonError
@@ -40,10 +41,7 @@ def config(**change) -> dict:
 
 
 def checkpoint(where: Path, **change) -> Path:
-    where.mkdir(parents=True)
-    shutil.copy(CKPT / "model.safetensors", where / "model.safetensors")
-    (where / "config.json").write_text(json.dumps(config(**change), indent=2))
-    return where
+    return variant(where, CKPT, **change)
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
