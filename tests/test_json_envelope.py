@@ -137,6 +137,7 @@ def test_annotate(tmp_path):
 def test_show(tmp_path):
     keys_of(run("show", TARGET, "--json", expect=0), "show of a directory")
     keys_of(run("show", TARGET / "openvino_language_model.xml", "--json", expect=0), "show of an IR")
+    keys_of(run("show", TARGET.parent / "ckpt", "--json", expect=0), "show of a checkpoint")
     (tmp_path / "empty").mkdir()
     assert "not an export" in run("show", tmp_path / "empty", "--json", expect=1)["error"]
 

@@ -205,3 +205,34 @@ def test_a_folder_that_is_no_export_is_said_so_with_where_one_is(tmp_path):
     empty.mkdir()
     result = invoke("show", empty, "--json")
     assert result.exit_code == 1 and json.loads(result.stdout)["ok"] is False and "not an export" in result.output
+
+
+@pytest.mark.parametrize("key", ["qwen3_5", "gemma4", "dflash", "eagle3"])
+def test_a_checkpoint_is_called_a_checkpoint_of_its_family_never_a_target(key):
+    """`show CKPT` used to take every checkpoint folder for a Qwen3.5 target and print a FAIL about the VLM layout,
+    exit 0. Now it says whose draft the checkpoint is, by its config and what it holds, as patch decides."""
+    from helpers.cli import invoke
+    from lab.families import FIXTURE_PAIRS
+    from irsurgeon.flows.show import show
+
+    _, ckpt = FIXTURE_PAIRS[key]
+    info = show(ckpt)
+    assert info["kind"] == "checkpoint" and info["family"] == key and info["error"] is None and info["tensors"] > 0
+    result = invoke("show", ckpt)
+    assert result.exit_code == 0 and f"checkpoint {ckpt}" in result.output and "target layout" not in result.output
+    assert f"irsurgeon patch TARGET --checkpoint {ckpt}" in result.output
+
+
+def test_a_checkpoint_no_family_takes_says_why(tmp_path):
+    import json
+
+    import numpy as np
+
+    from helpers.cli import invoke
+    from irsurgeon.weights.safetensors_io import write_safetensors
+
+    write_safetensors(tmp_path / "model.safetensors", {"model.layers.0.mlp.up_proj.weight": np.zeros((4, 4), "f4")})
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    result = invoke("show", tmp_path)
+    assert result.exit_code == 0 and "no draft family takes it" in result.output, result.output
+    assert "has no supported draft family" in result.output, result.output

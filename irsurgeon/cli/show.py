@@ -29,8 +29,22 @@ def command(ctx: click.Context, path: Path, as_json: bool, context: int) -> None
                    f"(show its directory for the footprint)", err=True)
     report(info)
     if not as_json:
-        for line in directory_text(info) if info["kind"] == "directory" else ir_text(info):
+        text = {"directory": directory_text, "checkpoint": checkpoint_text}.get(info["kind"], ir_text)
+        for line in text(info):
             safe_echo(line)  # names and rt_info values come from the files
+
+
+def checkpoint_text(info: dict) -> list[str]:
+    from irsurgeon.families import registry
+
+    cfg = info["config"] or {}
+    lines = [f"checkpoint {info['path']}: {info['tensors']} tensors, config.json model_type {cfg.get('model_type')}"]
+    if info["family"] is None:
+        return lines + [f"no draft family takes it: {info['error']}"]
+    lines += [f"draft family: {registry.by_key(info['family']).describe}", *info["reading"]]
+    if info["error"]:
+        return lines + [f"not readable as one: {info['error']}"]
+    return lines + [f"build it into a target: irsurgeon patch TARGET --checkpoint {info['path']}"]
 
 
 def _table(rows: list[tuple[str, str, str]]) -> list[str]:

@@ -1,6 +1,7 @@
 """What an IR or an exported model directory holds, as one JSON-able dict (the `show` command prints it).
 
-For an IR: irsurgeon.ir.describe.show_ir (IR_KEYS). For a directory (`show_directory`, DIR_KEYS): kind="directory",
+For an IR: irsurgeon.ir.describe.show_ir (IR_KEYS). For a checkpoint directory (weights and config.json, no IR):
+show_checkpoint (CHECKPOINT_KEYS), whose draft it is. For a directory (`show_directory`, DIR_KEYS): kind="directory",
 path, layout, family (the registered draft family the directory belongs to, families.registry.for_directory: its
 `key`, e.g. "qwen3_5" or "gemma4"), config (model_type, layers, mtp_num_hidden_layers, ...), irs (one entry per IR,
 the family's draft IR by its path relative to the directory, ENTRY_KEYS: file, ok, error, summary (the text line),
@@ -26,6 +27,7 @@ from irsurgeon.ir import files
 from irsurgeon.ir.describe import show_ir
 from irsurgeon.ir.export import CONFIG, ExportDir
 from irsurgeon.flows.verify import verify_directory
+from irsurgeon.weights.held import Held
 
 DIR_KEYS = ("kind", "path", "layout", "family", "config", "irs", "draft", "footprint")
 ENTRY_KEYS = ("file", "ok", "error", "summary", "ops", "inputs", "outputs", "states", "weights", "runtime_options",
@@ -46,8 +48,28 @@ def show(path: str | Path, *, context: int = DEFAULT_CONTEXT) -> dict:
     return show_ir(path)
 
 
+CHECKPOINT_KEYS = ("kind", "path", "family", "config", "tensors", "reading", "error")
+
+
+def show_checkpoint(directory: Path, held: Held) -> dict:
+    """A checkpoint directory (weights and config.json, no IR): whose draft it is, by its config and what it holds
+    (families.registry.for_config, Family.reading), or why no family takes it; its tensor count. Reads no weight."""
+    info = {"kind": "checkpoint", "path": str(directory), "family": None, "config": config_facts(directory),
+            "tensors": len(held.names), "reading": [], "error": None}
+    try:
+        config = read_json(directory / CONFIG)
+        family = registry.for_config(config, str(directory / CONFIG), held)
+        info["family"] = family.key
+        info["reading"] = family.reading(config, held, str(directory / CONFIG))[1]
+    except IRSurgeonError as e:
+        info["error"] = str(e)
+    return info
+
+
 def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
     xmls = files.list_irs(directory)
+    if not xmls and (held := Held(directory)).known:  # a checkpoint, not an export
+        return show_checkpoint(directory, held)
     if not xmls and not os.path.lexists(directory / CONFIG):
         raise IRError(f"{directory}: not an export directory (no config.json, no OpenVINO IR .xml)" + exports_in(directory))
     family = registry.for_directory(directory)
