@@ -162,8 +162,10 @@ def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int
     if min_acceptance and (not drafted or accepted / drafted < min_acceptance):
         results["speed"] = None
         echo(f"warning: the target accepted {accepted}/{drafted} drafted tokens ({report.acceptance:.1%}), below "
-             f"--min-acceptance {min_acceptance:.0%}: the draft is probably not this target's, or built wrong "
-             f"(tokens stay identical because the target checks every draft); speed not measured")
+             f"--min-acceptance {min_acceptance:.0%}: the draft is not this target's, built wrong, or untrained: "
+             f"synth's random drafts (--kind eagle3, dflash) are accepted about never by construction, so check their "
+             f"plumbing with --min-acceptance 0, or use a trained kind (eagle3-trained, dflash-cycle); tokens stay "
+             f"identical because the target checks every draft; speed not measured")
         return [f"draft acceptance ({accepted}/{drafted} drafted tokens accepted, below --min-acceptance "
                 f"{min_acceptance:.0%})"]
     speed = run_speed(target, prompts, sweep, max_new_tokens, device, rounds, echo=echo)

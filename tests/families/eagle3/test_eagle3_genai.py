@@ -41,3 +41,14 @@ def test_a_draft_folder_without_its_generation_config_is_not_ready(tmp_path):
     (target / "eagle3_draft" / "generation_config.json").unlink()
     result = invoke("verify", target, "--genai", "--prompts", "1", "--sweep", "1", "--min-acceptance", "0")
     assert result.exit_code == 1 and "generation_config.json" in result.output, result.output
+
+
+@pytest.mark.genai
+def test_a_random_draft_below_the_acceptance_floor_is_said_to_be_possibly_untrained(tmp_path):
+    """synth's eagle3 draft is random: verify --genai used to blame it as another target's only; it now names the
+    random synth kinds, --min-acceptance 0 and the trained kinds."""
+    target = Path(shutil.copytree(TARGET, tmp_path / "t"))
+    assert invoke("patch", target, "--checkpoint", CKPT).exit_code == 0
+    result = invoke("verify", target, "--genai", "--prompts", "1", "--sweep", "1", "--rounds", "1")
+    assert result.exit_code == 1 and "or untrained" in result.output and "--min-acceptance 0" in result.output \
+        and "eagle3-trained" in result.output, result.output
