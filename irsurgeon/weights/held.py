@@ -17,26 +17,29 @@ class Held:
     def __init__(self, root: str | Path | None = None, names=None, shapes=None):
         self.root = None if root is None else Path(root)
         self._read = None if root is not None else (frozenset(names or ()), dict(shapes or {}), names is not None)
+        self.files: tuple[str, ...] = ()  # the weight files the names were read from (their headers or an index)
 
     def _load(self) -> tuple[frozenset[str], dict[str, tuple[int, ...]], bool]:
         if self._read is None:
             self._read = self._scan(self.root)
         return self._read
 
-    @staticmethod
-    def _scan(root: Path) -> tuple[frozenset[str], dict[str, tuple[int, ...]], bool]:
+    def _scan(self, root: Path) -> tuple[frozenset[str], dict[str, tuple[int, ...]], bool]:
         from irsurgeon.weights.checkpoint import INDEX_FILE, Checkpoint, weight_map
 
         try:
             ckpt = Checkpoint.open(root)
         except CheckpointError:
             index = root / INDEX_FILE
-            return (frozenset(weight_map(index)), {}, True) if root.is_dir() and index.is_file() else \
-                (frozenset(), {}, False)
+            if not (root.is_dir() and index.is_file()):
+                return frozenset(), {}, False
+            self.files = (index.name,)
+            return frozenset(weight_map(index)), {}, True
         try:
             shapes = {n: ckpt.info(n).shape for n, shard in ckpt.shard_of.items() if shard.exists()}
         finally:
             ckpt.close()
+        self.files = tuple(sorted({p.name for p in ckpt.shard_of.values()}))
         return frozenset(ckpt.shard_of), shapes, True
 
     @property

@@ -498,7 +498,8 @@ def load_weights(ckpt: Checkpoint, table: Table, declared: str | None = None, al
     copies = check_tied(ckpt, table, stored, expected)
     ignored = sorted(n for n in stored.names if n in table.ignored and n not in expected)
     for note in dict.fromkeys(table.ignored[n] for n in ignored if table.ignored[n]):
-        warn(f"note: {ckpt.root}: {note}: {', '.join(table.prefix + n for n in ignored if table.ignored[n] == note)}")
+        names = ", ".join(table.prefix + n for n in ignored if table.ignored[n] == note)
+        warn(f"note: {ckpt.root}: {names} not read ({note})")
     check_tensor_set(ckpt, expected, stored.names - set(ignored) - set(copies), table.prefix,
                      f"{layout} layout" if layout else "")
     check_dtypes(ckpt, expected, stored, declared, table.source, warn,

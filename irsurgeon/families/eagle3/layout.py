@@ -111,8 +111,9 @@ def reading(config: dict, held, source: str) -> tuple[dict, list[str]]:
     if not aside:
         return config, []
     as_what = f"{architecture(read)}'s layout" if architecture(config) is None else "one layer"
+    held_in = f" ({', '.join(held.files[:2])}{', ...' if len(held.files) > 2 else ''})" if held.files else ""
     return read, [f"{source}: {' and '.join(aside)} set aside: read as an EAGLE-3 draft ({as_what}) by what the "
-                  f"checkpoint holds: {evidence}"]
+                  f"checkpoint holds{held_in}: {evidence}"]
 
 
 def has_draft(directory: str | Path) -> bool:

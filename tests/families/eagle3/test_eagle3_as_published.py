@@ -44,7 +44,8 @@ def test_safeailabs_upload_as_published_builds_the_draft_its_labelled_config_bui
     target, said = patched(tmp_path, published, "t")
     reference, _ = patched(tmp_path, CKPT, "ref")
     assert ('architectures ["LlamaForCausalLM"] and num_hidden_layers 40 set aside: read as an EAGLE-3 draft '
-            "(LlamaForCausalLMEagle3's layout) by what the checkpoint holds: fc.weight [64, 192], one layer "
+            "(LlamaForCausalLMEagle3's layout) by what the checkpoint holds (model.safetensors): fc.weight [64, 192], "
+            "one layer "
             "midlayer.* with hidden_norm, d2t and lm_head.weight") in said, said
     assert (target / DRAFT / "openvino_model.bin").read_bytes() == (reference / DRAFT / "openvino_model.bin").read_bytes()
     kept = json.loads((target / DRAFT / "config.json").read_text())
@@ -197,7 +198,8 @@ def test_safeailabs_upload_from_pytorch_model_bin_builds_the_same_draft_bit_for_
     upload = safeailab_upload(tmp_path / "upload")
     target, said = patched(tmp_path, upload, "t")
     reference, _ = patched(tmp_path, CKPT, "ref")
-    assert "set aside: read as an EAGLE-3 draft" in said, said
+    assert "set aside: read as an EAGLE-3 draft (LlamaForCausalLMEagle3's layout) by what the checkpoint holds " \
+           "(pytorch_model.bin)" in said, said
     assert (target / DRAFT / "openvino_model.bin").read_bytes() == (reference / DRAFT / "openvino_model.bin").read_bytes()
     assert invoke("verify", target).exit_code == 0
 
