@@ -288,3 +288,26 @@ def test_a_mistyped_local_path_whose_first_folder_is_missing_says_so_before_the_
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("Error: fixtures-typo/ckptt: no such local path (fixtures-typo/ does not exist); as a "
                                "Hugging Face repo id: cannot reach"), lines[0]
+
+
+def test_a_config_changed_in_huggingface_hubs_cache_is_refused_not_used(models, tmp_path):
+    """huggingface_hub trusts a commit's file once it is on disk, and the config decides the draft (an EAGLE-3 draft's
+    taps): its blob must still hash to the ETag it is named by, online or offline."""
+    import hashlib
+
+    target_src, files = models[1]
+    with HubServer({REPO: {"main": Revision(files)}}) as hub:
+        first, _ = run_cli("patch", copy_target(target_src, tmp_path / "a"), "--checkpoint", REPO,
+                           endpoint=hub.url, home=tmp_path / "hf")
+    assert first.returncode == 0, first.stderr
+    snapshots = tmp_path / "hf" / "hub" / f"models--{REPO.replace('/', '--')}" / "snapshots"
+    blob = next(snapshots.glob("*/config.json")).resolve()  # blobs/<its ETag>: sha256 here, as for an LFS file
+    data = files["config.json"].read_bytes()
+    assert blob.name == hashlib.sha256(data).hexdigest()
+    blob.write_bytes(data.replace(b'"hidden_size"', b' "hidden_size"', 1))
+    target = copy_target(target_src, tmp_path / "b")
+    before = snapshot(target)
+    again, _ = run_cli("patch", target, "--checkpoint", REPO, endpoint=hub.url, home=tmp_path / "hf",
+                       extra_env={"HF_HUB_OFFLINE": "1"})
+    assert again.returncode == 1 and "config.json: its content's sha256 is" in again.stderr, again.stderr
+    assert snapshot(target) == before

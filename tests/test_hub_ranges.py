@@ -438,7 +438,7 @@ def test_gaps_are_merged_only_within_the_waste_allowed():
 
 
 def test_content_is_checked_against_an_lfs_sha256_or_a_git_blob_sha1():
-    from irsurgeon.weights.hub.partial import check_content
+    from irsurgeon.weights.hub.names import check_content
 
     data = b"tensor bytes" * 1000
     check_content([data[:5], data[5:]], len(data), f'"{hashlib.sha256(data).hexdigest()}"', "f")

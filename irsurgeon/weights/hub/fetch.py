@@ -32,7 +32,7 @@ from irsurgeon.core import limits
 from irsurgeon.core.errors import CheckpointError, cause, with_hint
 from irsurgeon.weights.checkpoint import CONFIG_FILE, INDEX_FILE, home_of
 from irsurgeon.weights.hub.guard import TIMEOUT_ENV, Clock, HubGuardError, HubTimeout, check_timeout, default_timeout
-from irsurgeon.weights.hub.names import commit_problem, etag_problem, revision_problem, shown
+from irsurgeon.weights.hub.names import check_content, commit_problem, etag_problem, revision_problem, shown
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PROBE_TIMEOUT = 5.0  # seconds for the first HEAD; HF_HUB_ETAG_TIMEOUT, when set, wins
@@ -311,8 +311,22 @@ def fetcher(repo_id: str, hub: HubOptions, online: bool) -> Callable[..., Path |
             raise hub_error(repo_id, filename, hub, e) from None
         except hub_failures() as e:
             raise hub_error(repo_id, filename, hub, e) from None
-        return inside_cache(Path(found), repo_id, hub)
+        path = inside_cache(Path(found), repo_id, hub)
+        if (limit := size_limit(filename)[0]) is not None:  # the small JSON files irsurgeon reads, on every use
+            check_blob(path, limit, f"{at(repo_id, hub)}: {filename}")
+        return path
     return fetch
+
+
+def check_blob(path: Path, limit: int, label: str) -> None:
+    """A file of huggingface_hub's cache must still hash to the ETag its blob is named by (blobs/<etag>): the cache is
+    trusted by huggingface_hub once written (a commit's file on disk is not fetched again), so a config.json changed
+    there would decide a draft's taps unnoticed. A blob of another name (the shared store's) says nothing to check."""
+    real = Path(os.path.realpath(path))
+    if real.parent.name != "blobs":
+        return
+    data = limits.read_bytes(real, limit, CheckpointError, label)  # a regular file of at most `limit` bytes
+    check_content([data], len(data), real.name, label)
 
 
 def refuse_linked_folders(repo_id: str, hub: HubOptions) -> None:

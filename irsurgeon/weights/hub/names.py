@@ -11,12 +11,17 @@ the server's ETag (`blobs/<etag>`, after _normalize_etag strips `W/` and quotes)
     etag_problem(value)     a content hash once normalized as huggingface_hub does: 40 hex (git blob sha1) or 64 hex
                             (LFS sha256), optionally quoted and W/-prefixed as the hub sends it
 
-Each returns None when the name is fine, else why not. shown(value) quotes a value for a one-line message: control,
+    check_content(chunks, size, etag, label)   the content hashes to the ETag (sha256, or git's blob sha1)
+
+Each *_problem returns None when the name is fine, else why not. shown(value) quotes a value for a one-line message: control,
 format and other unprintable characters escaped, cut to SHOWN_CHARS.
 """
 from __future__ import annotations
 
+import hashlib
 import re
+
+from irsurgeon.core.errors import CheckpointError
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 CONTENT_HASH = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
@@ -71,3 +76,18 @@ def etag_problem(value: str) -> str | None:
     # blobs/ is what must be a hash
     normalized = value.lstrip("W/").strip('"')
     return None if CONTENT_HASH.fullmatch(normalized) else "not a content hash (40 or 64 hex digits)"
+
+
+def check_content(chunks, size: int, etag: str | None, label: str) -> None:
+    """The content (chunks, `size` bytes in all) must hash to the ETag: sha256 (64 hex, an LFS file) or git's blob
+    sha1 (40 hex: sha1 of b"blob <size>\\0" + content). An ETag of neither form says nothing to check."""
+    etag = (etag or "").lstrip("W/").strip('"').lower()  # as huggingface_hub 2.4.0 file_download.py _normalize_etag
+    if not CONTENT_HASH.fullmatch(etag):
+        return
+    digest = hashlib.sha256() if len(etag) == 64 else hashlib.sha1(b"blob %d\0" % size)
+    for chunk in chunks:
+        digest.update(chunk)
+    if digest.hexdigest() != etag:
+        kind = "sha256" if len(etag) == 64 else "git blob sha1"
+        raise CheckpointError(f"{label}: its content's {kind} is {digest.hexdigest()}, the hub's ETag says {etag}: "
+                              f"a corrupt download or another file; not using it")

@@ -61,7 +61,7 @@ from irsurgeon.weights.hub import store
 from irsurgeon.weights.hub import fetch as hub_fetch
 from irsurgeon.weights.hub.fetch import (Echo, HubOptions, cache_root, cached_file, fetcher, has_file, is_repo_id,
                                          probe, size_limit, snapshot_commit)
-from irsurgeon.weights.hub.names import CONTENT_HASH
+from irsurgeon.weights.hub.names import check_content
 from irsurgeon.weights.hub.ranges import HubBytes, RangesRefused
 from irsurgeon.weights.rows import LocalBytes, merge_ranges
 from irsurgeon.weights.safetensors_io import SafetensorsFile, TensorInfo, encode_header, parse_header
@@ -360,16 +360,3 @@ class LocalFile(LocalBytes):
             raise CheckpointError(f"{e} (remove it from the Hugging Face cache to fetch it again)") from None
 
 
-def check_content(chunks, size: int, etag: str | None, label: str) -> None:
-    """The content (chunks, `size` bytes in all) must hash to the ETag: sha256 (64 hex, an LFS file) or git's blob
-    sha1 (40 hex: sha1 of b"blob <size>\\0" + content). An ETag of neither form says nothing to check."""
-    etag = (etag or "").lstrip("W/").strip('"').lower()  # as huggingface_hub 2.4.0 file_download.py _normalize_etag
-    if not CONTENT_HASH.fullmatch(etag):
-        return
-    digest = hashlib.sha256() if len(etag) == 64 else hashlib.sha1(b"blob %d\0" % size)
-    for chunk in chunks:
-        digest.update(chunk)
-    if digest.hexdigest() != etag:
-        kind = "sha256" if len(etag) == 64 else "git blob sha1"
-        raise CheckpointError(f"{label}: its content's {kind} is {digest.hexdigest()}, the hub's ETag says {etag}: "
-                              f"a corrupt download or another file; not using it")
