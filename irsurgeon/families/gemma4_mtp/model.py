@@ -255,7 +255,7 @@ def tensors(cfg: AssistantConfig) -> Table:
     rows = tuple(Tensor(name, shape, integer=name in INTEGER_TENSORS) for name, shape in tensor_table(cfg).items())
     ignored = {} if cfg.tied else {EMBED: UNTIED_EMBEDDING}
     if not cfg.ordered:
-        ignored.update({n: "use_ordered_embeddings is off; not used" for n in ORDERED_EMBEDDINGS})
+        ignored.update({n: "use_ordered_embeddings is off" for n in ORDERED_EMBEDDINGS})
     tied = {LM_HEAD: EMBED} if cfg.tied else {}
     because = f"tie_word_embeddings (true in {cfg.source}, the default when absent)"
     return Table("", rows, source=cfg.source, ignored=ignored, tied=tied, tied_because=because)
