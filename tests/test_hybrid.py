@@ -208,6 +208,7 @@ def test_cli_layer_types(tmp_path):
 def test_synth_refuses_a_hybrid_without_a_full_attention_layer(tmp_path):
     result = invoke("synth", tmp_path / "s", "--layers", "3")
     assert result.exit_code == 1 and "no full_attention layer" in result.stderr and not (tmp_path / "s").exists()
+    assert "(pass --layer-types 3 or a list with 'full')" in result.stderr, result.stderr  # the option, by its flag
 
 
 def test_checkpoint_tensors_have_real_names_and_shapes(tmp_path):

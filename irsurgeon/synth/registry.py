@@ -141,9 +141,10 @@ def validate_layer_types(s: SynthSpec) -> None:
         raise ConfigError(f"layer types {','.join(types)}: expected {s.layers} entries, each "
                           f"{FULL} or {LINEAR}")
     if FULL not in types:  # openvino-genai's paged-attention pipeline needs one: "No ScaledDotProductAttention ..."
-        raise ConfigError(f"layers {s.layers} with full attention every {s.full_attention_interval} layers gives no "
-                          f"{FULL} layer, which openvino-genai needs to load the target: pass layer types "
-                          f"{min(s.layers, s.full_attention_interval) if s.layers > 1 else 1} or a list with 'full'")
+        every = min(s.layers, s.full_attention_interval) if s.layers > 1 else 1
+        raise with_hint(ConfigError(f"{s.layers} layers with full attention every {s.full_attention_interval} layers "
+                                    f"give no {FULL} layer, which openvino-genai needs to load the target"),
+                        "--layer-types", f"pass --layer-types {every} or a list with 'full'")
 
 
 def synthesize(out_dir: str | Path, kind: str = "qwen35", spec: SynthSpec | None = None, seed: int = 0,
