@@ -11,7 +11,10 @@ Leaving the block without commit() removes the staging folder: the directory is 
   2. for each missing one a folder is made in the staging folder (and held open)
   3. each staged file is fsynced, hashed (or the digest recorded as it was written taken, `written`; one changed
      since is refused) and given its original's mode; each original is hard-linked as its backup
-  4. the journal is written whole (journal.json.tmp, fsync, renamed into place; irsurgeon.commit.journal_format)
+  4. the journal is written whole (journal.json.tmp, fsync, renamed into place; irsurgeon.commit.journal_format),
+     the staging folder fsynced, then the target: the staging folder's own name is durable before anything in the
+     target changes (else a power cut could keep a file moved in and lose the folder holding the journal and the
+     only other name of the original it replaced)
   5. each made folder is renamed into the target (never over anything there), the target fsynced
   6. each file is renamed into place, the directories fsynced
   7. the journal is renamed `committed`: the commit is complete; then the staging folder is removed
@@ -400,7 +403,8 @@ class DirectoryTransaction:
         return {"name": name, "new": new, "old": old}
 
     def _write_journal(self, entries: list[dict]) -> None:
-        """The journal, written whole: journal.json.tmp, fsync, renamed into place, the staging folder fsynced."""
+        """The journal, written whole: journal.json.tmp, fsync, renamed into place, the staging folder fsynced, then
+        the target (the staging folder's name in it: module docstring, step 4)."""
         self._doing = "writing the journal"
         here = os.fstat(self._stage_fd)
         dirs = [{"name": d, "made": d in self._made, "dev": s.st_dev, "ino": s.st_ino}
@@ -416,6 +420,7 @@ class DirectoryTransaction:
             os.close(fd)
         os.replace(partial, JOURNAL, src_dir_fd=self._stage_fd, dst_dir_fd=self._stage_fd)
         os.fsync(self._stage_fd)
+        os.fsync(self._fd)
 
 
 @dataclass
