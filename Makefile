@@ -1,19 +1,23 @@
 # The two commands a newcomer runs: `make demo` (install + the main job on bundled tiny data) and `make test`.
 PYTHON ?= python3
 PIP_INSTALL = $(PYTHON) -m pip install -q -e ".[test]"
+PIP_INSTALL_DEMO = $(PYTHON) -m pip install -q -e ".[genai]"  # the demos need openvino-genai, not the test tools
 DEMO_OUT ?= out/demo
 DEMO_GEMMA4_OUT ?= out/demo-gemma4
 DEMO_DFLASH_OUT ?= out/demo-dflash
 DEMO_EAGLE3_OUT ?= out/demo-eagle3
 
-.PHONY: install lint compile demo demo-gemma4 demo-dflash demo-eagle3 test test-all bench bench-optimum bench-dflash reliability fixtures clean
+.PHONY: install install-demo lint compile demo demo-gemma4 demo-dflash demo-eagle3 test test-all bench bench-optimum bench-dflash reliability fixtures clean
 
 install:
 	$(PIP_INSTALL)
 
+install-demo:
+	$(PIP_INSTALL_DEMO)
+
 # The main job on bundled tiny data: a published-style export without the MTP head is patched in place,
 # checked against the contract, and run with openvino-genai (MTP speculative decoding vs plain greedy).
-demo: install
+demo: install-demo
 	rm -rf $(DEMO_OUT) && mkdir -p $(dir $(DEMO_OUT)) && cp -r fixtures/qwen3_5/target $(DEMO_OUT)
 	irsurgeon show $(DEMO_OUT)
 	irsurgeon patch $(DEMO_OUT) --checkpoint fixtures/qwen3_5/ckpt
@@ -21,7 +25,7 @@ demo: install
 
 # The same for the second draft family: a tiny Gemma 4 text-only export gets its MTP assistant (mtp_assistant/) and
 # the five outputs openvino-genai reads, then runs with it against target-only greedy decoding.
-demo-gemma4: install
+demo-gemma4: install-demo
 	rm -rf $(DEMO_GEMMA4_OUT) && mkdir -p $(dir $(DEMO_GEMMA4_OUT)) && cp -r fixtures/gemma4/target $(DEMO_GEMMA4_OUT)
 	irsurgeon show $(DEMO_GEMMA4_OUT)
 	irsurgeon patch $(DEMO_GEMMA4_OUT) --checkpoint fixtures/gemma4/ckpt
@@ -29,14 +33,14 @@ demo-gemma4: install
 
 # DFlash: the bundled pair's draft is random (its drafts are almost never accepted), so the demo uses a synthesized
 # pair whose drafts are (`synth --kind dflash-cycle`: a hand-set Qwen3 target and draft).
-demo-dflash: install
+demo-dflash: install-demo
 	irsurgeon synth $(DEMO_DFLASH_OUT) --kind dflash-cycle --force
 	irsurgeon patch $(DEMO_DFLASH_OUT)/target --checkpoint $(DEMO_DFLASH_OUT)/ckpt
 	irsurgeon verify $(DEMO_DFLASH_OUT)/target --genai --prompts 3
 
 # EAGLE-3: a draft trained on taps [1, 5, 8] of a seeded 12-layer Llama target (`synth --kind eagle3-trained`:
 # irsurgeon/families/eagle3/trained/README.md); the draft is built with its trainer's taps and run in openvino-genai.
-demo-eagle3: install
+demo-eagle3: install-demo
 	irsurgeon synth $(DEMO_EAGLE3_OUT) --kind eagle3-trained --force
 	irsurgeon patch $(DEMO_EAGLE3_OUT)/target --checkpoint $(DEMO_EAGLE3_OUT)/ckpt
 	irsurgeon verify $(DEMO_EAGLE3_OUT)/target --genai --prompts 3
