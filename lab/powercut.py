@@ -69,7 +69,8 @@ does not hold gets inode 0, which no file has), re-encoded by irsurgeon's own en
 
 Not modelled: file systems other than ext4 data=ordered (the `reordered` model is a stricter stand-in, not any
 particular one), hardware or virtual disks that acknowledge a flush they have not made, torn sectors inside a
-file's durable range, and a power cut during the next command's own recovery (kills there: tests/test_transaction_subdirs.py).
+file's durable range, and a power cut during the next command's own recovery (kills there:
+tests/test_transaction_subdirs.py).
 The figures of the last runs: docs/reliability.md. tests/test_powercut.py runs it.
 """
 from __future__ import annotations
