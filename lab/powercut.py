@@ -14,7 +14,8 @@ CrashMonkey (J. Mohan et al., "Finding Crash-Consistency Bugs with Bounded Black
              the start and after the command's end.
  2. model    the trace's calls inside the target become operations in order (Op): namespace operations (create,
              mkdir, symlink, link, rename, unlink, rmdir), data operations (write, truncate, mode change) and syncs,
-             each bound to the model inode it acts on by replaying them over the target's tree.
+             each bound to the model inode it acts on and to the folder inodes its names are in, by replaying them
+             over the target's tree.
  3. states   at each crash point (just before each marked sync, and after the end) the rules below give, in a
              bounded and deterministic way, the trees the disk may hold: which namespace operations survived, and
              what each file not yet fsynced holds.
@@ -28,7 +29,7 @@ CrashMonkey (J. Mohan et al., "Finding Crash-Consistency Bugs with Bounded Black
 Rules, ext4 data=ordered (the model `ext4`; ALICE Table 1 and section 2.2 for ext4 in its default mode; the kernel's
 Documentation/admin-guide/ext4.rst for data=ordered and auto_da_alloc; fsync(2) for what one fsync covers):
   E1 order    namespace operations are journaled by jbd2 in the order they are made: a power cut leaves a prefix of
-              them ("directory operations ... ordered" in ALICE's ext4-ordered model).
+              them (ALICE's ext4 data=ordered model persists directory operations in order).
   E2 syncs    an fsync of a folder, or sync/syncfs, makes every namespace operation made before it durable (a jbd2
               commit takes every earlier transaction with it). An fsync of a file makes its bytes, size and mode
               durable and, here, nothing else: ext4 without fast_commit commits every earlier operation too, so what
@@ -38,19 +39,21 @@ Documentation/admin-guide/ext4.rst for data=ordered and auto_da_alloc; fsync(2) 
   E3 data     a file written, truncated or created after its last fsync holds its bytes at the crash complete, cut
               short (a prefix) or empty; never another file's bytes ("data=ordered: all data are forced directly out
               to the main file system prior to its metadata being committed to the journal"). Appends spanning
-              blocks are not atomic (ALICE: multi-block append).
+              blocks are not atomic (ALICE, Table 1).
   E4 replace  auto_da_alloc: a file renamed over an existing name has the data written before the rename flushed
               before the rename commits ("the data blocks of the new file are forced to disk before the rename()
               operation is committed").
-  E5 atomic   a rename is atomic: the name holds the old or the new file, never neither (ALICE: ext4 directory
-              operations atomic).
+  E5 atomic   a rename is atomic: the name holds the old or the new file, never neither (ALICE, Table 1: ext4's
+              directory operations are atomic).
 Rules of the stricter model `reordered` (beyond ext4: what fsync(2) promises and no more, as a file system that
 writes directory blocks back in any order would give; E3 and E5 kept, E1, E2 and E4 replaced):
   R1 a namespace operation is durable once the folder receiving its name (a rename's destination, an unlink's or a
      rmdir's folder) is fsynced after it, or after sync. fsync(2): "Calling fsync() does not necessarily ensure that
      the entry in the directory containing the file has also reached disk. For that an explicit fsync() on a file
      descriptor for the directory is also needed."
-  R2 the others persist in any order, except that operations on one and the same name keep theirs.
+  R2 the others persist in any order, except that operations on one and the same entry (a name in one folder inode)
+     keep theirs. A rename whose source entry did not persist names its inode at its destination all the same; the
+     entries of a folder whose own entry did not persist are unreachable.
   R3 no auto_da_alloc.
 
 Bounds (deterministic): at each crash point, the namespace operations not yet durable (in order) give the metadata
@@ -67,10 +70,13 @@ the subfolders and the files by device and inode. Each materialised state's jour
 those identities translated to the copy's (a one-to-one map through the model's inodes; a recorded file the state
 does not hold gets inode 0, which no file has), re-encoded by irsurgeon's own encoder; nothing else of it changes.
 
+A power cut during the next run's own recovery: PowerCutLab.after_power_cut records the next `patch` on one of the
+states (pending_commit: a journal still pending, the most files moved in) and gives its crash points the same
+treatment, judged by the first patch's original and complete results.
+
 Not modelled: file systems other than ext4 data=ordered (the `reordered` model is a stricter stand-in, not any
 particular one), hardware or virtual disks that acknowledge a flush they have not made, torn sectors inside a
-file's durable range, and a power cut during the next command's own recovery (kills there:
-tests/test_transaction_subdirs.py).
+file's durable range.
 The figures of the last runs: docs/reliability.md. tests/test_powercut.py runs it.
 """
 from __future__ import annotations
@@ -84,6 +90,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from irsurgeon.commit import journal_format
 from lab.dirsnap import digest
@@ -188,6 +195,7 @@ class Op:
     node: int | None = None  # the model inode it acts on (made, moved, linked, removed, written, synced)
     replaced: int | None = None  # the inode a rename took a name from
     folder: int | None = None  # the folder that receives (or loses) the name: a rename's destination's
+    slots: tuple[tuple[int | None, str], ...] = ()  # (folder inode, name) of each of paths when it was made
 
     @property
     def namespace(self) -> bool:
@@ -412,17 +420,17 @@ class Recording:
     stderr: str
 
 
-def record(source: Path, ckpt: Path, where: Path, extra: tuple[str, ...] = (),
+def record(place: Callable[[Path], object], ckpt: Path, where: Path, extra: tuple[str, ...] = (),
            drop: tuple[str, ...] = ()) -> Recording:
-    """Copy source to where/target and patch it under strace through RUNNER; the trace's operations and the
-    snapshots at each crash point. drop: names whose fsync RUNNER leaves out, as a product missing it would (the
-    lab's proof that it catches one)."""
+    """Lay the target out at where/target (`place`: a copy of a pristine target, or a power-cut state) and patch it
+    under strace through RUNNER; the trace's operations and the snapshots at each crash point. drop: names whose
+    fsync RUNNER leaves out, as a product missing it would (the lab's proof that it catches one)."""
     strace = shutil.which("strace")
     if strace is None:
         raise ModelError("strace is not installed: the power-cut lab records the patch with it")
     where.mkdir(parents=True, exist_ok=True)
     target, gate, log = where / "target", where / "gate", where / "trace.log"
-    shutil.copytree(source, target)
+    place(target)
     gate.mkdir()
     env = child_env(PC_TARGET=str(target), PC_GATE=str(gate), PC_DROP=",".join(drop))
     cmd = [strace, "-f", "-qq", "-e", f"trace={STRACE_CALLS}", "-yy", "-s", "0", "-o", str(log),
@@ -505,6 +513,8 @@ class Model:
 
         def parent(path: str) -> int | None:
             return names.get(os.path.dirname(path)) if path else None
+        if kind in NAMESPACE or kind == "create?":
+            op.slots = tuple((parent(path), os.path.basename(path)) for path in paths)
         if kind == "create?":
             if paths[0] in names:
                 op.kind, op.node = "open", names[paths[0]]
@@ -532,13 +542,21 @@ class Model:
             op.node = names[paths[0]]
 
     def _identities(self) -> None:
-        """(device, inode) of the recorded run -> model inode, from every snapshot (a later one wins)."""
-        self.real: dict[tuple[int, int], int] = {}
+        """(device, inode) of the recorded run -> model inode, per snapshot (an inode number freed in the run may be
+        given to a later file)."""
+        self.real: list[dict[tuple[int, int], int]] = []
         for snap in self.rec.snapshots:
             names = self.names_at[snap.at]
-            for rel_path, (_kind, _mode, dev, ino, _body) in snap.entries.items():
-                if rel_path in names:
-                    self.real[(dev, ino)] = names[rel_path]
+            self.real.append({(dev, ino): names[rel_path] for rel_path, (_k, _m, dev, ino, _b) in snap.entries.items()
+                              if rel_path in names})
+
+    def identities_of(self, journal: int) -> dict[tuple[int, int], int]:
+        """The identity map a journal's records are read with: that of the first snapshot holding the journal (what
+        it names was alive when it was written, and is kept alive until the commit or its recovery ends)."""
+        for snap, real in zip(self.rec.snapshots, self.real):
+            if journal in self.names_at[snap.at].values():
+                return real
+        raise ModelError(f"model inode {journal}: a journal never seen in a snapshot")
 
     def content(self, node: int, point: Snapshot) -> tuple[str, int, str | None]:
         """(kind, mode, body) of a model inode at the crash point: from the last snapshot up to it that names it."""
@@ -626,7 +644,7 @@ def _group(seed: int, pending: list[Op], later: bool) -> set[int]:
     """pending[seed] with the operations on its names after it (later) or before it, transitively."""
     group = [pending[seed]]
     for other in (pending[seed + 1:] if later else reversed(pending[:seed])):
-        if any(set(other.paths) & set(g.paths) for g in group):
+        if any(set(other.slots) & set(g.slots) for g in group):
             group.append(other)
     return {op.i for op in group}
 
@@ -644,39 +662,41 @@ def metadata_choices(forced: set[int], pending: list[Op], rules: str) -> list[fr
 
 
 def replay(model: Model, kept: frozenset[int], upto: int) -> dict[str, int]:
-    """The names a state holds: the target's, then the kept namespace operations before `upto`, in order; then
-    only what is reachable. A rename whose source name the state lacks still names its inode at the destination
-    (the inode exists; only its old name was not written); entries under a folder whose own name the state lacks
-    are unreachable."""
-    names = dict(model.initial)
+    """The names a state holds: the target's entries, then the kept namespace operations before `upto` applied in
+    order to the folder inodes they were made in, then every path reachable from the target. A rename whose source
+    entry the state lacks still names its inode at the destination (the inode exists; only its old entry was not
+    written); entries of a folder whose own entry the state lacks are unreachable."""
+    entries: dict[int, dict[str, int]] = {}
+    for path, node in model.initial.items():
+        if path:
+            entries.setdefault(model.initial[os.path.dirname(path)], {})[os.path.basename(path)] = node
     for op in model.ops[:upto]:
         if op.i not in kept:
             continue
-        kind, paths = op.kind, op.paths
-        if kind in ("create", "mkdir", "symlink", "link"):
-            names[paths[-1]] = op.node
-        elif kind == "rename":
-            src, dst = paths
-            if names.get(src) != op.node:  # its arrival at src did not survive
-                names[src] = op.node
-            _move(names, src, dst)
-        elif kind in ("unlink", "rmdir") and names.get(paths[0]) == op.node:
-            _drop(names, paths[0])
-    reachable = {p: n for p, n in names.items() if _reachable(p, names)}
-    return reachable
-
-
-def _drop(names: dict[str, int], path: str) -> None:
-    for p in [p for p in names if p == path or p.startswith(path + "/")]:
-        del names[p]
-
-
-def _reachable(path: str, names: dict[str, int]) -> bool:
-    while path:
-        path = os.path.dirname(path)
-        if path not in names:
-            return False
-    return True
+        if op.kind in ("create", "mkdir", "symlink", "link"):
+            folder, name = op.slots[-1]
+            entries.setdefault(folder, {})[name] = op.node
+        elif op.kind == "rename":
+            (src_dir, src), (dst_dir, dst) = op.slots
+            if entries.get(src_dir, {}).get(src) == op.node:
+                del entries[src_dir][src]
+            entries.setdefault(dst_dir, {})[dst] = op.node
+        elif op.kind in ("unlink", "rmdir"):
+            folder, name = op.slots[0]
+            if entries.get(folder, {}).get(name) == op.node:
+                del entries[folder][name]
+    names, todo = {"": model.initial[""]}, [""]
+    while todo:
+        path = todo.pop()
+        for name, node in sorted(entries.get(names[path], {}).items()):
+            child = f"{path}/{name}" if path else name
+            if node in names.values():  # a folder reached twice (a cycle) is not a tree a disk can hold
+                if model.nodes[node].kind == "dir":
+                    raise ModelError(f"{child}: a folder reached twice in a built state")
+            names[child] = node
+            if model.nodes[node].kind == "dir":
+                todo.append(child)
+    return names
 
 
 def data_choices(model: Model, point: Snapshot, names: dict[str, int], kept: frozenset[int], rules: str,
@@ -705,19 +725,47 @@ def _cut(data: bytes) -> bytes:
 
 
 class PowerCutLab:
-    """A family's patch recorded once, the states of every crash point, and their check."""
+    """A family's patch recorded once, the states of every crash point, and their check. place and ends: see
+    after_power_cut."""
 
     def __init__(self, root: Path, source: Path, ckpt: Path, extra: tuple[str, ...] = (),
-                 drop: tuple[str, ...] = ()):
+                 drop: tuple[str, ...] = (), *, place: Callable[[Path], object] | None = None,
+                 ends: tuple[dict, dict] | None = None):
         self.root, self.source, self.ckpt, self.extra = root, source, ckpt, extra
-        self.rec = record(source, ckpt, root / "record", extra, drop)
+        self.rec = record(place or (lambda target: shutil.copytree(source, target)), ckpt, root / "record", extra,
+                          drop)
         if self.rec.returncode != 0:
             raise ModelError(f"the recorded patch failed: {self.rec.stderr[-400:]}")
         self.model = Model(self.rec)
-        self.before = digest(source)
-        self.after = digest(self.rec.target)
+        self.before, self.after = ends or (digest(source), digest(self.rec.target))
+        if digest(self.rec.target) != self.after:
+            raise ModelError(f"the recorded run did not end with the complete patch: {self.rec.stderr[-400:]}")
         self._n = 0
         self.judged: dict[tuple, list[str]] = {}  # a state's tree signature -> its problems
+
+    @classmethod
+    def after_power_cut(cls, root: Path, parent: "PowerCutLab", state: State) -> "PowerCutLab":
+        """The next `patch` on one of parent's states, recorded: its crash points are power cuts during that
+        run's recovery (and then its own patch), judged by parent's original and complete results."""
+        return cls(root, parent.source, parent.ckpt, parent.extra,
+                   place=lambda target: parent.materialise(state, target), ends=(parent.before, parent.after))
+
+    def pending_commit(self) -> State:
+        """The ext4 state, all files complete, with the journal still pending and the most files moved into the
+        target: the one whose recovery has the most to put back."""
+        def moved(state: State) -> int:
+            return sum(1 for p, row in state.tree.items() if not p.startswith(STAGE_DIR)
+                       and self.model.initial.get(p) != row[2])
+        best = None
+        for point in self.model.points:
+            for state in self.states(point, "ext4"):
+                if f"{STAGE_DIR}/{journal_format.JOURNAL}" in state.tree and \
+                        all(f == "complete" for f in state.forms.values()) and \
+                        (best is None or moved(state) >= moved(best)):
+                    best = state
+        if best is None:
+            raise ModelError("no state of this patch holds a pending commit")
+        return best
 
     def point_name(self, point: Snapshot) -> str:
         k, n = self.model.points.index(point) + 1, len(self.model.points)
@@ -817,11 +865,12 @@ class PowerCutLab:
             body = journal_format.decode(path.read_bytes(), WRITABLE)
             if body is None:
                 continue  # torn or empty: recovery must face it as it is
+            real = self.model.identities_of(state.tree[f"{STAGE_DIR}/{name}"][2])
 
-            def moved(record: dict | None) -> dict | None:
+            def moved(record: dict | None, real: dict = real) -> dict | None:
                 if record is None:
                     return None
-                node = self.model.real.get((record["dev"], record["ino"]))
+                node = real.get((record["dev"], record["ino"]))
                 dev, ino = ident.get(node, (os.lstat(dest).st_dev, 0))
                 return {**record, "dev": dev, "ino": ino}
 

@@ -69,3 +69,18 @@ def test_power_cut_at_every_sync_point(name, tmp_path):
     print(result.line(name))
     assert result.points == len(lab.model.points) >= 6
     assert not result.problems, "\n".join(result.problems)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["qwen3_5", "eagle3-moe"])
+def test_power_cut_during_the_next_runs_recovery(name, tmp_path):
+    """A power cut while the next run rolls back a pending commit (the state with the most moved in: the target's
+    own .xml replaced, and for EAGLE-3 on the MoE target the draft's folder made) and then patches: every crash
+    point of that run, both models, judged by the original and the complete patch."""
+    lab = PowerCutLab(tmp_path / "patch", *PAIRS[name])
+    start = lab.pending_commit()
+    again = PowerCutLab.after_power_cut(tmp_path / "next", lab, start)
+    assert any(op.kind == "rename" and op.paths[0].endswith(".orig") for op in again.model.ops), start.describe(lab)
+    result = sweep(again)
+    print(result.line(f"{name}, the next run from {start.describe(lab)}"))
+    assert not result.problems, "\n".join(result.problems)
