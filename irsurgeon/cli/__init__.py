@@ -188,7 +188,7 @@ def main() -> None:
     """The command group (its help names every registered family: families.registry.titles)."""
 
 
-from irsurgeon.cli import annotate, build_mtp, patch, show, synth, verify  # noqa: E402  (commands added to main below)
+from irsurgeon.cli import annotate, build_mtp, patch, show, synth, tune, verify  # noqa: E402  (commands added to main below)
 
-for _module in (build_mtp, patch, verify, annotate, show, synth):
+for _module in (build_mtp, patch, verify, tune, annotate, show, synth):
     main.add_command(_module.command)

@@ -27,6 +27,8 @@ The methods, in the order `patch` calls them:
                           config's model_type is one of model_types; the registry's for_config is the one caller
     reading(config, held, source)  the config as the family reads this checkpoint, with one line per key set aside
                           because what the checkpoint holds says otherwise (default: as it is)
+    readings(config, held, target)  what this checkpoint leaves open for this target (Reading: alternative config
+                          edits, the first what patch builds), which `tune` settles by acceptance (default: none)
     recognise(dir)        how surely a directory is this family's: DRAFT (its draft is there), TARGET, NONE
     inspect(dir)          the target as the family sees it: a Target (raises a one-line IRSurgeonError otherwise)
     recipe()              the build's view of its checkpoints (draft.recipe.Recipe)
@@ -117,6 +119,9 @@ class Options:
     allow_foreign_checkpoint: bool = False
     hub: HubOptions | None = None  # revision, token, cache dir for a repo id
     hidden_layers: tuple[int, ...] | None = None  # the target layers a draft is fed from (families that take it)
+    # keys set over the checkpoint's config.json before the family reads it: one alternative of each Reading (what
+    # `tune` settles); staged as the draft's config.json where the family writes one, and recorded in its provenance
+    config_edits: dict | None = None
 
     def kv_cache(self) -> str:
         """The KV cache precision a draft records: the one asked for, else f16."""
@@ -156,6 +161,16 @@ class Staging:
         """The model, handed over: once the draft is saved its weights can be freed before the staged copy runs."""
         model, self.model = self.model, None
         return model
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One thing a checkpoint does not state, and the ways it can be read: each alternative a label and the config
+    edits (keys set over its config.json, Options.config_edits) that build it; the first alternative is what
+    `patch` builds by default and sets nothing."""
+    name: str                                     # what is open, a few words ("taps", "RoPE base")
+    why: str                                      # one line: why the checkpoint leaves it open
+    alternatives: tuple[tuple[str, dict], ...]    # (label, edits); alternatives[0][1] == {}
 
 
 def num_draft_tokens(ext_metrics) -> int:
@@ -205,6 +220,10 @@ class Family(ABC):
 
     def reading(self, config: dict, held: Held | None, source: str) -> tuple[dict, list[str]]:
         return config, []
+
+    def readings(self, config: dict, held: Held | None, target: Target) -> list[Reading]:
+        """What this checkpoint (its config as `reading` gives it) leaves open for `target`: none by default."""
+        return []
 
     def claimed(self) -> str:
         """What `claims` takes, in words for a refusal (a family claiming by more than the model_type says so)."""

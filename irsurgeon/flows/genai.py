@@ -22,13 +22,20 @@ those of the first pass and times are over all passes):
                         pipeline is freed before the MTP one loads, but the allocator may keep some of its pages
     kv_bytes_per_token  KV-cache growth per generated token, computed from the IRs' states (footprint.kv_cache) at
                         the KV precision the runtime uses; the draft's is zero for plain greedy
-The best K is the fastest; MTP pays when it beats plain greedy by at least MIN_SPEEDUP.
+The best K is the fastest; it pays when it beats plain greedy by flows/measure.py's RULE (its slowest round faster
+than plain greedy's fastest), the rule `tune` judges by too.
+
+The alternating sweep (`run_sweep`, for `tune`) loads the plain and the speculative pipeline side by side and runs
+them in rounds at the device's default precision: each round is one pass of plain generation, then one pass per K,
+so that what slows the machine during a round slows every configuration in it. Round 1 grows the Ks: K = 1, 2, ...
+while the round's speed still rises (the first K not faster than the best before it is the last one), up to max_k;
+the later rounds time plain generation and those Ks again. Each configuration gets one untimed warm-up generate
+before its first timed pass; counts are those of its first pass, as above.
 """
 from __future__ import annotations
 
 import gc
 import resource
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -42,6 +49,7 @@ from irsurgeon.draft.protocol import num_draft_tokens
 from irsurgeon.ir.footprint import kv_cache
 from irsurgeon.ir.describe import show_ir
 from irsurgeon.core.signals import check_interrupted, interrupted
+from irsurgeon.flows.measure import FASTER, NOISE, RULE, Spread, judge
 from irsurgeon.flows.verify import generation_configs
 
 PROMPTS = (
@@ -52,7 +60,6 @@ PROMPTS = (
     "def main(): print(",
     "The weather today is sunny with a chance of rain in the afternoon. Please write a short poem about the sea.",
 )
-MIN_SPEEDUP = 1.05  # gains below 5% are within the spread of short runs on a shared machine
 CLEAR_REFS = Path("/proc/self/clear_refs")
 STATUS = Path("/proc/self/status")
 MEASUREMENT_KEYS = ("label", "num_assistant_tokens", "prompts", "rounds", "generated_tokens", "seconds",
@@ -207,22 +214,22 @@ class Measurement:
         return sum(self.round_seconds)
 
     @property
-    def round_rates(self) -> list[float]:
-        return sorted(self.generated_tokens / s for s in self.round_seconds if s > 0)
+    def spread(self) -> Spread:
+        """The rounds' rates: (tokens of one pass over the prompts) / (seconds of that pass)."""
+        return Spread.of(self.generated_tokens / s for s in self.round_seconds if s > 0)
 
     @property
     def tokens_per_second(self) -> float:
-        """Median over rounds of (tokens of one pass over the prompts) / (seconds of that pass)."""
-        rates = self.round_rates
-        return statistics.median(rates) if rates else 0.0
+        """Median over rounds (measure.Spread)."""
+        return self.spread.median
 
     @property
     def tokens_per_second_min(self) -> float:
-        return self.round_rates[0] if self.round_rates else 0.0
+        return self.spread.low
 
     @property
     def tokens_per_second_max(self) -> float:
-        return self.round_rates[-1] if self.round_rates else 0.0
+        return self.spread.high
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -270,8 +277,18 @@ class SpeedReport:
         return max(mtp, key=lambda m: m.tokens_per_second) if mtp else None
 
     @property
+    def plain(self) -> Measurement | None:
+        return next((m for m in self.measurements if not m.num_assistant_tokens), None)
+
+    @property
+    def versus_plain(self) -> str | None:
+        """measure.judge of the best K against plain greedy (None: either was not measured)."""
+        best, plain = self.best, self.plain
+        return None if best is None or plain is None else judge(best.spread, plain.spread)
+
+    @property
     def pays(self) -> bool:
-        return self.best is not None and (self.best.speedup or 0.0) >= MIN_SPEEDUP
+        return self.versus_plain == FASTER
 
     @property
     def verdict(self) -> str:
@@ -280,9 +297,10 @@ class SpeedReport:
             return "no speculative configuration was measured"
         if self.pays:
             return (f"best num_assistant_tokens on this machine: {best.num_assistant_tokens} "
-                    f"({best.speedup:.2f}x the tokens/s of plain greedy)")
-        return (f"speculative decoding does not pay here: the fastest num_assistant_tokens ({best.num_assistant_tokens}) runs at "
-                f"{best.speedup:.2f}x the tokens/s of plain greedy (needs {MIN_SPEEDUP:.2f}x)")
+                    f"({best.speedup:.2f}x the tokens/s of plain greedy, beyond the rounds' spread)")
+        why = "within noise" if self.versus_plain == NOISE else "slower, beyond the rounds' spread"
+        return (f"speculative decoding does not pay here: the fastest num_assistant_tokens ({best.num_assistant_tokens}) "
+                f"runs at {best.speedup:.2f}x the tokens/s of plain greedy, {why} ({RULE})")
 
     def as_dict(self) -> dict:
         best = self.best
@@ -333,16 +351,26 @@ def kv_growth(target: Path, kv_default: str | None, files: tuple[str, str] | Non
     return {part: kv_cache(f, show_ir(target / f), 1, kv_default) for part, f in zip(("target", "draft"), files)}
 
 
+def _timed_pass(pipe, prompts: list, config, m: Measurement) -> float:
+    """One round of `m`: every prompt once, each generate call timed; returns the round's tokens per second. The
+    first round also counts (Measurement.add) and is preceded by an untimed warm-up: first-call compilation is not
+    speed."""
+    first = not m.round_seconds
+    if first:
+        generate(pipe, prompts[0], config)
+    m.round_seconds.append(0.0)
+    for prompt in prompts:
+        start = time.perf_counter()
+        result = generate(pipe, prompt, config)
+        m.add(result, time.perf_counter() - start, first_round=first)
+    return m.generated_tokens / m.round_seconds[-1] if m.round_seconds[-1] > 0 else 0.0
+
+
 def _measure(pipe, prompts: list[str], config, rounds: int, m: Measurement,
              echo: Callable[[str], None]) -> Measurement:
-    generate(pipe, prompts[0], config)  # warm-up: first-call compilation is not speed
     for r in range(rounds):
-        m.round_seconds.append(0.0)
-        for prompt in prompts:
-            start = time.perf_counter()
-            result = generate(pipe, prompt, config)
-            m.add(result, time.perf_counter() - start, first_round=r == 0)
-        echo(f"   {m.label}: round {r + 1}/{rounds}, {m.generated_tokens / m.round_seconds[-1]:.1f} tok/s")
+        rate = _timed_pass(pipe, prompts, config, m)
+        echo(f"   {m.label}: round {r + 1}/{rounds}, {rate:.1f} tok/s")
     m.peak_memory_bytes = peak_memory_bytes()
     return m
 
@@ -384,3 +412,46 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
     for m in report.measurements:
         m.speedup = m.tokens_per_second / base if base else None
     return report
+
+
+@dataclass
+class Sweep:
+    """What run_sweep measured: plain generation first, then each K; and the K the loaded speculative pipeline's own
+    generation config names (get_generation_config().num_assistant_tokens: what generate() without a config would
+    use, None where it names none)."""
+    measurements: list[Measurement]
+    configured_k: int | None
+
+
+def run_sweep(target: str | Path, prompts: int | Sequence[str] = 6, max_new_tokens: int = 48, device: str = "CPU",
+              rounds: int = 5, max_k: int = 8, echo: Callable[[str], None] = print) -> Sweep:
+    """Plain generation and speculative decoding at K = 1, 2, ... in alternating rounds (the module docstring)."""
+    target, g = Path(target), _genai()
+    _, fam = runtime_of(target)
+    texts = [fam.prompt(p) for p in prompt_list(prompts)]
+    echo(f"speed: loading the plain and the speculative pipeline on {device}")
+    plain_pipe = fam.pipeline(g, target, device, {}, False)
+    check_interrupted()
+    spec_pipe = fam.pipeline(g, target, device, {}, True, max_assistant_tokens=max_k)
+    check_interrupted()
+    plain = Measurement("plain", None, 0, 0, drafted=fam.drafted)
+    ks: list[Measurement] = []
+    for r in range(rounds):
+        rates = [_timed_pass(plain_pipe, texts, _config(g, max_new_tokens, None), plain)]
+        for m in ks:
+            rates.append(_timed_pass(spec_pipe, texts, _config(g, max_new_tokens, m.num_assistant_tokens), m))
+        while r == 0 and len(ks) < max_k and (len(ks) < 2 or rates[-1] > max(rates[1:-1])):
+            ks.append(Measurement(f"draft K={len(ks) + 1}", len(ks) + 1, 0, 0, drafted=fam.drafted))
+            rates.append(_timed_pass(spec_pipe, texts, _config(g, max_new_tokens, len(ks)), ks[-1]))
+        echo(f"   round {r + 1}/{rounds}: " + ", ".join(f"{m.label} {rate:.1f}" for m, rate in
+                                                       zip([plain, *ks], rates)) + " tok/s")
+    base = plain.tokens_per_second
+    for m in (plain, *ks):
+        m.speedup = m.tokens_per_second / base if base else None
+    return Sweep([plain, *ks], configured_k(spec_pipe))
+
+
+def configured_k(pipe) -> int | None:
+    """num_assistant_tokens of a pipeline's own generation config (a VLM wrapper's pipeline's); None: unset."""
+    config = getattr(pipe, "pipe", pipe).get_generation_config()
+    return config.num_assistant_tokens or None

@@ -30,6 +30,7 @@ The same flow for every registered family (draft.protocol.Family); the family su
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -96,7 +97,8 @@ def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float,
     family, holds = family_of(config, str(where), source, root, holds, options, echo)
     refuse_foreign_options(family, options)
     config, read_as = family.reading(config, holds, str(where))
-    for line in read_as:
+    config, edited = with_edits(config, options.config_edits, str(where))
+    for line in read_as + edited:
         echo(line)
     if Path(source).exists() and not options.dry_run:  # a local checkpoint, folder or file: its head's bytes are
         prefetch.start(family.recipe(), Path(source))  # read ahead while the target is judged (a hint only)
@@ -111,8 +113,12 @@ def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float,
         return result
     for line in cfg.warnings:  # said once, dry run or not (the build reads cfg as given)
         echo(line)
+    if options.config_edits is None:
+        for reading in family.readings(config, holds, target):
+            echo(f"note: {reading.why}: built as {reading.alternatives[0][0]}; `irsurgeon tune {target.path}` "
+                 f"settles it by the drafts accepted")
     refuse_unwritable(target.path, options.dry_run)  # before the pair check and the build, dry run or not
-    staging = Staging(root, str(source), cfg, options, echo, read_as=config if read_as else None)
+    staging = Staging(root, str(source), cfg, options, echo, read_as=config if read_as or edited else None)
     pairing = pair(family, target, staging)
     staging.choice, result.plan = plan(family, target, source, options, echo)
     if staging.choice is None:
@@ -255,6 +261,10 @@ def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:
     if asked != "auto" and present != asked:
         echo(f"{target}: its draft is {present or 'of unknown format'}; weight format {asked} asked: rebuilding it")
         return False
+    if options.config_edits is not None and recorded_edits(draft) != options.config_edits:
+        echo(f"{target}: its draft was built with config edits {edits_text(recorded_edits(draft)) or 'none'}; "
+             f"{edits_text(options.config_edits) or 'none'} asked: rebuilding it")
+        return False
     other = family.stale(target, options)
     if other:
         echo(f"{target}: {other}: rebuilding it")
@@ -262,6 +272,41 @@ def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:
     done = "; ".join(f"{c.name}: {c.detail}" for c in checks)
     echo(f"{target}: already has its draft ({family.describe}: {done}); nothing to do (a forced run rebuilds it)")
     return True
+
+
+CONFIG_EDITS = "config_edits"  # the draft's provenance: Options.config_edits it was built with, as JSON
+
+
+def with_edits(config: dict, edits: dict | None, where: str) -> tuple[dict, list[str]]:
+    """The checkpoint's config with Options.config_edits set over it (one alternative of each Family.readings: what
+    `tune` settles), and the line saying so; refused in one line when the edits are not JSON object members."""
+    if not edits:
+        return config, []
+    edits_text(edits)
+    return {**config, **edits}, [f"{where}: read with {edits_text(edits)} set over it (config edits)"]
+
+
+def edits_text(edits: dict | None) -> str:
+    """Config edits as recorded in a draft's provenance: compact JSON, keys sorted; "" for none."""
+    if not edits:
+        return ""
+    if not isinstance(edits, dict) or not all(isinstance(k, str) for k in edits):
+        raise ConfigError(f"config edits {edits!r:.60}: expected a mapping of config.json keys to JSON values")
+    try:
+        return json.dumps(edits, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"config edits {edits!r:.60}: not JSON values ({e})") from None
+
+
+def recorded_edits(xml: Path) -> dict:
+    """The config edits a built draft records in its provenance ({} for none, or for a record that is not a JSON
+    object)."""
+    text = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.PROVENANCE, CONFIG_EDITS), str(xml))
+    try:
+        edits = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return edits if isinstance(edits, dict) else {}
 
 
 def draft_format(xml: Path) -> str | None:
@@ -327,4 +372,6 @@ def provenance(options: Options, source, identity: str) -> dict[str, str]:
     fields = {"source": str(source), "checkpoint_identity": identity}
     if options.hub and options.hub.revision:
         fields["revision"] = options.hub.revision
+    if options.config_edits:
+        fields[CONFIG_EDITS] = edits_text(options.config_edits)
     return {k: v for k, v in fields.items() if v}  # a family that proves no identity records none

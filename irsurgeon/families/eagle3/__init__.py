@@ -10,6 +10,7 @@ openvino-genai's EAGLE-3 path, with the taps its trainer used written as hidden_
     rope.py     the RoPE its configs name (default, linear, dynamic, yarn, longrope, llama3, mrope), read as each
                 trainer computes it; rope_tables.py computes the tables
     target.py   the target as patch and verify see it, genai's tap rule, the pair check
+    readings.py what a checkpoint leaves open (AngelSlim's taps, a RoPE base), for `irsurgeon tune`
     moe_taps.py the XML edit that makes a MoE layer's output tappable by genai 2026.4.1 (openvino.genai issue 4390)
     surgery.py  the conditions genai's load-time surgery puts on the draft IR
     patch.py    finish (compress, KV precision, provenance) and what is staged, checked where staged
@@ -48,6 +49,10 @@ class Eagle3(Family):
 
     def reading(self, config: dict, held, source: str) -> tuple[dict, list[str]]:
         return names.reading(config, held, source)
+
+    def readings(self, config: dict, held, target) -> list:
+        from irsurgeon.families.eagle3.readings import readings
+        return readings(config, target)
 
     def claimed(self) -> str:
         return (f"architectures {' / '.join(names.ARCHITECTURES)}, or the tensors of one ({names.FC} [H, 3H], one "

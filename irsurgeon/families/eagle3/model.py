@@ -180,10 +180,12 @@ def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
                             f"the same on text")
     elif arch == layout.ANGELSLIM:
         rope_cfg, said = rope.read_angelslim(section, v["rope_theta"], source)
-        warnings += said
+        warnings += said if rope.BASE_KEY not in cfg else []  # a settled base replaces the trainer's: said below
     else:
         rope_cfg = rope.read(section, v["rope_theta"], v["max_position_embeddings"], source, head_dim=D,
                              trainer=rope.TRANSFORMERS if nested else rope.SPECFORGE)
+    rope_cfg, said = rope.settled_base(cfg, rope_cfg, source)
+    warnings += said
     taps, said = read_taps(cfg, arch, source)
     warnings += said
     return Eagle3Config(

@@ -67,6 +67,9 @@ specforge/modeling/draft/llama3_eagle.py LlamaAttention._init_rope passes base=r
 (base=self.config.rope_theta) and the runtimes these drafts are served and measured with (SGLang, vLLM). SafeAILab's
 training copy, eagle/traineagle3/cnets.py, and SpecForge before d3472dde pass no base either; a checkpoint does not
 say which code trained it, so those drafts are built at the config's theta.
+
+Where a checkpoint leaves the base open (readings.py), `irsurgeon tune` judges both by the drafts genai accepts and
+records the winner as BASE_KEY in the draft's config.json (settled_base), read over the trainer's base above.
 """
 from __future__ import annotations
 
@@ -281,22 +284,46 @@ def check_width(rope: Rope, head_dim: int, where: str = "") -> None:
 def read_angelslim(section: dict, theta: float, source: str) -> tuple[Rope, list[str]]:
     """An AngelSlim text draft's RoPE as its trainer computes it: the default at base 10000 (the module docstring),
     with one line when the config names another theta."""
-    home = "rope_scaling" if section.get("rope_scaling") else "rope_parameters"
-    r = lookup(section, home)
-    if r not in (MISSING, None):
-        if not isinstance(r, dict):
-            raise ConfigError(f"{source}: {home} must be a JSON object, found {type(r).__name__}")
-        kind = r.get("type", r.get("rope_type", "default"))  # _init_rope reads "type" first, then "rope_type"
-        if kind != "default":
-            raise ConfigError(f"{source}: {home} type {kind!r:.40} in an AngelSlim text draft: only the default RoPE "
-                              f"is built (AngelSlim's LlamaAttention._init_rope scales linear / dynamic ones, which "
-                              f"are not built here, and raises on any other)")
-        theta = number(r, "rope_theta", theta, home, source, ROPE_THETA)
+    theta = angelslim_theta(section, theta, source)
     if theta == ANGELSLIM_THETA:
         return Rope("default", ANGELSLIM_THETA), []
     return Rope("default", ANGELSLIM_THETA), [
         f"{source}: rope_theta {theta:.12g} overridden by 10000: AngelSlim's trainer gives a text draft's "
         f"LlamaRotaryEmbedding no base (llama_eagle3.py LlamaAttention._init_rope), so the draft was trained at 10000"]
+
+
+def angelslim_theta(section: dict, theta: float, source: str) -> float:
+    """The theta an AngelSlim text draft's config names (its rope dict's, else the layer's), checked: the base its
+    inference code and the runtimes use, and its trainer does not (read_angelslim)."""
+    home = "rope_scaling" if section.get("rope_scaling") else "rope_parameters"
+    r = lookup(section, home)
+    if r in (MISSING, None):
+        return theta
+    if not isinstance(r, dict):
+        raise ConfigError(f"{source}: {home} must be a JSON object, found {type(r).__name__}")
+    kind = r.get("type", r.get("rope_type", "default"))  # _init_rope reads "type" first, then "rope_type"
+    if kind != "default":
+        raise ConfigError(f"{source}: {home} type {kind!r:.40} in an AngelSlim text draft: only the default RoPE "
+                          f"is built (AngelSlim's LlamaAttention._init_rope scales linear / dynamic ones, which "
+                          f"are not built here, and raises on any other)")
+    return number(r, "rope_theta", theta, home, source, ROPE_THETA)
+
+
+# A draft config's RoPE base as a reading settled it (Family.readings, `irsurgeon tune`): a top-level key irsurgeon
+# sets over the checkpoint's config.json (Options.config_edits) and stages in the draft's config.json, read over the
+# base the layout's trainer would use. Only a default RoPE takes it: the readings offer it nowhere else.
+BASE_KEY = "irsurgeon_rope_base"
+
+
+def settled_base(cfg: dict, rope: Rope, source: str) -> tuple[Rope, list[str]]:
+    """`rope` at the base BASE_KEY names, with the line saying so; `rope` itself when the config names none."""
+    if BASE_KEY not in cfg:
+        return rope, []
+    base = number(cfg, BASE_KEY, None, "", source, ROPE_THETA)
+    if rope.kind != "default":
+        raise ConfigError(f"{source}: {BASE_KEY} is set, and this draft's RoPE is {rope.kind}: only a default RoPE "
+                          f"is read at a settled base")
+    return Rope("default", base), [f"{source}: RoPE base {base:.12g}, as {BASE_KEY} settles it"]
 
 
 def number(r: dict, key: str, default, home: str, source: str, bounds: Range) -> float:

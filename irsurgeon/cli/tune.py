@@ -1,0 +1,83 @@
+"""irsurgeon tune TARGET_DIR [--checkpoint CKPT]: settle what the checkpoint leaves open by the drafts openvino-genai
+accepts, then num_assistant_tokens by speed against plain generation, and write the winners (flows/tune.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from irsurgeon.cli.hub_options import hub_options, make_hub
+from irsurgeon.cli.options import echo_for, json_flag, report
+from irsurgeon.cli.verify import PromptsParam
+from irsurgeon.core.signals import NativeCalls
+
+
+@click.command("tune")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option("--checkpoint", default=None,
+              help="The draft's checkpoint (a directory, a .safetensors file or a Hugging Face repo id) [default: "
+                   "the one its provenance names].")
+@click.option("--prompts", type=PromptsParam(), default="6", show_default=True,
+              help="A number N (the first N of 6 built-in prompts) or a file with one prompt per line.")
+@click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=48, show_default=True,
+              help="Tokens generated per prompt (EOS ignored).")
+@click.option("--rounds", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Timed rounds per num_assistant_tokens, each alternating with plain generation; one round "
+                   "measures no spread, so nothing is chosen on it.")
+@click.option("--max-k", type=click.IntRange(1, 16), default=8, show_default=True,
+              help="The largest num_assistant_tokens tried (the sweep stops earlier once speed stops rising).")
+@click.option("--device", default="CPU", show_default=True, help="The OpenVINO device both pipelines run on.")
+@click.option("--dry-run", is_flag=True, help="Measure and print what would be written; write nothing.")
+@click.option("--wait", is_flag=True, help="Wait for another irsurgeon run on the same directory to finish.")
+@json_flag
+@hub_options
+def command(target: Path, checkpoint: str | None, prompts, max_new_tokens: int, rounds: int, max_k: int,
+            device: str, dry_run: bool, wait: bool, as_json: bool, revision: str | None, token: str | None,
+            cache_dir: Path | None) -> None:
+    """Choose what the draft's checkpoint leaves open by the drafts accepted, and num_assistant_tokens by speed."""
+    from irsurgeon.flows.tune import Settings, tune  # on use: openvino and the build
+
+    echo = echo_for(as_json)
+    settings = Settings(prompts, max_new_tokens, rounds, max_k, device)
+    with NativeCalls(raising=True):  # a pipeline load or a build: Ctrl-C said at once, acted on when it returns
+        result = tune(target, checkpoint, settings=settings, hub=make_hub(revision, token, cache_dir),
+                      dry_run=dry_run, wait=wait, echo=echo)
+    doc = result.as_dict()
+    report(doc)
+    for line in tables(doc):
+        echo(line)
+
+
+def tables(doc: dict) -> list[str]:
+    """The candidates' acceptance, the sweep and what was decided, as printed."""
+    lines = [f"{'reading':<64} {'accepted/drafted':>16} {'share':>6}  chosen"]
+    for c in doc["candidates"]:
+        share = "-" if c["acceptance_rate"] is None else f"{c['acceptance_rate']:.1%}"
+        counts = f"{c['accepted']}/{c['drafted']}" + ("" if c["identical"] else " DIFFERS")
+        lines.append(f"{c['label'][:64]:<64} {counts:>16} {share:>6}  {'yes' if c['chosen'] else ''}")
+    lines.append(f"reading: {doc['reading']['why']}")
+    k = doc["k"]
+    lines.append(f"{'config':<10} {'tok/s':>8} {'min-max':>13} {'speed-up':>8} {'accepted':>12}  vs plain")
+    for m in k["measurements"]:
+        accepted = f"{m['draft_accepted']}/{m['draft_proposed']}" if m["num_assistant_tokens"] else "-"
+        speedup = "-" if m["speedup"] is None else f"{m['speedup']:.2f}x"
+        lines.append(f"{m['label']:<10} {m['tokens_per_second']:>8.1f} "
+                     f"{m['tokens_per_second_min']:>6.0f}-{m['tokens_per_second_max']:<6.0f} {speedup:>8} "
+                     f"{accepted:>12}  {m['versus_plain'] or ''}")
+    rounds = k["measurements"][0]["rounds"] if k["measurements"] else 0
+    lines.append(f"tok/s: median of {rounds} alternating round(s) at the device's default precision; {k['rule']}")
+    lines.append(f"num_assistant_tokens: {k['why']}" + ("" if k["genai_reads_generation_config"] else
+                 "; this family's speculative pipeline does not take K from generation_config.json: give "
+                 "generate() a GenerationConfig read from that file"))
+    lines.append(("would write: " if doc["dry_run"] else "wrote: ") + (", ".join(written(doc)) or "nothing"))
+    return lines
+
+
+def written(doc: dict) -> list[str]:
+    """What the run wrote, or (a dry run) would write."""
+    if not doc["dry_run"]:
+        return doc["written"]
+    chosen = next((c for c in doc["candidates"] if c["chosen"]), None)
+    out = [] if chosen is None or chosen["present"] else [f"the draft as {chosen['label']} (patch --force)"]
+    return out + ([f"num_assistant_tokens {doc['k']['chosen']} into generation_config.json"]
+                  if doc["k"]["chosen"] else [])

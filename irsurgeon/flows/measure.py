@@ -1,0 +1,85 @@
+"""How irsurgeon states a speed and judges one configuration against another: one rule for `verify --genai` and
+`tune` (flows/genai.py times the rounds; this module only reads them).
+
+A configuration is timed in rounds, each one pass over the same prompts with the same number of new tokens (EOS
+ignored). Its speed is the median over rounds of tokens per second, its spread the range from its slowest to its
+fastest round (min-max). The rule (RULE):
+    A beats B      when A's slowest round is faster than B's fastest: their min-max ranges do not overlap
+    within noise   when the ranges overlap; also whenever either was timed in one round only (no spread measured)
+Tokens per second are all that is timed. Acceptance under greedy decoding is counted, not timed: the same prompts
+give the same counts on every run, so a reading (flows/tune.py) is judged by them and needs no rounds.
+
+num_assistant_tokens (choose_k): the K with the highest median is chosen only when it beats plain generation and
+every other K measured, each by RULE; otherwise no K is chosen and openvino-genai's default stays.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+FASTER, SLOWER, NOISE = "faster", "slower", "within noise"
+RULE = ("a configuration beats another only when its slowest round is faster than the other's fastest (their min-max "
+        "ranges apart); overlapping ranges, or a single round, are within noise")
+K_RULE = (f"a K is chosen only when it beats plain generation and every other K measured ({RULE}); else "
+          f"openvino-genai's default stays")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The rates of a configuration's rounds (tokens per second), sorted."""
+    rates: tuple[float, ...]
+
+    @classmethod
+    def of(cls, rates) -> Spread:
+        return cls(tuple(sorted(rates)))
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates) if self.rates else 0.0
+
+    @property
+    def low(self) -> float:
+        return self.rates[0] if self.rates else 0.0
+
+    @property
+    def high(self) -> float:
+        return self.rates[-1] if self.rates else 0.0
+
+    def text(self) -> str:
+        """`median (min-max)` as the tables print it."""
+        return f"{self.median:.1f} ({self.low:.0f}-{self.high:.0f})"
+
+
+def judge(a: Spread, b: Spread) -> str:
+    """FASTER, SLOWER or NOISE: how `a` compares with `b` by RULE."""
+    if len(a.rates) < 2 or len(b.rates) < 2:
+        return NOISE
+    if a.low > b.high:
+        return FASTER
+    if a.high < b.low:
+        return SLOWER
+    return NOISE
+
+
+@dataclass(frozen=True)
+class KChoice:
+    """The K choose_k settled on (None: none beat the rest beyond noise) and why, in one line."""
+    k: int | None
+    why: str
+
+
+def choose_k(plain: Spread, ks: dict[int, Spread]) -> KChoice:
+    """The fastest K by median, chosen only when it beats plain generation and every other K by RULE."""
+    if not ks:
+        return KChoice(None, "no K was measured")
+    best = max(ks, key=lambda k: (ks[k].median, -k))
+    speedup = ks[best].median / plain.median if plain.median else 0.0
+    if (versus := judge(ks[best], plain)) != FASTER:
+        how = "within noise of it" if versus == NOISE else "slower beyond the rounds' spread"
+        return KChoice(None, f"the fastest K, {best}, runs at {speedup:.2f}x plain generation: {how}")
+    close = [k for k in ks if k != best and judge(ks[best], ks[k]) != FASTER]
+    if close:
+        return KChoice(None, f"K={best} runs fastest ({speedup:.2f}x plain generation) but within noise of "
+                             f"K={', '.join(map(str, sorted(close)))}")
+    return KChoice(best, f"K={best} runs at {speedup:.2f}x plain generation, beyond the rounds' spread of plain "
+                         f"generation and of every other K")

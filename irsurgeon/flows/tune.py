@@ -1,0 +1,327 @@
+"""`irsurgeon tune TARGET_DIR`: settle what the draft's checkpoint leaves open by the drafts openvino-genai accepts,
+then num_assistant_tokens (K) by speed, and write the winners into the directory.
+
+    target      a patched directory that passes its family's verify; the checkpoint is --checkpoint, else the one
+                the draft's provenance names (a repo id is fetched as patch fetches it)
+    readings    Family.readings: what the checkpoint leaves open, each a choice of config edits; every combination is
+                a candidate. A candidate built as the present draft was (same checkpoint, same edits) is measured in
+                the directory itself; each other is built by `patch --force` (the present draft's weight format and
+                KV cache precision) into a copy of the directory under the system's temporary folder, whose large
+                files are links to the user's (patch replaces entries there, never writes through them)
+    acceptance  flows.genai.run_equivalence on each candidate: the same prompts, greedy, f32, K = READING_KS, EOS
+                ignored: deterministic counts. A candidate whose tokens differ from plain greedy is never chosen. The
+                default (the first: what patch builds) is replaced only by one that accepts a strictly larger share
+                of its drafts (accepted / drafted); ties keep the default
+    K           flows.genai.run_sweep on the winner: plain and speculative generation in alternating rounds at the
+                device's default precision, K = 1, 2, ... while the speed rises; flows.measure.choose_k chooses a K
+                only when it beats plain generation and every other K beyond the rounds' spread (measure.K_RULE)
+    written     (not with dry_run) a winner other than the present draft re-patches the directory (patch's one
+                atomic commit, under its lock), then a chosen K is written into its generation_config.json as
+                num_assistant_tokens, every other key kept (written beside it, fsynced, renamed over it, under the
+                directory lock). No K chosen: the file is left as it is
+
+Whether the family's speculative pipeline takes K from that file is measured, not assumed: the sweep's copy of the
+directory holds PROBE_K there, and the loaded pipeline's get_generation_config() says whether it read it
+(openvino-genai 2026.4.1: the Gemma 4 and DFlash pipelines do; the EAGLE-3 and Qwen3.5 MTP ones do not, and run
+generate() without a config at their own default). Every copy is removed when the run ends, however it ends.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable, Sequence
+
+from irsurgeon.commit.transaction import directory_lock
+from irsurgeon.core import rtinfo
+from irsurgeon.core.config import check_generation_config, read_json
+from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError, with_hint
+from irsurgeon.core.text import a, silent
+from irsurgeon.draft.protocol import Family, Match, Options
+from irsurgeon.families import registry
+from irsurgeon.flows import measure
+from irsurgeon.flows.genai import Measurement, run_equivalence, run_sweep
+from irsurgeon.flows.patch import draft_format, patch, recorded_edits
+from irsurgeon.flows.verify import verify_directory
+from irsurgeon.ir import files, xmlsafe
+from irsurgeon.ir.export import GENERATION_CONFIG, directory_problem
+from irsurgeon.weights.checkpoint import config_of
+from irsurgeon.weights.held import Held
+from irsurgeon.weights.hub import HubOptions, resolve_source
+
+Echo = Callable[[str], None]
+READING_KS = (1, 2, 3, 4)  # the drafts per step a reading's acceptance is counted at (verify --genai's sweep)
+ZERO_RETRIES = 2           # fresh pipelines for a count of no draft accepted (count)
+PROBE_K = 3                # written into the sweep's copy: read back, it says whether genai takes K from the file
+K_KEY = "num_assistant_tokens"
+
+
+@dataclass
+class Settings:
+    """How the candidates and the Ks are run."""
+    prompts: int | Sequence[str] = 6
+    max_new_tokens: int = 48
+    rounds: int = 5
+    max_k: int = 8
+    device: str = "CPU"
+
+
+@dataclass
+class Candidate:
+    """One combination of the readings' alternatives, and what genai counted on it."""
+    label: str
+    edits: dict
+    present: bool = False  # the present draft is built so: measured in the directory itself
+    accepted: int = 0
+    drafted: int = 0
+    identical: bool | None = None
+    chosen: bool = False
+
+    @property
+    def share(self) -> Fraction | None:
+        return Fraction(self.accepted, self.drafted) if self.drafted else None
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["acceptance_rate"] = float(self.share) if self.share is not None else None
+        return out
+
+
+@dataclass
+class TuneReport:
+    target: Path
+    family: str
+    checkpoint: str
+    dry_run: bool
+    candidates: list[Candidate] = field(default_factory=list)
+    reading: str = ""                 # why the chosen candidate is chosen, one line
+    measurements: list[Measurement] = field(default_factory=list)
+    k: measure.KChoice | None = None
+    genai_reads_k: bool | None = None  # the family's speculative pipeline takes K from generation_config.json
+    written: list[str] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> Candidate | None:
+        return next((c for c in self.candidates if c.chosen), None)
+
+    def as_dict(self) -> dict:
+        plain = self.measurements[0].spread if self.measurements else None
+        return {"target": str(self.target), "family": self.family, "checkpoint": self.checkpoint,
+                "dry_run": self.dry_run, "candidates": [c.as_dict() for c in self.candidates],
+                "reading": {"chosen": self.chosen.label if self.chosen else None, "why": self.reading},
+                "k": {"rule": measure.K_RULE, "chosen": self.k.k if self.k else None,
+                      "why": self.k.why if self.k else "", "genai_reads_generation_config": self.genai_reads_k,
+                      "measurements": [k_row(m, plain) for m in self.measurements]},
+                "written": self.written}
+
+
+def k_row(m: Measurement, plain: measure.Spread | None) -> dict:
+    """One configuration of the sweep as the JSON document gives it."""
+    return {"label": m.label, "num_assistant_tokens": m.num_assistant_tokens, "rounds": m.rounds,
+            "tokens_per_second": m.tokens_per_second, "tokens_per_second_min": m.tokens_per_second_min,
+            "tokens_per_second_max": m.tokens_per_second_max, "speedup": m.speedup,
+            "draft_accepted": m.draft_accepted, "draft_proposed": m.draft_proposed,
+            "versus_plain": measure.judge(m.spread, plain) if plain is not None and m.num_assistant_tokens else None}
+
+
+def tune(target_dir: str | Path, checkpoint: str | None = None, *, settings: Settings = Settings(),
+         hub: HubOptions | None = None, dry_run: bool = False, wait: bool = False, echo: Echo = silent) -> TuneReport:
+    """The whole run (the module docstring); returns what was measured, chosen and written."""
+    target = Path(target_dir)
+    family = patched_family(target)
+    source = checkpoint or recorded_source(target, family)
+    report = TuneReport(target, family.key, str(source), dry_run)
+    report.candidates = candidates(family, target, source, hub, echo)
+    with tempfile.TemporaryDirectory(prefix="irsurgeon-tune-") as tmp:
+        winner_dir = judge_readings(report, family, target, Path(tmp), settings, hub, echo)
+        measure_k(report, family, target, winner_dir or Path(tmp) / "k", winner_dir is None, settings, echo)
+        if not dry_run:
+            persist(report, family, target, hub, wait, echo)
+    return report
+
+
+def patched_family(target: Path) -> Family:
+    """The directory's family, refused in one line unless its draft is there and passes verify."""
+    if (problem := directory_problem(target)) is not None:
+        raise IRError(problem)
+    family = registry.for_directory(target)
+    if family.recognise(target) != Match.DRAFT:
+        raise IRSurgeonError(f"{target}: holds no draft to tune (irsurgeon patch {target} --checkpoint CKPT "
+                             f"gives it one)")
+    failed = next((c for c in verify_directory(target, family=family) if not c.ok), None)
+    if failed is not None:
+        raise IRSurgeonError(f"{target}: does not pass verify ({failed.name}: {failed.detail}); tune measures a "
+                             f"directory that does")
+    return family
+
+
+def recorded_source(target: Path, family: Family) -> str:
+    """The checkpoint the draft's provenance names (rt_info irsurgeon/source)."""
+    xml = target / family.layout.draft_xml
+    source = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.PROVENANCE, "source"), str(xml))
+    if not source:
+        raise with_hint(IRSurgeonError(f"{xml}: its provenance names no checkpoint"), "--checkpoint",
+                        "name it with --checkpoint CKPT")
+    return str(source)
+
+
+def candidates(family: Family, target: Path, source: str, hub: HubOptions | None, echo: Echo) -> list[Candidate]:
+    """Every combination of what the checkpoint leaves open (Family.readings), the default first; one candidate,
+    the draft as built, when nothing is open."""
+    root = resolve_source(source, echo, hub)
+    where = config_of(root)
+    config, held = read_json(where), Held(root)
+    if (owner := registry.for_config(config, str(where), held)) is not family:
+        raise ConfigError(f"{source}: is {a(owner.title)} checkpoint; the draft of {target} is {a(family.title)}")
+    config, _ = family.reading(config, held, str(where))
+    family.recipe().parse_config(config, str(where))  # refused here as patch would refuse it
+    readings = family.readings(config, held, family.inspect(target))
+    for r in readings:
+        echo(f"open: {r.why} ({' or '.join(label for label, _ in r.alternatives)})")
+    if not readings:
+        echo(f"{source}: leaves nothing open for this target")
+    xml = target / family.layout.draft_xml
+    present_source = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.PROVENANCE, "source"), str(xml))
+    present = recorded_edits(xml) if present_source == str(source) else None
+    out = []
+    for combo in itertools.product(*(r.alternatives for r in readings)):
+        edits = {k: v for _, e in combo for k, v in e.items()}
+        out.append(Candidate(", ".join(label for label, _ in combo) or "as built", edits, present=edits == present))
+    return out
+
+
+def judge_readings(report: TuneReport, family: Family, target: Path, tmp: Path, settings: Settings,
+                   hub: HubOptions | None, echo: Echo) -> Path | None:
+    """Build and count every candidate, choose one (choose_reading); returns the directory holding the winner's
+    draft when that is not the present one (a copy in tmp), else None."""
+    xml = target / family.layout.draft_xml
+    options = Options(weight_format=draft_format(xml) or "auto", force=True, hub=hub,
+                      kv_cache_precision=recorded_kv(xml) if "kv_cache_precision" in family.patch_options else None)
+    dirs = {}
+    for i, c in enumerate(report.candidates):
+        where = target if c.present else shadow(target, family, tmp / f"candidate-{i}")
+        if not c.present:
+            echo(f"reading [{i + 1}/{len(report.candidates)}] {c.label}: building it in {where}")
+            patch(where, report.checkpoint, options=replace_edits(options, c.edits), echo=silent)
+        count(c, where, settings, echo)
+        echo(f"reading [{i + 1}/{len(report.candidates)}] {c.label}: accepted {c.accepted}/{c.drafted} drafts"
+             + ("" if c.identical else "; DIFFERS from plain greedy"))
+        dirs[i] = where
+    index, report.reading = choose_reading(report.candidates)
+    report.candidates[index].chosen = True
+    for i, where in dirs.items():
+        if i != index and where != target:
+            shutil.rmtree(where)  # a copy's draft no longer needed: its space back before the sweep
+    return None if report.candidates[index].present else dirs[index]
+
+
+def count(c: Candidate, where: Path, settings: Settings, echo: Echo) -> None:
+    """The candidate's drafts accepted and drafted, and whether its tokens are plain greedy's (run_equivalence); a
+    count of no draft accepted is taken again in fresh pipelines, up to ZERO_RETRIES times: openvino.genai issue 4425
+    (2026.3.1, EAGLE-3 on CPU) reports freshly built pipelines that now and then accept none, tokens unchanged."""
+    for attempt in range(ZERO_RETRIES + 1):
+        run = run_equivalence(where, settings.prompts, READING_KS, settings.max_new_tokens, settings.device,
+                              echo=silent)
+        c.accepted, c.drafted = sum(r.accepted for r in run.runs), sum(r.draft_tokens for r in run.runs)
+        c.identical = run.identical
+        if c.accepted or not c.drafted or attempt == ZERO_RETRIES:
+            return
+        echo(f"   {c.label}: no draft accepted; counted again in fresh pipelines (openvino.genai issue 4425)")
+
+
+def replace_edits(options: Options, edits: dict) -> Options:
+    from dataclasses import replace
+    return replace(options, config_edits=edits or None)
+
+
+def choose_reading(cands: list[Candidate]) -> tuple[int, str]:
+    """The candidate to keep and why: the default (the first) unless another token-identical one accepts a strictly
+    larger share of its drafts; one that differs from plain greedy is never chosen."""
+    fine = [i for i, c in enumerate(cands) if c.identical and c.share is not None]
+    if not fine:
+        raise IRSurgeonError("no candidate's output is token-identical to plain greedy with drafts accepted: "
+                             "nothing to choose from")
+    best = fine[0]
+    for i in fine[1:]:
+        if cands[i].share > cands[best].share:
+            best = i
+    if len(cands) == 1:
+        return best, "nothing is left open: the draft as built"
+    default = cands[0]
+    if best == 0:
+        return 0, f"the default accepts the largest share of its drafts ({default.accepted}/{default.drafted}); " \
+                  f"another must accept strictly more to replace it"
+    said = f"{default.accepted}/{default.drafted}" if default.identical else "tokens that differ from plain greedy"
+    return best, f"{cands[best].label} accepts {cands[best].accepted}/{cands[best].drafted} drafts, the default " \
+                 f"({default.label}) {said}"
+
+
+def recorded_kv(xml: Path) -> str | None:
+    """The KV cache precision the draft's rt_info runtime_options record (None: none recorded)."""
+    value = xmlsafe.get_value(files.read_ir_bytes(xml), ("runtime_options", "KV_CACHE_PRECISION"), str(xml))
+    return str(value).lower() if value else None
+
+
+def shadow(target: Path, family: Family, where: Path) -> Path:
+    """A copy of `target` patch may rebuild and genai run: the family's draft folders, the files it may write and
+    every JSON config copied; every other entry a link to the user's file (read only: patch stages new files and
+    renames them in, it never writes through an entry it replaces)."""
+    where.mkdir(parents=True)
+    copied = set(family.layout.writes)
+    for entry in sorted(os.listdir(target)):
+        src, dst = target / entry, where / entry
+        if entry.startswith("."):
+            continue  # a lock or an interrupted commit's folder: the copy starts clean
+        if entry in family.layout.subfolders:
+            shutil.copytree(src, dst, symlinks=False)
+        elif entry in copied or entry.endswith(".json"):
+            shutil.copy2(src, dst)
+        else:
+            os.symlink(src.resolve(), dst)
+    return where
+
+
+def measure_k(report: TuneReport, family: Family, target: Path, where: Path, copy_first: bool, settings: Settings,
+              echo: Echo) -> None:
+    """The alternating sweep on the winner's directory (`where`, a copy of the target when the winner is the present
+    draft), with PROBE_K in its generation_config.json; the K choice by measure.choose_k."""
+    if copy_first:
+        shadow(target, family, where)
+    write_k(where / GENERATION_CONFIG, PROBE_K)
+    sweep = run_sweep(where, settings.prompts, settings.max_new_tokens, settings.device, settings.rounds,
+                      settings.max_k, echo=echo)
+    report.measurements = sweep.measurements
+    report.genai_reads_k = sweep.configured_k == PROBE_K
+    plain, *ks = sweep.measurements
+    report.k = measure.choose_k(plain.spread, {m.num_assistant_tokens: m.spread for m in ks})
+
+
+def persist(report: TuneReport, family: Family, target: Path, hub: HubOptions | None, wait: bool,
+            echo: Echo) -> None:
+    """The winner re-patched into the target when it is not the present draft, then the chosen K written."""
+    chosen = report.chosen
+    if chosen is not None and not chosen.present:
+        xml = target / family.layout.draft_xml
+        options = Options(weight_format=draft_format(xml) or "auto", force=True, hub=hub, wait=wait,
+                          config_edits=chosen.edits or None,
+                          kv_cache_precision=recorded_kv(xml) if "kv_cache_precision" in family.patch_options
+                          else None)
+        report.written += patch(target, report.checkpoint, options=options, echo=echo).written
+    if report.k is not None and report.k.k is not None:
+        with directory_lock(target, wait, echo):
+            write_k(target / GENERATION_CONFIG, report.k.k)
+        report.written.append(GENERATION_CONFIG)
+
+
+def write_k(path: Path, k: int) -> None:
+    """generation_config.json with num_assistant_tokens k, every other key as it was, replaced atomically
+    (files.write_atomic: beside it, fsynced, renamed), the new file checked as genai will read it first."""
+    config = read_json(path) if path.exists() else {}
+    config[K_KEY] = k
+    text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+    files.write_atomic(path, text.encode("utf-8"), check=check_generation_config)

@@ -1,0 +1,185 @@
+"""tune's decisions and writes without openvino-genai: the spread rule (flows/measure.py) on synthetic rounds, the
+reading choice on synthetic counts, the K written into generation_config.json, config edits through patch, and a
+directory tune refuses. Never a timed assertion: every speed here is made up. The runs on a trained pair are in
+tests/families/eagle3/test_eagle3_tune.py."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from helpers.cli import invoke, refused
+from irsurgeon.core.errors import ConfigError, IRSurgeonError
+from irsurgeon.flows import measure
+from irsurgeon.flows.measure import FASTER, NOISE, SLOWER, Spread, choose_k, judge
+from irsurgeon.flows.tune import Candidate, choose_reading, write_k
+from lab.families import FIXTURE_PAIRS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rounds(median: float, half_width: float, n: int = 5) -> Spread:
+    """n rounds spread evenly over median +- half_width."""
+    if n == 1:
+        return Spread.of([median])
+    return Spread.of(median - half_width + 2 * half_width * i / (n - 1) for i in range(n))
+
+
+# ---- the spread rule -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a,b,verdict", [
+    (rounds(120, 5), rounds(100, 5), FASTER),      # 115..125 above 95..105
+    (rounds(100, 5), rounds(120, 5), SLOWER),
+    (rounds(108, 5), rounds(100, 5), NOISE),       # 103..113 overlaps 95..105
+    (rounds(200, 0, 1), rounds(100, 0, 1), NOISE),  # one round: no spread measured, nothing beyond noise
+    (rounds(200, 1), rounds(100, 0, 1), NOISE),
+])
+def test_judge(a, b, verdict):
+    assert judge(a, b) == verdict
+
+
+def test_spread_states_median_and_range():
+    s = Spread.of([3.0, 1.0, 2.0])
+    assert (s.median, s.low, s.high, s.text()) == (2.0, 1.0, 3.0, "2.0 (1-3)")
+
+
+def test_a_k_is_chosen_only_beyond_the_spread_of_plain_and_of_every_other_k():
+    plain = rounds(100, 5)
+    chosen = choose_k(plain, {1: rounds(130, 5), 2: rounds(160, 5), 3: rounds(140, 5)})
+    assert chosen.k == 2 and "1.60x" in chosen.why
+    close = choose_k(plain, {1: rounds(130, 5), 2: rounds(160, 5), 3: rounds(155, 5)})
+    assert close.k is None and "within noise of K=3" in close.why
+    noisy = choose_k(plain, {1: rounds(104, 5), 2: rounds(106, 5)})
+    assert noisy.k is None and "within noise of it" in noisy.why
+    slower = choose_k(plain, {1: rounds(70, 5), 2: rounds(60, 5)})
+    assert slower.k is None and "slower" in slower.why
+    once = choose_k(rounds(100, 0, 1), {1: rounds(300, 0, 1)})
+    assert once.k is None
+    assert choose_k(plain, {}).k is None
+
+
+def test_the_rule_is_stated_where_it_is_applied():
+    assert measure.RULE in measure.K_RULE
+    assert "slowest round is faster than" in (ROOT / "irsurgeon" / "flows" / "measure.py").read_text()
+
+
+# ---- the reading choice ----------------------------------------------------------------------------------------------
+
+def cand(label, accepted, drafted, identical=True):
+    return Candidate(label, {} if label == "default" else {"k": label}, accepted=accepted, drafted=drafted,
+                     identical=identical)
+
+
+def test_a_tie_keeps_the_default():
+    index, why = choose_reading([cand("default", 30, 100), cand("other", 60, 200)])  # the same share
+    assert index == 0 and "strictly more" in why
+
+
+def test_a_strictly_larger_share_replaces_the_default():
+    index, why = choose_reading([cand("default", 30, 100), cand("a", 31, 100), cand("b", 40, 120)])
+    assert index == 2 and why.startswith("b accepts 40/120")  # 1/3 beats 31/100 and 30/100
+
+
+def test_a_candidate_that_differs_from_plain_greedy_is_never_chosen():
+    index, _ = choose_reading([cand("default", 30, 100), cand("wrong", 90, 100, identical=False)])
+    assert index == 0
+    index, why = choose_reading([cand("default", 90, 100, identical=False), cand("other", 10, 100)])
+    assert index == 1 and "differ" in why
+    with pytest.raises(IRSurgeonError, match="token-identical"):
+        choose_reading([cand("default", 1, 10, identical=False)])
+
+
+# ---- K in generation_config.json -------------------------------------------------------------------------------------
+
+def test_write_k_keeps_every_other_key(tmp_path):
+    path = tmp_path / "generation_config.json"
+    path.write_text(json.dumps({"do_sample": False, "eos_token_id": [2, 0], "num_assistant_tokens": 9}))
+    write_k(path, 3)
+    assert json.loads(path.read_text()) == {"do_sample": False, "eos_token_id": [2, 0], "num_assistant_tokens": 3}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["generation_config.json"]  # nothing left beside it
+
+
+def test_write_k_leaves_a_file_genai_would_refuse_as_it_was(tmp_path):
+    path = tmp_path / "generation_config.json"
+    path.write_text('{"eos_token_id": "two"}')
+    with pytest.raises(ConfigError, match="eos_token_id"):
+        write_k(path, 3)
+    assert path.read_text() == '{"eos_token_id": "two"}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["generation_config.json"]
+
+
+# ---- config edits through patch --------------------------------------------------------------------------------------
+
+def test_config_edits_are_built_recorded_and_compared(tmp_path):
+    from irsurgeon.families.eagle3 import rope
+    from irsurgeon.flows.patch import Options, patch, recorded_edits
+
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    lines = []
+    edits = {rope.BASE_KEY: 500000.0}
+    patch(target, ckpt, options=Options(config_edits=edits), echo=lines.append)
+    draft = target / "eagle3_draft"
+    assert recorded_edits(draft / "openvino_model.xml") == edits
+    assert json.loads((draft / "config.json").read_text())[rope.BASE_KEY] == 500000.0
+    assert any("RoPE base 500000" in line for line in lines)
+    said = []
+    patch(target, ckpt, options=Options(config_edits=edits), echo=said.append)
+    assert any("nothing to do" in line for line in said)  # the same edits: ready
+    patch(target, ckpt, echo=said.append)
+    assert "nothing to do" in said[-1]  # no edits asked: a tuned draft is kept
+    again = []
+    patch(target, ckpt, options=Options(config_edits={rope.BASE_KEY: 10000.0}), echo=again.append)
+    assert any("rebuilding it" in line for line in again)
+    assert recorded_edits(draft / "openvino_model.xml") == {rope.BASE_KEY: 10000.0}
+
+
+@pytest.mark.parametrize("edits,message", [({"k": float("nan")}, "not JSON values"), ({1: 2}, "mapping")])
+def test_config_edits_that_are_not_json_are_refused(tmp_path, edits, message):
+    from irsurgeon.flows.patch import Options, patch
+
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    with pytest.raises(ConfigError, match=message):
+        patch(target, ckpt, options=Options(config_edits=edits))
+
+
+# ---- what tune refuses -----------------------------------------------------------------------------------------------
+
+def test_tune_refuses_a_directory_without_a_draft(tmp_path):
+    source, _ = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    line = refused(["tune", target], target)
+    assert "holds no draft to tune" in line and f"irsurgeon patch {target}" in line
+
+
+def documented_schema() -> dict:
+    section = (ROOT / "docs" / "cli.md").read_text().split("## The JSON document")[1]
+    return json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+
+
+def test_tune_refusal_is_one_json_document(tmp_path):
+    doc = json.loads(invoke("tune", tmp_path / "missing", "--json").stdout)
+    jsonschema.Draft202012Validator(documented_schema()).validate(doc)
+    assert doc["command"] == "tune" and doc["ok"] is False and doc["result"] is None and "missing" in doc["error"]
+
+
+def test_a_count_of_no_draft_accepted_is_taken_again(monkeypatch, tmp_path):
+    """openvino.genai issue 4425: a freshly built pipeline now and then accepts no draft, tokens unchanged; such a
+    count is taken again in fresh pipelines (here: run_equivalence made up, zero once, then 7)."""
+    from types import SimpleNamespace
+
+    import irsurgeon.flows.tune as flow
+
+    answers = iter([0, 7])
+
+    def equivalence(*_a, **_k):
+        return SimpleNamespace(identical=True, runs=[SimpleNamespace(accepted=next(answers), draft_tokens=40)])
+    monkeypatch.setattr(flow, "run_equivalence", equivalence)
+    c, said = Candidate("default", {}), []
+    flow.count(c, tmp_path, flow.Settings(), said.append)
+    assert (c.accepted, c.drafted, c.identical) == (7, 40, True) and "issue 4425" in said[0]
