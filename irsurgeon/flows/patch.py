@@ -11,12 +11,16 @@ The same flow for every registered family (draft.protocol.Family); the family su
                asks, what it holds: weights.held.Held), and the config as that family reads what it holds
                (Family.reading: a key set aside is said in one line); a model_type that is not a string, the
                target's or the checkpoint's, is refused (config.checked_model_type)
+    edits      Options.config_edits (what `tune` settles: one alternative of each Family.readings) set over that
+               config, said in one line, staged as the draft's config.json where the family writes one and recorded
+               in its provenance (config_edits); without edits, a reading the checkpoint leaves open is noted
     prefetch   a local checkpoint's head tensors asked of the kernel (posix_fadvise) on a thread, while the steps
                below judge the target: a hint that reads, checks and writes nothing (irsurgeon.weights.prefetch)
     target     family.inspect: the layout its genai path needs, refused in one line otherwise
     configs    the files others read (generation configs, openvino_config.json) as verify checks them
                (verify.config_checks), refused before any work, patched directory or not
-    done?      the family's verify passes and the draft is in the format asked for: nothing to do (--force rebuilds)
+    done?      the family's verify passes and the draft is in the format (and built with the config edits) asked
+               for: nothing to do (--force rebuilds)
     pair       family.pair checks geometry and identity before any weight is read, refusing a checkpoint of another
                model unless --allow-foreign-checkpoint (said, and recorded)
     plan       the weight format (auto mirrors the target: irsurgeon.quant.precision); --dry-run prints the steps
