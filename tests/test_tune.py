@@ -183,3 +183,19 @@ def test_a_count_of_no_draft_accepted_is_taken_again(monkeypatch, tmp_path):
     c, said = Candidate("default", {}), []
     flow.count(c, tmp_path, flow.Settings(), said.append)
     assert (c.accepted, c.drafted, c.identical) == (7, 40, True) and "issue 4425" in said[0]
+
+
+def test_another_format_replaces_the_present_one_only_beyond_the_spread():
+    from irsurgeon.flows.measure import choose_fastest
+
+    assert choose_fastest({"f16": rounds(100, 5), "int8": rounds(130, 5), "int4": rounds(115, 5)}, "f16") == \
+        ("int8", "int8 runs at 1.30x f16, beyond the rounds' spread of every other")
+    kept, why = choose_fastest({"f16": rounds(100, 5), "int8": rounds(130, 5), "int4": rounds(127, 5)}, "f16")
+    assert kept == "f16" and "within noise of int4" in why
+    assert choose_fastest({"f16": rounds(100, 5), "int8": rounds(100, 5)}, "f16")[0] == "f16"  # a tie: present
+
+
+@pytest.mark.parametrize("value", ["auto", "f16,fp8", ","])
+def test_formats_option_names_only_formats_a_draft_is_built_in(tmp_path, value):
+    result = invoke("tune", tmp_path, "--formats", value)
+    assert result.exit_code == 2 and "expected comma-separated weight formats" in result.output

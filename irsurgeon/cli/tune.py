@@ -26,19 +26,22 @@ from irsurgeon.core.signals import NativeCalls
                    "measures no spread, so nothing is chosen on it.")
 @click.option("--max-k", type=click.IntRange(1, 16), default=8, show_default=True,
               help="The largest num_assistant_tokens tried (the sweep stops earlier once speed stops rising).")
+@click.option("--formats", callback=lambda _c, _p, v: formats(v), default=None, metavar="F,F,...",
+              help="Weight formats to build the draft in and time against the present one (f32, f16, int8, int4), "
+                   "e.g. f16,int8,int4 [default: the present format is kept, none tried].")
 @click.option("--device", default="CPU", show_default=True, help="The OpenVINO device both pipelines run on.")
 @click.option("--dry-run", is_flag=True, help="Measure and print what would be written; write nothing.")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run on the same directory to finish.")
 @json_flag
 @hub_options
 def command(target: Path, checkpoint: str | None, prompts, max_new_tokens: int, rounds: int, max_k: int,
-            device: str, dry_run: bool, wait: bool, as_json: bool, revision: str | None, token: str | None,
+            formats: tuple[str, ...], device: str, dry_run: bool, wait: bool, as_json: bool, revision: str | None, token: str | None,
             cache_dir: Path | None) -> None:
     """Choose what the draft's checkpoint leaves open by the drafts accepted, and num_assistant_tokens by speed."""
     from irsurgeon.flows.tune import Settings, tune  # on use: openvino and the build
 
     echo = echo_for(as_json)
-    settings = Settings(prompts, max_new_tokens, rounds, max_k, device)
+    settings = Settings(prompts, max_new_tokens, rounds, max_k, device, formats)
     with NativeCalls(raising=True):  # a pipeline load or a build: Ctrl-C said at once, acted on when it returns
         result = tune(target, checkpoint, settings=settings, hub=make_hub(revision, token, cache_dir),
                       dry_run=dry_run, wait=wait, echo=echo)
@@ -69,6 +72,7 @@ def tables(doc: dict) -> list[str]:
     lines.append(f"num_assistant_tokens: {k['why']}" + ("" if k["genai_reads_generation_config"] else
                  "; this family's speculative pipeline does not take K from generation_config.json: give "
                  "generate() a GenerationConfig read from that file"))
+    lines += format_lines(doc)
     lines.append(("would write: " if doc["dry_run"] else "wrote: ") + (", ".join(written(doc)) or "nothing"))
     return lines
 
@@ -78,6 +82,37 @@ def written(doc: dict) -> list[str]:
     if not doc["dry_run"]:
         return doc["written"]
     chosen = next((c for c in doc["candidates"] if c["chosen"]), None)
-    out = [] if chosen is None or chosen["present"] else [f"the draft as {chosen['label']} (patch --force)"]
+    fmt = doc["format"]
+    changed = chosen is not None and (not chosen["present"] or fmt["chosen"] != fmt["present"])
+    out = [f"the draft as {chosen['label']}, {fmt['chosen']} (patch --force)"] if changed else []
     return out + ([f"num_assistant_tokens {doc['k']['chosen']} into generation_config.json"]
                   if doc["k"]["chosen"] else [])
+
+
+def format_lines(doc: dict) -> list[str]:
+    """The formats timed side by side, and the choice; nothing when none was asked for."""
+    if not doc["formats"]:
+        return []
+    lines = [f"{'format':<8} {'tok/s':>8} {'min-max':>13} {'accepted':>12}  chosen"]
+    for f in doc["formats"]:
+        if f["tokens_per_second"] is None:
+            lines.append(f"{f['format']:<8} {'-':>8} {'-':>13} {'-':>12}  (its tokens differ from plain greedy)")
+            continue
+        lines.append(f"{f['format']:<8} {f['tokens_per_second']:>8.1f} {f['tokens_per_second_min']:>6.0f}-"
+                     f"{f['tokens_per_second_max']:<6.0f} {f['draft_accepted']:>5}/{f['draft_proposed']:<6}  "
+                     f"{'yes' if f['chosen'] else ''}")
+    k = doc["formats"][0]["num_assistant_tokens"]
+    return lines + [f"format (speculative, K={k}, alternating rounds): {doc['format']['why']}"]
+
+
+def formats(text: str | None) -> tuple[str, ...]:
+    """--formats F,F,...: weight formats a draft can be built in (a usage error, exit 2, otherwise)."""
+    from irsurgeon.quant.formats import WEIGHT_FORMATS
+
+    if text is None:
+        return ()
+    parts = tuple(dict.fromkeys(p.strip().lower() for p in text.split(",") if p.strip()))
+    allowed = [f for f in WEIGHT_FORMATS if f != "auto"]
+    if not parts or any(p not in allowed for p in parts):
+        raise click.BadParameter(f"{text!r:.40}: expected comma-separated weight formats from {', '.join(allowed)}")
+    return parts

@@ -30,7 +30,8 @@ them in rounds at the device's default precision: each round is one pass of plai
 so that what slows the machine during a round slows every configuration in it. Round 1 grows the Ks: K = 1, 2, ...
 while the round's speed still rises (the first K not faster than the best before it is the last one), up to max_k;
 the later rounds time plain generation and those Ks again. Each configuration gets one untimed warm-up generate
-before its first timed pass; counts are those of its first pass, as above.
+before its first timed pass; counts are those of its first pass, as above. `run_alternatives` times several
+directories' speculative pipelines (one draft in several weight formats) at one K the same way.
 """
 from __future__ import annotations
 
@@ -455,3 +456,23 @@ def configured_k(pipe) -> int | None:
     """num_assistant_tokens of a pipeline's own generation config (a VLM wrapper's pipeline's); None: unset."""
     config = getattr(pipe, "pipe", pipe).get_generation_config()
     return config.num_assistant_tokens or None
+
+
+def run_alternatives(targets: dict[str, Path], k: int, prompts: int | Sequence[str] = 6, max_new_tokens: int = 48,
+                     device: str = "CPU", rounds: int = 5, echo: Callable[[str], None] = print) -> list[Measurement]:
+    """Speculative decoding at K = k on each directory of `targets` (label -> directory: the same target, other
+    drafts), every pipeline loaded side by side, in alternating rounds as run_sweep runs them."""
+    g = _genai()
+    _, fam = runtime_of(next(iter(targets.values())))
+    texts = [fam.prompt(p) for p in prompt_list(prompts)]
+    echo(f"speed: loading {len(targets)} speculative pipelines on {device}")
+    pipes = {}
+    for label, target in targets.items():
+        pipes[label] = runtime_of(Path(target))[1].pipeline(g, Path(target), device, {}, True, max_assistant_tokens=k)
+        check_interrupted()
+    found = {label: Measurement(label, k, 0, 0, drafted=fam.drafted) for label in targets}
+    for r in range(rounds):
+        rates = [_timed_pass(pipes[label], texts, _config(g, max_new_tokens, k), m) for label, m in found.items()]
+        echo(f"   round {r + 1}/{rounds}: " + ", ".join(f"{label} {rate:.1f}" for label, rate in zip(found, rates))
+             + " tok/s")
+    return list(found.values())

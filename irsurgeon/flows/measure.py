@@ -10,7 +10,9 @@ Tokens per second are all that is timed. Acceptance under greedy decoding is cou
 give the same counts on every run, so a reading (flows/tune.py) is judged by them and needs no rounds.
 
 num_assistant_tokens (choose_k): the K with the highest median is chosen only when it beats plain generation and
-every other K measured, each by RULE; otherwise no K is chosen and openvino-genai's default stays.
+every other K measured, each by RULE; otherwise no K is chosen and openvino-genai's default stays. Among other
+alternatives (choose_fastest: a draft's weight formats), the fastest replaces the present one only when it beats
+every other by RULE; otherwise the present one stays.
 """
 from __future__ import annotations
 
@@ -83,3 +85,15 @@ def choose_k(plain: Spread, ks: dict[int, Spread]) -> KChoice:
                              f"K={', '.join(map(str, sorted(close)))}")
     return KChoice(best, f"K={best} runs at {speedup:.2f}x plain generation, beyond the rounds' spread of plain "
                          f"generation and of every other K")
+
+
+def choose_fastest(spreads: dict[str, Spread], present: str) -> tuple[str, str]:
+    """The alternative to keep, and why: the fastest by median when it beats every other by RULE, else `present`."""
+    best = max(spreads, key=lambda name: (spreads[name].median, name == present))
+    if best == present:
+        return present, f"{present} runs fastest"
+    close = [name for name in spreads if name != best and judge(spreads[best], spreads[name]) != FASTER]
+    if close:
+        return present, f"{best} runs fastest but within noise of {', '.join(sorted(close))}: {present} stays"
+    ratio = spreads[best].median / spreads[present].median if spreads[present].median else 0.0
+    return best, f"{best} runs at {ratio:.2f}x {present}, beyond the rounds' spread of every other"

@@ -15,8 +15,13 @@ then num_assistant_tokens (K) by speed, and write the winners into the directory
     K           flows.genai.run_sweep on the winner: plain and speculative generation in alternating rounds at the
                 device's default precision, K = 1, 2, ... while the speed rises; flows.measure.choose_k chooses a K
                 only when it beats plain generation and every other K beyond the rounds' spread (measure.K_RULE)
-    written     (not with dry_run) a winner other than the present draft re-patches the directory (patch's one
-                atomic commit, under its lock), then a chosen K is written into its generation_config.json as
+    formats     (only those asked for: Settings.formats) the winning reading built in each other weight format into
+                a copy, its tokens checked against plain greedy at the chosen K (else the fastest), then every
+                format's speculative pipeline side by side in alternating rounds at that K
+                (flows.genai.run_alternatives); another format replaces the present draft's only when it beats every
+                other beyond the rounds' spread (measure.choose_fastest), and K is then swept again on it
+    written     (not with dry_run) a winner (reading or format) other than the present draft re-patches the
+                directory (patch's one atomic commit, under its lock), then a chosen K is written into its generation_config.json as
                 num_assistant_tokens, every other key kept (written beside it, fsynced, renamed over it, under the
                 directory lock). No K chosen: the file is left as it is
 
@@ -45,7 +50,7 @@ from irsurgeon.core.text import a, silent
 from irsurgeon.draft.protocol import Family, Match, Options
 from irsurgeon.families import registry
 from irsurgeon.flows import measure
-from irsurgeon.flows.genai import Measurement, run_equivalence, run_sweep
+from irsurgeon.flows.genai import Measurement, run_alternatives, run_equivalence, run_sweep
 from irsurgeon.flows.patch import draft_format, patch, recorded_edits
 from irsurgeon.flows.verify import verify_directory
 from irsurgeon.ir import files, xmlsafe
@@ -69,6 +74,7 @@ class Settings:
     rounds: int = 5
     max_k: int = 8
     device: str = "CPU"
+    formats: tuple[str, ...] = ()  # weight formats to try besides the present draft's (none: the format is kept)
 
 
 @dataclass
@@ -103,7 +109,14 @@ class TuneReport:
     measurements: list[Measurement] = field(default_factory=list)
     k: measure.KChoice | None = None
     genai_reads_k: bool | None = None  # the family's speculative pipeline takes K from generation_config.json
+    present_format: str = ""
+    formats: list[FormatRow] = field(default_factory=list)
+    format_why: str = ""
     written: list[str] = field(default_factory=list)
+
+    @property
+    def chosen_format(self) -> str:
+        return next((f.format for f in self.formats if f.chosen), self.present_format)
 
     @property
     def chosen(self) -> Candidate | None:
@@ -117,7 +130,28 @@ class TuneReport:
                 "k": {"rule": measure.K_RULE, "chosen": self.k.k if self.k else None,
                       "why": self.k.why if self.k else "", "genai_reads_generation_config": self.genai_reads_k,
                       "measurements": [k_row(m, plain) for m in self.measurements]},
+                "formats": [f.as_dict() for f in self.formats],
+                "format": {"present": self.present_format, "chosen": self.chosen_format,
+                           "why": self.format_why or "not tried (none asked for)"},
                 "written": self.written}
+
+
+@dataclass
+class FormatRow:
+    """One weight format of the winning reading: its tokens against plain greedy and its speed at one K."""
+    format: str
+    identical: bool = True
+    measurement: Measurement | None = None
+    chosen: bool = False
+
+    def as_dict(self) -> dict:
+        m = self.measurement
+        return {"format": self.format, "identical": self.identical, "chosen": self.chosen,
+                "num_assistant_tokens": m.num_assistant_tokens if m else None,
+                "tokens_per_second": m.tokens_per_second if m else None,
+                "tokens_per_second_min": m.tokens_per_second_min if m else None,
+                "tokens_per_second_max": m.tokens_per_second_max if m else None,
+                "draft_accepted": m.draft_accepted if m else None, "draft_proposed": m.draft_proposed if m else None}
 
 
 def k_row(m: Measurement, plain: measure.Spread | None) -> dict:
@@ -137,9 +171,15 @@ def tune(target_dir: str | Path, checkpoint: str | None = None, *, settings: Set
     source = checkpoint or recorded_source(target, family)
     report = TuneReport(target, family.key, str(source), dry_run)
     report.candidates = candidates(family, target, source, hub, echo)
+    report.present_format = draft_format(target / family.layout.draft_xml) or "auto"
     with tempfile.TemporaryDirectory(prefix="irsurgeon-tune-") as tmp:
         winner_dir = judge_readings(report, family, target, Path(tmp), settings, hub, echo)
-        measure_k(report, family, target, winner_dir or Path(tmp) / "k", winner_dir is None, settings, echo)
+        where = winner_dir or Path(tmp) / "k"
+        measure_k(report, family, target, where, winner_dir is None, settings, echo)
+        if settings.formats:
+            other = judge_formats(report, family, target, where, Path(tmp), settings, hub, echo)
+            if other is not None:
+                measure_k(report, family, target, other, False, settings, echo)
         if not dry_run:
             persist(report, family, target, hub, wait, echo)
     return report
@@ -305,9 +345,9 @@ def persist(report: TuneReport, family: Family, target: Path, hub: HubOptions | 
             echo: Echo) -> None:
     """The winner re-patched into the target when it is not the present draft, then the chosen K written."""
     chosen = report.chosen
-    if chosen is not None and not chosen.present:
+    if chosen is not None and (not chosen.present or report.chosen_format != report.present_format):
         xml = target / family.layout.draft_xml
-        options = Options(weight_format=draft_format(xml) or "auto", force=True, hub=hub, wait=wait,
+        options = Options(weight_format=report.chosen_format, force=True, hub=hub, wait=wait,
                           config_edits=chosen.edits or None,
                           kv_cache_precision=recorded_kv(xml) if "kv_cache_precision" in family.patch_options
                           else None)
@@ -325,3 +365,35 @@ def write_k(path: Path, k: int) -> None:
     config[K_KEY] = k
     text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
     files.write_atomic(path, text.encode("utf-8"), check=check_generation_config)
+
+
+def judge_formats(report: TuneReport, family: Family, target: Path, where: Path, tmp: Path, settings: Settings,
+                  hub: HubOptions | None, echo: Echo) -> Path | None:
+    """The winning reading in each format asked for, timed side by side at one K (the module docstring); returns
+    the directory of a format that replaces the present one, else None."""
+    k = report.k.k if report.k and report.k.k else max(report.measurements[1:], key=lambda m: m.tokens_per_second) \
+        .num_assistant_tokens
+    chosen, xml = report.chosen, target / family.layout.draft_xml
+    dirs, rows = {report.present_format: where}, {report.present_format: FormatRow(report.present_format)}
+    for fmt in dict.fromkeys(settings.formats):
+        if fmt == report.present_format:
+            continue
+        echo(f"format {fmt}: building the draft as {chosen.label} in {fmt}")
+        copy = shadow(target, family, tmp / f"format-{fmt}")
+        patch(copy, report.checkpoint, echo=silent, options=Options(
+            weight_format=fmt, force=True, hub=hub, config_edits=chosen.edits or None,
+            kv_cache_precision=recorded_kv(xml) if "kv_cache_precision" in family.patch_options else None))
+        run = run_equivalence(copy, settings.prompts, (k,), settings.max_new_tokens, settings.device, echo=silent)
+        rows[fmt] = FormatRow(fmt, identical=run.identical)
+        if run.identical:
+            dirs[fmt] = copy
+        else:
+            echo(f"format {fmt}: its tokens DIFFER from plain greedy: never chosen")
+    for m in run_alternatives(dirs, k, settings.prompts, settings.max_new_tokens, settings.device, settings.rounds,
+                              echo=echo):
+        rows[m.label].measurement = m
+    best, report.format_why = measure.choose_fastest({f: rows[f].measurement.spread for f in dirs},
+                                                     report.present_format)
+    rows[best].chosen = True
+    report.formats = list(rows.values())
+    return None if best == report.present_format else dirs[best]

@@ -127,3 +127,25 @@ def test_an_error_after_the_candidates_leaves_the_directory_and_no_copy(pair, tm
     doc = json.loads(invoke("tune", target, "--json", "--prompts", "1").stdout)
     assert doc["error"] == "interrupted" and doc["exit_code"] == 130
     assert snapshot(target) == before and list(private_tmp.iterdir()) == []
+
+
+@pytest.mark.genai
+def test_formats_are_timed_side_by_side_and_only_a_clear_winner_replaces_the_present_one(pair, tmp_path):
+    """The trained pair as published (its config states taps and base: nothing open), f16 tried against f32."""
+    target = shutil.copytree(pair / "target", tmp_path / "target")
+    assert invoke("patch", target, "--checkpoint", pair / "ckpt").exit_code == 0
+    before = snapshot(target)
+    result = invoke("tune", target, "--dry-run", "--json", "--formats", "f16", "--prompts", "2", "--rounds", "2",
+                    "--max-k", "1")
+    assert result.exit_code == 0, result.output
+    doc = result_of(result.stdout)
+    assert [c["label"] for c in doc["candidates"]] == ["as built"] and doc["candidates"][0]["present"]
+    assert [f["format"] for f in doc["formats"]] == ["f32", "f16"] and all(f["identical"] for f in doc["formats"])
+    assert sum(f["chosen"] for f in doc["formats"]) == 1 and doc["format"]["present"] == "f32"
+    assert all(f["tokens_per_second_min"] <= f["tokens_per_second"] <= f["tokens_per_second_max"]
+               for f in doc["formats"])
+    winner = next(f for f in doc["formats"] if f["chosen"])
+    loser = next(f for f in doc["formats"] if not f["chosen"])
+    if winner["format"] != "f32":  # chosen only beyond the spread (measure.RULE), whatever the timings were
+        assert winner["tokens_per_second_min"] > loser["tokens_per_second_max"]
+    assert snapshot(target) == before
