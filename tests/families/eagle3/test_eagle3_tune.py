@@ -20,6 +20,7 @@ asserted only against what tune itself chose). On 16 random strings of letters i
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -67,6 +68,8 @@ def test_the_trained_base_replaces_the_default_of_a_safeailab_label(pair, tmp_pa
     result = invoke("tune", target, "--json", *QUICK)
     assert result.exit_code == 0, result.output
     doc = result_of(result.stdout)
+    row = re.search(r"^\| `tune` \| (.+) \|$", (ROOT / "docs" / "cli.md").read_text(), re.M).group(1)
+    assert set(doc) == set(re.findall(r"`([a-z_]+)`", row))  # the docs' table of result keys
     default, trained = doc["candidates"]
     assert default["edits"] == {} and trained["edits"] == {BASE_KEY: 10000.0}
     assert default["identical"] and trained["identical"]
