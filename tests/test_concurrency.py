@@ -18,6 +18,7 @@ from helpers.staging import QWEN_HEAD_BIN, copy_target, failing_tail_write, patc
 from lab.dirsnap import snapshot
 from irsurgeon.commit.journal_format import STAGE_DIR, staged
 from irsurgeon.core.concurrency import alongside
+from helpers.cli import PATCH_INTERRUPTED
 
 
 def test_the_works_lines_and_value_come_after_the_block_in_order():
@@ -173,7 +174,7 @@ def test_ctrl_c_during_the_heads_save_waits_for_the_annotation_and_nothing_chang
     wrapped(monkeypatch, module_of(key), "stage_annotation", before=ctrl_c)
     before = snapshot(target)
     result = patch(target, key)
-    assert result.exit_code == 130 and result.stderr.strip() == "Error: interrupted", result.output
+    assert result.exit_code == 130 and result.stderr.strip() == PATCH_INTERRUPTED, result.output
     assert snapshot(target) == before and not (target / STAGE_DIR).exists() and house_threads() == []
 
 
@@ -198,6 +199,6 @@ def test_ctrl_c_while_the_head_waits_for_the_annotation_still_waits_for_it(tmp_p
     result = patch(target, key)
     finished = ended.is_set()
     ended.wait(10)  # (Thread.join cannot wait for it: the interrupted join marked the running thread stopped)
-    assert result.exit_code == 130 and result.stderr.strip() == "Error: interrupted", result.output
+    assert result.exit_code == 130 and result.stderr.strip() == PATCH_INTERRUPTED, result.output
     assert finished, "patch returned while the annotation thread was still staging"
     assert snapshot(target) == before and not (target / STAGE_DIR).exists()

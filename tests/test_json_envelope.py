@@ -93,7 +93,7 @@ def test_patch_interrupted(tmp_path, monkeypatch):
     monkeypatch.setattr(flow, "build", interrupted)
     fresh = shutil.copytree(TARGET, tmp_path / "t")
     doc = run("patch", fresh, "--checkpoint", CKPT, "--json", expect=130)
-    assert doc["error"] == "interrupted"
+    assert doc["error"] == "interrupted before the commit: the directory is as it was"
 
 
 def test_verify(patched, tmp_path):

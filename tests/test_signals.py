@@ -17,6 +17,7 @@ from helpers.cli import invoke
 from lab.demo import DEMO_CKPT, DEMO_TARGET, writable_copy
 from lab.dirsnap import snapshot
 from lab.families import FAMILIES as FAMILY_PARAMS
+from helpers.cli import PATCH_INTERRUPTED
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -226,7 +227,7 @@ def test_ctrl_c_before_the_commit_is_a_plain_interruption(tmp_path, monkeypatch)
     before = snapshot(target)
     monkeypatch.setattr(DirectoryTransaction, "commit", interrupt)
     result = invoke("patch", target, "--checkpoint", DEMO_CKPT)
-    assert result.exit_code == 130 and result.stderr.strip() == "Error: interrupted" and snapshot(target) == before
+    assert result.exit_code == 130 and result.stderr.strip() == PATCH_INTERRUPTED and snapshot(target) == before
 
 
 # --- Ctrl-C from the first instruction to the last (lab.interrupts) -------------------------------------------------
@@ -281,7 +282,7 @@ def interrupt_patch(family, tmp_path, where: str, points, json_out: bool = False
 @pytest.mark.parametrize("family", [f for f in FAMILY_PARAMS if f.id == "dflash"])
 def test_ctrl_c_at_any_moment_from_the_first_instruction_is_one_line_and_130(family, tmp_path):
     said = interrupt_patch(family, tmp_path, "AT", lambda total, sample: sample(total, 3))
-    assert said[0] == "Error: interrupted" and any("patch is complete" in s for s in said), said
+    assert said[0].startswith("Error: interrupted") and any("patch is complete" in s for s in said), said
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILY_PARAMS if f.id == "qwen3_5"])
@@ -393,7 +394,7 @@ def test_a_ctrl_c_a_native_call_turned_into_its_own_error_is_still_an_interrupti
     before = snapshot(target)
     result = invoke("patch", target, "--checkpoint", DEMO_CKPT, "--json")
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
-    assert result.exit_code == 130 and errors == ["Error: interrupted"], result.stderr
+    assert result.exit_code == 130 and errors == [PATCH_INTERRUPTED], result.stderr
     assert snapshot(target) == before
 
 

@@ -26,6 +26,7 @@ from lab.families import FIXTURE_PAIRS
 from irsurgeon.draft import build
 from irsurgeon.commit import transaction
 from irsurgeon.commit.journal_format import STAGE_DIR, staged
+from helpers.cli import PATCH_INTERRUPTED
 
 pytestmark = pytest.mark.usefixtures("every_constant_appended")
 
@@ -282,7 +283,7 @@ def test_ctrl_c_inside_the_writes_of_the_tail_is_interrupted_and_nothing_changes
     target = copy_target(tmp_path)
     before = snapshot(target)
     result = patch(target)
-    assert result.exit_code == 130 and result.stderr.strip() == "Error: interrupted", result.output
+    assert result.exit_code == 130 and result.stderr.strip() == PATCH_INTERRUPTED, result.output
     assert snapshot(target) == before and not (target / STAGE_DIR).exists() and house_threads() == []
 
 

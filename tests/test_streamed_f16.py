@@ -36,6 +36,7 @@ from irsurgeon.ir import streamed
 from irsurgeon.commit.journal_format import STAGE_DIR, staged
 from irsurgeon.weights import spec
 from irsurgeon.weights.safetensors_io import f32_to_bf16, write_safetensors
+from helpers.cli import PATCH_INTERRUPTED
 
 TARGET, CKPT = FIXTURE_PAIRS["dflash"]
 DRAFT_XML = "dflash_draft/openvino_model.xml"
@@ -432,7 +433,7 @@ def test_a_write_error_in_the_save_after_a_demotion_is_one_line_and_nothing_chan
 
 
 def interrupted(result) -> bool:
-    return result.exit_code == 130 and result.stderr.strip() == "Error: interrupted"
+    return result.exit_code == 130 and result.stderr.strip() == PATCH_INTERRUPTED
 
 
 @pytest.mark.parametrize("at", [1, 9])

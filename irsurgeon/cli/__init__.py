@@ -85,20 +85,20 @@ class Group(click.Group):
             # a Ctrl-C that a C++ call turned into an error of its own (pybind11's "Unable to cast ..." from
             # openvino's save_model) is an interruption; a failed commit's line says the target's state: kept
             if interrupted() and not isinstance(e, CommitError):
-                fail("interrupted", 130, ctx)
+                fail(interruption(ctx), 130, ctx)
             fail(str(e) + _hint(ctx, e), 1, ctx)
         except KeyboardInterrupt as e:
             if completed:  # while the command's report was being said: what it did is done
                 fail(AFTER_COMPLETION, 130, ctx)
-            fail(f"interrupted: {e}" if isinstance(e, Interrupted) else "interrupted", 130, ctx)
+            fail(f"interrupted: {e}" if isinstance(e, Interrupted) else interruption(ctx), 130, ctx)
         except OSError as e:
             if interrupted():
-                fail("interrupted", 130, ctx)
+                fail(interruption(ctx), 130, ctx)
             where = f"{e.filename}: " if e.filename else ""
             fail(f"{where}{e.strerror or e}", 1, ctx)
         except Exception as e:  # the last line of defence: report, never hide, and point at the traceback switch
             if interrupted():  # a Ctrl-C a library turned into its own error
-                fail("interrupted", 130, ctx)
+                fail(interruption(ctx), 130, ctx)
             if os.environ.get(DEBUG_ENV):
                 raise
             fail(f"unexpected {type(e).__name__}: {cause(e)} "
@@ -138,6 +138,19 @@ def _watch_sigint() -> list:
     except ValueError:  # not the main thread (embedded use): leave signal handling to the host
         pass
     return seen
+
+
+# The commands that change a directory only through one transaction (irsurgeon.commit), which holds Ctrl-C through its
+# commit and says in its own words when the commit was made (errors.Interrupted): any other Ctrl-C came before it
+TRANSACTIONAL = ("patch",)
+
+
+def interruption(ctx: click.Context) -> str:
+    """The line of a Ctrl-C during a command; for one that changes the directory only by its commit, that it did not
+    (a rollback of an earlier run's leftovers, done first, says so in its own line)."""
+    if ctx.invoked_subcommand in TRANSACTIONAL:
+        return "interrupted before the commit: the directory is as it was"
+    return "interrupted"
 
 
 def fail(message: str, code: int, ctx: click.Context | None = None) -> None:

@@ -11,6 +11,9 @@ from irsurgeon.cli import main
 from lab.dirsnap import snapshot
 
 
+PATCH_INTERRUPTED = "Error: interrupted before the commit: the directory is as it was"  # cli.interruption
+
+
 def one_error(result) -> str:
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), \

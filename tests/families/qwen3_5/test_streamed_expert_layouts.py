@@ -34,6 +34,7 @@ from irsurgeon.ir import streamed
 from irsurgeon.commit.journal_format import STAGE_DIR
 from irsurgeon.weights import spec
 from irsurgeon.weights.safetensors_io import STORAGE, decode, encode_header, f32_to_bf16
+from helpers.cli import PATCH_INTERRUPTED
 
 ROLES = [EXPERTS + f"{p}.weight" for p in ("down_proj", "gate_proj", "up_proj")]
 INDEX = "model.safetensors.index.json"
@@ -432,7 +433,7 @@ def test_ctrl_c_while_the_experts_stream_is_interrupted_and_nothing_changes(moe_
     shutil.copytree(target, copy)
     before = snapshot(copy)
     result = invoke("patch", copy, "--checkpoint", ckpt, "--weight-format", fmt)
-    assert done and result.exit_code == 130 and result.stderr.strip() == "Error: interrupted", result.output
+    assert done and result.exit_code == 130 and result.stderr.strip() == PATCH_INTERRUPTED, result.output
     assert snapshot(copy) == before and not (copy / STAGE_DIR).exists()
     assert left_behind(copy, ckpt) == CLEAN
 
