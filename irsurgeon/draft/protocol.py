@@ -295,5 +295,6 @@ def refuse_sizing(kind: str, options: dict) -> None:
     given += ["weight format"] if options.get("weight_format", "f32") != "f32" else []
     if given:
         flags = ", ".join(f"--{g.replace(' ', '-')}" for g in given)
-        raise with_hint(ConfigError(f"kind {kind} writes one fixed tiny pair: {', '.join(given)} do not apply (it takes "
-                                    f"only a seed, wait and force)"), "--seed", f"{flags}: not for this kind")
+        what = f"the {given[0]} option does not" if len(given) == 1 else f"the {', '.join(given)} options do not"
+        raise with_hint(ConfigError(f"kind {kind} writes one fixed tiny pair: {what} apply (it takes only a seed, "
+                                    f"wait and force)"), "--seed", f"{flags}: not for this kind")

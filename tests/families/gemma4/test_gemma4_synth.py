@@ -59,4 +59,5 @@ def test_synth_is_deterministic_per_seed(tmp_path):
 
 def test_synth_refuses_sizes():
     result = CliRunner().invoke(cli, ["synth", "/nonexistent/x", "--kind", "gemma4", "--layers", "3"])
-    assert result.exit_code != 0 and "layers do not apply (it takes only a seed, wait and force) (--layers: not for this kind)" in result.output
+    assert result.exit_code != 0 and ("the layers option does not apply (it takes only a seed, wait and force) "
+                                      "(--layers: not for this kind)") in result.output
