@@ -309,3 +309,30 @@ def test_a_read_only_target_is_refused_before_the_pair_check_dry_run_or_not(tmp_
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert ("read-only file system" in lines[0] or "not writable" in lines[0]) and "cannot be written" in lines[0]
     assert "would build" not in proc.stdout and "checkpoint identity" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("key", ["qwen3_5", "dflash", "eagle3"])
+def test_a_kv_cache_precision_other_than_the_drafts_rebuilds_it_and_the_same_leaves_it(tmp_path, key):
+    """`--kv-cache-precision u8` on a ready directory said 'nothing to do' and left the draft's KV at f16."""
+    import shutil
+
+    from helpers.cli import invoke
+    from lab.families import FIXTURE_PAIRS
+    from irsurgeon.core import rtinfo
+    from irsurgeon.ir import files, xmlsafe
+    from irsurgeon.families import registry
+
+    source, ckpt = FIXTURE_PAIRS[key]
+    target = shutil.copytree(source, tmp_path / "t")
+    draft = target / registry.by_key(key).layout.draft_xml
+    assert invoke("patch", target, "--checkpoint", ckpt).exit_code == 0
+
+    def kv() -> str:
+        return str(xmlsafe.get_value(files.read_ir_bytes(draft), (rtinfo.RUNTIME_OPTIONS, rtinfo.KV_CACHE_PRECISION),
+                                     str(draft)))
+    assert kv() == "f16"
+    asked = invoke("patch", target, "--checkpoint", ckpt, "--kv-cache-precision", "u8")
+    assert asked.exit_code == 0 and "KV cache precision is f16; u8 asked: rebuilding it" in asked.output, asked.output
+    assert kv() == "u8"
+    same = invoke("patch", target, "--checkpoint", ckpt, "--kv-cache-precision", "U8")
+    assert same.exit_code == 0 and "nothing to do" in same.output, same.output

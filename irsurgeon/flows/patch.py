@@ -251,7 +251,8 @@ def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:
     family.stale compares); options.force: never.
 
     An explicit --weight-format other than the present draft's rebuilds it: the user asked for that format, as a
-    re-export with another format would give it. `auto` keeps any conforming draft.
+    re-export with another format would give it. `auto` keeps any conforming draft. So does a KV cache precision
+    asked other than the one the draft records (rt_info runtime_options), never quietly ignored.
     """
     draft = target / family.layout.draft_xml
     if options.force or not draft.is_file():
@@ -264,6 +265,11 @@ def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:
     present, asked = draft_format(draft), options.weight_format.lower()
     if asked != "auto" and present != asked:
         echo(f"{target}: its draft is {present or 'of unknown format'}; weight format {asked} asked: rebuilding it")
+        return False
+    kv = xmlsafe.get_value(files.read_ir_bytes(draft), (rtinfo.RUNTIME_OPTIONS, rtinfo.KV_CACHE_PRECISION), str(draft))
+    if options.kv_cache_precision is not None and str(kv).lower() != options.kv_cache_precision.lower():
+        echo(f"{target}: its draft's KV cache precision is {kv or 'unrecorded'}; {options.kv_cache_precision} asked: "
+             f"rebuilding it")
         return False
     if options.config_edits is not None and recorded_edits(draft) != options.config_edits:
         echo(f"{target}: its draft was built with config edits {edits_text(recorded_edits(draft)) or 'none'}; "
