@@ -42,7 +42,7 @@ def run(*args, expect: int) -> dict:
     assert result.exit_code == expect, (result.exit_code, result.output, result.exception)
     doc = json.loads(result.stdout)
     jsonschema.Draft202012Validator(SCHEMA).validate(doc)
-    assert doc["command"] == args[0]
+    assert doc["command"] == (args[0] if args[0] in main.commands else None)
     if expect:
         assert doc["ok"] is False and doc["exit_code"] == expect
         if expect == 1:
@@ -66,7 +66,7 @@ def patched(tmp_path_factory) -> Path:
 
 
 def test_the_docs_schema_and_table_cover_every_command():
-    assert set(SCHEMA["properties"]["command"]["enum"]) == set(main.commands)
+    assert set(SCHEMA["properties"]["command"]["enum"]) == {*main.commands, None}  # None: no command recognised
     assert {row.split(" ")[0] for row in KEYS} == set(main.commands)
 
 
@@ -171,3 +171,9 @@ def test_a_closed_stdout_is_never_exit_0_without_the_document(tmp_path, command)
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error: ")]
     assert proc.returncode != 0 and len(errors) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_command_that_does_not_exist_is_a_usage_error_document_of_the_schema():
+    """`irsurgeon pach --json`: no command was recognised, so `command` is null, as the schema allows."""
+    doc = run("pach", "--json", expect=2)
+    assert doc["command"] is None and doc["result"] is None and "No such command 'pach'" in doc["error"]
