@@ -3,7 +3,8 @@
 Public API (openvino is imported on first use, so `import irsurgeon` and the CLI start fast):
     build_mtp_model, save_draft   the Qwen3.5 MTP head from safetensors, and writing it
     build_head                        build -> compress -> KV-cache precision -> save, as `build-mtp` does
-    patch_directory, Options          make an exported directory MTP-ready in place (irsurgeon.flows.patch.patch)
+    patch_directory, Options          make an exported directory ready for a draft of any family in place
+                                      (irsurgeon.flows.patch.patch); HubOptions: revision, token, cache for a repo id
     verify_directory                  the contract checks of a directory, one (name, ok, detail) per check
     annotate_ir, show_path            hidden-state annotation; what an IR or directory holds (irsurgeon.flows.show.show)
     load_config, MTPConfig            the head's configuration from config.json
@@ -31,6 +32,7 @@ _LAZY = {  # exported name -> (module, attribute); nothing is imported here, so 
     "build_head": ("irsurgeon.flows.standalone", "build_head"),
     "patch_directory": ("irsurgeon.flows.patch", "patch"),
     "Options": ("irsurgeon.draft.protocol", "Options"),
+    "HubOptions": ("irsurgeon.weights.hub.fetch", "HubOptions"),  # Options.hub: a repo id's revision, token, cache
     "verify_directory": ("irsurgeon.flows.verify", "verify_directory"),
     "annotate_ir": ("irsurgeon.flows.annotate", "annotate_ir"),
     "show_path": ("irsurgeon.flows.show", "show"),
@@ -47,6 +49,11 @@ def __getattr__(name: str):
 
 
 __all__ = [*_LAZY]
+
+
+def __dir__() -> list[str]:
+    """The public API (the lazy names above) and the version, as `dir(irsurgeon)` and completion show them."""
+    return sorted([*__all__, "__version__"])
 
 
 def _interrupted_early() -> None:

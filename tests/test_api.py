@@ -109,3 +109,13 @@ def test_public_functions_take_keywords_beyond_their_first_one_or_two(name, posi
     import inspect
     params = inspect.signature(api(name)).parameters.values()
     assert sum(p.kind is p.POSITIONAL_OR_KEYWORD for p in params) == positional, list(params)
+
+
+def test_dir_lists_the_public_api_and_hub_options_reach_a_patch(tmp_path):
+    """dir(irsurgeon) was ['import_module', 'sys']: the lazy names were invisible; Options.hub needs HubOptions."""
+    assert set(irsurgeon.__all__) | {"__version__"} == set(dir(irsurgeon))
+    hub = api("HubOptions")(revision="main", timeout=5)
+    options = api("Options")(hub=hub)
+    assert options.hub.revision == "main"
+    with pytest.raises(api("IRSurgeonError"), match="not a branch, tag or commit name"):
+        api("HubOptions")(revision="../x")
