@@ -266,10 +266,9 @@ def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:
     if asked != "auto" and present != asked:
         echo(f"{target}: its draft is {present or 'of unknown format'}; weight format {asked} asked: rebuilding it")
         return False
-    kv = xmlsafe.get_value(files.read_ir_bytes(draft), (rtinfo.RUNTIME_OPTIONS, rtinfo.KV_CACHE_PRECISION), str(draft))
-    if options.kv_cache_precision is not None and str(kv).lower() != options.kv_cache_precision.lower():
-        echo(f"{target}: its draft's KV cache precision is {kv or 'unrecorded'}; {options.kv_cache_precision} asked: "
-             f"rebuilding it")
+    if options.kv_cache_precision is not None and recorded_kv(draft) != options.kv_cache_precision.lower():
+        echo(f"{target}: its draft's KV cache precision is {recorded_kv(draft) or 'unrecorded'}; "
+             f"{options.kv_cache_precision} asked: rebuilding it")
         return False
     if options.config_edits is not None and recorded_edits(draft) != options.config_edits:
         echo(f"{target}: its draft was built with config edits {edits_text(recorded_edits(draft)) or 'none'}; "
@@ -308,10 +307,21 @@ def edits_text(edits: dict | None) -> str:
         raise ConfigError(f"config edits {edits!r:.60}: not JSON values ({e})") from None
 
 
+def recorded(xml: Path, *key: str):
+    """The rt_info value a built draft records under `key` (None when absent), from its checked `.xml` bytes."""
+    return xmlsafe.get_value(files.read_ir_bytes(xml), key, str(xml))
+
+
+def recorded_kv(xml: Path) -> str | None:
+    """The KV cache precision the draft's rt_info runtime_options record, lower case (None: none recorded)."""
+    value = recorded(xml, rtinfo.RUNTIME_OPTIONS, rtinfo.KV_CACHE_PRECISION)
+    return str(value).lower() if value else None
+
+
 def recorded_edits(xml: Path) -> dict:
     """The config edits a built draft records in its provenance ({} for none, or for a record that is not a JSON
     object)."""
-    text = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.PROVENANCE, CONFIG_EDITS), str(xml))
+    text = recorded(xml, rtinfo.PROVENANCE, CONFIG_EDITS)
     try:
         edits = json.loads(text) if text else {}
     except ValueError:
@@ -321,9 +331,9 @@ def recorded_edits(xml: Path) -> dict:
 
 def draft_format(xml: Path) -> str | None:
     """The draft's weight format: its provenance (rt_info irsurgeon/weight_format), else read from its weights."""
-    recorded = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.PROVENANCE, "weight_format"), str(xml))
-    if recorded:
-        return recorded
+    found = recorded(xml, rtinfo.PROVENANCE, "weight_format")
+    if found:
+        return found
     found = weight_precision(weights(files.read_model(xml, checked=True)))
     return "f16" if found == "bf16" else found
 

@@ -51,9 +51,9 @@ from irsurgeon.draft.protocol import Family, Match, Options
 from irsurgeon.families import registry
 from irsurgeon.flows import measure
 from irsurgeon.flows.genai import Measurement, run_alternatives, run_equivalence, run_sweep
-from irsurgeon.flows.patch import draft_format, patch, recorded_edits
+from irsurgeon.flows.patch import draft_format, patch, recorded, recorded_edits, recorded_kv
 from irsurgeon.flows.verify import verify_directory
-from irsurgeon.ir import files, xmlsafe
+from irsurgeon.ir import files
 from irsurgeon.ir.export import GENERATION_CONFIG, directory_problem
 from irsurgeon.weights.checkpoint import config_of
 from irsurgeon.weights.held import Held
@@ -203,7 +203,7 @@ def patched_family(target: Path) -> Family:
 def recorded_source(target: Path, family: Family) -> str:
     """The checkpoint the draft's provenance names (rt_info irsurgeon/source)."""
     xml = target / family.layout.draft_xml
-    source = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.PROVENANCE, "source"), str(xml))
+    source = recorded(xml, rtinfo.PROVENANCE, "source")
     if not source:
         raise with_hint(IRSurgeonError(f"{xml}: its provenance names no checkpoint"), "--checkpoint",
                         "name it with --checkpoint CKPT")
@@ -226,7 +226,7 @@ def candidates(family: Family, target: Path, source: str, hub: HubOptions | None
     if not readings:
         echo(f"{source}: leaves nothing open for this target")
     xml = target / family.layout.draft_xml
-    present_source = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.PROVENANCE, "source"), str(xml))
+    present_source = recorded(xml, rtinfo.PROVENANCE, "source")
     present = recorded_edits(xml) if present_source == str(source) else None
     out = []
     for combo in itertools.product(*(r.alternatives for r in readings)):
@@ -299,12 +299,6 @@ def choose_reading(cands: list[Candidate]) -> tuple[int, str]:
     said = f"{default.accepted}/{default.drafted}" if default.identical else "tokens that differ from plain greedy"
     return best, f"{cands[best].label} accepts {cands[best].accepted}/{cands[best].drafted} drafts, the default " \
                  f"({default.label}) {said}"
-
-
-def recorded_kv(xml: Path) -> str | None:
-    """The KV cache precision the draft's rt_info runtime_options record (None: none recorded)."""
-    value = xmlsafe.get_value(files.read_ir_bytes(xml), ("runtime_options", "KV_CACHE_PRECISION"), str(xml))
-    return str(value).lower() if value else None
 
 
 def shadow(target: Path, family: Family, where: Path) -> Path:

@@ -53,8 +53,5 @@ class Held:
     def shape(self, name: str) -> tuple[int, ...] | None:
         return self._load()[1].get(name)
 
-    def under(self, prefix: str) -> frozenset[str]:
-        return frozenset(n for n in self.names if n.startswith(prefix))
-
 
 NOTHING_HELD = Held(names=None)  # a config read alone: its labels decide

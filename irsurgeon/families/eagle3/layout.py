@@ -101,13 +101,12 @@ def reading(config: dict, held, source: str) -> tuple[dict, list[str]]:
         section["model_type"] = "qwen3" if any(n.endswith(QK_NORM) for n in held.names) else "llama"
         aside.append(f"a transformer_layer_config without model_type (read as {section['model_type']}: "
                      f"{'with' if section['model_type'] == 'qwen3' else 'no'} q_norm / k_norm)")
-        read["transformer_layer_config"] = section
     if section.get("num_hidden_layers", 1) != 1:
         aside.append(f"{'transformer_layer_config.' if nested else ''}num_hidden_layers "
                      f"{brief(section['num_hidden_layers'], 20)}")
         section["num_hidden_layers"] = 1
-        if nested:
-            read["transformer_layer_config"] = section
+    if nested:
+        read["transformer_layer_config"] = section  # the copy edited above
     if not aside:
         return config, []
     as_what = f"{architecture(read)}'s layout" if architecture(config) is None else "one layer"

@@ -284,8 +284,8 @@ ANGELSLIM_TAPS = "aux_hidden_states_layer_ids"
 SGLANG_TAPS, VLLM_TAPS = "eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids"
 TAP_KEYS = {  # key -> what is added to an id to count as genai does (the layer output), in the order read
     ANGELSLIM_TAPS: 0,                                   # AngelSlim's capture: layer outputs
-    "eagle_config.eagle_aux_hidden_state_layer_ids": 0,  # SGLang's: layer outputs
-    "eagle_aux_hidden_state_layer_ids": -1,              # vLLM's: layer inputs, one layer earlier
+    SGLANG_TAPS: 0,                                      # SGLang's: layer outputs
+    VLLM_TAPS: -1,                                       # vLLM's: layer inputs, one layer earlier
 }
 OWN_TAPS = {layout.ANGELSLIM: ANGELSLIM_TAPS, layout.SAFEAILAB: SGLANG_TAPS, layout.SPECULATORS: VLLM_TAPS}
 
