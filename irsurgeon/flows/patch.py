@@ -95,12 +95,8 @@ def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float,
         clear_interrupted(target_dir, echo=echo, writable=registry.writable(), held=held)  # undone before judging
     refuse_local_source(Path(source), target_dir)
     peek_json(target_dir / CONFIG)  # the target's config.json: a model_type that is not a name is refused first
-    root = resolve_source(source, echo, options.hub)  # a repo id: config.json and the index only
-    where = config_of(root)
-    config, holds = read_json(where), Held(root)
-    family, holds = family_of(config, str(where), source, root, holds, options, echo)
+    root, where, config, read_as, holds, family = checkpoint_config(source, options.hub, echo)
     refuse_foreign_options(family, options)
-    config, read_as = family.reading(config, holds, str(where))
     config, edited = with_edits(config, options.config_edits, str(where))
     for line in read_as + edited:
         echo(line)
@@ -134,14 +130,26 @@ def _patch(target_dir: Path, source, options: Options, echo: Echo, start: float,
     return result
 
 
-def family_of(config: dict, where: str, source, root: Path, holds: Held, options: Options, echo: Echo):
+def checkpoint_config(source, hub, echo: Echo) -> tuple[Path, Path, dict, list[str], Held, Family]:
+    """A checkpoint's directory (a repo id: its snapshot, config.json and the index fetched, no weight yet), its
+    config.json, that config as its family reads what the checkpoint holds (Family.reading) with the lines saying
+    what was set aside, what it holds, and its family: what patch and tune both start from."""
+    root = resolve_source(source, echo, hub)
+    where = config_of(root)
+    config, holds = read_json(where), Held(root)
+    family, holds = family_of(config, str(where), source, root, holds, hub, echo)
+    config, read_as = family.reading(config, holds, str(where))
+    return root, where, config, read_as, holds, family
+
+
+def family_of(config: dict, where: str, source, root: Path, holds: Held, hub, echo: Echo) -> tuple[Family, Held]:
     """The checkpoint's family (registry.for_config) and what it holds: a repo id whose labels name no family and
     whose snapshot shows no tensor name has its weights fetched first (into the caches, where the build finds them
     again), so that what it holds decides (weights.hub.fetch_to_judge)."""
     try:
         return registry.for_config(config, where, holds), holds
     except ConfigError:
-        if holds.known or (fetched := fetch_to_judge(source, root, options.hub, echo)) is None:
+        if holds.known or (fetched := fetch_to_judge(source, root, hub, echo)) is None:
             raise
     holds = Held(fetched)
     return registry.for_config(config, where, holds), holds

@@ -51,13 +51,11 @@ from irsurgeon.draft.protocol import Family, Match, Options
 from irsurgeon.families import registry
 from irsurgeon.flows import measure
 from irsurgeon.flows.genai import Measurement, run_alternatives, run_equivalence, run_sweep
-from irsurgeon.flows.patch import draft_format, patch, recorded, recorded_edits, recorded_kv
+from irsurgeon.flows.patch import checkpoint_config, draft_format, patch, recorded, recorded_edits, recorded_kv
 from irsurgeon.flows.verify import verify_directory
 from irsurgeon.ir import files
 from irsurgeon.ir.export import GENERATION_CONFIG, directory_problem
-from irsurgeon.weights.checkpoint import config_of
-from irsurgeon.weights.held import Held
-from irsurgeon.weights.hub import HubOptions, resolve_source
+from irsurgeon.weights.hub import HubOptions
 
 Echo = Callable[[str], None]
 READING_KS = (1, 2, 3, 4)  # the drafts per step a reading's acceptance is counted at (verify --genai's sweep)
@@ -213,12 +211,9 @@ def recorded_source(target: Path, family: Family) -> str:
 def candidates(family: Family, target: Path, source: str, hub: HubOptions | None, echo: Echo) -> list[Candidate]:
     """Every combination of what the checkpoint leaves open (Family.readings), the default first; one candidate,
     the draft as built, when nothing is open."""
-    root = resolve_source(source, echo, hub)
-    where = config_of(root)
-    config, held = read_json(where), Held(root)
-    if (owner := registry.for_config(config, str(where), held)) is not family:
+    _, where, config, _, held, owner = checkpoint_config(source, hub, echo)  # as patch reads it
+    if owner is not family:
         raise ConfigError(f"{source}: is {a(owner.title)} checkpoint; the draft of {target} is {a(family.title)}")
-    config, _ = family.reading(config, held, str(where))
     family.recipe().parse_config(config, str(where))  # refused here as patch would refuse it
     readings = family.readings(config, held, family.inspect(target))
     for r in readings:
