@@ -38,20 +38,22 @@ import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Sequence
 
-from irsurgeon.commit.transaction import directory_lock
+from irsurgeon.commit.transaction import DirectoryTransaction
 from irsurgeon.core import rtinfo
 from irsurgeon.core.config import check_generation_config, read_json
 from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError, with_hint
 from irsurgeon.core.text import a, silent
-from irsurgeon.draft.protocol import Family, Match, Options
+from irsurgeon.draft.protocol import Family, Match, Options, Tuned
 from irsurgeon.families import registry
 from irsurgeon.flows import measure
-from irsurgeon.flows.genai import Measurement, run_alternatives, run_equivalence, run_sweep
-from irsurgeon.flows.patch import checkpoint_config, draft_format, patch, recorded, recorded_edits, recorded_kv
+from irsurgeon.flows.genai import Measurement, prompt_list, run_alternatives, run_equivalence, run_sweep
+from irsurgeon.flows.patch import (K_KEY, checkpoint_config, draft_format, patch, recorded, recorded_edits,
+                                   recorded_kv, stage_k)
 from irsurgeon.flows.verify import verify_directory
 from irsurgeon.ir import files
 from irsurgeon.ir.export import GENERATION_CONFIG, directory_problem
@@ -61,7 +63,6 @@ Echo = Callable[[str], None]
 READING_KS = (1, 2, 3, 4)  # the drafts per step a reading's acceptance is counted at (verify --genai's sweep)
 ZERO_RETRIES = 2           # fresh pipelines for a count of no draft accepted (count)
 PROBE_K = 3                # written into the sweep's copy: read back, it says whether genai takes K from the file
-K_KEY = "num_assistant_tokens"
 
 
 @dataclass
@@ -179,7 +180,7 @@ def tune(target_dir: str | Path, checkpoint: str | None = None, *, settings: Set
             if other is not None:
                 measure_k(report, family, target, other, False, settings, echo)
         if not dry_run:
-            persist(report, family, target, hub, wait, echo)
+            persist(report, family, target, settings, hub, wait, echo)
     return report
 
 
@@ -330,26 +331,59 @@ def measure_k(report: TuneReport, family: Family, target: Path, where: Path, cop
     report.k = measure.choose_k(plain.spread, {m.num_assistant_tokens: m.spread for m in ks})
 
 
-def persist(report: TuneReport, family: Family, target: Path, hub: HubOptions | None, wait: bool,
-            echo: Echo) -> None:
-    """The winner re-patched into the target when it is not the present draft, then the chosen K written."""
-    chosen = report.chosen
+def persist(report: TuneReport, family: Family, target: Path, settings: Settings, hub: HubOptions | None,
+            wait: bool, echo: Echo) -> None:
+    """One commit: the winner re-patched into the target when it is not the present draft, else the present draft's
+    provenance given the record; the chosen K staged into generation_config.json in the same transaction."""
+    chosen, xml = report.chosen, target / family.layout.draft_xml
+    tuned = Tuned(json.dumps(record(report, settings), separators=(",", ":"), ensure_ascii=True),
+                  report.k.k if report.k is not None else None)
     if chosen is not None and (not chosen.present or report.chosen_format != report.present_format):
-        xml = target / family.layout.draft_xml
         options = Options(weight_format=report.chosen_format, force=True, hub=hub, wait=wait,
-                          config_edits=chosen.edits or None,
+                          config_edits=chosen.edits or None, tuned=tuned,
                           kv_cache_precision=recorded_kv(xml) if "kv_cache_precision" in family.patch_options
                           else None)
         report.written += patch(target, report.checkpoint, options=options, echo=echo).written
-    if report.k is not None and report.k.k is not None:
-        with directory_lock(target, wait, echo):
-            write_k(target / GENERATION_CONFIG, report.k.k)
-        report.written.append(GENERATION_CONFIG)
+        return
+    with DirectoryTransaction(target, writable=registry.writable(), wait=wait, echo=echo) as tx:
+        name = family.layout.draft_xml
+        files.write_rt_info(xml, {(rtinfo.PROVENANCE, rtinfo.TUNING): tuned.record}, into=lambda b: tx.write(name, b))
+        if tuned.k is not None:
+            stage_k(tx, target, tuned.k)
+        tx.commit()
+    report.written += tx.names
+    echo(f"{target}: wrote {', '.join(tx.names)}")
+
+
+def record(report: TuneReport, settings: Settings) -> dict:
+    """What the draft's provenance keeps of the run (rt_info irsurgeon/tuning; `show` prints it): when and where it
+    was measured, on what, and what was chosen with the numbers it was chosen by."""
+    k_rows = {m.num_assistant_tokens: m for m in report.measurements}
+    plain, best = k_rows.get(None), k_rows.get(report.k.k if report.k else None)
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": measure.machine(settings.device),
+        "prompts": len(prompt_list(settings.prompts)), "max_new_tokens": settings.max_new_tokens,
+        "rounds": plain.rounds if plain else 0,
+        "readings": [{"label": c.label, "accepted": c.accepted, "drafted": c.drafted, "identical": c.identical,
+                      "chosen": c.chosen} for c in report.candidates],
+        "k": {"chosen": report.k.k if report.k else None, "why": report.k.why if report.k else "",
+              "genai_reads_generation_config": report.genai_reads_k,
+              "tokens_per_second": spread_of(best), "plain_tokens_per_second": spread_of(plain),
+              "speedup": round(best.speedup, 3) if best and best.speedup else None},
+        "format": {"chosen": report.chosen_format, "why": report.format_why or "not tried"},
+    }
+
+
+def spread_of(m: Measurement | None) -> list[float] | None:
+    """[median, min, max] tokens per second, rounded for the record."""
+    return None if m is None else [round(m.tokens_per_second, 1), round(m.tokens_per_second_min, 1),
+                                   round(m.tokens_per_second_max, 1)]
 
 
 def write_k(path: Path, k: int) -> None:
-    """generation_config.json with num_assistant_tokens k, every other key as it was, replaced atomically
-    (files.write_atomic: beside it, fsynced, renamed), the new file checked as genai will read it first."""
+    """A copy's generation_config.json with num_assistant_tokens k (the sweep's probe; the target's own is staged by
+    flows.patch.stage_k in tune's commit)."""
     config = read_json(path) if path.exists() else {}
     config[K_KEY] = k
     text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
