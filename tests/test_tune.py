@@ -88,6 +88,14 @@ def test_a_strictly_larger_share_replaces_the_default():
     assert index == 2 and why.startswith("b accepts 40/120")  # 1/3 beats 31/100 and 30/100
 
 
+def test_the_reading_verdict_says_on_how_many_prompts_the_winner_leads():
+    default = Candidate("a", {}, accepted=30, drafted=100, identical=True, per_prompt=[(10, 40), (15, 30), (5, 30)])
+    other = Candidate("b", {"x": 1}, accepted=36, drafted=100, identical=True,
+                      per_prompt=[(20, 40), (10, 30), (6, 30)])
+    index, why = choose_reading([default, other])
+    assert index == 1 and "on 2 of 3 prompts" in why  # 20/40 > 10/40, 10/30 < 15/30, 6/30 > 5/30
+
+
 def test_a_candidate_that_differs_from_plain_greedy_is_never_chosen():
     index, _ = choose_reading([cand("default", 30, 100), cand("wrong", 90, 100, identical=False)])
     assert index == 0
@@ -182,7 +190,8 @@ def test_a_count_of_no_draft_accepted_is_taken_again(monkeypatch, tmp_path):
     answers = iter([0, 7])
 
     def equivalence(*_a, **_k):
-        return SimpleNamespace(identical=True, runs=[SimpleNamespace(accepted=next(answers), draft_tokens=40)])
+        return SimpleNamespace(identical=True, runs=[SimpleNamespace(prompt=0, accepted=next(answers),
+                                                                     draft_tokens=40)])
     monkeypatch.setattr(flow, "run_equivalence", equivalence)
     c, said = Candidate("default", {}), []
     flow.count(c, tmp_path, flow.Settings(), said.append)
