@@ -312,3 +312,41 @@ def test_a_tuning_record_that_is_not_json_is_shown_as_none(tmp_path):
     files.write_rt_info(target / family.layout.draft_xml, {(rtinfo.PROVENANCE, rtinfo.TUNING): "[1, 2"})
     assert show(target)["tuning"] is None
     assert "Tuned" not in invoke("show", target).output
+
+
+def test_a_spent_budget_leaves_out_the_steps_after_the_default_and_says_so(tmp_path, monkeypatch):
+    """A budget already spent once the default reading is counted: the K sweep is not run, the record and the
+    report say so, and nothing is written but that record (genai's counts made up)."""
+    from types import SimpleNamespace
+
+    import irsurgeon.flows.tune as flow
+    from irsurgeon.flows.patch import patch
+    from irsurgeon.flows.show import show
+
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    patch(target, ckpt)
+    monkeypatch.setattr(flow, "run_equivalence", lambda *_a, **_k: SimpleNamespace(
+        identical=True, runs=[SimpleNamespace(prompt=0, accepted=3, draft_tokens=9)]))
+
+    def no_sweep(*_a, **_k):
+        raise AssertionError("the K sweep ran past the budget")
+    monkeypatch.setattr(flow, "run_sweep", no_sweep)
+    monkeypatch.setattr(flow.Clock, "spent", lambda self: True)
+    said = []
+    report = flow.tune(target, settings=flow.Settings(prompts=2, budget=5), echo=said.append)
+    assert report.not_tried == ["the K sweep"] and report.k is None
+    assert any(line.startswith("not tried within the budget of 5 s: the K sweep") for line in said)
+    record = show(target)["tuning"]
+    assert record["not_tried"] == ["the K sweep"] and record["k"]["chosen"] is None
+    assert report.written == ["eagle3_draft/openvino_model.xml"]
+
+
+def test_the_clock_is_spent_only_past_its_seconds():
+    assert not measure_free_clock(None).spent() and not measure_free_clock(60).spent()
+    assert measure_free_clock(1, start=0.0).spent()
+
+
+def measure_free_clock(seconds, start=None):
+    from irsurgeon.flows.tune import Clock
+    return Clock(seconds) if start is None else Clock(seconds, start)
