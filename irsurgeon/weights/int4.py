@@ -60,8 +60,8 @@ LEAVES = {
     "awq": (("qweight", "qzeros", "scales"), ()),
     "gptq": (("qweight", "qzeros", "scales"), ("g_idx",)),
 }
-FORMAT_NAMES = {"compressed-tensors": "compressed-tensors pack-quantized int4", "awq": "AutoAWQ GEMM int4",
-                "gptq": "GPTQ int4"}
+FORMAT_NAMES = {"compressed-tensors": "compressed-tensors pack-quantized", "awq": "AutoAWQ GEMM",
+                "gptq": "GPTQ"}
 
 
 @dataclass(frozen=True)
@@ -246,14 +246,18 @@ class Int4Layout:
                                   f"found {list(info.shape)}")
 
     def _ct_shape(self, ckpt, module: str, info: dict, args: Args) -> tuple[int, int]:
+        """W's shape from the tensors' shapes (no data read): O the packed rows, I the groups times the group size
+        (compressed-tensors 0.20.1 pack_quantized/base.py `decompress` on meta: "exact: the scale pins down
+        in_features for grouped strategies"), per channel the packed words' width; weight_shape is checked
+        against it when the values are read."""
         self._expect(module, "weight_shape", info["weight_shape"], ("I64", "I32"), (2,))
-        O, I = (int(v) for v in np.asarray(ckpt.get(f"{module}.weight_shape")))
-        if O <= 0 or I <= 0:
-            raise CheckpointError(f"tensor {module}.weight_shape: holds {[O, I]}, not a matrix shape")
-        groups = 1 if args.group is None else -(-I // args.group)
-        if args.group is not None and I % args.group:
-            raise CheckpointError(f"tensor {module}.weight_shape: {I} inputs are not a multiple of group size "
-                                  f"{args.group}")
+        packed, scale = info["weight_packed"].shape, info["weight_scale"].shape
+        if len(packed) != 2 or len(scale) != 2:
+            raise CheckpointError(f"tensor {module}.weight_packed: expected a matrix of packed rows, found shapes "
+                                  f"{list(packed)} and {list(scale)} ({module}.weight_scale)")
+        O = packed[0]
+        I = scale[1] * args.group if args.group is not None else packed[1] * PER_WORD
+        groups = 1 if args.group is None else scale[1]
         self._expect(module, "weight_packed", info["weight_packed"], ("I32",), (O, -(-I // PER_WORD)))
         self._expect(module, "weight_scale", info["weight_scale"], SCALE_DTYPES, (O, groups))
         if not args.symmetric:
@@ -301,6 +305,10 @@ class Int4Layout:
 
     def _ct_values(self, ckpt, m: str, shape: tuple[int, int], args: Args) -> np.ndarray:
         O, I = shape
+        held = [int(v) for v in np.asarray(ckpt.get(f"{m}.weight_shape"))]
+        if held != [O, I]:
+            raise CheckpointError(f"tensor {m}.weight_shape: holds {held}, but its packed tensors and config give "
+                                  f"{[O, I]}")
         q = unpack_rows(ckpt.get(f"{m}.weight_packed"), I) - np.int8(8)  # [O, I] in [-8, 7]
         scale, sdtype = ckpt.get(f"{m}.weight_scale"), ckpt.info(f"{m}.weight_scale").dtype
         g = args.group or I

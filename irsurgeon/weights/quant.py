@@ -48,6 +48,11 @@ def quantization_config(ckpt: Checkpoint) -> dict | None:
         cfg = read_json(ckpt.config_path)
     except ConfigError as e:
         raise CheckpointError(str(e)) from None
+    return quantization_section(cfg)
+
+
+def quantization_section(cfg: dict) -> dict | None:
+    """quantization_config (top level or text_config) of a config.json read, or MLX's `quantization`."""
     for section in (cfg, text_section(cfg)):
         for key in ("quantization_config", "quantization"):
             if isinstance(section.get(key), dict):
@@ -117,10 +122,21 @@ def refuse_foreign(ckpt: Checkpoint, names: list[str], qc: dict | None, found: t
 
 
 def source_format(fp8: bool, int4: Int4Layout | None, declared: str | None) -> str:
-    """What a head was read from, for provenance and `show`: "int4 (AutoAWQ GEMM int4, quant_method awq)", "FP8
+    """What a head was read from, for provenance and `show`: "int4 (AutoAWQ GEMM, quant_method awq)", "FP8
     e4m3 block-scaled", or its float dtype."""
     if int4 is not None:
         return f"int4 ({FORMAT_NAMES[int4.method]}, quant_method {int4.method})"
     if fp8:
         return "FP8 e4m3 block-scaled"
     return declared or "float"
+
+
+def held_format(qc: dict | None, names: list[str], declared: str | None) -> str:
+    """What a head's tensors (full names, no data read) are stored as, in source_format's words; a layout no
+    reader takes is named so."""
+    named, found = config_scheme(qc), tensor_scheme(names)
+    if found and named in PACKED.get(found[0], ()):
+        return f"int4 ({FORMAT_NAMES[named]}, quant_method {named})"
+    if found:
+        return f"{named or found[0]} (not read: {SUPPORTED})"
+    return source_format(any(n.endswith(SCALE_SUFFIX) for n in names), None, declared)
