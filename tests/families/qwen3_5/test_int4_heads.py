@@ -36,14 +36,17 @@ def test_an_int4_head_matches_numpy_on_its_unpacked_values(fmt):
     """f32 build vs the float64 numpy layer: f32 rounding only, 1e-4 of the output's scale (as for float heads)."""
     d = DATA / fmt
     cfg, weights, ckpt = load_mtp(d)
+    stored = read_tensors(d)
+    floats = dequantized({n: v for n, v in stored.items() if n.endswith(".weight")})  # fc and norms, raw (bf16)
+    packed = sorted(n[len("mtp."):-len(".qweight")] + ".weight" for n in stored if n.endswith(".qweight")) or \
+        sorted(n[len("mtp."):-len("_packed")] for n in stored if n.endswith(".weight_packed"))
     try:
-        unpacked = {role: weights[role] for role in weights}  # projections unpacked, norms and fc as stored (bf16)
+        unpacked = {role: weights[role] for role in packed}  # the seven projections, unpacked when read
     finally:
         ckpt.close()
-    floats = dequantized({n: v for n, v in read_tensors(d).items() if v[1] in ("BF16", "F16", "F32")})
-    assert set(floats) < set(unpacked) and all((unpacked[n] == floats[n]).all() for n in floats)
+    assert len(unpacked) == 7 and not set(unpacked) & set(floats)
     calls = three_calls(cfg.hidden_size)
-    want = run_reference(unpacked, cfg, calls)
+    want = run_reference({**floats, **unpacked}, cfg, calls)
     assert max_diff(run_head(build_mtp_model(d, weight_format="f32"), calls), want) <= 1e-4 * scale(want)
 
 
