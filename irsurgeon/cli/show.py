@@ -42,6 +42,8 @@ def checkpoint_text(info: dict) -> list[str]:
     if info["family"] is None:
         return lines + [f"no draft family takes it: {info['error']}"]
     lines += [f"draft family: {registry.by_key(info['family']).describe}", *info["reading"]]
+    if info["stored"]:
+        lines.append(f"its draft's weights are stored as {info['stored']}")
     if info["error"]:
         return lines + [f"not readable as one: {info['error']}"]
     return lines + [f"build it into a target: irsurgeon patch TARGET --checkpoint {info['path']}"]

@@ -32,6 +32,7 @@ from irsurgeon.ir.describe import show_ir
 from irsurgeon.ir.export import CONFIG, ExportDir
 from irsurgeon.flows.verify import verify_directory
 from irsurgeon.weights.held import Held
+from irsurgeon.weights.quant import held_format, quantization_section
 
 DIR_KEYS = ("kind", "path", "layout", "family", "config", "irs", "draft", "tuning", "footprint")
 ENTRY_KEYS = ("file", "ok", "error", "summary", "ops", "inputs", "outputs", "states", "weights", "runtime_options",
@@ -52,18 +53,24 @@ def show(path: str | Path, *, context: int = DEFAULT_CONTEXT) -> dict:
     return show_ir(path)
 
 
-CHECKPOINT_KEYS = ("kind", "path", "family", "config", "tensors", "reading", "error")
+CHECKPOINT_KEYS = ("kind", "path", "family", "config", "tensors", "stored", "reading", "error")
 
 
 def show_checkpoint(directory: Path, held: Held) -> dict:
     """A checkpoint directory (weights and config.json, no IR): whose draft it is, by its config and what it holds
-    (families.registry.for_config, Family.reading), or why no family takes it; its tensor count. Reads no weight."""
+    (families.registry.for_config, Family.reading), or why no family takes it; its tensor count; what its draft's
+    tensors are stored as (`stored`: a float dtype, FP8, or int4 and its packing: weights.quant.held_format). Reads
+    no weight."""
     info = {"kind": "checkpoint", "path": str(directory), "family": None, "config": config_facts(directory),
-            "tensors": len(held.names), "reading": [], "error": None}
+            "tensors": len(held.names), "stored": None, "reading": [], "error": None}
     try:
         config = read_json(directory / CONFIG)
         family = registry.for_config(config, str(directory / CONFIG), held)
         info["family"] = family.key
+        prefix = family.hub_prefix or ""
+        info["stored"] = held_format(quantization_section(config), sorted(n for n in held.names
+                                                                         if n.startswith(prefix)),
+                                     text_section(config).get("dtype") or config.get("torch_dtype"))
         info["reading"] = family.reading(config, held, str(directory / CONFIG))[1]
     except IRSurgeonError as e:
         info["error"] = str(e)
