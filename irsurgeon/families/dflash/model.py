@@ -43,6 +43,7 @@ from irsurgeon.weights.table import Table, Tensor
 
 MODEL_TYPE = "qwen3"
 ARCHITECTURE = "DFlashDraftModel"
+TITLE = "DFlash draft"  # the family named in a refusal (DFlash.title)
 OUTPUT = "last_hidden_state"
 INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mask", "beam_idx")  # genai's order
 DFLASH_MODE = "dflash_mode"  # rt_info genai reads (optimum-intel 2.2.0 convert.py _add_dflash_mode_to_rt_info)
@@ -166,7 +167,7 @@ ROPE_KEYS: tuple[Key, ...] = (
 def parse_config(cfg: dict, source: str = "config.json") -> DFlashConfig:
     """The draft's configuration as transformers 5.2.0 and dflash 0.1.0 read config.json, validated."""
     check_identity(cfg, source)
-    values, warnings = read_keys(cfg, KEYS, MODEL_TYPE, {}, source)
+    values, warnings = read_keys(cfg, KEYS, MODEL_TYPE, {}, source, family=TITLE)
     rope, rope_lines = read_rope(cfg, values, source)
     v = values
     nH, nKV = v["num_heads"], v["num_kv_heads"] or v["num_heads"]
@@ -206,7 +207,7 @@ def read_rope(cfg: dict, values: dict, source: str) -> tuple[rope_tables.Rope, l
         raise ConfigError(f"{source}: {home} must be a JSON object, found {type(section).__name__}")
     if isinstance(section, dict) and any(isinstance(x, dict) for x in section.values()):
         raise ConfigError(f"{source}: {home}: RoPE parameters per layer type are not supported")
-    r, lines = read_keys(cfg, ROPE_KEYS, MODEL_TYPE, {"rope": home + "."}, source)
+    r, lines = read_keys(cfg, ROPE_KEYS, MODEL_TYPE, {"rope": home + "."}, source, family=TITLE)
     if r["rope_type"] != "default" and r["partial_rotary_factor"] != 1.0:
         # the rope tables would cover int(D * factor) dims, which Qwen3's apply_rotary_pos_emb cannot broadcast
         raise ConfigError(f"{source}: partial_rotary_factor {r['partial_rotary_factor']} with rope_type "

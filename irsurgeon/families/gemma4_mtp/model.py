@@ -90,6 +90,7 @@ class AssistantConfig:
     num_centroids: int
     top_k: int
     tied: bool = True  # the lm_head is model.embed_tokens.weight (tie_word_embeddings)
+    k_eq_v: bool = False  # text_config.attention_k_eq_v: the target it was trained on keeps V = K in full layers
     model_type: str = MODEL_TYPE
     dtype: str | None = None  # no storage dtype is declared to compare against: tensors are read as stored
     warnings: tuple[str, ...] = ()
@@ -210,7 +211,13 @@ def parse_assistant_config(cfg: dict, source: str) -> AssistantConfig:
                            _int(cfg, "backbone_hidden_size", ASSISTANT_KEYS["backbone_hidden_size"], source),
                            vocab, _int(text, "intermediate_size", TEXT_KEYS["intermediate_size"], source), heads,
                            layers, window, float(eps), _rope(text, {x.kind for x in layers}, source), ordered, nc,
-                           top_k, tied)
+                           top_k, tied, k_eq_v=k_eq_v(text, source))
+
+
+def k_eq_v(text: dict, source: str, prefix: str = "text_config.") -> bool:
+    """attention_k_eq_v of a Gemma 4 text section (transformers 5.24.0 modeling_gemma4.py Gemma4TextAttention: a
+    full-attention layer of such a model has no v_proj and attends over its keys as values)."""
+    return flag(text, "attention_k_eq_v", TEXT_KEYS["attention_k_eq_v"], source, prefix)
 
 
 def load_assistant_config(path) -> AssistantConfig:
