@@ -182,7 +182,17 @@ def _check_assistant_only(text: dict, source: str) -> None:
         raise ConfigError(f"{source}: text_config.hidden_activation is {act!r}, expected one of {GELU_TANH}")
 
 
+UNIFIED_REFUSAL = (
+    "model_type gemma4_unified_assistant (the Gemma 4 12B unified assistant) is not built: openvino-genai 2026.4.1 "
+    "runs its target type gemma4_unified only through VLMPipeline (src/cpp/src/visual_language/vlm_config.cpp), and "
+    "its Gemma 4 MTP path is LLMPipeline's, on a text-only export (speculative_decoding/stateful/"
+    "gemma4_mtp_strategy.cpp); optimum-intel 2.2.0 registers gemma4_unified exports for transformers 5.10 only while "
+    "requiring transformers < 5.6, so no released exporter writes its target")
+
+
 def parse_assistant_config(cfg: dict, source: str) -> AssistantConfig:
+    if cfg.get("model_type") == "gemma4_unified_assistant":
+        raise ConfigError(f"{source}: {UNIFIED_REFUSAL}")
     if cfg.get("model_type") != MODEL_TYPE:
         raise ConfigError(f"{source}: model_type is {cfg.get('model_type')!r}, expected '{MODEL_TYPE}'")
     text = cfg.get("text_config")

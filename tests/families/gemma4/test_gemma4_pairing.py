@@ -53,3 +53,17 @@ def test_agreeing_k_eq_v_pairs(tmp_path):
     target, _ = copy_pair(tmp_path)
     info, _ = inspect_target(target)
     check_pair(info, load_assistant_config(assistant_with(tmp_path, False) / "config.json"))
+
+
+def test_the_unified_assistant_is_refused_with_the_reason(tmp_path):
+    """Gemma4UnifiedAssistantForCausalLM (model_type gemma4_unified_assistant): claimed by the Gemma 4 family and
+    refused in one line naming where genai runs its target type and why no exporter writes it."""
+    target, _ = copy_pair(tmp_path)
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(PAIR / "ckpt", ckpt)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg.update(model_type="gemma4_unified_assistant", architectures=["Gemma4UnifiedAssistantForCausalLM"])
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    line = refused(("patch", target, "--checkpoint", ckpt), target)
+    assert "model_type gemma4_unified_assistant (the Gemma 4 12B unified assistant) is not built" in line, line
+    assert "VLMPipeline (src/cpp/src/visual_language/vlm_config.cpp)" in line and "transformers 5.10 only" in line
