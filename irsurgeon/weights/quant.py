@@ -117,7 +117,7 @@ def refuse_foreign(ckpt: Checkpoint, names: list[str], qc: dict | None, found: t
         found = next(((named, n) for n in names if not plain(n, ckpt.info(n).dtype)), None)
     if found:
         scheme = named if named and named != "fp8" else found[0]
-        raise CheckpointError(f"{ckpt.root}: the MTP head is quantized as {scheme}{describe(qc or {})} "
+        raise CheckpointError(f"{ckpt.root}: the draft's weights are quantized as {scheme}{describe(qc or {})} "
                               f"(tensor {found[1]}); {SUPPORTED}")
 
 
