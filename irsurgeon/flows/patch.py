@@ -289,8 +289,9 @@ def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:
     if other:
         echo(f"{target}: {other}: rebuilding it")
         return False
-    done = "; ".join(f"{c.name}: {c.detail}" for c in checks)
-    echo(f"{target}: already has its draft ({family.describe}: {done}); nothing to do (a forced run rebuilds it)")
+    echo(f"{target}: already has its draft ({a(family.title)}, {draft_format(draft) or 'format unrecorded'}), which "
+         f"passes its {len(checks)} checks (irsurgeon verify {target} lists them); nothing to do (a forced run "
+         f"rebuilds it)")
     return True
 
 
