@@ -25,6 +25,9 @@ then num_assistant_tokens (K) by speed, and write the winners into the directory
                 num_assistant_tokens, every other key kept (written beside it, fsynced, renamed over it, under the
                 directory lock). No K chosen: the file is left as it is
 
+Every genai run is made in a process of its own (flows.isolated): openvino-genai 2026.4.1 now and then aborts a
+process that has built some tens of pipelines, and such an end then costs one measurement, taken again.
+
 Whether the family's speculative pipeline takes K from that file is measured, not assumed: the sweep's copy of the
 directory holds PROBE_K there, and the loaded pipeline's get_generation_config() says whether it read it
 (openvino-genai 2026.4.1: the Gemma 4 and DFlash pipelines do; the EAGLE-3 and Qwen3.5 MTP ones do not, and run
@@ -52,7 +55,8 @@ from irsurgeon.core.text import a, silent
 from irsurgeon.draft.protocol import Family, Match, Options, Tuned
 from irsurgeon.families import registry
 from irsurgeon.flows import measure
-from irsurgeon.flows.genai import Measurement, genai_module, run_alternatives, run_equivalence, run_sweep
+from irsurgeon.flows import isolated
+from irsurgeon.flows.genai import Measurement, genai_module
 from irsurgeon.flows.prompts import PROMPTS, Prompt, prompt_list, rendered
 from irsurgeon.flows.patch import (K_KEY, checkpoint_config, draft_format, patch, recorded, recorded_edits,
                                    recorded_kv, stage_k)
@@ -311,6 +315,22 @@ def count(c: Candidate, where: Path, settings: Settings, echo: Echo) -> None:
         if c.accepted or not c.drafted or attempt == ZERO_RETRIES:
             return
         echo(f"   {c.label}: no draft accepted; counted again in fresh pipelines (openvino.genai issue 4425)")
+
+
+def run_equivalence(*args, **kwargs):
+    """flows.genai.run_equivalence in a process of its own (flows.isolated: genai's occasional abort costs one
+    count, taken again)."""
+    return isolated.call("run_equivalence", *args, **kwargs)
+
+
+def run_sweep(*args, **kwargs):
+    """flows.genai.run_sweep in a process of its own (flows.isolated)."""
+    return isolated.call("run_sweep", *args, **kwargs)
+
+
+def run_alternatives(*args, **kwargs):
+    """flows.genai.run_alternatives in a process of its own (flows.isolated)."""
+    return isolated.call("run_alternatives", *args, **kwargs)
 
 
 def replace_edits(options: Options, edits: dict) -> Options:

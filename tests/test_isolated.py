@@ -1,0 +1,94 @@
+"""A genai measurement in a process of its own (flows/isolated.py): its result and its errors come back as if run
+here, a child that dies is measured again in a fresh one, and an interruption leaves no child running."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from irsurgeon.core.errors import IRSurgeonError
+from irsurgeon.flows import isolated
+from lab.families import FIXTURE_PAIRS
+
+pytestmark = pytest.mark.genai
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory) -> Path:
+    from irsurgeon.flows.patch import patch
+
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path_factory.mktemp("isolated") / "t")
+    patch(target, ckpt)
+    return target
+
+
+def children() -> list[int]:
+    """This process's child processes (/proc: their ppid)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                out.append(int(entry))
+    return out
+
+
+def killing(times: int, sig=signal.SIGABRT):
+    """An echo that kills the measuring child at its first line, `times` times."""
+    said, left = [], [times]
+
+    def echo(line: str) -> None:
+        said.append(line)
+        if line.startswith("equivalence: loading") and left[0]:
+            left[0] -= 1
+            for pid in children():
+                os.kill(pid, sig)
+    return echo, said
+
+
+def test_a_result_comes_back_as_run_here(patched):
+    report = isolated.call("run_equivalence", patched, 1, (2,), 8)
+    assert report.identical and len(report.runs) == 1 and report.runs[0].tokens == 8
+
+
+def test_a_child_that_dies_is_measured_again_in_a_fresh_one(patched):
+    echo, said = killing(1)
+    report = isolated.call("run_equivalence", patched, 1, (2,), 8, echo=echo)
+    assert report.identical and report.runs[0].tokens == 8
+    assert any("openvino-genai ended its process (signal SIGABRT" in line for line in said), said
+
+
+def test_a_child_that_dies_every_time_is_one_error_naming_how(patched):
+    echo, _ = killing(isolated.RETRIES + 1)
+    with pytest.raises(IRSurgeonError, match=r"ended its process during run_equivalence 2 times \(last: signal "
+                                             r"SIGABRT"):
+        isolated.call("run_equivalence", patched, 1, (2,), 8, echo=echo)
+
+
+def test_an_error_in_the_child_is_that_error(tmp_path):
+    with pytest.raises(IRSurgeonError) as e:
+        isolated.call("run_equivalence", tmp_path / "missing", 1, (2,), 8)
+    assert "missing" in str(e.value) and "failed in its process" not in str(e.value)
+
+
+def test_an_interruption_leaves_no_child_running(patched):
+    seen = []
+
+    def echo(line: str) -> None:
+        seen.extend(children())
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        isolated.call("run_equivalence", patched, 1, (2,), 8, echo=echo)
+    assert seen and not [pid for pid in seen if os.path.exists(f"/proc/{pid}")]
+
+
+def test_only_the_measurements_are_run_so():
+    with pytest.raises(ValueError):
+        isolated.call("patch", "x")
