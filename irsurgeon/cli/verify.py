@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from irsurgeon import _verify_json_target
 from irsurgeon.cli.hub_options import hub_options, make_hub
 from irsurgeon.cli.options import json_to, report, safe_echo
 from irsurgeon.core import limits
@@ -66,10 +67,22 @@ class SweepParam(click.ParamType):
         return tuple(dict.fromkeys(int(p) for p in parts))
 
 
+class VerifyCommand(click.Command):
+    """verify, whose --json takes an optional FILE: `verify --json DIR` (the option first) means the document on
+    stdout and DIR as TARGET when DIR is the only word that can be TARGET, as `verify DIR --json` does: option order
+    never matters (irsurgeon._verify_json_target reads the words as click's parser does)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        at = _verify_json_target(args)
+        if at is not None:
+            args = [*args[:at], "--json=-", *args[at + 1:]]
+        return super().parse_args(ctx, args)
+
+
 GENAI_ONLY = ("prompts", "sweep", "nats", "max_new_tokens", "device", "rounds", "min_acceptance")  # its parameters
 
 
-@click.command("verify")
+@click.command("verify", cls=VerifyCommand)
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--genai", "with_genai", is_flag=True,
               help="Also run openvino-genai speculative decoding with the draft against plain greedy decoding, then time it.")
