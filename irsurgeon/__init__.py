@@ -6,6 +6,8 @@ Public API (openvino is imported on first use, so `import irsurgeon` and the CLI
     patch_directory, Options          make an exported directory ready for a draft of any family in place
                                       (irsurgeon.flows.patch.patch); HubOptions: revision, token, cache for a repo id
     verify_directory                  the contract checks of a directory, one (name, ok, detail) per check
+    verify_genai, Verification        `verify --genai` in Python: the checks, then openvino-genai's equivalence,
+                                      acceptance and speed; its result, field for field the command's --json result
     annotate_ir, show_path            hidden-state annotation; what an IR or directory holds (irsurgeon.flows.show.show)
     load_config, MTPConfig            the head's configuration from config.json
     IRSurgeonError                    the base of every error irsurgeon raises on purpose
@@ -152,6 +154,8 @@ _LAZY = {  # exported name -> (module, attribute); nothing is imported here, so 
     "Options": ("irsurgeon.draft.protocol", "Options"),
     "HubOptions": ("irsurgeon.weights.hub.fetch", "HubOptions"),  # Options.hub: a repo id's revision, token, cache
     "verify_directory": ("irsurgeon.flows.verify", "verify_directory"),
+    "verify_genai": ("irsurgeon.flows.readiness", "verify_genai"),
+    "Verification": ("irsurgeon.flows.readiness", "Verification"),  # what verify_genai returns
     "annotate_ir": ("irsurgeon.flows.annotate", "annotate_ir"),
     "show_path": ("irsurgeon.flows.show", "show"),
     "load_config": ("irsurgeon.families.qwen35_mtp.model", "load_config"),  # the Qwen3.5 MTP head's config
