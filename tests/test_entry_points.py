@@ -34,7 +34,7 @@ ENTRIES = {
 }
 
 HOOKS = r'''
-import atexit, os, signal, sys
+import _signal, atexit, os, sys  # not `signal`: entry imports it, an import the run must go through
 AT, FROM = int(os.environ.get("CTRL_C_AT", "0")), os.environ.get("CTRL_C_FROM", "")
 counted = [0]
 def hook(event, args):
@@ -44,9 +44,9 @@ def hook(event, args):
         return
     counted[0] += 1
     if counted[0] == AT + 1:
-        signal.raise_signal(signal.SIGINT)
+        _signal.raise_signal(_signal.SIGINT)
 def at_exit():  # registered first, so run last: the process's last Python code
-    signal.raise_signal(signal.SIGINT)
+    _signal.raise_signal(_signal.SIGINT)
     sum(range(1000))  # Python steps after the signal: a handler would run here
 if AT:
     sys.addaudithook(hook)
