@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from dflash_export import export  # noqa: E402  (scripts/, with the imports after sys.path is set)
 from irsurgeon.families import registry  # noqa: E402  (sys.path set above)
-from irsurgeon.flows.genai import PROMPTS, run_equivalence  # noqa: E402  (sys.path set above)
+from irsurgeon.flows.genai import run_equivalence  # noqa: E402  (sys.path set above)
+from irsurgeon.flows.prompts import TEXTS as PROMPTS  # noqa: E402  (sys.path set above)
 
 KIND = "dflash-cycle"
 # three built-in prompts (their last tokens lie on 3-cycles) and one whose last token lies on a 4-cycle at seed 0

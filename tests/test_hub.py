@@ -279,6 +279,14 @@ def test_a_mistyped_local_path_says_so_before_the_hub(tmp_path):
                                                            "as a Hugging Face repo id:"), proc.stderr
 
 
+def test_a_mistyped_local_path_names_the_entry_it_is_closest_to():
+    from irsurgeon.weights.hub.fetch import local_answer
+
+    models = Path(__file__).resolve().parents[1] / "fixtures" / "eagle3"  # holds ckpt/ and target/
+    assert local_answer(models / "ckptt") == f"no such local checkpoint in {models} (did you mean '{models}/ckpt'?)"
+    assert local_answer(models / "zzzz") == f"no such local checkpoint in {models}"  # nothing close: no guess
+
+
 def test_a_mistyped_local_path_whose_first_folder_is_missing_says_so_before_the_hub(tmp_path):
     """`fixtures-typo/ckptt`: no part of it exists; the line says which folder is missing, then what the hub said."""
     proc = subprocess.run([sys.executable, "-m", "irsurgeon", "patch", str(DEMO_TARGET), "--checkpoint",

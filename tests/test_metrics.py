@@ -13,7 +13,8 @@ from lab.demo import patch_demo
 
 from irsurgeon.cli import main
 from irsurgeon.ir.footprint import kv_cache
-from irsurgeon.flows.genai import PROMPTS, Measurement, SpeedReport, peak_memory_bytes
+from irsurgeon.flows.genai import Measurement, SpeedReport, peak_memory_bytes
+from irsurgeon.flows.prompts import TEXTS as PROMPTS
 from irsurgeon.flows.show import show_ir
 from helpers.cli import result_of
 

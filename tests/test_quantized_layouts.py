@@ -1,5 +1,6 @@
-"""Quantized layouts other than FP8 block-scaled are refused in one line naming the scheme and what is supported;
-the official FP8 releases' layouts, at their real sizes, pass every check. Checkpoints here are real configs with
+"""Quantized layouts other than FP8 block-scaled and int4 packed (compressed-tensors, AWQ, GPTQ) are refused in one
+line naming the scheme and what is supported; the official FP8 releases' layouts and the int4 ones, at their real
+sizes, pass every check. Checkpoints here are real configs with
 header-only safetensors files (the data is a sparse hole): every refusal and check comes from names, dtypes, shapes
 and config before any data is read."""
 from __future__ import annotations
@@ -77,12 +78,9 @@ def header_only_checkpoint(d: Path, config: dict, tensors: dict) -> Path:
 
 SMALL = "qwen3.5-0.8B"
 FOREIGN = {  # case -> (real config, quantization_config to set (None: its own), layout, words the error must hold)
-    "compressed-tensors": ("qwen3.6-27B-awq-community", None, "compressed-tensors",
-                           ["quantized as compressed-tensors", "weight_packed"]),
-    "gptq": (SMALL, {"quant_method": "gptq", "bits": 4, "group_size": 128}, "gptq",
-             ["quantized as gptq (bits 4, group_size 128)", ".g_idx"]),
-    "awq": (SMALL, {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}, "awq",
-            ["quantized as awq (bits 4, group_size 128)", ".qweight"]),
+    "gptq-packed-as-awq": (SMALL, {"quant_method": "mixed", "bits": 4, "group_size": 128}, "gptq",
+                           ["quantized as mixed (bits 4, group_size 128)", ".g_idx"]),
+    "packed-without-config": (SMALL, {}, "awq", ["quantized as GPTQ/AWQ", ".qweight"]),
     "mlx-mxfp4": ("qwen3.5-2B-mlx-mxfp4", None, "mlx-mxfp4",
                   ["quantized as MLX (bits 4, group_size 32, mode mxfp4)", ".scales"]),
     "mlx-affine": (SMALL, {"group_size": 64, "bits": 4}, "mlx-affine",
@@ -103,21 +101,21 @@ def test_other_quantized_layouts_are_refused_naming_the_scheme(reference, tmp_pa
     d = header_only_checkpoint(tmp_path / "ckpt", config, layout(config, scheme))
     code, out = run("build-mtp", d, "-o", tmp_path / "out")
     assert code == 1 and out.startswith("Error: ") and out.count("\n") == 1, out
-    for needle in needles + ["supported: bf16, f16, f32, f64, and FP8 e4m3 with block scales"]:
+    for needle in needles + ["supported: bf16, f16, f32, f64, FP8 e4m3 with block scales", "int4 packed as"]:
         assert needle in out
     assert not (tmp_path / "out").exists()
 
 
 def test_patch_refuses_a_foreign_layout_and_leaves_the_target_as_it_was(reference, export, ckpt, tmp_path):
-    """The target's own checkpoint geometry (patch checks that first), its head stored as compressed-tensors."""
+    """The target's own checkpoint geometry (patch checks that first), its head stored as MLX affine int4."""
     config = json.loads((ckpt("qwen35-dense") / "config.json").read_text())
-    config["quantization_config"] = real_config(reference, "qwen3.6-27B-awq-community")["quantization_config"]
-    d = header_only_checkpoint(tmp_path / "ckpt", config, layout(config, "compressed-tensors"))
+    config["quantization_config"] = {"group_size": 64, "bits": 4}
+    d = header_only_checkpoint(tmp_path / "ckpt", config, layout(config, "mlx-affine"))
     target = strip_mtp(export("dense-fp16"), tmp_path / "target")
     before = snapshot(target)
     code, out = run("patch", target, "--checkpoint", d)
     last = out.splitlines()[-1]  # after the line saying which format `auto` chose
-    assert code == 1 and last.startswith("Error: ") and "quantized as compressed-tensors" in last
+    assert code == 1 and last.startswith("Error: ") and "quantized as MLX" in last
     assert snapshot(target) == before
 
 
@@ -148,6 +146,28 @@ def test_real_fp8_release_layouts_pass_every_check(reference, tmp_path, config_n
     cfg, weights, ck = load_mtp(d)
     ck.close()
     assert sorted(weights) == sorted(k for k in table_of(cfg).shapes())
+
+
+INT4 = {  # case -> (real config, quantization_config to set (None: its own), layout)
+    # the community 27B release: self_attn/MLP of mtp.* asymmetric group 32 (its group_mtp), mtp.fc in `ignore`
+    "compressed-tensors-27B": ("qwen3.6-27B-awq-community", None, "compressed-tensors"),
+    "gptq-0.8B": (SMALL, {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True, "sym": True}, "gptq"),
+    "awq-0.8B": (SMALL, {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm",
+                         "zero_point": True}, "awq"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INT4))
+def test_real_int4_layouts_pass_every_check(reference, tmp_path, case):
+    """At the releases' sizes (header-only files): the packed modules' tensor set, dtypes and shapes are checked
+    against the config from the shapes alone, and every weight of the table is there (unpacked when read)."""
+    config_name, qc, scheme = INT4[case]
+    config = real_config(reference, config_name, qc)
+    d = header_only_checkpoint(tmp_path / "ckpt", config, layout(config, scheme))
+    cfg, weights, ck = load_mtp(d)
+    ck.close()
+    assert sorted(weights) == sorted(k for k in table_of(cfg).shapes())
+    assert weights.source_format.startswith("int4 (") and scheme in weights.source_format.lower()
 
 
 def per_expert_fp8(tensors: dict, config: dict) -> dict:

@@ -42,6 +42,8 @@ def checkpoint_text(info: dict) -> list[str]:
     if info["family"] is None:
         return lines + [f"no draft family takes it: {info['error']}"]
     lines += [f"draft family: {registry.by_key(info['family']).describe}", *info["reading"]]
+    if info["stored"]:
+        lines.append(f"its draft's weights are stored as {info['stored']}")
     if info["error"]:
         return lines + [f"not readable as one: {info['error']}"]
     return lines + [f"build it into a target: irsurgeon patch TARGET --checkpoint {info['path']}"]
@@ -114,7 +116,33 @@ def directory_text(info: dict) -> list[str]:
                  f"{'READY' if draft['ready'] else 'NOT READY'}")
     lines += [f"   [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {c['detail']}" for c in draft["checks"]]
     lines += [f"   reason: {r}" for r in draft["reasons"] if not draft["checks"]]
-    return lines + footprint_text(info["footprint"])
+    return lines + tuning_text(info["tuning"]) + footprint_text(info["footprint"])
+
+
+def tuning_text(t: dict | None) -> list[str]:
+    """What `irsurgeon tune` measured and chose, from the draft's record; nothing when it was never tuned."""
+    if t is None:
+        return []
+    m, k, fmt = (t.get(key) if isinstance(t.get(key), dict) else {} for key in ("machine", "k", "format"))
+    readings = [r for r in t.get("readings") or [] if isinstance(r, dict)] if isinstance(t.get("readings"), list) \
+        else []
+    reading = next((r for r in readings if r.get("chosen")), None)
+    lines = [f"Tuned {t.get('date', '?')} on {m.get('cpu', '?')} ({m.get('logical_cores', '?')} logical cores, "
+             f"{m.get('device', '?')}, openvino-genai {m.get('openvino_genai', '?')}): {t.get('prompts', '?')} "
+             f"prompt(s) x {t.get('max_new_tokens', '?')} tokens, {t.get('rounds', '?')} alternating round(s)"]
+    if reading is not None and len(readings) > 1:
+        lines.append(f"   reading: {reading.get('label')} (accepted {reading.get('accepted')}/"
+                     f"{reading.get('drafted')} drafts; {len(readings)} readings counted)")
+    tps, plain = k.get("tokens_per_second"), k.get("plain_tokens_per_second")
+    if k.get("chosen") is not None and all(isinstance(v, list) and len(v) == 3 for v in (tps, plain)):
+        lines.append(f"   num_assistant_tokens {k['chosen']}: {tps[0]} tok/s ({tps[1]}-{tps[2]}) against plain "
+                     f"{plain[0]} ({plain[1]}-{plain[2]}), {k.get('speedup')}x"
+                     + ("" if k.get("genai_reads_generation_config") else
+                        "; this family's pipeline takes it only from a GenerationConfig given to generate()"))
+    else:
+        lines.append(f"   num_assistant_tokens: none chosen ({k.get('why') or 'not measured'})")
+    lines.append(f"   format: {fmt.get('chosen')} ({fmt.get('why')})")
+    return lines
 
 
 def footprint_text(fp: dict) -> list[str]:

@@ -17,8 +17,15 @@ from irsurgeon.core.signals import NativeCalls
 @click.option("--checkpoint", default=None,
               help="The draft's checkpoint (a directory, a .safetensors file or a Hugging Face repo id) [default: "
                    "the one its provenance names].")
-@click.option("--prompts", type=PromptsParam(), default="6", show_default=True,
-              help="A number N (the first N of 6 built-in prompts) or a file with one prompt per line.")
+@click.option("--prompts", type=PromptsParam(), default=None,
+              help="A number N (the first N bundled prompts: chat, code and prose) or a prompts file: one per line, "
+                   "or JSON Lines of {\"prompt\": ...} or {\"messages\": [...]} [default: every bundled prompt].")
+@click.option("--chat-template/--no-chat-template", "chat", default=True, show_default=True,
+              help="Give each text prompt as a user message through the target tokenizer's chat template, where "
+                   "it has one.")
+@click.option("--budget", type=click.FloatRange(1, None), default=None, metavar="SECONDS",
+              help="Seconds for the whole run, checked between steps: what is left is not tried, and said "
+                   "[default: no limit].")
 @click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=48, show_default=True,
               help="Tokens generated per prompt (EOS ignored).")
 @click.option("--rounds", type=click.IntRange(1, 100), default=5, show_default=True,
@@ -34,14 +41,17 @@ from irsurgeon.core.signals import NativeCalls
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run on the same directory to finish.")
 @json_flag
 @hub_options
-def command(target: Path, checkpoint: str | None, prompts, max_new_tokens: int, rounds: int, max_k: int,
-            formats: tuple[str, ...], device: str, dry_run: bool, wait: bool, as_json: bool, revision: str | None, token: str | None,
-            cache_dir: Path | None) -> None:
+def command(target: Path, checkpoint: str | None, prompts, chat: bool, budget: float | None, max_new_tokens: int,
+            rounds: int, max_k: int, formats: tuple[str, ...], device: str, dry_run: bool, wait: bool, as_json: bool,
+            revision: str | None, token: str | None, cache_dir: Path | None) -> None:
     """Choose what the draft's checkpoint leaves open by the drafts accepted, and num_assistant_tokens by speed."""
     from irsurgeon.flows.tune import Settings, tune  # on use: openvino and the build
 
     echo = echo_for(as_json)
-    settings = Settings(prompts, max_new_tokens, rounds, max_k, device, formats)
+    settings = Settings(max_new_tokens=max_new_tokens, rounds=rounds, max_k=max_k, device=device, formats=formats,
+                        budget=budget, chat=chat)
+    if prompts is not None:
+        settings.prompts = prompts
     with NativeCalls(raising=True):  # a pipeline load or a build: Ctrl-C said at once, acted on when it returns
         result = tune(target, checkpoint, settings=settings, hub=make_hub(revision, token, cache_dir),
                       dry_run=dry_run, wait=wait, echo=echo)
@@ -73,6 +83,8 @@ def tables(doc: dict) -> list[str]:
                  "; this family's speculative pipeline does not take K from generation_config.json: give "
                  "generate() a GenerationConfig read from that file"))
     lines += format_lines(doc)
+    lines += [f"not tried (budget): {what}" for what in doc["not_tried"]]
+    lines.append("prompts: " + ("each through the target's chat template" if doc["chat_template"] else "as text"))
     lines.append(("would write: " if doc["dry_run"] else "wrote: ") + (", ".join(written(doc)) or "nothing"))
     return lines
 

@@ -30,28 +30,26 @@ WORDING = ("--min-acceptance", ": synth's random drafts (--kind eagle3, dflash) 
 
 
 class PromptsParam(click.ParamType):
-    """A number N (the first N built-in prompts) or a text file with one prompt per line."""
+    """A number N (the first N bundled prompts) or a prompts file (flows.prompts: one per line, or JSON Lines)."""
 
     name = "N|FILE"
 
     def convert(self, value, param, ctx):
+        from irsurgeon.flows.prompts import PROMPTS, read_prompts
+
         if isinstance(value, (int, list)):
             return value
-        path = Path(value)
+        path, most = Path(value), len(PROMPTS)
         if path.is_file():
             try:
-                text = limits.read_text(path, limits.TEXT_BYTES, IRSurgeonError, "prompts")
+                return read_prompts(path, limits.read_text(path, limits.TEXT_BYTES, IRSurgeonError, "prompts"))
             except IRSurgeonError as e:
                 self.fail(str(e), param, ctx)
-            prompts = [line.strip() for line in text.splitlines() if line.strip()]
-            if not prompts:
-                self.fail(f"{path}: no prompts (one per line expected)", param, ctx)
-            return prompts
-        if value.isascii() and value.isdigit() and len(value) == 1 and 1 <= int(value) <= 6:
+        if value.isascii() and value.isdigit() and len(value) <= 2 and 1 <= int(value) <= most:
             return int(value)
         if not value.isdigit() and not os.path.lexists(path):  # a file name that is not there: say so
-            self.fail(f"{shown(value)}: no such prompts file (or give a number from 1 to 6)", param, ctx)
-        self.fail(f"{value!r:.40} is neither a number from 1 to 6 nor a prompts file", param, ctx)
+            self.fail(f"{shown(value)}: no such prompts file (or give a number from 1 to {most})", param, ctx)
+        self.fail(f"{value!r:.40} is neither a number from 1 to {most} nor a prompts file", param, ctx)
 
 
 class SweepParam(click.ParamType):

@@ -75,12 +75,13 @@ def ints(hi: int) -> Range:
 
 
 def read_keys(cfg: dict, keys: tuple[Key, ...], text_type: str, where: dict[str, str],
-              source: str) -> tuple[dict[str, Any], list[str]]:
-    """Every key a text model of `text_type` has, by name, with the warning lines of disagreeing homes."""
+              source: str, *, family: str) -> tuple[dict[str, Any], list[str]]:
+    """Every key a text model of `text_type` has, by name, with the warning lines of disagreeing homes; `family`
+    (its title: "DFlash draft") names who refuses a value outside a key's allowed ones."""
     values, warnings = {}, []
     for key in keys:
         if key.types is None or text_type in key.types:
-            values[key.name], lines = read_key(cfg, key, key.default_for(text_type), where, source)
+            values[key.name], lines = read_key(cfg, key, key.default_for(text_type), where, source, family=family)
             warnings += lines
     return values, warnings
 
@@ -243,7 +244,8 @@ def lookup(cfg: dict, path: str) -> Any:
     return node
 
 
-def read_key(cfg: dict, key: Key, default: Any, where: dict[str, str], source: str) -> tuple[Any, list[str]]:
+def read_key(cfg: dict, key: Key, default: Any, where: dict[str, str], source: str, *,
+             family: str) -> tuple[Any, list[str]]:
     """A key's value from its first present home (else its default), checked; a warning per disagreeing home."""
     homes = list(dict.fromkeys(h.format(**where) for h in key.homes))  # text-only configs fold `{text}dtype`
     found = [(h, v) for h in homes if (v := lookup(cfg, h)) is not MISSING and not (v is None and key.null_is_absent)]
@@ -253,7 +255,7 @@ def read_key(cfg: dict, key: Key, default: Any, where: dict[str, str], source: s
         value, path = default, None
     else:
         path, raw = found[0]
-        value = checked(key, path, raw, source)
+        value = checked(key, path, raw, source, family)
     warnings = [disagreement(source, h, v, path, raw) for h, v in found[1:] if v != value]
     for home in (h.format(**where) for h in key.ignored):
         if (v := lookup(cfg, home)) is not MISSING and v != value:
@@ -273,8 +275,10 @@ def flag(section: dict, key: str, default: bool, source: str, prefix: str = "") 
     return checked(Key(prefix + key, (), default, bool), prefix + key, value, source)
 
 
-def checked(key: Key, path: str, value: Any, source: str) -> Any:
-    """value if it has the key's type, bounds and allowed values; a ConfigError naming the path otherwise."""
+def checked(key: Key, path: str, value: Any, source: str, family: str = "") -> Any:
+    """value if it has the key's type, bounds and allowed values; a ConfigError naming the path otherwise (and, for
+    a value outside the allowed ones, the family whose build refuses it: a key with allowed values is read through
+    read_keys, which names it)."""
     ok_type = isinstance(value, (int, float) if key.kind is float else key.kind)
     if not ok_type or (key.kind is not bool and isinstance(value, bool)):
         raise ConfigError(f"{source}: {path} must be {KIND_NAMES[key.kind]}, found {brief(value)}")
@@ -286,7 +290,7 @@ def checked(key: Key, path: str, value: Any, source: str) -> Any:
     if key.bounds is not None and value not in key.bounds:
         raise ConfigError(f"{source}: {path} = {value} is out of range (expected {key.bounds})")
     if key.allowed is not None and value not in key.allowed:
-        raise ConfigError(f"{source}: {path} {show(value)} is not supported by this draft family's build "
+        raise ConfigError(f"{source}: {path} {show(value)} is not supported by the {family} build "
                           f"(expected {' or '.join(show(a) for a in key.allowed)})")
     return value
 

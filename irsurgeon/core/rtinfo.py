@@ -6,6 +6,8 @@ HIDDEN_STATES_LAYERS = "hidden_states_decoder_layers"
 RUNTIME_OPTIONS = "runtime_options"
 KV_CACHE_PRECISION = "KV_CACHE_PRECISION"
 PROVENANCE = "irsurgeon"  # section: version, source, weight_format, ...
+TUNING = "tuning"  # in PROVENANCE: what `irsurgeon tune` measured and chose on this draft, as JSON (flows/tune.py)
+SOURCE_FORMAT = "source_format"  # in PROVENANCE: what the checkpoint stored the draft's weights as (weights/quant.py)
 KEEP_FLOAT = "keep_float"  # in PROVENANCE: weight constants the family marks as never compressed (space-separated)
 STREAMED = "irsurgeon_streamed"  # transient, never saved: a built model's handle on the weights stage_ir writes
 

@@ -120,6 +120,8 @@ def build_model(cfg, weights: LazyWeights | dict[str, np.ndarray], fmt: str | We
     for key, value in recipe.rt_info.items():
         model.set_rt_info(value, key)
     rtinfo.set_provenance(model, **{rtinfo.KEEP_FLOAT: keep_float(table)})
+    if getattr(weights, "source_format", ""):  # what the checkpoint stored: bf16, FP8, int4 (packed as ...)
+        rtinfo.set_provenance(model, **{rtinfo.SOURCE_FORMAT: weights.source_format})
     if deferred and deferred.placeholders:
         _STREAMS[deferred.token] = deferred
         model.set_rt_info(deferred.token, rtinfo.STREAMED)

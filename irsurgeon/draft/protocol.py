@@ -108,6 +108,14 @@ class Pairing:
 
 
 @dataclass
+class Tuned:
+    """What `irsurgeon tune` writes with a draft: its record (JSON, the draft's provenance rt_info irsurgeon/tuning)
+    and the K chosen for the target's generation_config.json (None: that file is left as it is)."""
+    record: str
+    k: int | None = None
+
+
+@dataclass
 class Options:
     """How a patch was asked for (the CLI's options; the Python API's irsurgeon.Options)."""
     weight_format: str = "auto"
@@ -122,6 +130,8 @@ class Options:
     # keys set over the checkpoint's config.json before the family reads it: one alternative of each Reading (what
     # `tune` settles); staged as the draft's config.json where the family writes one, and recorded in its provenance
     config_edits: dict | None = None
+    # what `tune` chose and measured, committed with the draft in one transaction (flows/tune.py Tuned)
+    tuned: Tuned | None = None
 
     def kv_cache(self) -> str:
         """The KV cache precision a draft records: the one asked for, else f16."""

@@ -11,6 +11,7 @@ from irsurgeon.core.config import checked_model_type, peek_json
 from irsurgeon.core.errors import ConfigError
 from irsurgeon.families import dflash, eagle3, gemma4_mtp, qwen35_mtp
 from irsurgeon.draft.protocol import Family, Match
+from irsurgeon.ir.export import GENERATION_CONFIG
 from irsurgeon.weights.held import NOTHING_HELD, Held
 
 FAMILIES: tuple[Family, ...] = (
@@ -19,6 +20,7 @@ FAMILIES: tuple[Family, ...] = (
     dflash.FAMILY,
     eagle3.FAMILY,
 )
+HOUSE_WRITES = (GENERATION_CONFIG,)  # the target's, where `tune` writes num_assistant_tokens (flows/tune.py)
 DEFAULT = FAMILIES[0]  # what a directory that no family recognises is checked as (its layout errors name why)
 
 
@@ -69,8 +71,9 @@ def for_directory(directory: Path) -> Family:
 
 
 def writable() -> frozenset[str]:
-    """Every name any family's patch moves into a target: what a commit journal may name (irsurgeon.commit.journal)."""
-    return frozenset(n for f in FAMILIES for n in f.layout.writes)
+    """Every name any family's patch, or tune, moves into a target: what a commit journal may name
+    (irsurgeon.commit.journal)."""
+    return frozenset(n for f in FAMILIES for n in f.layout.writes) | frozenset(HOUSE_WRITES)
 
 
 def titles() -> str:

@@ -51,16 +51,9 @@ from irsurgeon.ir.footprint import kv_cache
 from irsurgeon.ir.describe import show_ir
 from irsurgeon.core.signals import check_interrupted, interrupted
 from irsurgeon.flows.measure import FASTER, NOISE, RULE, Spread, judge
+from irsurgeon.flows.prompts import Prompt, prompt_list, rendered
 from irsurgeon.flows.verify import generation_configs
 
-PROMPTS = (
-    "Hello world, the quick brown fox",
-    "Once upon a time there was a little robot who liked to count",
-    "What is the capital of France?",
-    "one two three four five six seven eight nine ten",
-    "def main(): print(",
-    "The weather today is sunny with a chance of rain in the afternoon. Please write a short poem about the sea.",
-)
 CLEAR_REFS = Path("/proc/self/clear_refs")
 STATUS = Path("/proc/self/status")
 MEASUREMENT_KEYS = ("label", "num_assistant_tokens", "prompts", "rounds", "generated_tokens", "seconds",
@@ -102,7 +95,7 @@ class Report:
                 "runs": [asdict(r) for r in self.runs]}
 
 
-def _genai():
+def genai_module():
     try:  # here, not at module level: openvino-genai takes ~240 ms to import and is the optional `test` extra
         import openvino_genai
     except ImportError:
@@ -152,16 +145,16 @@ def generate(pipe, prompt, config, **kwargs):
     return result
 
 
-def prompt_list(prompts: int | Sequence[str]) -> list[str]:
-    """The first N built-in prompts for an int, else the given prompts."""
-    return list(PROMPTS[:prompts]) if isinstance(prompts, int) else list(prompts)
+def texts_of(g, target: Path, prompts: int | Sequence[Prompt]) -> list[str]:
+    """The prompts as both pipelines get them (flows.prompts: a conversation through the chat template)."""
+    return rendered(g, target, prompt_list(prompts), chat=False)[0]
 
 
 def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: tuple[int, ...] = (1, 2, 3, 4),
                     max_new_tokens: int = 40, device: str = "CPU",
                     echo: Callable[[str], None] = print) -> Report:
     target = Path(target)
-    g, (_, fam) = _genai(), runtime_of(target)
+    g, (_, fam) = genai_module(), runtime_of(target)
     props = fam.equivalence_properties(target)
     report = Report(properties=props)
     echo(f"equivalence: loading the plain and the speculative pipeline on {device}")  # minutes for a large model
@@ -170,7 +163,7 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
     mtp = fam.pipeline(g, target, device, props, True, max_assistant_tokens=max(nats))
     check_interrupted()
     keep_going = not fam.honours_eos
-    for i, prompt in enumerate(prompt_list(prompts)):
+    for i, prompt in enumerate(texts_of(g, target, prompts)):
         ref, _ = _generate(g, plain, fam.prompt(prompt), _config(g, max_new_tokens, None, keep_going))
         for nat in nats:
             ids, result = _generate(g, mtp, fam.prompt(prompt), _config(g, max_new_tokens, nat, keep_going))
@@ -380,9 +373,9 @@ def run_speed(target: str | Path, prompts: int | Sequence[str] = 3, sweep: tuple
               max_new_tokens: int = 40, device: str = "CPU", rounds: int = 3,
               echo: Callable[[str], None] = print) -> SpeedReport:
     """Plain greedy, then speculative decoding at each K of `sweep`, at the device's default precision (see the module docstring)."""
-    target, g = Path(target), _genai()
+    target, g = Path(target), genai_module()
     family, fam = runtime_of(target)
-    texts, defaults = [fam.prompt(p) for p in prompt_list(prompts)], device_defaults(device)
+    texts, defaults = [fam.prompt(p) for p in texts_of(g, target, prompts)], device_defaults(device)
     kv = kv_growth(target, defaults["KV_CACHE_PRECISION"], (family.layout.target_in(target), family.layout.draft_xml))
     kv_target, kv_draft = kv["target"]["bytes_per_token"], kv["draft"]["bytes_per_token"]
     resettable = reset_peak_memory()
@@ -422,14 +415,17 @@ class Sweep:
     use, None where it names none)."""
     measurements: list[Measurement]
     configured_k: int | None
+    rounds_run: int = 0
 
 
-def run_sweep(target: str | Path, prompts: int | Sequence[str] = 6, max_new_tokens: int = 48, device: str = "CPU",
-              rounds: int = 5, max_k: int = 8, echo: Callable[[str], None] = print) -> Sweep:
-    """Plain generation and speculative decoding at K = 1, 2, ... in alternating rounds (the module docstring)."""
-    target, g = Path(target), _genai()
+def run_sweep(target: str | Path, prompts: int | Sequence[Prompt] = 6, max_new_tokens: int = 48, device: str = "CPU",
+              rounds: int = 5, max_k: int = 8, echo: Callable[[str], None] = print,
+              until: float | None = None) -> Sweep:
+    """Plain generation and speculative decoding at K = 1, 2, ... in alternating rounds (the module docstring); no
+    round starts after `until` (time.monotonic()), the first excepted."""
+    target, g = Path(target), genai_module()
     _, fam = runtime_of(target)
-    texts = [fam.prompt(p) for p in prompt_list(prompts)]
+    texts = [fam.prompt(p) for p in texts_of(g, target, prompts)]
     echo(f"speed: loading the plain and the speculative pipeline on {device}")
     plain_pipe = fam.pipeline(g, target, device, {}, False)
     check_interrupted()
@@ -438,6 +434,8 @@ def run_sweep(target: str | Path, prompts: int | Sequence[str] = 6, max_new_toke
     plain = Measurement("plain", None, 0, 0, drafted=fam.drafted)
     ks: list[Measurement] = []
     for r in range(rounds):
+        if r and until is not None and time.monotonic() >= until:
+            break
         rates = [_timed_pass(plain_pipe, texts, _config(g, max_new_tokens, None), plain)]
         for m in ks:
             rates.append(_timed_pass(spec_pipe, texts, _config(g, max_new_tokens, m.num_assistant_tokens), m))
@@ -449,7 +447,7 @@ def run_sweep(target: str | Path, prompts: int | Sequence[str] = 6, max_new_toke
     base = plain.tokens_per_second
     for m in (plain, *ks):
         m.speedup = m.tokens_per_second / base if base else None
-    return Sweep([plain, *ks], configured_k(spec_pipe))
+    return Sweep([plain, *ks], configured_k(spec_pipe), plain.rounds)
 
 
 def configured_k(pipe) -> int | None:
@@ -458,13 +456,15 @@ def configured_k(pipe) -> int | None:
     return config.num_assistant_tokens or None
 
 
-def run_alternatives(targets: dict[str, Path], k: int, prompts: int | Sequence[str] = 6, max_new_tokens: int = 48,
-                     device: str = "CPU", rounds: int = 5, echo: Callable[[str], None] = print) -> list[Measurement]:
+def run_alternatives(targets: dict[str, Path], k: int, prompts: int | Sequence[Prompt] = 6, max_new_tokens: int = 48,
+                     device: str = "CPU", rounds: int = 5, echo: Callable[[str], None] = print,
+                     until: float | None = None) -> list[Measurement]:
     """Speculative decoding at K = k on each directory of `targets` (label -> directory: the same target, other
-    drafts), every pipeline loaded side by side, in alternating rounds as run_sweep runs them."""
-    g = _genai()
+    drafts), every pipeline loaded side by side, in alternating rounds as run_sweep runs them (and, as there, no
+    round after `until` but the first)."""
+    g = genai_module()
     _, fam = runtime_of(next(iter(targets.values())))
-    texts = [fam.prompt(p) for p in prompt_list(prompts)]
+    texts = [fam.prompt(p) for p in texts_of(g, next(iter(targets.values())), prompts)]
     echo(f"speed: loading {len(targets)} speculative pipelines on {device}")
     pipes = {}
     for label, target in targets.items():
@@ -472,6 +472,8 @@ def run_alternatives(targets: dict[str, Path], k: int, prompts: int | Sequence[s
         check_interrupted()
     found = {label: Measurement(label, k, 0, 0, drafted=fam.drafted) for label in targets}
     for r in range(rounds):
+        if r and until is not None and time.monotonic() >= until:
+            break
         rates = [_timed_pass(pipes[label], texts, _config(g, max_new_tokens, k), m) for label, m in found.items()]
         echo(f"   round {r + 1}/{rounds}: " + ", ".join(f"{label} {rate:.1f}" for label, rate in zip(found, rates))
              + " tok/s")

@@ -9,8 +9,10 @@ fastest round (min-max). The rule (RULE):
 Tokens per second are all that is timed. Acceptance under greedy decoding is counted, not timed: the same prompts
 give the same counts on every run, so a reading (flows/tune.py) is judged by them and needs no rounds.
 
-num_assistant_tokens (choose_k): the K with the highest median is chosen only when it beats plain generation and
-every other K measured, each by RULE; otherwise no K is chosen and openvino-genai's default stays. Among other
+num_assistant_tokens (choose_k): the K with the highest median must beat plain generation by RULE, else no K is chosen
+and openvino-genai's default stays. It is chosen when it also beats every other K; the Ks within noise of it that beat
+plain generation too are as good as far as the rounds can tell, and the smallest of them (the simplest: fewest
+drafts computed per step) is chosen. Among other
 alternatives (choose_fastest: a draft's weight formats), the fastest replaces the present one only when it beats
 every other by RULE; otherwise the present one stays.
 """
@@ -22,8 +24,8 @@ from dataclasses import dataclass
 FASTER, SLOWER, NOISE = "faster", "slower", "within noise"
 RULE = ("a configuration beats another only when its slowest round is faster than the other's fastest (their min-max "
         "ranges apart); overlapping ranges, or a single round, are within noise")
-K_RULE = (f"a K is chosen only when it beats plain generation and every other K measured ({RULE}); else "
-          f"openvino-genai's default stays")
+K_RULE = (f"a K is chosen only when the fastest beats plain generation ({RULE}); among the Ks that beat plain "
+          f"generation within noise of the fastest, the smallest; else openvino-genai's default stays")
 
 
 @dataclass(frozen=True)
@@ -79,12 +81,34 @@ def choose_k(plain: Spread, ks: dict[int, Spread]) -> KChoice:
     if (versus := judge(ks[best], plain)) != FASTER:
         how = "within noise of it" if versus == NOISE else "slower beyond the rounds' spread"
         return KChoice(None, f"the fastest K, {best}, runs at {speedup:.2f}x plain generation: {how}")
-    close = [k for k in ks if k != best and judge(ks[best], ks[k]) != FASTER]
-    if close:
-        return KChoice(None, f"K={best} runs fastest ({speedup:.2f}x plain generation) but within noise of "
-                             f"K={', '.join(map(str, sorted(close)))}")
-    return KChoice(best, f"K={best} runs at {speedup:.2f}x plain generation, beyond the rounds' spread of plain "
-                         f"generation and of every other K")
+    close = sorted(k for k in ks if k != best and judge(ks[best], ks[k]) != FASTER)
+    if not close:
+        return KChoice(best, f"K={best} runs at {speedup:.2f}x plain generation, beyond the rounds' spread of plain "
+                             f"generation and of every other K")
+    simplest = min([best] + [k for k in close if judge(ks[k], plain) == FASTER])
+    ratio = ks[simplest].median / plain.median
+    return KChoice(simplest, f"K={best} runs fastest ({speedup:.2f}x plain generation, beyond its spread), within "
+                             f"noise of K={', '.join(map(str, close))}; the smallest of these that beats plain "
+                             f"generation beyond its spread, K={simplest} ({ratio:.2f}x), is chosen")
+
+
+def machine(device: str) -> dict:
+    """Where a speed was measured, as a record states it: the CPU's model name (/proc/cpuinfo, where there is one),
+    its logical cores, the OpenVINO device and the openvino-genai version."""
+    import os
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass  # not Linux: platform's answer stands
+    try:
+        genai = version("openvino-genai")
+    except PackageNotFoundError:
+        genai = None
+    return {"cpu": cpu[:80], "logical_cores": os.cpu_count(), "device": device, "openvino_genai": genai}
 
 
 def choose_fastest(spreads: dict[str, Spread], present: str) -> tuple[str, str]:

@@ -28,7 +28,8 @@ The same flow for every registered family (draft.protocol.Family); the family su
                strict accounting and built (irsurgeon.draft.build), then family.finish (compress, runtime options,
                provenance)
     stage      family.stage writes every new file into ONE transaction of the target (subfolders included) and
-               checks each where it is staged; the house commits them all at once, or none
+               checks each where it is staged; Options.tuned (what `tune` chose) adds the target's
+               generation_config.json with its K (stage_k); the house commits them all at once, or none
     confirm    the family's verify of the committed directory: a rejection is an error, never "wrote ..." and exit 0;
                Ctrl-C once the commit is done says the patch is complete (errors.Interrupted, exit 130)
 """
@@ -42,7 +43,7 @@ from typing import Callable
 
 from irsurgeon.core import rtinfo
 from irsurgeon.draft.build import build_model, load_with, stream_of
-from irsurgeon.core.config import peek_json, read_json
+from irsurgeon.core.config import check_generation_config, peek_json, read_json
 from irsurgeon.quant.formats import WEIGHT_FORMATS
 from irsurgeon.core.text import a, silent
 from irsurgeon.core.errors import (CheckpointError, CompressionError, ConfigError, Interrupted, IRSurgeonError,
@@ -50,7 +51,7 @@ from irsurgeon.core.errors import (CheckpointError, CompressionError, ConfigErro
 from irsurgeon.families import registry
 from irsurgeon.draft.protocol import Family, Options, Pairing, Staging, Target
 from irsurgeon.ir import files, xmlsafe
-from irsurgeon.ir.export import CONFIG, directory_problem
+from irsurgeon.ir.export import CONFIG, GENERATION_CONFIG, directory_problem
 from irsurgeon.quant.precision import build_format, choose_format
 from irsurgeon.flows.show import weight_precision
 from irsurgeon.ir.describe import weights
@@ -207,6 +208,8 @@ def commit(family: Family, target, staging: Staging, start: float, held: int | N
         staging.model = family.finish(staging.model, staging)
         with tx:
             family.stage(tx, target, staging)
+            if staging.options.tuned is not None and staging.options.tuned.k is not None:
+                stage_k(tx, target.path, staging.options.tuned.k)
             tx.commit()
         staging.echo(f"{target.path}: wrote {', '.join(tx.names)} in {elapsed(start)}")
         confirm(family, target.path)
@@ -286,8 +289,9 @@ def is_done(family: Family, target: Path, options: Options, echo: Echo) -> bool:
     if other:
         echo(f"{target}: {other}: rebuilding it")
         return False
-    done = "; ".join(f"{c.name}: {c.detail}" for c in checks)
-    echo(f"{target}: already has its draft ({family.describe}: {done}); nothing to do (a forced run rebuilds it)")
+    echo(f"{target}: already has its draft ({a(family.title)}, {draft_format(draft) or 'format unrecorded'}), which "
+         f"passes its {len(checks)} checks (irsurgeon verify {target} lists them); nothing to do (a forced run "
+         f"rebuilds it)")
     return True
 
 
@@ -402,4 +406,19 @@ def provenance(options: Options, source, identity: str) -> dict[str, str]:
         fields["revision"] = options.hub.revision
     if options.config_edits:
         fields[CONFIG_EDITS] = edits_text(options.config_edits)
-    return {k: v for k, v in fields.items() if v}  # a family that proves no identity records none
+    if options.tuned is not None:
+        fields[rtinfo.TUNING] = options.tuned.record
+    return {k: v for k, v in fields.items() if v}
+
+
+K_KEY = "num_assistant_tokens"
+
+
+def stage_k(tx: DirectoryTransaction, target: Path, k: int) -> None:
+    """Stage the target's generation_config.json with num_assistant_tokens k, every other key as it was (a file
+    that is not there: only that key); the file there is checked first as openvino-genai reads it."""
+    path = target / GENERATION_CONFIG
+    check_generation_config(path)  # what genai would refuse there is refused before anything is staged
+    config = read_json(path) if path.exists() else {}
+    config[K_KEY] = k
+    tx.write(GENERATION_CONFIG, (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))  # a family that proves no identity records none

@@ -9,12 +9,15 @@ ops, inputs/outputs [{name, names, dtype, shape}], states [{id, dtype, shape}] (
 dynamic dimension, or null for a dynamic rank; the ports exactly as show_ir gives them), weights {precision, compressed, bits, count, modes, group_sizes},
 runtime_options, annotation ({layers: [{layer, producer, output_index, dtype, shape, problem}]} or null); on an IR
 that cannot be read only file, ok=false, error and summary are set), draft {ready, reasons, checks} (openvino-genai
-readiness: the family's verify checks), footprint (footprint.FOOTPRINT_KEYS: weights per part, target and draft KV
+readiness: the family's verify checks), tuning (what `irsurgeon tune` measured and chose on the draft, its record
+as flows.tune.record writes it into the draft's provenance; null when it was never tuned or the record is not
+JSON), footprint (footprint.FOOTPRINT_KEYS: weights per part, target and draft KV
 cache per token and at `context` tokens, a runtime-overhead estimate), computed from the IR descriptions above.
 Nothing is written and nothing from the files is executed; every `.xml` is byte-checked before OpenVINO reads it.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -23,13 +26,15 @@ from irsurgeon.core.errors import IRError, IRSurgeonError
 from irsurgeon.draft.protocol import Family
 from irsurgeon.families import registry
 from irsurgeon.ir.footprint import footprint
-from irsurgeon.ir import files
+from irsurgeon.core import rtinfo
+from irsurgeon.ir import files, xmlsafe
 from irsurgeon.ir.describe import show_ir
 from irsurgeon.ir.export import CONFIG, ExportDir
 from irsurgeon.flows.verify import verify_directory
 from irsurgeon.weights.held import Held
+from irsurgeon.weights.quant import held_format, quantization_section
 
-DIR_KEYS = ("kind", "path", "layout", "family", "config", "irs", "draft", "footprint")
+DIR_KEYS = ("kind", "path", "layout", "family", "config", "irs", "draft", "tuning", "footprint")
 ENTRY_KEYS = ("file", "ok", "error", "summary", "ops", "inputs", "outputs", "states", "weights", "runtime_options",
               "annotation")
 DEFAULT_CONTEXT = 4096
@@ -48,18 +53,24 @@ def show(path: str | Path, *, context: int = DEFAULT_CONTEXT) -> dict:
     return show_ir(path)
 
 
-CHECKPOINT_KEYS = ("kind", "path", "family", "config", "tensors", "reading", "error")
+CHECKPOINT_KEYS = ("kind", "path", "family", "config", "tensors", "stored", "reading", "error")
 
 
 def show_checkpoint(directory: Path, held: Held) -> dict:
     """A checkpoint directory (weights and config.json, no IR): whose draft it is, by its config and what it holds
-    (families.registry.for_config, Family.reading), or why no family takes it; its tensor count. Reads no weight."""
+    (families.registry.for_config, Family.reading), or why no family takes it; its tensor count; what its draft's
+    tensors are stored as (`stored`: a float dtype, FP8, or int4 and its packing: weights.quant.held_format). Reads
+    no weight."""
     info = {"kind": "checkpoint", "path": str(directory), "family": None, "config": config_facts(directory),
-            "tensors": len(held.names), "reading": [], "error": None}
+            "tensors": len(held.names), "stored": None, "reading": [], "error": None}
     try:
         config = read_json(directory / CONFIG)
         family = registry.for_config(config, str(directory / CONFIG), held)
         info["family"] = family.key
+        prefix = family.hub_prefix or ""
+        info["stored"] = held_format(quantization_section(config), sorted(n for n in held.names
+                                                                         if n.startswith(prefix)),
+                                     text_section(config).get("dtype") or config.get("torch_dtype"))
         info["reading"] = family.reading(config, held, str(directory / CONFIG))[1]
     except IRSurgeonError as e:
         info["error"] = str(e)
@@ -86,10 +97,24 @@ def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
         "config": config_facts(directory),
         "irs": irs,
         "draft": draft_verdict(directory, {r["file"]: r for r in irs}, family),
+        "tuning": tuning(draft, described.get(family.layout.draft_xml)),
         "footprint": footprint({k: v for k, v in described.items() if isinstance(v, dict)}, context,
                                family.layout.draft_xml, target=family.layout.target_in(directory),
                                runtime=(family.runtime_overhead, f"the {family.title}'s bundled pair")),
     }
+
+
+def tuning(xml: Path, described) -> dict | None:
+    """The draft's tuning record (rt_info irsurgeon/tuning), read from its `.xml` text; None when the draft could
+    not be read, holds none, or holds one that is not a JSON object."""
+    if not isinstance(described, dict):
+        return None
+    text = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.PROVENANCE, rtinfo.TUNING), str(xml))
+    try:
+        data = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def exports_in(directory: Path) -> str:

@@ -37,21 +37,25 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Sequence
 
-from irsurgeon.commit.transaction import directory_lock
+from irsurgeon.commit.transaction import DirectoryTransaction
 from irsurgeon.core import rtinfo
 from irsurgeon.core.config import check_generation_config, read_json
 from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError, with_hint
 from irsurgeon.core.text import a, silent
-from irsurgeon.draft.protocol import Family, Match, Options
+from irsurgeon.draft.protocol import Family, Match, Options, Tuned
 from irsurgeon.families import registry
 from irsurgeon.flows import measure
-from irsurgeon.flows.genai import Measurement, run_alternatives, run_equivalence, run_sweep
-from irsurgeon.flows.patch import checkpoint_config, draft_format, patch, recorded, recorded_edits, recorded_kv
+from irsurgeon.flows.genai import Measurement, genai_module, run_alternatives, run_equivalence, run_sweep
+from irsurgeon.flows.prompts import PROMPTS, Prompt, prompt_list, rendered
+from irsurgeon.flows.patch import (K_KEY, checkpoint_config, draft_format, patch, recorded, recorded_edits,
+                                   recorded_kv, stage_k)
 from irsurgeon.flows.verify import verify_directory
 from irsurgeon.ir import files
 from irsurgeon.ir.export import GENERATION_CONFIG, directory_problem
@@ -61,18 +65,34 @@ Echo = Callable[[str], None]
 READING_KS = (1, 2, 3, 4)  # the drafts per step a reading's acceptance is counted at (verify --genai's sweep)
 ZERO_RETRIES = 2           # fresh pipelines for a count of no draft accepted (count)
 PROBE_K = 3                # written into the sweep's copy: read back, it says whether genai takes K from the file
-K_KEY = "num_assistant_tokens"
 
 
 @dataclass
 class Settings:
     """How the candidates and the Ks are run."""
-    prompts: int | Sequence[str] = 6
+    prompts: int | Sequence[Prompt] = len(PROMPTS)  # flows.prompts: the bundled set, or the user's
     max_new_tokens: int = 48
     rounds: int = 5
     max_k: int = 8
     device: str = "CPU"
     formats: tuple[str, ...] = ()  # weight formats to try besides the present draft's (none: the format is kept)
+    budget: float | None = None    # seconds for the whole run: checked between steps (Clock)
+    chat: bool = True              # each text prompt as a user message through the target's chat template
+
+
+@dataclass
+class Clock:
+    """The run's budget: spent once `seconds` have passed since it started (None: never). Checked between steps
+    (a candidate's count, a round of timing), so a run ends at most one step after its budget."""
+    seconds: float | None
+    start: float = field(default_factory=time.monotonic)
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.seconds is None else self.start + self.seconds
+
+    def spent(self) -> bool:
+        return self.seconds is not None and time.monotonic() >= self.deadline
 
 
 @dataclass
@@ -85,10 +105,17 @@ class Candidate:
     drafted: int = 0
     identical: bool | None = None
     chosen: bool = False
+    per_prompt: list[tuple[int, int]] = field(default_factory=list)  # (accepted, drafted) of each prompt, all Ks
 
     @property
     def share(self) -> Fraction | None:
         return Fraction(self.accepted, self.drafted) if self.drafted else None
+
+    def ahead_on(self, other: Candidate) -> tuple[int, int]:
+        """(prompts on which this candidate accepts a larger share of its drafts than `other`, prompts both
+        counted): how the totals' lead is spread over the prompts, the noise a verdict on a few prompts has."""
+        pairs = [(a, b) for a, b in zip(self.per_prompt, other.per_prompt) if a[1] and b[1]]
+        return sum(Fraction(*a) > Fraction(*b) for a, b in pairs), len(pairs)
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -111,6 +138,8 @@ class TuneReport:
     formats: list[FormatRow] = field(default_factory=list)
     format_why: str = ""
     written: list[str] = field(default_factory=list)
+    chat_template: bool = False  # the prompts went through the target's chat template (flows.prompts.rendered)
+    not_tried: list[str] = field(default_factory=list)  # what the budget left out, each in a few words
 
     @property
     def chosen_format(self) -> str:
@@ -131,7 +160,7 @@ class TuneReport:
                 "formats": [f.as_dict() for f in self.formats],
                 "format": {"present": self.present_format, "chosen": self.chosen_format,
                            "why": self.format_why or "not tried (none asked for)"},
-                "written": self.written}
+                "chat_template": self.chat_template, "not_tried": self.not_tried, "written": self.written}
 
 
 @dataclass
@@ -164,22 +193,31 @@ def k_row(m: Measurement, plain: measure.Spread | None) -> dict:
 def tune(target_dir: str | Path, checkpoint: str | None = None, *, settings: Settings = Settings(),
          hub: HubOptions | None = None, dry_run: bool = False, wait: bool = False, echo: Echo = silent) -> TuneReport:
     """The whole run (the module docstring); returns what was measured, chosen and written."""
-    target = Path(target_dir)
+    clock, target = Clock(settings.budget), Path(target_dir)
     family = patched_family(target)
     source = checkpoint or recorded_source(target, family)
     report = TuneReport(target, family.key, str(source), dry_run)
     report.candidates = candidates(family, target, source, hub, echo)
     report.present_format = draft_format(target / family.layout.draft_xml) or "auto"
+    texts, report.chat_template = rendered(genai_module(), target, prompt_list(settings.prompts), settings.chat)
+    run = replace(settings, prompts=texts, chat=False)  # rendered once: every candidate gets the same text
     with tempfile.TemporaryDirectory(prefix="irsurgeon-tune-") as tmp:
-        winner_dir = judge_readings(report, family, target, Path(tmp), settings, hub, echo)
+        winner_dir = judge_readings(report, family, target, Path(tmp), run, hub, clock, echo)
         where = winner_dir or Path(tmp) / "k"
-        measure_k(report, family, target, where, winner_dir is None, settings, echo)
-        if settings.formats:
-            other = judge_formats(report, family, target, where, Path(tmp), settings, hub, echo)
+        if clock.spent():
+            report.not_tried.append("the K sweep")
+        else:
+            measure_k(report, family, target, where, winner_dir is None, run, clock, echo)
+        if settings.formats and clock.spent():
+            report.not_tried.append(f"the formats {', '.join(settings.formats)}")
+        elif settings.formats:
+            other = judge_formats(report, family, target, where, Path(tmp), run, hub, clock, echo)
             if other is not None:
-                measure_k(report, family, target, other, False, settings, echo)
+                measure_k(report, family, target, other, False, run, clock, echo)
+        for what in report.not_tried:
+            echo(f"not tried within the budget of {settings.budget:g} s: {what}")
         if not dry_run:
-            persist(report, family, target, hub, wait, echo)
+            persist(report, family, target, settings, hub, wait, echo)
     return report
 
 
@@ -231,7 +269,7 @@ def candidates(family: Family, target: Path, source: str, hub: HubOptions | None
 
 
 def judge_readings(report: TuneReport, family: Family, target: Path, tmp: Path, settings: Settings,
-                   hub: HubOptions | None, echo: Echo) -> Path | None:
+                   hub: HubOptions | None, clock: Clock, echo: Echo) -> Path | None:
     """Build and count every candidate, choose one (choose_reading); returns the directory holding the winner's
     draft when that is not the present one (a copy in tmp), else None."""
     xml = target / family.layout.draft_xml
@@ -239,6 +277,9 @@ def judge_readings(report: TuneReport, family: Family, target: Path, tmp: Path, 
                       kv_cache_precision=recorded_kv(xml) if "kv_cache_precision" in family.patch_options else None)
     dirs = {}
     for i, c in enumerate(report.candidates):
+        if i and not c.present and clock.spent():  # the default and the present draft are always counted
+            report.not_tried.append(f"the reading {c.label}")
+            continue
         where = target if c.present else shadow(target, family, tmp / f"candidate-{i}")
         if not c.present:
             echo(f"reading [{i + 1}/{len(report.candidates)}] {c.label}: building it in {where}")
@@ -263,6 +304,9 @@ def count(c: Candidate, where: Path, settings: Settings, echo: Echo) -> None:
         run = run_equivalence(where, settings.prompts, READING_KS, settings.max_new_tokens, settings.device,
                               echo=silent)
         c.accepted, c.drafted = sum(r.accepted for r in run.runs), sum(r.draft_tokens for r in run.runs)
+        c.per_prompt = [(sum(r.accepted for r in run.runs if r.prompt == i),
+                         sum(r.draft_tokens for r in run.runs if r.prompt == i))
+                        for i in sorted({r.prompt for r in run.runs})]
         c.identical = run.identical
         if c.accepted or not c.drafted or attempt == ZERO_RETRIES:
             return
@@ -270,7 +314,6 @@ def count(c: Candidate, where: Path, settings: Settings, echo: Echo) -> None:
 
 
 def replace_edits(options: Options, edits: dict) -> Options:
-    from dataclasses import replace
     return replace(options, config_edits=edits or None)
 
 
@@ -292,8 +335,11 @@ def choose_reading(cands: list[Candidate]) -> tuple[int, str]:
         return 0, f"the default accepts the largest share of its drafts ({default.accepted}/{default.drafted}); " \
                   f"another must accept strictly more to replace it"
     said = f"{default.accepted}/{default.drafted}" if default.identical else "tokens that differ from plain greedy"
+    ahead, of = cands[best].ahead_on(default)
+    spread = f"; it accepts a larger share than the default on {ahead} of {of} prompts" \
+        if default.identical and of else ""
     return best, f"{cands[best].label} accepts {cands[best].accepted}/{cands[best].drafted} drafts, the default " \
-                 f"({default.label}) {said}"
+                 f"({default.label}) {said}{spread}"
 
 
 def shadow(target: Path, family: Family, where: Path) -> Path:
@@ -316,40 +362,76 @@ def shadow(target: Path, family: Family, where: Path) -> Path:
 
 
 def measure_k(report: TuneReport, family: Family, target: Path, where: Path, copy_first: bool, settings: Settings,
-              echo: Echo) -> None:
+              clock: Clock, echo: Echo) -> None:
     """The alternating sweep on the winner's directory (`where`, a copy of the target when the winner is the present
     draft), with PROBE_K in its generation_config.json; the K choice by measure.choose_k."""
     if copy_first:
         shadow(target, family, where)
     write_k(where / GENERATION_CONFIG, PROBE_K)
     sweep = run_sweep(where, settings.prompts, settings.max_new_tokens, settings.device, settings.rounds,
-                      settings.max_k, echo=echo)
+                      settings.max_k, echo=echo, until=clock.deadline)
+    if sweep.rounds_run < settings.rounds:
+        report.not_tried.append(f"rounds {sweep.rounds_run + 1}-{settings.rounds} of the K sweep")
     report.measurements = sweep.measurements
     report.genai_reads_k = sweep.configured_k == PROBE_K
     plain, *ks = sweep.measurements
     report.k = measure.choose_k(plain.spread, {m.num_assistant_tokens: m.spread for m in ks})
 
 
-def persist(report: TuneReport, family: Family, target: Path, hub: HubOptions | None, wait: bool,
-            echo: Echo) -> None:
-    """The winner re-patched into the target when it is not the present draft, then the chosen K written."""
-    chosen = report.chosen
+def persist(report: TuneReport, family: Family, target: Path, settings: Settings, hub: HubOptions | None,
+            wait: bool, echo: Echo) -> None:
+    """One commit: the winner re-patched into the target when it is not the present draft, else the present draft's
+    provenance given the record; the chosen K staged into generation_config.json in the same transaction."""
+    chosen, xml = report.chosen, target / family.layout.draft_xml
+    tuned = Tuned(json.dumps(record(report, settings), separators=(",", ":"), ensure_ascii=True),
+                  report.k.k if report.k is not None else None)
     if chosen is not None and (not chosen.present or report.chosen_format != report.present_format):
-        xml = target / family.layout.draft_xml
         options = Options(weight_format=report.chosen_format, force=True, hub=hub, wait=wait,
-                          config_edits=chosen.edits or None,
+                          config_edits=chosen.edits or None, tuned=tuned,
                           kv_cache_precision=recorded_kv(xml) if "kv_cache_precision" in family.patch_options
                           else None)
         report.written += patch(target, report.checkpoint, options=options, echo=echo).written
-    if report.k is not None and report.k.k is not None:
-        with directory_lock(target, wait, echo):
-            write_k(target / GENERATION_CONFIG, report.k.k)
-        report.written.append(GENERATION_CONFIG)
+        return
+    with DirectoryTransaction(target, writable=registry.writable(), wait=wait, echo=echo) as tx:
+        name = family.layout.draft_xml
+        files.write_rt_info(xml, {(rtinfo.PROVENANCE, rtinfo.TUNING): tuned.record}, into=lambda b: tx.write(name, b))
+        if tuned.k is not None:
+            stage_k(tx, target, tuned.k)
+        tx.commit()
+    report.written += tx.names
+    echo(f"{target}: wrote {', '.join(tx.names)}")
+
+
+def record(report: TuneReport, settings: Settings) -> dict:
+    """What the draft's provenance keeps of the run (rt_info irsurgeon/tuning; `show` prints it): when and where it
+    was measured, on what, and what was chosen with the numbers it was chosen by."""
+    k_rows = {m.num_assistant_tokens: m for m in report.measurements}
+    plain, best = k_rows.get(None), k_rows.get(report.k.k if report.k else None)
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": measure.machine(settings.device),
+        "prompts": len(prompt_list(settings.prompts)), "max_new_tokens": settings.max_new_tokens,
+        "chat_template": report.chat_template, "not_tried": report.not_tried,
+        "rounds": plain.rounds if plain else 0,
+        "readings": [{"label": c.label, "accepted": c.accepted, "drafted": c.drafted, "identical": c.identical,
+                      "chosen": c.chosen} for c in report.candidates], "reading_why": report.reading,
+        "k": {"chosen": report.k.k if report.k else None, "why": report.k.why if report.k else "",
+              "genai_reads_generation_config": report.genai_reads_k,
+              "tokens_per_second": spread_of(best), "plain_tokens_per_second": spread_of(plain),
+              "speedup": round(best.speedup, 3) if best and best.speedup else None},
+        "format": {"chosen": report.chosen_format, "why": report.format_why or "not tried"},
+    }
+
+
+def spread_of(m: Measurement | None) -> list[float] | None:
+    """[median, min, max] tokens per second, rounded for the record."""
+    return None if m is None else [round(m.tokens_per_second, 1), round(m.tokens_per_second_min, 1),
+                                   round(m.tokens_per_second_max, 1)]
 
 
 def write_k(path: Path, k: int) -> None:
-    """generation_config.json with num_assistant_tokens k, every other key as it was, replaced atomically
-    (files.write_atomic: beside it, fsynced, renamed), the new file checked as genai will read it first."""
+    """A copy's generation_config.json with num_assistant_tokens k (the sweep's probe; the target's own is staged by
+    flows.patch.stage_k in tune's commit)."""
     config = read_json(path) if path.exists() else {}
     config[K_KEY] = k
     text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
@@ -357,7 +439,7 @@ def write_k(path: Path, k: int) -> None:
 
 
 def judge_formats(report: TuneReport, family: Family, target: Path, where: Path, tmp: Path, settings: Settings,
-                  hub: HubOptions | None, echo: Echo) -> Path | None:
+                  hub: HubOptions | None, clock: Clock, echo: Echo) -> Path | None:
     """The winning reading in each format asked for, timed side by side at one K (the module docstring); returns
     the directory of a format that replaces the present one, else None."""
     k = report.k.k if report.k and report.k.k else max(report.measurements[1:], key=lambda m: m.tokens_per_second) \
@@ -379,7 +461,7 @@ def judge_formats(report: TuneReport, family: Family, target: Path, where: Path,
         else:
             echo(f"format {fmt}: its tokens DIFFER from plain greedy: never chosen")
     for m in run_alternatives(dirs, k, settings.prompts, settings.max_new_tokens, settings.device, settings.rounds,
-                              echo=echo):
+                              echo=echo, until=clock.deadline):
         rows[m.label].measurement = m
     best, report.format_why = measure.choose_fastest({f: rows[f].measurement.spread for f in dirs},
                                                      report.present_format)

@@ -68,10 +68,25 @@ def logits_matmul(model, source: str = "model"):
         names = sorted(n for o in model.outputs for n in o.get_names())
         raise IRError(f"{source}: expected one output named {LOGITS!r}, found outputs {names}")
     producer = outs[0].get_node().input_value(0).get_node()
+    capped = softcapped(producer)
+    if capped is not None:
+        return capped
     if producer.get_type_name() != "MatMul":
         raise IRError(f"{source}: output {LOGITS!r} is produced by {producer.get_type_name()} "
-                      f"{producer.get_friendly_name()!r}, expected the lm_head MatMul")
+                      f"{producer.get_friendly_name()!r}, expected the lm_head MatMul (or a logit softcap on it)")
     return producer
+
+
+def softcapped(node):
+    """The MatMul under a logit softcap, MatMul -> Divide -> Tanh -> Multiply (Gemma's final_logit_softcapping), or
+    None: the one pattern openvino.genai (da1db864d, the 2026.4.1 build) src/cpp/src/utils.cpp find_llm_matmul
+    follows back from the logits besides a bare MatMul (and Add / Transpose on it, which no export here writes)."""
+    chain = [node]
+    for kind in ("Multiply", "Tanh", "Divide"):
+        if chain[-1].get_type_name() != kind:
+            return None
+        chain.append(chain[-1].input_value(0).get_node())
+    return chain[-1] if chain[-1].get_type_name() == "MatMul" else None
 
 
 def static_width(output) -> int | None:

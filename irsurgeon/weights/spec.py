@@ -5,13 +5,14 @@ errors naming them), the dtypes, and returns `LazyWeights`, role -> float32 arra
 decoded slice by slice, for the f16 build). Nothing here knows a family.
 
 Any float storage dtype is read as stored (transformers loads a tensor whatever float dtype it has, casting it to the
-model's), FP8 through its block scales (`fp8.py`); what cannot hold a weight (integers, bool, other quantized
-layouts, `quant.py`) is refused by name.
+model's), FP8 through its block scales (`fp8.py`), int4 packed modules (compressed-tensors, AWQ, GPTQ) unpacked to
+the values their library dequantizes (`int4.py`); both are read whole when asked for. What cannot hold a weight
+(integers, bool, other quantized layouts, `quant.py`) is refused by name.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import numpy as np
@@ -20,13 +21,14 @@ from irsurgeon.core.errors import CheckpointError, with_hint
 from irsurgeon.weights.checkpoint import Checkpoint
 from irsurgeon.weights.fp8 import SCALE_SUFFIX, FP8Scheme, check_scale, dequantize_blocks, split_scales
 from irsurgeon.weights.half import SLICE, NotHalf, Tally, bf16_slice, round_slice
-from irsurgeon.weights.quant import SUPPORTED, fp8_scheme
+from irsurgeon.weights.int4 import Int4Layout, Packed
+from irsurgeon.weights.quant import SUPPORTED, refuse_foreign, source_format, stored_scheme, tensor_scheme
 from irsurgeon.weights.safetensors_io import bf16_to_f32
 from irsurgeon.weights.table import Part, Source, Stack, Table, Tensor, Transform, Whole, choose_layout
 
 
 def check_tensor_set(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], present: set[str], prefix: str,
-                     context: str = "") -> None:
+                     context: str = "", packed: dict[str, Packed] | None = None) -> None:
     """Missing, extra and mis-shaped tensors (names relative to prefix) are errors naming the tensor and shapes."""
     if not present:
         raise CheckpointError(f"{ckpt.root}: no '{prefix}*' tensors: this checkpoint carries no such head")
@@ -42,6 +44,11 @@ def check_tensor_set(ckpt: Checkpoint, expected: dict[str, tuple[int, ...]], pre
                               f"head of this config{note}"
                               + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
     for name, shape in expected.items():
+        if packed and name in packed:  # an int4 module: the shape its packed tensors (and config) give W
+            if packed[name].shape != shape:
+                raise CheckpointError(f"tensor {prefix}{name}: expected shape {list(shape)} from the config, "
+                                      f"found {list(packed[name].shape)} unpacked from {packed[name].stored[0]}")
+            continue
         info = ckpt.info(prefix + name)
         if info.shape != shape:
             raise CheckpointError(f"tensor {prefix}{name}: expected shape {list(shape)} from the config, "
@@ -55,25 +62,52 @@ WEIGHT_DTYPES = ("F64", "F32", "F16", "BF16")  # read as stored; F8_E4M3 only wi
 
 @dataclass(frozen=True)
 class Stored:
-    """What a checkpoint's tensors under a prefix are: weight names (relative to it, scales split off), which of
-    them are FP8 with block scales, and the FP8 scheme of its quantization_config."""
+    """What a checkpoint's tensors under a prefix are: weight names (relative to it, scales split off, a packed
+    module as its `<module>.weight`), which of them are dequantized when read (`scaled`: FP8 with block scales and
+    the int4 packed ones, read whole), the FP8 scheme of its quantization_config, and the packed modules with the
+    int4 layout that reads them. Quantized layouts (weights/quant.py) are one table; these are the ones read."""
     prefix: str
     names: set[str]
     scaled: set[str]
     scheme: FP8Scheme
+    packed: dict[str, Packed] = field(default_factory=dict)
+    int4: Int4Layout | None = None
+
+    def source_format(self, declared: str | None) -> str:
+        fp8 = any(n not in self.packed for n in self.scaled)
+        return source_format(fp8, self.int4 if self.packed else None, declared)
+
+    def stored_of(self, name: str) -> list[str]:
+        """The full names of the tensors one weight (relative name) is read from."""
+        if name in self.packed:
+            return list(self.packed[name].stored)
+        full = self.prefix + name
+        return [full, full + SCALE_SUFFIX] if name in self.scaled else [full]
 
 
 def inspect_stored(ckpt: Checkpoint, prefix: str) -> Stored:
-    """Refuse foreign quantized layouts, pair FP8 tensors with their scales and check the scales' shapes."""
+    """Refuse foreign quantized layouts, gather int4 packed modules, pair FP8 tensors with their scales and check
+    the scales' shapes."""
     full = ckpt.names(prefix)
     if not full:
         raise CheckpointError(f"{ckpt.root}: no '{prefix}*' tensors: this checkpoint carries no such head")
-    scheme = fp8_scheme(ckpt, full)
-    weights, scaled = split_scales(set(full), lambda n: ckpt.info(n).dtype, scheme)
+    scheme, int4 = stored_scheme(ckpt, full)
+    rest, packed, cut = set(full), {}, len(prefix)
+    if int4 is not None:
+        for module, leaves in sorted(int4.modules(rest).items()):
+            found = int4.describe(ckpt, module, sorted(leaves))
+            packed[module[cut:] + ".weight"] = found
+            rest -= set(found.stored)
+        refuse_foreign(ckpt, sorted(rest), None, tensor_scheme(sorted(rest)))  # another scheme's tensors beside
+    weights, scaled = split_scales(rest, lambda n: ckpt.info(n).dtype, scheme)
     for name in sorted(scaled):
         check_scale(name, ckpt.info(name).shape, ckpt.info(name + SCALE_SUFFIX).shape, scheme.block)
-    cut = len(prefix)
-    return Stored(prefix, {n[cut:] for n in weights}, {n[cut:] for n in scaled}, scheme)
+    clash = sorted(n for n in packed if prefix + n in weights)
+    if clash:
+        raise CheckpointError(f"tensor {prefix}{clash[0]}: stored both as a float tensor and packed as int4 "
+                              f"({packed[clash[0]].stored[0]})")
+    return Stored(prefix, {n[cut:] for n in weights} | set(packed), {n[cut:] for n in scaled} | set(packed), scheme,
+                  packed, int4)
 
 
 INDEX_DTYPES = ("I64", "I32")
@@ -180,6 +214,7 @@ class LazyWeights(Mapping):
         self.half_streams = half_streams or {}
         self.warn = warn  # where loading reports, and building after it (a weight kept f32, ...)
         self.table = table
+        self.source_format = ""  # what the weights were read from (Stored.source_format), for the draft's provenance
 
     def __getitem__(self, role: str) -> np.ndarray:
         return self.readers[role]()
@@ -253,6 +288,8 @@ def read_tensor(ckpt: Checkpoint, name: str, stored: Stored, fn: Transform | Non
                 allow_nonfinite: bool = False, warn=print) -> np.ndarray:
     """One stored tensor as float32: FP8 dequantized by its block scales, `fn` applied, finite."""
     full = stored.prefix + name
+    if name in stored.packed:
+        return finite(full, apply(fn, stored.int4.dequantize(ckpt, stored.packed[name])), allow_nonfinite, warn)
     w = np.asarray(ckpt.get(full), dtype=np.float32)
     if name in stored.scaled:
         w = dequantize_blocks(w, ckpt.get(full + SCALE_SUFFIX), stored.scheme.block, full)
@@ -468,7 +505,10 @@ def check_tied(ckpt: Checkpoint, table: Table, stored: Stored, expected: dict) -
 
 
 def _same_bytes(ckpt: Checkpoint, a: str, b: str) -> bool:
-    """Both tensors stored with the same dtype, shape and bytes (compared in blocks of rows: nothing decoded)."""
+    """Both tensors stored with the same dtype, shape and bytes (compared in blocks of rows: nothing decoded); an
+    int4 packed module has no such tensor, and is never proven equal."""
+    if a not in ckpt.shard_of or b not in ckpt.shard_of:
+        return False
     (ra, da), (rb, db) = ckpt.raw(a), ckpt.raw(b)
     if da != db or ra.shape != rb.shape or not ra.shape:
         return False
@@ -484,11 +524,10 @@ def resolve(ckpt: Checkpoint, table: Table) -> tuple[Stored, str | None, dict[st
 
 
 def read_names(ckpt: Checkpoint, table: Table) -> list[str]:
-    """The full names of the stored tensors a build of the table reads (FP8 scales included)."""
+    """The full names of the stored tensors a build of the table reads (FP8 scales and packed int4 tensors
+    included)."""
     stored, _, expected = resolve(ckpt, table)
-    names = [stored.prefix + n for n in sorted(expected) if n in stored.names]
-    names += [stored.prefix + n + SCALE_SUFFIX for n in sorted(expected) if n in stored.scaled]
-    return names
+    return [full for n in sorted(expected) if n in stored.names for full in stored.stored_of(n)]
 
 
 def load_weights(ckpt: Checkpoint, table: Table, declared: str | None = None, allow_nonfinite: bool = False,
@@ -501,7 +540,7 @@ def load_weights(ckpt: Checkpoint, table: Table, declared: str | None = None, al
         names = ", ".join(table.prefix + n for n in ignored if table.ignored[n] == note)
         warn(f"note: {ckpt.root}: {names} not read ({note})")
     check_tensor_set(ckpt, expected, stored.names - set(ignored) - set(copies), table.prefix,
-                     f"{layout} layout" if layout else "")
+                     f"{layout} layout" if layout else "", stored.packed)
     check_dtypes(ckpt, expected, stored, declared, table.source, warn,
                  frozenset(t.role for t in table.tensors if t.integer))
     sources = {t.role: (t, t.source(layout)) for t in table.tensors}
@@ -509,4 +548,9 @@ def load_weights(ckpt: Checkpoint, table: Table, declared: str | None = None, al
     halves = {role: half_reader(ckpt, t, src, stored) for role, (t, src) in sources.items()}
     streams = {role: row_reader(ckpt, t, src, stored, allow_nonfinite, warn) for role, (t, src) in sources.items()}
     half_streams = {role: half_row_reader(ckpt, t, src, stored) for role, (t, src) in sources.items()}
-    return LazyWeights(readers, warn, halves, table, streams, half_streams)
+    weights = LazyWeights(readers, warn, halves, table, streams, half_streams)
+    weights.source_format = stored.source_format(declared)
+    if stored.packed:
+        warn(f"note: {ckpt.root}: {len(stored.packed)} {table.prefix}* matrices unpacked from "
+             f"{weights.source_format}")
+    return weights

@@ -25,15 +25,20 @@ DRAFT_DIR = "dflash_draft"
 MODEL_XML, MODEL_BIN = TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL)
 LANGUAGE_XML = LANGUAGE_MODEL
 # Targets by config.json's top-level model_type, and the IR each is patched in. z-lab publishes drafts for Qwen3
-# (dense and Coder-30B-A3B MoE), Qwen3.5 / 3.6 (dense and MoE), LLaMA-3.1-8B-Instruct and gpt-oss (z-lab/dflash
-# README.md); dflash/model.py reads a target only through `model.embed_tokens`, `lm_head` and
-# `hidden_states[layer + 1]` (dflash_generate), and benchmark.py's transformers backend takes "Qwen3 series and
-# LLaMA-3.1-8B-Instruct". openvino.genai's DFlash path (dflash_model_transforms.cpp) reads the annotation, the
-# lm_head MatMul and the embedding Gather, by no model type. Each type here ran token-identical to plain greedy in
-# openvino-genai 2026.4.1 at f32 (docs/families.md, tests/families/dflash/test_dflash_genai.py); gpt-oss and any
-# other type has not, and is refused by name.
+# (dense and Coder-30B-A3B MoE), Qwen3.5 / 3.6 (dense and MoE), LLaMA-3.1-8B-Instruct, Gemma 4 (31B-it, 26B-A4B-it)
+# and gpt-oss (20b, 120b) (z-lab/dflash README.md); dflash/model.py reads a target only through its input embedding
+# table, its lm_head and `hidden_states[layer + 1]` (dflash_generate). openvino.genai's DFlash path (da1db864d, the
+# 2026.4.1 build: dflash_model_transforms.cpp, continuous_batching/dflash_strategy.cpp) names no model type: it reads
+# the annotation, the lm_head MatMul (utils.cpp find_llm_matmul, through a Gemma logit softcap) and the embedding
+# Gather, and converts the target to paged attention (sliding windows and gpt-oss's attention sinks included). Each
+# type here ran token-identical to plain greedy in openvino-genai 2026.4.1 at f32 (docs/families.md,
+# tests/families/dflash/test_dflash_genai.py, test_dflash_targets.py: gemma4_text and gpt_oss as optimum-intel 2.2.0
+# exports them, equal to transformers' greedy tokens); any other type has not, and is refused by name. A Gemma 4
+# VLM export (model_type gemma4) is among them: genai's VLM DFlash path embeds the draft's block through the VLM's
+# text embeddings model (dflash_strategy.cpp DFlashCBDraftRunner::infer, InputsEmbedder::get_embedding_model), not
+# the unscaled table z-lab's drafts are fed, and no such pair was run.
 TARGET_TYPES = {"qwen3": MODEL_XML, "qwen3_moe": MODEL_XML, "llama": MODEL_XML,
-                "qwen3_5": LANGUAGE_XML, "qwen3_5_moe": LANGUAGE_XML}
+                "qwen3_5": LANGUAGE_XML, "qwen3_5_moe": LANGUAGE_XML, "gemma4_text": MODEL_XML, "gpt_oss": MODEL_XML}
 CONFIG = "config.json"
 DRAFT_FILES = (MODEL_XML, MODEL_BIN, CONFIG)
 WRITES = (*(f"{DRAFT_DIR}/{n}" for n in DRAFT_FILES), MODEL_XML, LANGUAGE_XML)

@@ -43,6 +43,7 @@ from irsurgeon.weights.table import Table, Tensor
 
 MODEL_TYPE = "qwen3"
 ARCHITECTURE = "DFlashDraftModel"
+TITLE = "DFlash draft"  # the family named in a refusal (DFlash.title)
 OUTPUT = "last_hidden_state"
 INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mask", "beam_idx")  # genai's order
 DFLASH_MODE = "dflash_mode"  # rt_info genai reads (optimum-intel 2.2.0 convert.py _add_dflash_mode_to_rt_info)
@@ -126,13 +127,19 @@ KEYS: tuple[Key, ...] = (
     Key("block_size", ("dflash_config.block_size", "block_size"), 16, bounds=ints(1 << 16)),
     # DFlashDraftModel.__init__ evaluates build_target_layer_ids(config.num_target_layers, ...) eagerly: required
     Key("num_target_layers", ("num_target_layers",), bounds=ints(4096)),
-    # applied outside the draft by dflash_generate (embedding scale, logit multiplier and softcap); genai feeds raw
-    # target embeddings and scores with the target's lm_head, so only the neutral values build a faithful draft
+    # applied outside the draft by dflash_generate (embedding scale, logit multiplier); genai feeds raw target
+    # embeddings (the embedding Gather's table, not Gemma's sqrt(H)-scaled output: attach_target_embedding_to_draft)
+    # and scores with the target's lm_head, so only the neutral values build a faithful draft. z-lab's Gemma 4
+    # drafts set neither: dflash_generate feeds them F.embedding(target.get_input_embeddings().weight) unscaled too
     Key("input_embedding_scale", ("dflash_config.input_embedding_scale", "input_embedding_scale"), 1.0, float,
         allowed=(1.0,)),
     Key("output_multiplier", ("dflash_config.output_multiplier", "output_multiplier"), 1.0, float, allowed=(1.0,)),
+    # compute_logits (z-lab/dflash dflash/model.py @10129599) caps the draft's logits with tanh when > 0 (z-lab's
+    # Gemma 4 drafts: 30); genai grafts the target's bare lm_head MatMul (dflash_model_transforms.cpp
+    # attach_target_lm_head_to_draft) and its DFlash path is greedy only (dflash_strategy.cpp add_request: "supports
+    # greedy decoding only"): tanh is increasing, so the uncapped argmax is the capped one and the cap is not built
     Key("final_logit_softcapping", ("dflash_config.final_logit_softcapping", "final_logit_softcapping"), None, float,
-        null_is_absent=True),  # compute_logits applies it only when > 0
+        null_is_absent=True),
     Key("dtype", ("dtype", "torch_dtype"), None, str, null_is_absent=True),
 )
 # RoPE (modeling_rope_utils.py 5.2.0 convert_rope_params_to_dict / standardize_rope_params): rope_scaling, when set,
@@ -166,7 +173,7 @@ ROPE_KEYS: tuple[Key, ...] = (
 def parse_config(cfg: dict, source: str = "config.json") -> DFlashConfig:
     """The draft's configuration as transformers 5.2.0 and dflash 0.1.0 read config.json, validated."""
     check_identity(cfg, source)
-    values, warnings = read_keys(cfg, KEYS, MODEL_TYPE, {}, source)
+    values, warnings = read_keys(cfg, KEYS, MODEL_TYPE, {}, source, family=TITLE)
     rope, rope_lines = read_rope(cfg, values, source)
     v = values
     nH, nKV = v["num_heads"], v["num_kv_heads"] or v["num_heads"]
@@ -175,9 +182,6 @@ def parse_config(cfg: dict, source: str = "config.json") -> DFlashConfig:
     if v["head_dim"] % 2:  # RoPE rotates pairs: rotate_half splits every head in two halves
         raise ConfigError(f"{source}: head_dim {v['head_dim']} must be even (RoPE rotates its two halves)")
     ids = target_layer_ids(cfg, v["num_target_layers"], v["num_hidden_layers"], source)
-    if (cap := v["final_logit_softcapping"]) is not None and cap > 0:
-        raise ConfigError(f"{source}: final_logit_softcapping {cap} caps the draft's logits, which openvino-genai "
-                          f"computes with the target's lm_head; only a draft without it can be built")
     return DFlashConfig(
         hidden_size=v["hidden_size"], num_heads=nH, num_kv_heads=nKV, head_dim=v["head_dim"],
         intermediate_size=v["intermediate_size"], rms_norm_eps=v["rms_norm_eps"],
@@ -206,7 +210,7 @@ def read_rope(cfg: dict, values: dict, source: str) -> tuple[rope_tables.Rope, l
         raise ConfigError(f"{source}: {home} must be a JSON object, found {type(section).__name__}")
     if isinstance(section, dict) and any(isinstance(x, dict) for x in section.values()):
         raise ConfigError(f"{source}: {home}: RoPE parameters per layer type are not supported")
-    r, lines = read_keys(cfg, ROPE_KEYS, MODEL_TYPE, {"rope": home + "."}, source)
+    r, lines = read_keys(cfg, ROPE_KEYS, MODEL_TYPE, {"rope": home + "."}, source, family=TITLE)
     if r["rope_type"] != "default" and r["partial_rotary_factor"] != 1.0:
         # the rope tables would cover int(D * factor) dims, which Qwen3's apply_rotary_pos_emb cannot broadcast
         raise ConfigError(f"{source}: partial_rotary_factor {r['partial_rotary_factor']} with rope_type "

@@ -40,6 +40,7 @@ from irsurgeon.weights.table import Table, Tensor, Whole
 
 EAGLE3_MODE = "eagle3_mode"  # rt_info genai reads (optimum-intel 2.2.0 convert.py writes "True")
 HIDDEN_LAYERS = "hidden_layers_list"  # rt_info: the target layers whose outputs genai taps (apply_eagle3_rt_info)
+TITLE = "EAGLE-3 draft"  # the family named in a refusal (EAGLE3.title)
 INPUTS = ("input_ids", "attention_mask", "position_ids", "hidden_states", "beam_idx")
 VLM_INPUTS = ("inputs_embeds", *INPUTS[1:])  # optimum-intel 2.2.0's VLM EAGLE-3 draft (model_configs.py eagle3_vlm)
 # AngelSlim compressor/speculative/train: modal_type "VLM" (trainer_factory's online VLM trainer) with the target
@@ -158,7 +159,8 @@ def parse_config(cfg: dict, source: str = "config.json") -> Eagle3Config:
         raise ConfigError(f"{source}: {'transformer_layer_config.' if nested else ''}num_hidden_layers is "
                           f"{brief(layers, 20)}: only one-layer drafts are built (genai feeds back one layer's "
                           f"residual)")
-    v, said = read_keys(cfg, KEYS, layer_type, {"layer": "transformer_layer_config." if nested else ""}, source)
+    v, said = read_keys(cfg, KEYS, layer_type, {"layer": "transformer_layer_config." if nested else ""}, source,
+                      family=TITLE)
     warnings += said
     H, nH = v["hidden_size"], v["num_heads"]
     nKV, D = v["num_kv_heads"] or nH, head_dim(v, source)

@@ -37,7 +37,7 @@ class Gemma4MTP(Family):
     key = "gemma4"
     title = "Gemma 4 MTP assistant"
     runtime_overhead = 199  # MiB: benchmarks/measure_overhead.py, median of 3 alternating rounds (2026-12-05)
-    model_types = (names.MODEL_TYPE,)
+    model_types = (names.MODEL_TYPE, names.UNIFIED_TYPE)
     describe = "Gemma 4 MTP assistant (gemma4_assistant checkpoint)"
     layout = Layout(writes=names.WRITES, draft_xml=f"{names.ASSISTANT_DIR}/{names.MODEL_XML}",
                     target_xml=names.MODEL_XML)

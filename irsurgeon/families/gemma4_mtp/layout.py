@@ -14,6 +14,9 @@ from irsurgeon.ir.export import TEXT_ONLY_MODEL, bin_of
 
 TARGET_TYPES = ("gemma4_text", "gemma4")
 MODEL_TYPE = "gemma4_assistant"
+# The Gemma 4 12B unified assistant: claimed so that it is refused by name (model.parse_assistant_config), not
+# taken for a checkpoint of no family
+UNIFIED_TYPE = "gemma4_unified_assistant"
 ASSISTANT_DIR = "mtp_assistant"
 MODEL_XML, MODEL_BIN = TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL)
 CONFIG, GENERATION = "config.json", "generation_config.json"

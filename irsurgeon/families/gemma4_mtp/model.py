@@ -90,6 +90,7 @@ class AssistantConfig:
     num_centroids: int
     top_k: int
     tied: bool = True  # the lm_head is model.embed_tokens.weight (tie_word_embeddings)
+    k_eq_v: bool = False  # text_config.attention_k_eq_v: the target it was trained on keeps V = K in full layers
     model_type: str = MODEL_TYPE
     dtype: str | None = None  # no storage dtype is declared to compare against: tensors are read as stored
     warnings: tuple[str, ...] = ()
@@ -181,7 +182,17 @@ def _check_assistant_only(text: dict, source: str) -> None:
         raise ConfigError(f"{source}: text_config.hidden_activation is {act!r}, expected one of {GELU_TANH}")
 
 
+UNIFIED_REFUSAL = (
+    "model_type gemma4_unified_assistant (the Gemma 4 12B unified assistant) is not built: openvino-genai 2026.4.1 "
+    "runs its target type gemma4_unified only through VLMPipeline (src/cpp/src/visual_language/vlm_config.cpp), and "
+    "its Gemma 4 MTP path is LLMPipeline's, on a text-only export (speculative_decoding/stateful/"
+    "gemma4_mtp_strategy.cpp); optimum-intel 2.2.0 registers gemma4_unified exports for transformers 5.10 only while "
+    "requiring transformers < 5.6, so no released exporter writes its target")
+
+
 def parse_assistant_config(cfg: dict, source: str) -> AssistantConfig:
+    if cfg.get("model_type") == "gemma4_unified_assistant":
+        raise ConfigError(f"{source}: {UNIFIED_REFUSAL}")
     if cfg.get("model_type") != MODEL_TYPE:
         raise ConfigError(f"{source}: model_type is {cfg.get('model_type')!r}, expected '{MODEL_TYPE}'")
     text = cfg.get("text_config")
@@ -210,7 +221,13 @@ def parse_assistant_config(cfg: dict, source: str) -> AssistantConfig:
                            _int(cfg, "backbone_hidden_size", ASSISTANT_KEYS["backbone_hidden_size"], source),
                            vocab, _int(text, "intermediate_size", TEXT_KEYS["intermediate_size"], source), heads,
                            layers, window, float(eps), _rope(text, {x.kind for x in layers}, source), ordered, nc,
-                           top_k, tied)
+                           top_k, tied, k_eq_v=k_eq_v(text, source))
+
+
+def k_eq_v(text: dict, source: str, prefix: str = "text_config.") -> bool:
+    """attention_k_eq_v of a Gemma 4 text section (transformers 5.24.0 modeling_gemma4.py Gemma4TextAttention: a
+    full-attention layer of such a model has no v_proj and attends over its keys as values)."""
+    return flag(text, "attention_k_eq_v", TEXT_KEYS["attention_k_eq_v"], source, prefix)
 
 
 def load_assistant_config(path) -> AssistantConfig:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import openvino as ov
 
-from irsurgeon.core.config import read_json
+from irsurgeon.core.config import read_json, show
 from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError
 from irsurgeon.families.gemma4_mtp import target as surgery
 from irsurgeon.families.gemma4_mtp.layout import CONFIG, MODEL_XML
-from irsurgeon.families.gemma4_mtp.model import AssistantConfig, Layer, resolve_layers
+from irsurgeon.families.gemma4_mtp.model import AssistantConfig, Layer, k_eq_v, resolve_layers
 from irsurgeon.ir import files
 from irsurgeon.ir.export import LANGUAGE_MODEL
 
@@ -31,6 +31,7 @@ class Gemma4Target:
     layer_types: list[str]
     layers: tuple[Layer, ...]
     num_kv_shared: int
+    k_eq_v: bool = False  # attention_k_eq_v: its full-attention layers store their keys as values
 
     @property
     def xml(self) -> Path:
@@ -62,7 +63,7 @@ def inspect_target(path: str | Path) -> tuple[Gemma4Target, ov.Model]:
     if not isinstance(shared, int) or not 0 <= shared < len(layers):
         raise ConfigError(f"{path / CONFIG}: num_kv_shared_layers is {shared!r}, expected 0..{len(layers) - 1}")
     return Gemma4Target(path, hidden.get_length(), logits.get_length(), [x.kind for x in layers], layers,
-                        shared), model
+                        shared, k_eq_v(text, str(path / CONFIG), "text_config." if text is not raw else "")), model
 
 
 def check_pair(target: Gemma4Target, cfg: AssistantConfig) -> None:
@@ -77,7 +78,11 @@ def check_pair(target: Gemma4Target, cfg: AssistantConfig) -> None:
         mine = cfg.layer_of(kind)
         pairs += [(f"{kind} head_dim", store.head_dim, mine.head_dim),
                   (f"{kind} KV heads", store.kv_heads, mine.kv_heads)]
+    if "full_attention" in {x.kind for x in cfg.layers}:
+        # the full-attention K/V the assistant attends over: with attention_k_eq_v the target's values are its keys
+        # (transformers 5.24.0 Gemma4TextAttention), a different tensor from a v_proj's even at equal KV heads
+        pairs.append(("text_config.attention_k_eq_v", target.k_eq_v, cfg.k_eq_v))
     for key, want, got in pairs:
         if want != got:
-            raise IRSurgeonError(f"assistant {cfg.source} does not belong to target {target.path}: {key} is {got}, "
-                                 f"the target has {want}")
+            raise IRSurgeonError(f"assistant {cfg.source} does not belong to target {target.path}: {key} is "
+                                 f"{show(got)}, the target has {show(want)}")

@@ -149,7 +149,8 @@ def parse_config(cfg: dict, source: str = "config.json") -> MTPConfig:
     """The head's configuration as transformers reads config.json (QWEN35_KEYS), validated and bounded."""
     text_type, text = text_model(cfg, source)
     rope, warnings = rope_section(cfg, text, source)
-    values, lines = read_keys(cfg, QWEN35_KEYS, text_type, {"text": text, "rope": rope}, source)
+    values, lines = read_keys(cfg, QWEN35_KEYS, text_type, {"text": text, "rope": rope}, source,
+                              family="Qwen3.5 / Qwen3.6 MTP head")
     check_head(values, source)
     moe = None
     if text_type == MOE_TEXT:

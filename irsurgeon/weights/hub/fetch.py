@@ -96,9 +96,27 @@ def local_answer(path: Path) -> str:
     """What the file system says of a missing local path: the folder it names that is missing, or, when its folder
     is there, that it holds no such checkpoint."""
     if path.parent.is_dir():
-        return f"no such local checkpoint in {path.parent}"
+        return f"no such local checkpoint in {path.parent}" + did_you_mean(path)
     missing = next(p for p in reversed(path.parents) if not p.is_dir())
     return f"no such local path ({missing}/ does not exist)"
+
+
+def did_you_mean(path: Path) -> str:
+    """" (did you mean X?)" naming the entry of path's folder closest to its name (difflib, as argparse and git
+    suggest), else nothing; a folder of more than LISTED entries is not read for it."""
+    import difflib
+    from itertools import islice
+
+    try:
+        with os.scandir(path.parent) as entries:
+            names = [e.name for e in islice(entries, LISTED)]
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.75)
+    return f" (did you mean {shown(str(path.parent / close[0]))}?)" if close else ""
+
+
+LISTED = 10_000  # entries of a folder read for a suggestion
 
 
 def probe_timeout() -> float:

@@ -61,8 +61,8 @@ def test_a_llama_text_export_is_a_dflash_target_on_purpose(tmp_path):
 
 
 @pytest.mark.parametrize("model_type, words", [
-    ("gpt_oss", "model_type 'gpt_oss' is not a DFlash target irsurgeon patches (it takes qwen3, qwen3_moe, llama, "
-                "qwen3_5, qwen3_5_moe"),
+    ("gemma4", "model_type 'gemma4' is not a DFlash target irsurgeon patches (it takes qwen3, qwen3_moe, llama, "
+               "qwen3_5, qwen3_5_moe, gemma4_text, gpt_oss"),
     ("mistral", "model_type 'mistral' is not a DFlash target"),
     ("qwen3_5", "model_type qwen3_5 is a DFlash target as openvino_language_model.xml, this directory's IR is "
                 "openvino_model.xml"),

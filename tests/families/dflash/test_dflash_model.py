@@ -258,7 +258,6 @@ def test_config_defaults_and_precedence():
     (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), "rope_type"),
     (dict(dflash_config={"mask_token_id": 3, "target_layer_ids": [1], "input_embedding_scale": 2.0}),
      "input_embedding_scale"),
-    (dict(final_logit_softcapping=30.0), "final_logit_softcapping"),
     (dict(num_attention_heads=3, num_key_value_heads=2), "multiple"),
     (dict(hidden_act="gelu"), "hidden_act"),
     (dict(layer_types=["full_attention"]), "layer_types"),

@@ -1,0 +1,60 @@
+"""The prompts speed and acceptance are measured on (flows/prompts.py): the bundled set, a prompts file (lines or JSON
+Lines), and a prompt rendered through the target's chat template."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.cli import invoke
+from irsurgeon.core.errors import IRSurgeonError
+from irsurgeon.flows.prompts import PROMPTS, TEXTS, prompt_list, read_prompts, rendered
+from lab.families import FIXTURE_PAIRS
+
+
+def test_the_bundled_set_has_every_kind_and_keeps_its_first_six():
+    assert {kind for kind, _ in PROMPTS} == {"chat", "code", "prose"}
+    assert TEXTS[2] == "What is the capital of France?" and len(set(TEXTS)) == len(TEXTS)
+    assert prompt_list(3) == list(TEXTS[:3]) and prompt_list(["x"]) == ["x"]
+
+
+def test_a_file_of_lines_and_one_of_json_lines(tmp_path):
+    f = tmp_path / "p.txt"
+    assert read_prompts(f, "one\n\n  two  \n") == ["one", "two"]
+    lines = [json.dumps({"prompt": "hi"}), "", json.dumps({"messages": [{"role": "system", "content": "be brief"},
+                                                                      {"role": "user", "content": "why?"}]})]
+    assert read_prompts(f, "\n".join(lines)) == ["hi", (("system", "be brief"), ("user", "why?"))]
+
+
+@pytest.mark.parametrize("line,says", [
+    ("{not json", "line 2: not JSON"),
+    ('{"prompt": 3}', "line 2: expected"),
+    ('{"messages": []}', "line 2: expected"),
+    ('{"messages": [{"role": "user"}]}', "line 2: expected"),
+    ('["a"]', "line 2: expected"),
+])
+def test_a_json_line_that_is_not_a_prompt_is_named(tmp_path, line, says):
+    with pytest.raises(IRSurgeonError, match=says):
+        read_prompts(tmp_path / "p.jsonl", '{"prompt": "fine"}\n' + line)
+
+
+def test_the_cli_takes_a_number_up_to_the_bundled_count_and_names_a_bad_file(tmp_path):
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"prompt": "a"}\n{"nope": 1}\n')
+    result = invoke("verify", tmp_path, "--genai", "--prompts", bad)
+    assert result.exit_code == 2 and f"{bad}: line 2: expected" in result.output
+    too_many = invoke("verify", tmp_path, "--genai", "--prompts", str(len(PROMPTS) + 1))
+    assert too_many.exit_code == 2 and f"a number from 1 to {len(PROMPTS)}" in too_many.output
+
+
+def test_a_prompt_goes_through_the_chat_template_only_where_there_is_one(tmp_path):
+    import openvino_genai as g
+    with_template = FIXTURE_PAIRS["eagle3"][0]   # synth's tokenizer carries a ChatML template
+    without = FIXTURE_PAIRS["gemma4"][0]         # this one carries none
+    texts, applied = rendered(g, with_template, ["Hi", (("system", "s"), ("user", "u"))], chat=True)
+    assert applied and texts[0].startswith("<|im_start|>user\nHi<|im_end|>") and texts[0].endswith("assistant\n")
+    assert texts[1].startswith("<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nu")
+    assert rendered(g, with_template, ["Hi"], chat=False) == (["Hi"], False)
+    assert rendered(g, without, ["Hi"], chat=True) == (["Hi"], False)
+    with pytest.raises(IRSurgeonError, match="no chat template"):
+        rendered(g, without, [(("user", "u"),)], chat=False)
