@@ -1,5 +1,6 @@
-"""The `irsurgeon` console entry point (and `python -m irsurgeon`): Ctrl-C at any moment of the process, from its
-first instruction here to its last, ends it in one line on stderr and exit code 130.
+"""The `irsurgeon` command's one entry point: the console script, `python -m irsurgeon` and `python -m irsurgeon.cli`
+all run `run`. Ctrl-C at any moment of the process, from its first instruction here (for `python -m`, from the
+package's __init__) to its last, ends it in one line on stderr and exit code 130.
 
     importing     a Ctrl-C while this module or the CLI is still importing: "Error: interrupted" (this module's
                   first statement takes Ctrl-C, before its other imports: irsurgeon._take_ctrl_c; `python -m`
