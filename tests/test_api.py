@@ -155,9 +155,12 @@ print(json.dumps({"api": result.as_dict(), "cli": json.loads(document.stdout)["r
 
 
 @pytest.mark.genai
+@pytest.mark.slow
 def test_verify_genai_runs_the_commands_flow(tmp_path):
     """verify_genai on the bundled pair, patched: what `verify --genai --json` says, field for field (the timings
-    aside: both measure), with the progress lines given to echo. In a process of its own, as every genai run."""
+    aside: both measure), with the progress lines given to echo. In a process of its own, as every genai run. Slow:
+    two genai runs (~6 s of CPU); the default tier runs the same flow through the command's genai tests, and
+    verify_genai's own result above."""
     import subprocess
     import sys
 
