@@ -1,7 +1,10 @@
-"""The `irsurgeon` console entry point (and `python -m irsurgeon`): Ctrl-C at any moment of the process, from its
-first instruction here to its last, ends it in one line on stderr and exit code 130.
+"""The `irsurgeon` command's one entry point: the console script, `python -m irsurgeon` and `python -m irsurgeon.cli`
+all run `run`. Ctrl-C at any moment of the process, from its first instruction here (for `python -m`, from the
+package's __init__) to its last, ends it in one line on stderr and exit code 130.
 
-    importing     a Ctrl-C while the CLI is still importing: "Error: interrupted"
+    importing     a Ctrl-C while this module or the CLI is still importing: "Error: interrupted" (this module's
+                  first statement takes Ctrl-C, before its other imports: irsurgeon._take_ctrl_c; `python -m`
+                  takes it earlier still, in the package's __init__)
     the command   the group turns it into its one line (cli.Group: "Error: interrupted", or that the patch is
                   complete); click's own handling (its "Aborted!" and exit 1) never sees it
     the end       once the command's work is done, a Ctrl-C is "interrupted after the command completed" (the group,
@@ -11,18 +14,25 @@ first instruction here to its last, ends it in one line on stderr and exit code 
                   failed, its one line already said it and its exit code stands. A Ctrl-C once SIGINT is ignored
                   (the process is only exiting) changes nothing.
 """
-import signal
-import sys
+from irsurgeon import _take_ctrl_c  # the package, loaded already (this is its module): no file is read
 
-from irsurgeon import _interrupted_early
+_take_ctrl_c()  # the first statement: a Ctrl-C from here on is one line and 130, even while this module imports
+
+import signal  # noqa: E402  (after the handler: a Ctrl-C while it loads is taken)
+import sys  # noqa: E402  (after the handler, as signal)
+
+from irsurgeon import _give_back_ctrl_c, _interrupted_early  # noqa: E402  (after the handler, as signal)
 
 
 def run() -> None:
+    """The command, whichever way it was started (the console script, `python -m irsurgeon`, `python -m
+    irsurgeon.cli`); exits with its code."""
     ended: list[int] = []   # the exit code the command decided (cli.ENDED), once it has said it
     late: list[int] = []    # a Ctrl-C that came after that
     code = 130
     try:
         try:
+            _give_back_ctrl_c()  # a Ctrl-C is a KeyboardInterrupt again: caught below, or by the command group
             from irsurgeon.cli import ENDED, main
             ended = ENDED
             main()

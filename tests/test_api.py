@@ -7,8 +7,13 @@ import re
 import shutil
 from pathlib import Path
 
+import json
+
 import openvino as ov
 import pytest
+from click.testing import CliRunner
+
+from irsurgeon.cli import main as cli_main
 
 import irsurgeon
 
@@ -102,7 +107,8 @@ def test_the_library_is_silent_unless_given_a_channel(tmp_path):
 
 
 @pytest.mark.parametrize("name, positional", [("patch_directory", 2), ("verify_directory", 2), ("show_path", 1),
-                                              ("build_mtp_model", 1), ("save_draft", 2), ("annotate_ir", 1)])
+                                              ("build_mtp_model", 1), ("save_draft", 2), ("annotate_ir", 1),
+                                              ("verify_genai", 2)])
 def test_public_functions_take_keywords_beyond_their_first_one_or_two(name, positional):
     """A caller names every argument past the first one or two (options, echo, hub, ...), so a new parameter can never
     shift what a positional call means."""
@@ -119,3 +125,56 @@ def test_dir_lists_the_public_api_and_hub_options_reach_a_patch(tmp_path):
     assert options.hub.revision == "main"
     with pytest.raises(api("IRSurgeonError"), match="not a branch, tag or commit name"):
         api("HubOptions")(revision="../x")
+
+
+def test_verify_genai_stops_at_the_checks_as_the_command_does(tmp_path):
+    """The Python call of `verify --genai` (it did not exist): an unpatched target fails its checks, so genai never
+    runs; the result is the command's --json result; a path that is not there raises, in every command's words."""
+    result = api("verify_genai")(DEMO / "target")
+    assert isinstance(result, api("Verification")) and result.ready is False and result.genai is None
+    assert result.failed == [f"{c.name} ({c.detail})" for c in result.checks if not c.ok] and result.failed
+    assert [c.name for c in result.checks] == [c.name for c in api("verify_directory")(DEMO / "target")]
+    document = CliRunner().invoke(cli_main, ["verify", str(DEMO / "target"), "--json"])
+    assert {**json.loads(document.stdout)["result"], "genai": None, "speed": None} == result.as_dict()
+    with pytest.raises(api("IRSurgeonError"), match="nope: no such file or directory"):
+        api("verify_genai")(tmp_path / "nope")
+
+
+GENAI_CALL = r"""
+import json, sys
+from click.testing import CliRunner
+import irsurgeon
+from irsurgeon.cli import main
+target = sys.argv[1]
+said = []
+result = irsurgeon.verify_genai(target, prompts=1, sweep=(1, 2), rounds=1, max_new_tokens=8, echo=said.append)
+words = ["verify", target, "--genai", "--prompts", "1", "--sweep", "1,2", "--rounds", "1", "--max-new-tokens", "8"]
+document = CliRunner().invoke(main, [*words, "--json"])
+print(json.dumps({"api": result.as_dict(), "cli": json.loads(document.stdout)["result"], "said": said}))
+"""
+
+
+@pytest.mark.genai
+@pytest.mark.slow
+def test_verify_genai_runs_the_commands_flow(tmp_path):
+    """verify_genai on the bundled pair, patched: what `verify --genai --json` says, field for field (the timings
+    aside: both measure), with the progress lines given to echo. In a process of its own, as every genai run. Slow:
+    two genai runs (~6 s of CPU); the default tier runs the same flow through the command's genai tests, and
+    verify_genai's own result above."""
+    import subprocess
+    import sys
+
+    target = writable_copy(DEMO / "target", tmp_path / "target")
+    api("patch_directory")(target, DEMO / "ckpt")
+    proc = subprocess.run([sys.executable, "-c", GENAI_CALL, str(target)], capture_output=True, text=True,
+                          timeout=600, cwd=DEMO.parents[1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    api_result, cli_result = out["api"], out["cli"]
+    assert api_result["ready"] is True and api_result["failed"] == [], api_result["failed"]
+    assert set(api_result) == set(cli_result) == {"target", "ready", "failed", "checks", "genai", "speed"}
+    for key in ("target", "ready", "failed", "checks", "genai"):  # at f32, greedy: the same tokens and acceptance
+        assert api_result[key] == cli_result[key], key
+    assert [m["label"] for m in api_result["speed"]["measurements"]] == ["plain", "draft K=1", "draft K=2"]
+    assert set(api_result["speed"]) == set(cli_result["speed"])
+    assert any(line.startswith("equivalence at ") for line in out["said"]), out["said"]

@@ -33,6 +33,7 @@ RANK = {
     "irsurgeon.flows": 7,         # patch, verify, show, genai, a draft alone: family-neutral
     "irsurgeon.cli": 8,           # click commands
     "irsurgeon.entry": 9, "irsurgeon.__main__": 9,
+    "irsurgeon.cli.__main__": 9,  # `python -m irsurgeon.cli`: the command through irsurgeon.entry, as every entry
 }
 FLOWS = ("irsurgeon.flows", "irsurgeon.commit", "irsurgeon.synth", "irsurgeon.cli", "irsurgeon.draft",
          "irsurgeon.ir.footprint")
@@ -101,9 +102,10 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def placed(module: str) -> str | None:
-    """The RANK entry a module sits in: its folder (irsurgeon.<folder>), or itself for a top-level module."""
+    """The RANK entry a module sits in: itself when named (a top-level module, a folder's __main__), else its folder
+    (irsurgeon.<folder>)."""
     parts = module.split(".")
-    for key in (".".join(parts[:2]), module):
+    for key in (module, ".".join(parts[:2])):
         if key in RANK and (key == module or key != "irsurgeon"):
             return key
     return None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from irsurgeon import __version__, _json_to_stdout
+from irsurgeon import __version__, _json_to_stdout, _words
 from irsurgeon.core.errors import CommitError, Interrupted, IRSurgeonError, cause
 from irsurgeon.core.signals import PRESSES, deferred_sigint, on_own_stack
 from irsurgeon.core.text import shown
@@ -33,19 +33,29 @@ class Group(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         ENDED.clear()
+        words = [str(w) for w in (sys.argv[1:] if args is None else args)]
         try:
             done = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.Exit as e:  # --help, --version
             sys.exit(e.exit_code)
-        except click.ClickException as e:  # a usage error: its document is out (invoke); click's message here
+        except click.ClickException as e:  # a usage error: click's message here; its document is out if invoke ran
+            ctx = getattr(e, "ctx", None)
+            if ctx is None or not ctx.meta.get(SAID):  # before the group ran a command: from the words
+                error = self.missing_command() if isinstance(e, click.exceptions.NoArgsIsHelpError) else \
+                    e.format_message()
+                said(words, {"ok": False, "error": shown(error), "exit_code": e.exit_code})
             ENDED.append(e.exit_code)
             e.show()
             sys.exit(e.exit_code)
         except click.Abort:  # click's form of a KeyboardInterrupt (or EOF) it met outside invoke
             if ENDED and ENDED[-1]:  # after the command's own failure was said: its one line and code stand
                 sys.exit(ENDED[-1])
-            fail(AFTER_COMPLETION if ENDED else "interrupted", 130)
+            fail(AFTER_COMPLETION if ENDED else "interrupted", 130, words=None if ENDED else words)
         sys.exit(done if isinstance(done, int) else 0)
+
+    def missing_command(self) -> str:
+        """The usage error of no command (`irsurgeon`, `irsurgeon --json`: click shows the help)."""
+        return f"missing command: give one of {', '.join(sorted(self.commands))} (--help describes them)"
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         """The group's context; a Ctrl-C while click parses the arguments is ours to say (click would print a blank
@@ -53,7 +63,17 @@ class Group(click.Group):
         try:
             return super().make_context(info_name, args, parent, **extra)
         except KeyboardInterrupt:
-            fail("interrupted", 130)
+            fail("interrupted", 130, words=args)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """--json before the command is the command's own (`irsurgeon --json show X` is `irsurgeon show X --json`:
+        option order never matters); alone, it leaves no command: the usage error of none, with its document."""
+        at = next((i for i, word in enumerate(args) if not word.startswith("-")), len(args))
+        if "--json" in args[:at]:
+            before = [word for word in args[:at] if word != "--json"]
+            after = [args[at], "--json=-" if args[at] == "verify" else "--json"] if at < len(args) else []
+            args = [*before, *after, *args[at + 1:]]  # verify's --json takes a FILE: "-" is stdout
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         LOST.clear()  # what an earlier in-process invocation (the Python API's CliRunner, tests) could not write
@@ -153,13 +173,24 @@ def interruption(ctx: click.Context) -> str:
     return "interrupted"
 
 
-def fail(message: str, code: int, ctx: click.Context | None = None) -> None:
+def fail(message: str, code: int, ctx: click.Context | None = None, words: list[str] | None = None) -> None:
     """One `Error:` line on stderr and the exit code; a command run with --json also gets its one JSON document,
-    saying what failed (document)."""
-    line = shown(" ".join(message.split(" ")))
-    ENDED.append(code)
-    problem = document(ctx, {"ok": False, "error": line, "exit_code": code}) if ctx is not None else None
-    click.echo(f"Error: {line}" + (f"; and {problem}" if problem else ""), err=True)  # still one line
+    saying what failed (document; `words`: an end before the group had a context, the document read from them).
+    Ctrl-C is held while the end is said: one that comes meanwhile changes nothing (the end being said stands; it
+    used to cut the line off, leaving exit 1 with neither the line nor the document)."""
+    try:
+        with deferred_sigint():
+            line = shown(" ".join(message.split(" ")))
+            ENDED.append(code)
+            outcome = {"ok": False, "error": line, "exit_code": code}
+            try:
+                problem = document(ctx, outcome) if ctx is not None else said(words, outcome) if words is not None \
+                    else None
+            except KeyboardInterrupt:  # re-delivered as its own held section ended, the document out: held on here
+                problem = None
+            click.echo(f"Error: {line}" + (f"; and {problem}" if problem else ""), err=True)  # still one line
+    except KeyboardInterrupt:  # re-delivered once the end was said
+        pass
     sys.exit(code)
 
 
@@ -171,9 +202,9 @@ def document(ctx: click.Context, outcome: dict) -> str | None:
     to = ctx.meta.get(JSON_TO) or _json_in_args(ctx)
     if not to or ctx.meta.get(SAID):  # one document per run: a Ctrl-C after it is out changes only the exit
         return None
-    text = json.dumps({"ok": outcome["ok"], "command": ctx.invoked_subcommand, "result": ctx.meta.get(RESULT),
-                       **{k: v for k, v in outcome.items() if k != "ok"}}, indent=1)
-    with deferred_sigint():  # written whole and marked said, or not at all; a Ctrl-C meanwhile comes after
+    with deferred_sigint():  # made, written whole and marked said, or not at all; a Ctrl-C meanwhile comes after
+        text = json.dumps({"ok": outcome["ok"], "command": ctx.invoked_subcommand, "result": ctx.meta.get(RESULT),
+                           **{k: v for k, v in outcome.items() if k != "ok"}}, indent=1)
         ctx.meta[SAID] = True
         if to == "-":
             write(text, False)
@@ -183,6 +214,17 @@ def document(ctx: click.Context, outcome: dict) -> str | None:
         except OSError as e:
             return f"{shown(to)}: cannot write the JSON document: {e.strerror or e}"
     return None
+
+
+def said(words: list[str], outcome: dict) -> None:
+    """The document of an end before the group had a command's context to record where it goes (click reading the
+    group's own words: no command, an unknown option before it, a Ctrl-C then), from the words (irsurgeon._words):
+    its command when the words name one, else null; its result null."""
+    command, to_stdout = _words(words)
+    if to_stdout:
+        with deferred_sigint():
+            write(json.dumps({"ok": outcome["ok"], "command": command, "result": None,
+                              **{k: v for k, v in outcome.items() if k != "ok"}}, indent=1), False)
 
 
 def _json_in_args(ctx: click.Context) -> str | None:

@@ -4,6 +4,7 @@ With --genai: equivalence (MTP tokens == plain greedy tokens, at the contract's 
 sweep and the share of drafts accepted, which must reach --min-acceptance (a draft that is not the target's, or
 built wrong, stays token-identical but is almost never accepted); then, when both hold, the speed sweep at the
 device's default precision: one table, the best K or a plain "speculative decoding does not pay here", and everything in --json.
+The flow is flows.readiness, which the Python API's verify_genai runs too; here its options and its words.
 """
 from __future__ import annotations
 
@@ -13,18 +14,19 @@ from pathlib import Path
 
 import click
 
+from irsurgeon import _verify_json_target
 from irsurgeon.cli.hub_options import hub_options, make_hub
 from irsurgeon.cli.options import json_to, report, safe_echo
 from irsurgeon.core import limits
 from irsurgeon.core.errors import IRSurgeonError
 from irsurgeon.core.signals import NativeCalls
 from irsurgeon.core.text import shown
+from irsurgeon.flows.readiness import MIN_ACCEPTANCE, speed_table  # noqa: F401  (speed_table: the table verify prints)
 
-
-# Below this share of accepted drafts the draft cannot pay for itself at any K (each rejected draft costs a draft step)
-# and is almost surely not the target's: random drafts are accepted ~0% of the time on a 256-token vocabulary
-# (0/75 for a foreign Gemma 4 assistant of the same geometry), the bundled pairs 25-60%.
-MIN_ACCEPTANCE = 0.05
+# How a draft accepted below the floor is said here: by the option, with what to do (synth's random kinds, the trained)
+WORDING = ("--min-acceptance", ": synth's random drafts (--kind eagle3, dflash) are accepted about never by "
+           "construction, so check their plumbing with --min-acceptance 0, or use a trained kind (eagle3-trained, "
+           "dflash-cycle)")
 
 
 class PromptsParam(click.ParamType):
@@ -64,10 +66,22 @@ class SweepParam(click.ParamType):
         return tuple(dict.fromkeys(int(p) for p in parts))
 
 
+class VerifyCommand(click.Command):
+    """verify, whose --json takes an optional FILE: `verify --json DIR` (the option first) means the document on
+    stdout and DIR as TARGET when DIR is the only word that can be TARGET, as `verify DIR --json` does: option order
+    never matters (irsurgeon._verify_json_target reads the words as click's parser does)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        at = _verify_json_target(args)
+        if at is not None:
+            args = [*args[:at], "--json=-", *args[at + 1:]]
+        return super().parse_args(ctx, args)
+
+
 GENAI_ONLY = ("prompts", "sweep", "nats", "max_new_tokens", "device", "rounds", "min_acceptance")  # its parameters
 
 
-@click.command("verify")
+@click.command("verify", cls=VerifyCommand)
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--genai", "with_genai", is_flag=True,
               help="Also run openvino-genai speculative decoding with the draft against plain greedy decoding, then time it.")
@@ -99,7 +113,7 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
             max_new_tokens: int, device: str, rounds: int, min_acceptance: float, json_out: Path | None,
             checkpoint: str | None, revision: str | None, token: str | None, cache_dir: Path | None) -> None:
     """Check TARGET (an exported model directory) is ready for speculative decoding with its draft."""
-    from irsurgeon.flows.verify import verify_directory  # on use: it imports openvino (~0.2 s of every command's start)
+    from irsurgeon.flows import readiness
 
     if sweep and ctx.get_parameter_source("nats") != click.core.ParameterSource.DEFAULT:
         raise click.UsageError("give either --sweep or --num-assistant-tokens, not both")
@@ -111,17 +125,11 @@ def command(ctx: click.Context, target: Path, with_genai: bool, prompts, sweep, 
     to_stdout = json_out == Path("-")
     echo = functools.partial(safe_echo, err=to_stdout)  # stdout carries only the JSON document then
     results = {"target": str(target), "ready": False, "failed": [], "checks": []}
-    report(results)  # filled below: the document says how far the run got, whatever its end
-    checks = verify_directory(target, checkpoint, hub=make_hub(revision, token, cache_dir), echo=echo)
-    for c in checks:
-        echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
-    results["checks"] = [c.__dict__ for c in checks]
-    failed = [f"{c.name} ({c.detail})" for c in checks if not c.ok]
-    if not failed and with_genai:
-        with NativeCalls():  # Ctrl-C inside genai's C++: said at once, acted on when the call returns
-            failed += run_genai(target, prompts, sweep or nats, max_new_tokens, device, rounds, results, echo,
-                                min_acceptance)
-    results["ready"], results["failed"] = not failed, failed
+    report(results)  # filled by the flow: the document says how far the run got, whatever its end
+    how = readiness.GenaiRun(prompts, sweep or nats, max_new_tokens, device, rounds, min_acceptance)
+    failed = readiness.run(target, checkpoint, hub=make_hub(revision, token, cache_dir), echo=echo,
+                           genai=how if with_genai else None, into=results, wording=readiness.Wording(*WORDING),
+                           held=NativeCalls)  # Ctrl-C inside genai's C++: said at once, acted on when the call returns
     if failed:
         raise IRSurgeonError(f"{target}: not ready for speculative decoding: failed {'; '.join(failed)}")
     echo(f"{target}: ready for speculative decoding")
@@ -137,102 +145,3 @@ def writable_document(path: Path | None) -> Path | None:
     if not path.parent.is_dir():
         raise IRSurgeonError(f"{path}: --json cannot write the JSON document there: no folder {path.parent}")
     return path
-
-
-def run_genai(target: Path, prompts, sweep: tuple[int, ...], max_new_tokens: int, device: str, rounds: int,
-              results: dict, echo=click.echo, min_acceptance: float = MIN_ACCEPTANCE) -> list[str]:
-    """Equivalence and acceptance, then (when both hold) the speed sweep; fills `results`, returns the failed
-    steps, each named with what failed in it."""
-    from irsurgeon.flows.genai import run_equivalence, run_speed  # on use: as verify_directory
-
-    report = run_equivalence(target, prompts, sweep, max_new_tokens, device, echo=echo)
-    results["genai"] = report.as_dict()
-    same = sum(r.identical for r in report.runs)
-    echo(f"equivalence at {settings(report.properties)}: {same}/{len(report.runs)} speculative runs token-identical to "
-         f"plain greedy; draft acceptance {report.acceptance:.1%}")
-    if not report.identical:
-        results["speed"] = None
-        echo("speed not measured: the speculative output differs from plain greedy")
-        return [f"genai equivalence ({len(report.runs) - same}/{len(report.runs)} speculative runs differ from "
-                f"plain greedy)"]
-    accepted, drafted = sum(r.accepted for r in report.runs), sum(r.draft_tokens for r in report.runs)
-    results["genai"]["min_acceptance"] = min_acceptance
-    if min_acceptance and (not drafted or accepted / drafted < min_acceptance):
-        results["speed"] = None
-        echo(f"warning: the target accepted {accepted}/{drafted} drafted tokens ({report.acceptance:.1%}), below "
-             f"--min-acceptance {min_acceptance:.0%}: the draft is not this target's, built wrong, or untrained: "
-             f"synth's random drafts (--kind eagle3, dflash) are accepted about never by construction, so check their "
-             f"plumbing with --min-acceptance 0, or use a trained kind (eagle3-trained, dflash-cycle); tokens stay "
-             f"identical because the target checks every draft; speed not measured")
-        return [f"draft acceptance ({accepted}/{drafted} drafted tokens accepted, below --min-acceptance "
-                f"{min_acceptance:.0%})"]
-    speed = run_speed(target, prompts, sweep, max_new_tokens, device, rounds, echo=echo)
-    results["speed"] = speed.as_dict()
-    for line in speed_table(speed.as_dict()):
-        echo(line)
-    return []
-
-
-def settings(values: dict) -> str:
-    """Properties as the rest of the output spells them: KEY=value pairs (a value None: the device has none)."""
-    return " ".join(f"{k}={'-' if v is None else v}" for k, v in values.items()) or "(none)"
-
-
-def _rate(m: dict) -> str:
-    return "-" if m["acceptance_rate"] is None else f"{m['acceptance_rate']:.1%}"
-
-
-COLUMNS = (  # header, second header line, width, cell
-    ("config", "", -9, lambda m: m["label"]),
-    ("tok/s", "median", 8, lambda m: f"{m['tokens_per_second']:.1f}"),
-    ("min-max", "", 13, lambda m: f"{m['tokens_per_second_min']:.0f}-{m['tokens_per_second_max']:.0f}"),
-    ("speed-up", "", 8, lambda m: f"{m['speedup']:.2f}x" if m["speedup"] is not None else "-"),
-    ("TTFT ms", "", 8, lambda m: f"{m['ttft_ms']:.1f}"),
-    ("target", "evals", 7, lambda m: str(m["target_evaluations"])),
-    ("draft", "evals", 6, lambda m: str(m["draft_evaluations"] or "-")),
-    ("accepted", "/proposed", 13,
-     lambda m: f"{m['draft_accepted']}/{m['draft_proposed']}" if m["num_assistant_tokens"] else "-"),
-    ("accept", "", 7, _rate),
-    ("peak MiB", "", 9, lambda m: f"{m['peak_memory_bytes'] / 2**20:.1f}"),
-    ("KV B/token", "target+draft", 14, lambda m: f"{m['kv_bytes_per_token_target']}+{m['kv_bytes_per_token_draft']}"),
-)
-
-
-def _row(cells) -> str:
-    return " ".join(f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, (_, _, w, _) in zip(cells, COLUMNS))
-
-
-RT_INFO = "rt_info runtime_options"  # footprint.kv_precision's name for a precision an IR's rt_info sets
-
-
-def kv_settings(speed: dict) -> str:
-    """The KV cache the speed runs used, and where that came from, in one statement: an IR's rt_info runtime_options
-    (which the CPU plugin applies over the device's own default, named then as what an IR without one gets), or
-    the device default."""
-    values, sources = speed["kv_precision"], speed["kv_precision_source"]
-    kinds = set(sources.values())
-    if kinds == {RT_INFO}:
-        said = f"{settings(values)}, as the IRs' {RT_INFO} set it"
-    elif len(kinds) == 1:
-        said = f"{settings(values)}, the {next(iter(kinds))}"
-    else:
-        said = " ".join(f"{p}={v} ({sources.get(p, '?')})" for p, v in values.items())
-    device_kv = speed["device_defaults"].get("KV_CACHE_PRECISION")
-    if RT_INFO in kinds and device_kv:
-        said += f" (the device's own default, KV_CACHE_PRECISION={device_kv}, applies to an IR that sets none)"
-    return said
-
-
-def speed_table(speed: dict) -> list[str]:
-    """The speed sweep as one table, with the precision it ran at and the verdict."""
-    others = {k: v for k, v in speed["device_defaults"].items() if k != "KV_CACHE_PRECISION"}  # said with the KV
-    lines = [f"speed on {speed['device']} at the device's default {settings(others) if others else 'precision'}; "
-             f"KV cache {kv_settings(speed)}",
-             f"equivalence above ran at {settings(speed['equivalence_properties'])}",
-             _row(c[0] for c in COLUMNS), _row(c[1] for c in COLUMNS)]
-    lines += [_row(c[3](m) for c in COLUMNS) for m in speed["measurements"]]
-    rounds = speed["measurements"][0]["rounds"] if speed["measurements"] else 0
-    lines.append(f"tok/s: median of {rounds} timed pass(es) over the prompts; peak memory: {speed['memory_method']}; "
-                 f"KV growth: {speed['kv_method']}")
-    lines.append(speed["verdict"])
-    return lines

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from irsurgeon.core.config import check_generation_config, present, vocabulary_of
-from irsurgeon.core.errors import IRSurgeonError
+from irsurgeon.core.errors import IRError, IRSurgeonError
 from irsurgeon.core.text import silent
 from irsurgeon.families import registry
 from irsurgeon.draft.protocol import Check, Family
@@ -34,8 +34,8 @@ def verify_directory(target: str | Path, checkpoint: str | Path | None = None, *
     family can tell."""
     target = Path(target)
     problem = directory_problem(target)
-    if problem:  # in the same words for every family, and as show and annotate say it
-        return [Check("target layout", False, problem)]
+    if problem:  # a directory it cannot read at all, in the words of every command (show, annotate, patch, tune)
+        raise IRError(problem)
     family = family or registry.for_directory(target)
     checks = family.verify(target, checkpoint, hub, echo)
     leftovers = leftover_state(target, registry.writable()) if target.is_dir() else None
