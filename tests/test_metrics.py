@@ -202,3 +202,24 @@ def test_the_speed_table_states_the_kv_precision_once():
     speed["kv_precision_source"] = {"target": "device default", "draft": "device default"}
     assert speed_table(speed)[0] == ("speed on CPU at the device's default INFERENCE_PRECISION_HINT=f32; KV cache "
                                      "target=u8 draft=u8, the device default")
+
+
+@pytest.mark.genai
+def test_a_tuned_k_is_measured_and_set_beside_what_tune_measured(tmp_path):
+    """A draft tune chose K=2 for: verify --genai adds K=2 to its sweep and says both speed-ups."""
+    import json
+
+    from irsurgeon.core import rtinfo
+    from irsurgeon.ir import files
+
+    target = patch_demo(tmp_path / "target")
+    record = {"date": "2026-12-07T20:00:00Z", "k": {"chosen": 2, "speedup": 1.42}}
+    files.write_rt_info(target / "openvino_mtp_model.xml",
+                        {(rtinfo.PROVENANCE, rtinfo.TUNING): json.dumps(record)})
+    res = CliRunner().invoke(main, ["verify", str(target), "--genai", "--prompts", "1", "--max-new-tokens", "8",
+                                    "--sweep", "1", "--rounds", "1", "--json", "-"])
+    assert res.exit_code == 0, res.output
+    doc = result_of(res.stdout)
+    assert doc["genai"]["tuned"] == {"num_assistant_tokens": 2, "speedup": 1.42, "date": "2026-12-07T20:00:00Z"}
+    assert [m["num_assistant_tokens"] for m in doc["speed"]["measurements"]] == [None, 1, 2]
+    assert "tuned 2026-12-07T20:00:00Z: num_assistant_tokens 2 ran at 1.42x plain generation there" in res.stderr

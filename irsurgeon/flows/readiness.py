@@ -123,11 +123,33 @@ def genai_steps(target: Path, how: GenaiRun, into: dict, echo: Callable[[str], N
              f"measured")
         return [f"draft acceptance ({accepted}/{drafted} drafted tokens accepted, below {wording.floor} "
                 f"{how.min_acceptance:.0%})"]
-    speed = run_speed(target, how.prompts, how.sweep, how.max_new_tokens, how.device, how.rounds, echo=echo)
+    tuned = tuned_k(target)
+    into["genai"]["tuned"] = tuned
+    sweep = tuple(sorted({*how.sweep, tuned["num_assistant_tokens"]})) if tuned else how.sweep
+    speed = run_speed(target, how.prompts, sweep, how.max_new_tokens, how.device, how.rounds, echo=echo)
     into["speed"] = speed.as_dict()
     for line in speed_table(into["speed"]):
         echo(line)
+    if tuned:
+        here = next(m for m in speed.measurements if m.num_assistant_tokens == tuned["num_assistant_tokens"])
+        echo(f"tuned {tuned['date']}: num_assistant_tokens {tuned['num_assistant_tokens']} ran at "
+             f"{tuned['speedup']}x plain generation there (irsurgeon show {target} has its record); here it ran at "
+             f"{here.speedup:.2f}x")
     return []
+
+
+def tuned_k(target: Path) -> dict | None:
+    """The K `irsurgeon tune` chose for this directory and the speed-up it measured (the draft's tuning record),
+    None when it chose none or the draft was never tuned."""
+    from irsurgeon.families import registry
+    from irsurgeon.flows.show import tuning
+
+    family = registry.for_directory(target)
+    record = tuning(target / family.layout.draft_xml, {})
+    k = (record or {}).get("k")
+    if not isinstance(k, dict) or not isinstance(k.get("chosen"), int) or not 1 <= k["chosen"] <= 16:
+        return None
+    return {"num_assistant_tokens": k["chosen"], "speedup": k.get("speedup"), "date": str(record.get("date"))[:20]}
 
 
 def settings(values: dict) -> str:
