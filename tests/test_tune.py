@@ -335,10 +335,11 @@ def test_a_spent_budget_leaves_out_the_steps_after_the_default_and_says_so(tmp_p
     monkeypatch.setattr(flow.Clock, "spent", lambda self: True)
     said = []
     report = flow.tune(target, settings=flow.Settings(prompts=2, budget=5), echo=said.append)
-    assert report.not_tried == ["the K sweep"] and report.k is None
+    left = ["the K sweep", "the formats f16, int8, int4"]  # the present draft is f32: every format is left
+    assert report.not_tried == left and report.k is None
     assert any(line.startswith("not tried within the budget of 5 s: the K sweep") for line in said)
     record = show(target)["tuning"]
-    assert record["not_tried"] == ["the K sweep"] and record["k"]["chosen"] is None
+    assert record["not_tried"] == left and record["k"]["chosen"] is None
     assert report.written == ["eagle3_draft/openvino_model.xml"]
 
 
@@ -350,3 +351,11 @@ def test_the_clock_is_spent_only_past_its_seconds():
 def measure_free_clock(seconds, start=None):
     from irsurgeon.flows.tune import Clock
     return Clock(seconds) if start is None else Clock(seconds, start)
+
+
+def test_the_formats_option_none_keeps_the_present_format_and_no_option_tries_the_default_set():
+    from irsurgeon.cli.tune import formats
+    from irsurgeon.flows.tune import WORTH_TRYING
+
+    assert formats(None) is None and formats("none") == () and formats("int4,F16,int4") == ("int4", "f16")
+    assert set(WORTH_TRYING) == {"f16", "int8", "int4"}

@@ -33,9 +33,9 @@ from irsurgeon.core.signals import NativeCalls
                    "measures no spread, so nothing is chosen on it.")
 @click.option("--max-k", type=click.IntRange(1, 16), default=8, show_default=True,
               help="The largest num_assistant_tokens tried (the sweep stops earlier once speed stops rising).")
-@click.option("--formats", callback=lambda _c, _p, v: formats(v), default=None, metavar="F,F,...",
+@click.option("--formats", callback=lambda _c, _p, v: formats(v), default=None, metavar="F,F,...|none",
               help="Weight formats to build the draft in and time against the present one (f32, f16, int8, int4), "
-                   "e.g. f16,int8,int4 [default: the present format is kept, none tried].")
+                   "or none to keep the present one untried [default: f16,int8,int4].")
 @click.option("--device", default="CPU", show_default=True, help="The OpenVINO device both pipelines run on.")
 @click.option("--dry-run", is_flag=True, help="Measure and print what would be written; write nothing.")
 @click.option("--wait", is_flag=True, help="Wait for another irsurgeon run on the same directory to finish.")
@@ -44,7 +44,8 @@ from irsurgeon.core.signals import NativeCalls
 def command(target: Path, checkpoint: str | None, prompts, chat: bool, budget: float | None, max_new_tokens: int,
             rounds: int, max_k: int, formats: tuple[str, ...], device: str, dry_run: bool, wait: bool, as_json: bool,
             revision: str | None, token: str | None, cache_dir: Path | None) -> None:
-    """Choose what the draft's checkpoint leaves open by the drafts accepted, and num_assistant_tokens by speed."""
+    """Choose what the draft's checkpoint leaves open by the drafts accepted, then num_assistant_tokens and the
+    draft's weight format by speed."""
     from irsurgeon.flows.tune import Settings, tune  # on use: openvino and the build
 
     echo = echo_for(as_json)
@@ -118,10 +119,13 @@ def format_lines(doc: dict) -> list[str]:
 
 
 def formats(text: str | None) -> tuple[str, ...]:
-    """--formats F,F,...: weight formats a draft can be built in (a usage error, exit 2, otherwise)."""
+    """--formats F,F,...|none: weight formats a draft can be built in, or none (a usage error, exit 2, otherwise);
+    not given: None, tune's default set."""
     from irsurgeon.quant.formats import WEIGHT_FORMATS
 
     if text is None:
+        return None
+    if text.strip().lower() == "none":
         return ()
     parts = tuple(dict.fromkeys(p.strip().lower() for p in text.split(",") if p.strip()))
     allowed = [f for f in WEIGHT_FORMATS if f != "auto"]

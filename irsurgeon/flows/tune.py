@@ -12,18 +12,25 @@ then num_assistant_tokens (K) by speed, and write the winners into the directory
                 ignored: deterministic counts. A candidate whose tokens differ from plain greedy is never chosen. The
                 default (the first: what patch builds) is replaced only by one that accepts a strictly larger share
                 of its drafts (accepted / drafted); ties keep the default
+    prompts     flows.prompts: the bundled set (or the user's), each text through the target's chat template
+                (Settings.chat), rendered once so that every candidate gets the same text
     K           flows.genai.run_sweep on the winner: plain and speculative generation in alternating rounds at the
-                device's default precision, K = 1, 2, ... while the speed rises; flows.measure.choose_k chooses a K
-                only when it beats plain generation and every other K beyond the rounds' spread (measure.K_RULE)
-    formats     (only those asked for: Settings.formats) the winning reading built in each other weight format into
-                a copy, its tokens checked against plain greedy at the chosen K (else the fastest), then every
-                format's speculative pipeline side by side in alternating rounds at that K
+                device's default precision, K = 1, 2, ... while the speed rises; flows.measure.choose_k chooses the
+                smallest K within noise of the fastest that beats plain generation beyond the rounds' spread, only
+                when the fastest does (measure.K_RULE)
+    formats     Settings.formats (None: WORTH_TRYING) other than the present draft's: the winning reading built in
+                each into a copy, its tokens checked against plain greedy at the chosen K (else the fastest), then
+                every format's speculative pipeline side by side in alternating rounds at that K
                 (flows.genai.run_alternatives); another format replaces the present draft's only when it beats every
                 other beyond the rounds' spread (measure.choose_fastest), and K is then swept again on it
-    written     (not with dry_run) a winner (reading or format) other than the present draft re-patches the
-                directory (patch's one atomic commit, under its lock), then a chosen K is written into its generation_config.json as
-                num_assistant_tokens, every other key kept (written beside it, fsynced, renamed over it, under the
-                directory lock). No K chosen: the file is left as it is
+    budget      Settings.budget, checked between steps (Clock): the default reading and the present draft are always
+                counted; what is left is not tried, and said (TuneReport.not_tried)
+    written     (not with dry_run) ONE commit of the directory (commit.transaction, under its lock): a winner
+                (reading or format) other than the present draft is re-patched (Options.tuned), else the present
+                draft's .xml gets the record; the record (rt_info irsurgeon/tuning: when, where, what was measured
+                and chosen) goes into the draft's provenance, and a chosen K into the target's
+                generation_config.json as num_assistant_tokens, every other key kept (flows.patch.stage_k). No K
+                chosen: that file is left as it is
 
 Every genai run is made in a process of its own (flows.isolated): openvino-genai 2026.4.1 now and then aborts a
 process that has built some tens of pipelines, and such an end then costs one measurement, taken again.
@@ -68,6 +75,7 @@ from irsurgeon.weights.hub import HubOptions
 Echo = Callable[[str], None]
 READING_KS = (1, 2, 3, 4)  # the drafts per step a reading's acceptance is counted at (verify --genai's sweep)
 ZERO_RETRIES = 2           # fresh pipelines for a count of no draft accepted (count)
+WORTH_TRYING = ("f16", "int8", "int4")  # the formats tried by default: the CPU plugin runs each its own way
 PROBE_K = 3                # written into the sweep's copy: read back, it says whether genai takes K from the file
 
 
@@ -79,7 +87,8 @@ class Settings:
     rounds: int = 5
     max_k: int = 8
     device: str = "CPU"
-    formats: tuple[str, ...] = ()  # weight formats to try besides the present draft's (none: the format is kept)
+    formats: tuple[str, ...] | None = None  # weight formats to try besides the present draft's (None: WORTH_TRYING;
+                                            # empty: the present format is kept)
     budget: float | None = None    # seconds for the whole run: checked between steps (Clock)
     chat: bool = True              # each text prompt as a user message through the target's chat template
 
@@ -163,7 +172,7 @@ class TuneReport:
                       "measurements": [k_row(m, plain) for m in self.measurements]},
                 "formats": [f.as_dict() for f in self.formats],
                 "format": {"present": self.present_format, "chosen": self.chosen_format,
-                           "why": self.format_why or "not tried (none asked for)"},
+                           "why": self.format_why or "not tried"},
                 "chat_template": self.chat_template, "not_tried": self.not_tried, "written": self.written}
 
 
@@ -212,9 +221,11 @@ def tune(target_dir: str | Path, checkpoint: str | None = None, *, settings: Set
             report.not_tried.append("the K sweep")
         else:
             measure_k(report, family, target, where, winner_dir is None, run, clock, echo)
-        if settings.formats and clock.spent():
-            report.not_tried.append(f"the formats {', '.join(settings.formats)}")
-        elif settings.formats:
+        formats = WORTH_TRYING if settings.formats is None else settings.formats
+        run = replace(run, formats=tuple(f for f in dict.fromkeys(formats) if f != report.present_format))
+        if run.formats and (clock.spent() or not report.measurements):
+            report.not_tried.append(f"the formats {', '.join(run.formats)}")
+        elif run.formats:
             other = judge_formats(report, family, target, where, Path(tmp), run, hub, clock, echo)
             if other is not None:
                 measure_k(report, family, target, other, False, run, clock, echo)
@@ -466,8 +477,9 @@ def judge_formats(report: TuneReport, family: Family, target: Path, where: Path,
         .num_assistant_tokens
     chosen, xml = report.chosen, target / family.layout.draft_xml
     dirs, rows = {report.present_format: where}, {report.present_format: FormatRow(report.present_format)}
-    for fmt in dict.fromkeys(settings.formats):
-        if fmt == report.present_format:
+    for fmt in settings.formats:
+        if clock.spent():
+            report.not_tried.append(f"the format {fmt}")
             continue
         echo(f"format {fmt}: building the draft as {chosen.label} in {fmt}")
         copy = shadow(target, family, tmp / f"format-{fmt}")

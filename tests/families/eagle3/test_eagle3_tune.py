@@ -38,7 +38,8 @@ from lab.dirsnap import snapshot
 ROOT = Path(__file__).resolve().parents[3]
 TRAINED = ROOT / "irsurgeon" / "families" / "eagle3" / "trained"
 # the six bundled prompts the counts above were measured on, as text; shorter and fewer rounds than tune's defaults
-QUICK = ("--prompts", "6", "--no-chat-template", "--max-new-tokens", "32", "--rounds", "2", "--max-k", "2")
+QUICK = ("--prompts", "6", "--no-chat-template", "--max-new-tokens", "32", "--rounds", "2", "--max-k", "2",
+         "--formats", "none")  # formats: their own test below
 
 
 @pytest.fixture(scope="module")
