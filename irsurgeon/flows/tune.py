@@ -481,7 +481,7 @@ def judge_formats(report: TuneReport, family: Family, target: Path, where: Path,
         if clock.spent():
             report.not_tried.append(f"the format {fmt}")
             continue
-        echo(f"format {fmt}: building the draft as {chosen.label} in {fmt}")
+        echo(f"format {fmt}: building the draft ({chosen.label}) in {fmt}")
         copy = shadow(target, family, tmp / f"format-{fmt}")
         patch(copy, report.checkpoint, echo=silent, options=Options(
             weight_format=fmt, force=True, hub=hub, config_edits=chosen.edits or None,

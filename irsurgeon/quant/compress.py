@@ -27,6 +27,7 @@ import json
 import contextlib
 import logging
 import math
+import os
 import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -134,9 +135,11 @@ def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...]
     level = logging.getLogger("nncf").level
     nncf.set_log_level(logging.WARNING)  # nncf's INFO tables would interleave with the command's own report
     try:
-        # nncf's progress bar (rich, printed to sys.stdout as it writes) goes to stderr: stdout carries only what the
-        # command prints there (one --json document)
-        with bounded(sum(math.prod(w.shape) for w in before.values())), contextlib.redirect_stdout(sys.stderr):
+        # nncf's progress bar (rich, printed to sys.stdout as it writes) goes to stderr when that is a terminal, and
+        # nowhere otherwise: stdout carries only what the command prints there (one --json document), and a library
+        # call, a pipe or a log gets no bar
+        with bounded(sum(math.prod(w.shape) for w in before.values())), progress_sink() as sink, \
+                contextlib.redirect_stdout(sink):
             model = nncf.compress_weights(
                 model, mode=nncf.CompressWeightsMode(params.mode),
                 ignored_scope=routing_scope(nncf, model, keep_float),
@@ -152,6 +155,16 @@ def compress_model(model, params: CompressionParams, keep_float: tuple[str, ...]
     report = _report(before, weight_summary(model), params, keep_float, set(rtinfo.keep_float(model)))
     record(model, params, report)
     return model, report
+
+
+@contextlib.contextmanager
+def progress_sink():
+    """Where nncf's progress bar goes: stderr when it is a terminal, else os.devnull."""
+    if sys.stderr is not None and sys.stderr.isatty():
+        yield sys.stderr
+        return
+    with open(os.devnull, "w", encoding="utf-8") as null:
+        yield null
 
 
 def routing_scope(nncf, model, keep_float: tuple[str, ...]):
