@@ -45,6 +45,16 @@ def check_source_matches(target: QwenTarget, source: MTPConfig) -> None:
                                  f"{key} is {got}, the target has {want}")
 
 
+def finish(model: ov.Model, staging) -> ov.Model:
+    """Family.finish: the head compressed (or not), its runtime options and provenance."""
+    return finish_head(model, staging.choice, staging.options.kv_cache(), staging.echo, **staging.provenance)
+
+
+def stage(tx: DirectoryTransaction, target: QwenTarget, staging) -> None:
+    """Family.stage: the head, the annotation and openvino_config.json's record, each checked where staged."""
+    stage_head(tx, target, staging.take(), staging.cfg, staging.choice, staging.options.force, staging.echo)
+
+
 def finish_head(model: ov.Model, choice, kv_cache_precision: str, echo, **provenance: str) -> ov.Model:
     """Compress (when the choice says so), set the KV-cache precision, record the format and provenance."""
     if choice.params:
