@@ -74,7 +74,7 @@ def load_tensors(ckpt: Checkpoint, recipe: Recipe, cfg, checkpoint: str | Path, 
     table = recipe.tensors(cfg)
     weights = load_weights(ckpt, table, cfg.dtype, allow_nonfinite, warn)
     # the headers now match the config; no tensor is read yet, and none is if the head cannot fit
-    limits.check_memory(memory_need(table.shapes()), f"{checkpoint}: building its MTP head", CheckpointError)
+    limits.check_memory(memory_need(table.shapes()), f"{checkpoint}: building its draft", CheckpointError)
     return weights
 
 
