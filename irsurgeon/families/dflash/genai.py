@@ -109,4 +109,5 @@ def pipeline(g, target: Path, device: str, props: dict, draft: bool, max_assista
     return OnePrompt(pipe) if vlm else pipe
 
 
-RUNTIME = GenaiRuntime(pipeline, equivalence_properties, as_batch=True, drafted=drafted)  # how the house runs this family (draft.protocol.Family.genai)
+# how the house runs this family (draft.protocol.Family.genai)
+RUNTIME = GenaiRuntime(pipeline, equivalence_properties, as_batch=True, drafted=drafted)

@@ -48,4 +48,5 @@ class OnePrompt:
         return self.pipe.generate(prompt[0] if isinstance(prompt, list) else prompt, **kwargs)
 
 
-RUNTIME = GenaiRuntime(pipeline, equivalence_properties, as_batch=True)  # how the house runs this family (draft.protocol.Family.genai)
+# how the house runs this family (draft.protocol.Family.genai)
+RUNTIME = GenaiRuntime(pipeline, equivalence_properties, as_batch=True)

@@ -43,4 +43,5 @@ def pipeline(g, target: Path, device: str, props: dict, draft: bool, max_assista
         raise IRSurgeonError(f"{target}: openvino-genai cannot load the Gemma 4 pair on {device}: {cause(e)}") from None
 
 
-RUNTIME = GenaiRuntime(pipeline, equivalence_properties, HONOURS_EOS, as_batch=True)  # how the house runs this family (draft.protocol.Family.genai)
+# how the house runs this family (draft.protocol.Family.genai)
+RUNTIME = GenaiRuntime(pipeline, equivalence_properties, HONOURS_EOS, as_batch=True)

@@ -75,4 +75,5 @@ def pipeline(g, target: Path, device: str, props: dict, draft: bool, max_assista
         raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory on {device}: {cause(e)}") from None
 
 
-RUNTIME = GenaiRuntime(pipeline, equivalence_properties)  # how the house runs this family (draft.protocol.Family.genai)
+# how the house runs this family (draft.protocol.Family.genai)
+RUNTIME = GenaiRuntime(pipeline, equivalence_properties)
