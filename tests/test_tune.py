@@ -1,7 +1,7 @@
-"""tune's decisions and writes, made-up speeds, no genai run but where K is read back: the spread rule (flows/measure.py) on synthetic rounds, the
-reading choice on synthetic counts, the K written into generation_config.json, config edits through patch, and a
-directory tune refuses. Never a timed assertion: every speed here is made up. The runs on a trained pair are in
-tests/families/eagle3/test_eagle3_tune.py."""
+"""tune's decisions and writes on made-up speeds: the spread rule (flows/measure.py) on synthetic rounds, the reading
+choice on synthetic counts, the K and the record committed, config edits through patch, a directory tune refuses;
+genai runs only to read back a committed K. Never a timed assertion: every speed here is made up. The runs on a
+trained pair are in tests/families/eagle3/test_eagle3_tune.py."""
 from __future__ import annotations
 
 import json
