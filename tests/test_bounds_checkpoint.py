@@ -160,7 +160,7 @@ def test_a_tensor_read_checks_the_budget_too(tmp_path):
 
 
 def test_the_budget_refuses_only_what_does_not_fit(tmp_path, monkeypatch):
-    from irsurgeon.draft.build import memory_need
+    from irsurgeon.draft.load import memory_need
     from irsurgeon.flows.standalone import build_mtp_model
     from irsurgeon.families.qwen35_mtp.model import load_config, tensors
 

@@ -16,7 +16,7 @@ import openvino as ov
 import irsurgeon
 from irsurgeon.core import rtinfo
 from irsurgeon.commit.annotate import Status, write_annotation
-from irsurgeon.draft.build import ir_bin, stage_ir
+from irsurgeon.draft.save import ir_bin, stage_ir
 from irsurgeon.quant.compress import compress_model, set_kv_cache_precision, updated_openvino_config
 from irsurgeon.core.concurrency import alongside
 from irsurgeon.core.errors import IRError, IRSurgeonError, with_hint
