@@ -96,9 +96,10 @@ def write_real_checkpoint(ckpt: Path, seed: int = 0) -> None:
     (ckpt / "model.safetensors.part").rename(ckpt / "model.safetensors")
 
 
-def write_real_target(target: Path) -> None:
+def write_real_target(target: Path, layers: int = REAL_TARGET["layers"]) -> None:
     """openvino_model.xml/.bin of a Llama-3.1-8B-shaped text export (zero f16 weights, .bin sparse), config.json and
-    generation_config.json: what patch reads."""
+    generation_config.json: what patch reads. `layers` fewer than 32: the same widths, fewer decoder layers
+    (bench_tune's real-size estimate times them)."""
     from unittest import mock
 
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -109,7 +110,7 @@ def write_real_target(target: Path) -> None:
     from irsurgeon.synth.registry import save, write_json
     from make_real_size import ShapeDraw, Zeros, ZeroWeights
 
-    spec = ck.SynthSpec(**REAL_TARGET)
+    spec = ck.SynthSpec(**{**REAL_TARGET, "layers": layers})
     with mock.patch.object(ck, "Draw", ShapeDraw):  # shapes only: zero-stride views
         shapes = {n: t.shape for n, t in ck.lm_tensors(spec, np.random.default_rng(0), prefix="model.",
                                                          qwen=False).items()}
