@@ -82,7 +82,8 @@ bench-dflash: install
 
 # irsurgeon tune (--dry-run, in a child process) against a K x format grid timed in alternating rounds, on every
 # bundled pair, the synthesized pairs whose drafts are accepted and a 512x8 performance fixture, then the
-# Llama-3.1-8B EAGLE-3 estimate (2- and 4-layer targets of its width, 4 GB under /tmp). Measured: WALL_PLACEHOLDER
+# Llama-3.1-8B EAGLE-3 estimate (2- and 4-layer targets of its width, 2.4 GB under /tmp; all removed at the end).
+# Measured 2026-12-07 on 2 shared cores: 17 min 17 s in all, tune 19-133 s a pair (docs/testing.md).
 bench-tune: install
 	$(PYTHON) benchmarks/bench_tune.py --estimate
 
