@@ -22,8 +22,8 @@ from lab.families import FAMILIES, FIXTURE_PAIRS
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def rounds(median: float, half_width: float, n: int = 5) -> Spread:
-    """n rounds spread evenly over median +- half_width."""
+def rounds(median: float, half_width: float, n: int = 3) -> Spread:
+    """n rounds spread evenly over median +- half_width (three: below measure.TRIM_FROM, the whole range judged)."""
     if n == 1:
         return Spread.of([median])
     return Spread.of(median - half_width + 2 * half_width * i / (n - 1) for i in range(n))
@@ -40,6 +40,15 @@ def rounds(median: float, half_width: float, n: int = 5) -> Spread:
 ])
 def test_judge(a, b, verdict):
     assert judge(a, b) == verdict
+
+
+def test_from_five_rounds_one_stalled_or_lucky_round_does_not_decide():
+    k = Spread.of([150, 152, 155, 158, 40])      # one round stalled by another job
+    plain = Spread.of([100, 101, 103, 104, 160])  # one lucky round
+    assert judge(k, plain) == FASTER and k.judged == (150, 155) and plain.judged == (101, 104)
+    assert judge(Spread.of([150, 152, 155, 40]), Spread.of([100, 101, 103, 104])) == NOISE  # four: all judged
+    assert judge(Spread.of([150, 152, 155, 158, 99]), Spread.of([100, 101, 103, 104, 105])) == FASTER
+    assert judge(Spread.of([150, 152, 102, 158, 99]), Spread.of([100, 101, 103, 104, 105])) == NOISE  # two low
 
 
 def test_spread_states_median_and_range():

@@ -294,8 +294,8 @@ class SpeedReport:
             return (f"best num_assistant_tokens on this machine: {best.num_assistant_tokens} "
                     f"({best.speedup:.2f}x the tokens/s of plain greedy, beyond the rounds' spread)")
         plain = self.plain
-        ranges = f"plain {plain.spread.low:.0f}-{plain.spread.high:.0f} tok/s, K={best.num_assistant_tokens} " \
-                 f"{best.spread.low:.0f}-{best.spread.high:.0f}"
+        (p_low, p_high), (b_low, b_high) = plain.spread.judged, best.spread.judged
+        ranges = f"plain {p_low:.0f}-{p_high:.0f} tok/s, K={best.num_assistant_tokens} {b_low:.0f}-{b_high:.0f}"
         if self.versus_plain == NOISE:
             said = (f"speculative decoding is not shown to pay here: the fastest num_assistant_tokens "
                     f"({best.num_assistant_tokens}) ran at {best.speedup:.2f}x the median tokens/s of plain greedy, "

@@ -3,8 +3,11 @@
 
 A configuration is timed in rounds, each one pass over the same prompts with the same number of new tokens (EOS
 ignored). Its speed is the median over rounds of tokens per second, its spread the range from its slowest to its
-fastest round (min-max). The rule (RULE):
-    A beats B      when A's slowest round is faster than B's fastest: their min-max ranges do not overlap
+fastest round (min-max); from TRIM_FROM rounds on, the range a verdict is judged by sets aside its one slowest and
+one fastest round (Spread.judged): on a shared machine one stalled round (another job took the cores for a moment)
+would otherwise put every configuration within noise of every other, and one lucky round decide nothing. The rule
+(RULE):
+    A beats B      when A's slowest (judged) round is faster than B's fastest: their judged ranges do not overlap
     within noise   when the ranges overlap; also whenever either was timed in one round only (no spread measured)
 Tokens per second are all that is timed. Acceptance under greedy decoding is counted, not timed: the same prompts
 give the same counts on every run, so a reading (flows/tune.py) is judged by them and needs no rounds.
@@ -22,8 +25,10 @@ import statistics
 from dataclasses import dataclass
 
 FASTER, SLOWER, NOISE = "faster", "slower", "within noise"
+TRIM_FROM = 5  # rounds: from this many, a verdict sets aside each configuration's slowest and fastest round
 RULE = ("a configuration beats another only when its slowest round is faster than the other's fastest (their min-max "
-        "ranges apart); overlapping ranges, or a single round, are within noise")
+        f"ranges apart; from {TRIM_FROM} rounds on, each one's slowest and fastest round set aside); overlapping "
+        "ranges, or a single round, are within noise")
 K_RULE = (f"a K is chosen only when the fastest beats plain generation ({RULE}); among the Ks that beat plain "
           f"generation within noise of the fastest, the smallest; else openvino-genai's default stays")
 
@@ -49,6 +54,13 @@ class Spread:
     def high(self) -> float:
         return self.rates[-1] if self.rates else 0.0
 
+    @property
+    def judged(self) -> tuple[float, float]:
+        """The range a verdict is judged by: min-max, without the slowest and the fastest round from TRIM_FROM
+        rounds on."""
+        kept = self.rates[1:-1] if len(self.rates) >= TRIM_FROM else self.rates
+        return (kept[0], kept[-1]) if kept else (0.0, 0.0)
+
     def text(self) -> str:
         """`median (min-max)` as the tables print it."""
         return f"{self.median:.1f} ({self.low:.0f}-{self.high:.0f})"
@@ -58,9 +70,10 @@ def judge(a: Spread, b: Spread) -> str:
     """FASTER, SLOWER or NOISE: how `a` compares with `b` by RULE."""
     if len(a.rates) < 2 or len(b.rates) < 2:
         return NOISE
-    if a.low > b.high:
+    (a_low, a_high), (b_low, b_high) = a.judged, b.judged
+    if a_low > b_high:
         return FASTER
-    if a.high < b.low:
+    if a_high < b_low:
         return SLOWER
     return NOISE
 
