@@ -408,3 +408,24 @@ def test_where_genai_reads_k_generate_without_arguments_drafts_at_the_k_tune_wro
         assert int(configured) == k
         drafted[k] = float(per_step)  # tokens drafted per target step
     assert drafted[3] > 2 * drafted[1], drafted  # three drafts a step against one
+
+
+def test_the_json_candidates_carry_counts_and_the_chosen_ones_speed(tmp_path):
+    """result.candidates: accepted, drafted, tokens_per_s, speedup and chosen, exactly one chosen; the chosen one's
+    speed is the sweep's at the chosen K (the others are judged by counts, never timed)."""
+    from irsurgeon.families import registry
+
+    family = registry.by_key("eagle3")
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    from irsurgeon.flows.patch import patch
+    patch(target, ckpt)
+    report = made_up_report(target, family, {1: [150, 152, 154], 2: [170, 171, 175]}, plain=[100, 101, 103])
+    report.candidates.append(Candidate("other", {"x": 1}, accepted=5, drafted=40, identical=True))
+    for m in report.measurements:
+        m.speedup = m.tokens_per_second / report.measurements[0].tokens_per_second
+    rows = report.as_dict()["candidates"]
+    assert all({"accepted", "drafted", "tokens_per_s", "speedup", "chosen"} <= set(r) for r in rows)
+    assert [r["chosen"] for r in rows] == [True, False]
+    assert (rows[0]["num_assistant_tokens"], rows[0]["tokens_per_s"]) == (2, 171.0)
+    assert rows[0]["speedup"] == pytest.approx(171 / 101) and rows[1]["tokens_per_s"] is None

@@ -64,11 +64,15 @@ def command(target: Path, checkpoint: str | None, prompts, chat: bool, budget: f
 
 def tables(doc: dict) -> list[str]:
     """The candidates' acceptance, the sweep and what was decided, as printed."""
-    lines = [f"{'reading':<64} {'accepted/drafted':>16} {'share':>6}  chosen"]
+    lines = [f"{'reading':<56} {'accepted/drafted':>16} {'share':>6} {'tok/s':>8} {'speed-up':>8}  chosen"]
     for c in doc["candidates"]:
         share = "-" if c["acceptance_rate"] is None else f"{c['acceptance_rate']:.1%}"
         counts = f"{c['accepted']}/{c['drafted']}" + ("" if c["identical"] else " DIFFERS")
-        lines.append(f"{c['label'][:64]:<64} {counts:>16} {share:>6}  {'yes' if c['chosen'] else ''}")
+        speed = "-" if c["tokens_per_s"] is None else f"{c['tokens_per_s']:.1f}"
+        up = "-" if c["speedup"] is None else f"{c['speedup']:.2f}x"
+        chosen = ("yes" + (f" (speed at K={c['num_assistant_tokens']})" if c["num_assistant_tokens"] else "")) \
+            if c["chosen"] else ""
+        lines.append(f"{c['label'][:56]:<56} {counts:>16} {share:>6} {speed:>8} {up:>8}  {chosen}")
     lines.append(f"reading: {doc['reading']['why']}")
     k = doc["k"]
     lines.append(f"{'config':<10} {'tok/s':>8} {'min-max':>13} {'speed-up':>8} {'accepted':>12}  vs plain")

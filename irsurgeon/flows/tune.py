@@ -162,10 +162,29 @@ class TuneReport:
     def chosen(self) -> Candidate | None:
         return next((c for c in self.candidates if c.chosen), None)
 
+    def timed(self) -> Measurement | None:
+        """The chosen candidate's speed: the sweep's row at the chosen K, else its fastest K (None: not swept)."""
+        ks = [m for m in self.measurements if m.num_assistant_tokens]
+        chosen = [m for m in ks if self.k is not None and m.num_assistant_tokens == self.k.k]
+        return (chosen or sorted(ks, key=lambda m: -m.tokens_per_second) or [None])[0]
+
+    def candidate_rows(self) -> list[dict]:
+        """Each reading as --json gives it: its counts, and for the chosen one the speed it was swept at (the
+        others are judged by their counts alone, never timed: tokens_per_s and speedup null)."""
+        timed, rows = self.timed(), []
+        for c in self.candidates:
+            row = c.as_dict()
+            swept = timed if c.chosen else None
+            row.update(num_assistant_tokens=swept.num_assistant_tokens if swept else None,
+                       tokens_per_s=swept.tokens_per_second if swept else None,
+                       speedup=swept.speedup if swept else None)
+            rows.append(row)
+        return rows
+
     def as_dict(self) -> dict:
         plain = self.measurements[0].spread if self.measurements else None
         return {"target": str(self.target), "family": self.family, "checkpoint": self.checkpoint,
-                "dry_run": self.dry_run, "candidates": [c.as_dict() for c in self.candidates],
+                "dry_run": self.dry_run, "candidates": self.candidate_rows(),
                 "reading": {"chosen": self.chosen.label if self.chosen else None, "why": self.reading},
                 "k": {"rule": measure.K_RULE, "chosen": self.k.k if self.k else None,
                       "why": self.k.why if self.k else "", "genai_reads_generation_config": self.genai_reads_k,
