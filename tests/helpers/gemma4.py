@@ -46,6 +46,28 @@ def copy_pair(tmp: Path) -> tuple[Path, Path]:
     return target, PAIR / "ckpt"
 
 
+def as_unified(tmp: Path) -> tuple[Path, Path]:
+    """The fixture pair relabelled as the 12B unified release states its kind (its weights and every size kept):
+    the assistant `gemma4_unified_assistant` (its text config `gemma4_unified_text`, without the per-layer-input
+    and MoE keys the unified config has not), the target `gemma4_unified_text`."""
+    import json
+    import shutil
+
+    target, ckpt = copy_pair(tmp)
+    unified = shutil.copytree(ckpt, tmp / "unified-ckpt")
+    cfg = json.loads((unified / "config.json").read_text())
+    cfg.update(model_type="gemma4_unified_assistant", architectures=["Gemma4UnifiedAssistantForCausalLM"])
+    text = cfg["text_config"]
+    text["model_type"] = "gemma4_unified_text"
+    for key in ("hidden_size_per_layer_input", "vocab_size_per_layer_input", "enable_moe_block"):
+        text.pop(key, None)
+    (unified / "config.json").write_text(json.dumps(cfg, indent=2))
+    tcfg = json.loads((target / "config.json").read_text())
+    tcfg.update(model_type="gemma4_unified_text", architectures=["Gemma4UnifiedForCausalLM"])
+    (target / "config.json").write_text(json.dumps(tcfg, indent=2))
+    return target, unified
+
+
 def genai_report(directory: Path) -> dict:
     """The JSON report of `irsurgeon verify DIR --genai --prompts 3 --rounds 1 --json`, which must exit 0."""
 

@@ -13,7 +13,7 @@ import openvino_genai as genai
 import pytest
 from click.testing import CliRunner
 
-from helpers.gemma4 import copy_pair
+from helpers.gemma4 import as_unified, copy_pair
 from irsurgeon.cli import main as cli
 
 PROMPTS = ("abc", "hello world, this is a test", "The quick brown fox jumps over the lazy dog, twice or more.")
@@ -30,14 +30,18 @@ def config(k: int | None = None):
 
 
 def make_pair(kind: str, tmp):
-    """optimum: the fixture exported by optimum-intel 2.2.0; synth: `irsurgeon synth --kind gemma4`."""
+    """optimum: the fixture exported by optimum-intel 2.2.0; unified: the same labelled as the 12B unified release
+    (genai's Gemma 4 MTP path matches the pair by its ports, never its model type); synth: `irsurgeon synth --kind
+    gemma4`."""
     if kind == "optimum":
         return copy_pair(tmp)
+    if kind == "unified":
+        return as_unified(tmp)
     assert CliRunner().invoke(cli, ["synth", str(tmp / "s"), "--kind", "gemma4"]).exit_code == 0
     return tmp / "s" / "target", tmp / "s" / "ckpt"
 
 
-@pytest.fixture(scope="module", params=["optimum", "synth"])
+@pytest.fixture(scope="module", params=["optimum", "unified", "synth"])
 def runs(request, tmp_path_factory):
     target, source = make_pair(request.param, tmp_path_factory.mktemp("g4genai"))
     assert CliRunner().invoke(cli, ["patch", str(target), "--checkpoint", str(source)]).exit_code == 0
