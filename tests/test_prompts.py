@@ -32,6 +32,8 @@ def test_a_file_of_lines_and_one_of_json_lines(tmp_path):
     ('{"messages": []}', "line 2: expected"),
     ('{"messages": [{"role": "user"}]}', "line 2: expected"),
     ('["a"]', "line 2: expected"),
+    pytest.param('{"messages": ' + "[" * 100000 + "]" * 100000 + "}", "line 2: JSON nested too deeply", id="deep"),
+    pytest.param('{"prompt": "x", "n": ' + "1" * 5000 + "}", "line 2: holds a number too long", id="long-number"),
 ])
 def test_a_json_line_that_is_not_a_prompt_is_named(tmp_path, line, says):
     with pytest.raises(IRSurgeonError, match=says):

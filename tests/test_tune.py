@@ -314,6 +314,30 @@ def test_a_tuning_record_that_is_not_json_is_shown_as_none(tmp_path):
     assert "Tuned" not in invoke("show", target).output
 
 
+@pytest.mark.parametrize("record", ["[" * 100000 + "]" * 100000, '{"k": ' + "1" * 5000 + "}"],
+                         ids=["deep", "long-number"])
+def test_a_tuning_record_nested_too_deep_or_with_a_huge_number_is_shown_as_none(tmp_path, record):
+    """A record json.loads cannot take (RecursionError, int()'s digit limit) is no record, as one that is not JSON;
+    verify's tuned line (readiness.tuned_k) reads it through the same function; a config_edits record as deep is
+    no edits (patch's comparison and tune's present candidate)."""
+    from irsurgeon.families import registry
+    from irsurgeon.flows.patch import CONFIG_EDITS, patch, recorded_edits
+    from irsurgeon.flows.readiness import tuned_k
+    from irsurgeon.flows.show import show
+    from irsurgeon.ir import files
+    from irsurgeon.core import rtinfo
+
+    family = registry.by_key("eagle3")
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    patch(target, ckpt)
+    xml = target / family.layout.draft_xml
+    files.write_rt_info(xml, {(rtinfo.PROVENANCE, rtinfo.TUNING): record, (rtinfo.PROVENANCE, CONFIG_EDITS): record})
+    assert show(target)["tuning"] is None and tuned_k(target) is None and recorded_edits(xml) == {}
+    result = invoke("show", target)
+    assert result.exit_code == 0 and "Tuned" not in result.output and "unexpected" not in result.output
+
+
 def test_a_spent_budget_leaves_out_the_steps_after_the_default_and_says_so(tmp_path, monkeypatch):
     """A budget already spent once the default reading is counted: the K sweep is not run, the record and the
     report say so, and nothing is written but that record (genai's counts made up)."""

@@ -58,8 +58,12 @@ def json_prompt(path: Path, n: int, line: str) -> Prompt:
     where = f"{path}: line {n}"
     try:
         obj = json.loads(line)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise IRSurgeonError(f"{where}: not JSON ({e.msg})") from None
+    except RecursionError:  # json.loads recurses per level
+        raise IRSurgeonError(f"{where}: JSON nested too deeply for a prompt") from None
+    except ValueError:  # int()'s digit limit (sys.get_int_max_str_digits)
+        raise IRSurgeonError(f"{where}: holds a number too long to read; expected a prompt") from None
     if isinstance(obj, dict) and isinstance(obj.get("prompt"), str) and obj["prompt"].strip():
         return obj["prompt"]
     messages = obj.get("messages") if isinstance(obj, dict) else None
