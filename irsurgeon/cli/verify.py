@@ -16,7 +16,7 @@ import click
 
 from irsurgeon import _verify_json_target
 from irsurgeon.cli.hub_options import hub_options, make_hub
-from irsurgeon.cli.options import json_to, report, safe_echo
+from irsurgeon.cli.options import FiniteFloat, json_to, report, safe_echo
 from irsurgeon.core import limits
 from irsurgeon.core.errors import IRSurgeonError
 from irsurgeon.core.signals import NativeCalls
@@ -101,7 +101,7 @@ GENAI_ONLY = ("prompts", "sweep", "nats", "max_new_tokens", "device", "rounds", 
               callback=lambda ctx, param, value: json_to(ctx, param, writable_document(value)),
               help="Print the results as one JSON document (docs/cli.md: its envelope; the text goes to stderr); "
                    "--json FILE writes it to FILE and keeps the text on stdout.")
-@click.option("--min-acceptance", type=click.FloatRange(0.0, 1.0), default=MIN_ACCEPTANCE, show_default=True,
+@click.option("--min-acceptance", type=FiniteFloat(0.0, 1.0), default=MIN_ACCEPTANCE, show_default=True,
               help="With --genai: the share of drafted tokens the target must accept (0 turns the check off). Random "
                    "or foreign drafts are accepted ~0% of the time; a working draft far more often.")
 @click.option("--checkpoint", default=None,
