@@ -49,6 +49,30 @@ def test_the_cli_takes_a_number_up_to_the_bundled_count_and_names_a_bad_file(tmp
     assert too_many.exit_code == 2 and f"a number from 1 to {len(PROMPTS)}" in too_many.output
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_prompt(tmp_path):
+    """A file saved with a UTF-8 byte order mark (Windows editors) reads as without: JSON Lines stay JSON Lines (was
+    taken as a file of lines, the JSON text measured as a prompt), and a line's first prompt carries no U+FEFF."""
+    f = tmp_path / "p.jsonl"
+    assert read_prompts(f, '\ufeff{"prompt": "hi"}\r\n{"prompt": "there"}\r\n') == ["hi", "there"]
+    assert read_prompts(f, "\ufeffone\ntwo\n") == ["one", "two"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "dangling-link"])
+def test_a_prompts_path_that_is_not_a_regular_file_is_named_as_what_it_is(tmp_path, kind):
+    import os
+
+    path = tmp_path / "prompts.txt"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "gone.txt")
+    said = {"fifo": "is a FIFO", "directory": "is a directory", "dangling-link": "file not found"}[kind]
+    result = invoke("verify", tmp_path, "--genai", "--prompts", path)
+    assert result.exit_code == 2 and f"{path}: {said}" in result.output, result.output
+
+
 def test_a_prompt_goes_through_the_chat_template_only_where_there_is_one(tmp_path):
     import openvino_genai as g
     with_template = FIXTURE_PAIRS["eagle3"][0]   # synth's tokenizer carries a ChatML template

@@ -40,12 +40,13 @@ class PromptsParam(click.ParamType):
         if isinstance(value, (int, list)):
             return value
         path, most = Path(value), len(PROMPTS)
-        if path.is_file():
+        number = value.isascii() and value.isdigit() and len(value) <= 2 and 1 <= int(value) <= most
+        if path.is_file() or (os.path.lexists(path) and not number):  # a FIFO, folder, dangling link: named so
             try:
                 return read_prompts(path, limits.read_text(path, limits.TEXT_BYTES, IRSurgeonError, "prompts"))
             except IRSurgeonError as e:
                 self.fail(str(e), param, ctx)
-        if value.isascii() and value.isdigit() and len(value) <= 2 and 1 <= int(value) <= most:
+        if number:
             return int(value)
         if not value.isdigit() and not os.path.lexists(path):  # a file name that is not there: say so
             self.fail(f"{shown(value)}: no such prompts file (or give a number from 1 to {most})", param, ctx)

@@ -45,6 +45,7 @@ def prompt_list(prompts: int | Sequence[Prompt]) -> list[Prompt]:
 def read_prompts(path: Path, text: str) -> list[Prompt]:
     """The prompts of a file's text (the module docstring): JSON Lines when its first non-blank line opens an
     object, else one prompt per non-blank line. A line that is not a prompt is an IRSurgeonError naming it."""
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark, as Windows editors save one: not the text's
     lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not lines:
         raise IRSurgeonError(f"{path}: no prompts (one per line, or JSON Lines with \"prompt\" or \"messages\")")
