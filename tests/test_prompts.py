@@ -84,3 +84,22 @@ def test_a_prompt_goes_through_the_chat_template_only_where_there_is_one(tmp_pat
     assert rendered(g, without, ["Hi"], chat=True) == (["Hi"], False)
     with pytest.raises(IRSurgeonError, match="no chat template"):
         rendered(g, without, [(("user", "u"),)], chat=False)
+
+
+def test_a_chat_template_that_refuses_a_conversation_is_one_line_naming_the_prompt():
+    """A template's raise_exception (Llama's and Gemma's 'roles must alternate', a role they do not know) comes out
+    of openvino-genai as a RuntimeError of a dozen lines; it is one IRSurgeonError naming the prompt and the
+    template's own words (was 'Error: unexpected RuntimeError')."""
+    import openvino_genai as g
+    from types import SimpleNamespace
+
+    target = FIXTURE_PAIRS["eagle3"][0]
+    tokenizer = g.Tokenizer(str(target))
+    tokenizer.set_chat_template("{% for m in messages %}{% if m['role'] not in ['user', 'assistant'] %}"
+                                "{{ raise_exception('unknown role ' + m['role']) }}{% endif %}{{ m['content'] }}"
+                                "{% endfor %}")
+    fake = SimpleNamespace(Tokenizer=lambda _path: tokenizer)
+    with pytest.raises(IRSurgeonError) as e:
+        rendered(fake, target, ["fine", (("user", "u"), ("wizard\u202e", "x"))], chat=True)
+    said = str(e.value)
+    assert "prompt 2" in said and "unknown role wizard" in said and "\n" not in said and "row 1" not in said, said

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Sequence, Union
 
-from irsurgeon.core.errors import IRSurgeonError
+from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.core.text import shown
 
 Prompt = Union[str, tuple[tuple[str, str], ...]]  # a text, or a conversation: (role, content) pairs
@@ -85,11 +85,25 @@ def rendered(g, target: Path, prompts: Sequence[Prompt], chat: bool) -> tuple[li
         raise IRSurgeonError(f"{target}: its tokenizer has no chat template, and a prompt is a conversation "
                              f"(messages): give plain text prompts")
     out = []
-    for p in prompts:
+    for i, p in enumerate(prompts, 1):
         if isinstance(p, str) and not (chat and template):
             out.append(p)
             continue
         messages = [("user", p)] if isinstance(p, str) else p
-        out.append(tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages],
-                                                 add_generation_prompt=True))
+        try:
+            out.append(tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages],
+                                                     add_generation_prompt=True))
+        except RuntimeError as e:  # the template's raise_exception ("roles must alternate"), or minja's own
+            raise IRSurgeonError(f"{target}: its tokenizer's chat template refused prompt {i} (roles "
+                                 f"{shown(', '.join(r for r, _ in messages)[:80])}): {template_error(e)}") from None
     return out, template and (chat or talks)
+
+
+def template_error(e: RuntimeError) -> str:
+    """The words of a chat template's refusal: openvino-genai 2026.4.1 (src/cpp/src/tokenizer/tokenizer_impl.cpp,
+    apply_chat_template) raises a dozen lines, advice and the template with carets, around one "Minja's error: WHAT
+    at row R, column C:" line; that WHAT, else the exception's first informative line."""
+    for line in str(e).splitlines():
+        if line.startswith("Minja's error:"):
+            return shown(line.removeprefix("Minja's error:").strip().split(" at row ")[0][:200])
+    return shown(cause(e)[:200])
