@@ -298,6 +298,32 @@ def test_a_rebuilt_winner_and_its_k_are_one_commit(tmp_path):
     assert json.loads((target / "generation_config.json").read_text())["num_assistant_tokens"] == 1
 
 
+def test_a_draft_rebuilt_while_tune_measured_it_gets_no_record(tmp_path):
+    """Another run (patch --force) replaces the draft between tune's measurements and its commit: the record and K
+    of the draft measured are not written into the one there now (was: an f16 draft recorded as 'format: f32')."""
+    from irsurgeon.draft.protocol import Options
+    from irsurgeon.families import registry
+    from irsurgeon.flows import tune as flow
+    from irsurgeon.flows.patch import patch
+    from lab.dirsnap import snapshot
+
+    family = registry.by_key("eagle3")
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    patch(target, ckpt)
+    report = made_up_report(target, family, {1: [150, 152, 154], 2: [170, 171, 175]}, plain=[100, 101, 103])
+    report.measured = flow.draft_identity(target, family)
+    patch(target, ckpt, options=Options(weight_format="f16", force=True))  # the other run
+    before = snapshot(target)
+    with pytest.raises(IRSurgeonError, match="replaced while tune measured it"):
+        flow.persist(report, family, target, flow.Settings(prompts=2), None, False, [].append)
+    assert snapshot(target) == before
+    untouched = made_up_report(target, family, {1: [150, 152, 154]}, plain=[100, 101, 103])
+    untouched.measured = flow.draft_identity(target, family)
+    flow.persist(untouched, family, target, flow.Settings(prompts=2), None, False, [].append)
+    assert family.layout.draft_xml in untouched.written
+
+
 def test_a_tuning_record_that_is_not_json_is_shown_as_none(tmp_path):
     from irsurgeon.families import registry
     from irsurgeon.flows.patch import patch

@@ -153,6 +153,7 @@ class TuneReport:
     written: list[str] = field(default_factory=list)
     chat_template: bool = False  # the prompts went through the target's chat template (flows.prompts.rendered)
     not_tried: list[str] = field(default_factory=list)  # what the budget left out, each in a few words
+    measured: tuple | None = None  # draft_identity of the present draft when the run began (None: not checked)
 
     @property
     def chosen_format(self) -> str:
@@ -209,7 +210,7 @@ def tune(target_dir: str | Path, checkpoint: str | None = None, *, settings: Set
     clock, target = Clock(settings.budget), Path(target_dir)
     family = patched_family(target)
     source = checkpoint or recorded_source(target, family)
-    report = TuneReport(target, family.key, str(source), dry_run)
+    report = TuneReport(target, family.key, str(source), dry_run, measured=draft_identity(target, family))
     report.candidates = candidates(family, target, source, hub, echo)
     report.present_format = draft_format(target / family.layout.draft_xml) or "auto"
     texts, report.chat_template = rendered(genai_module(), target, prompt_list(settings.prompts), settings.chat)
@@ -424,6 +425,9 @@ def persist(report: TuneReport, family: Family, target: Path, settings: Settings
         report.written += patch(target, report.checkpoint, options=options, echo=echo).written
         return
     with DirectoryTransaction(target, writable=registry.writable(), wait=wait, echo=echo) as tx:
+        if report.measured is not None and draft_identity(target, family) != report.measured:  # under the lock
+            raise IRSurgeonError(f"{xml}: replaced while tune measured it (another run rebuilt the draft): the "
+                                 f"measurements are not of the draft there now; nothing was written, run tune again")
         name = family.layout.draft_xml
         files.write_rt_info(xml, {(rtinfo.PROVENANCE, rtinfo.TUNING): tuned.record}, into=lambda b: tx.write(name, b))
         if tuned.k is not None:
@@ -431,6 +435,20 @@ def persist(report: TuneReport, family: Family, target: Path, settings: Settings
         tx.commit()
     report.written += tx.names
     echo(f"{target}: wrote {', '.join(tx.names)}")
+
+
+def draft_identity(target: Path, family: Family) -> tuple:
+    """The present draft's files as the disk knows them (inode, size, modification time of its .xml and .bin): a
+    patch replaces them by rename, so a draft rebuilt while tune measured the one there is told apart."""
+    out = []
+    for path in (target / family.layout.draft_xml, (target / family.layout.draft_xml).with_suffix(".bin")):
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
 
 
 def record(report: TuneReport, settings: Settings) -> dict:
