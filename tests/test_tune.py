@@ -324,6 +324,37 @@ def test_a_draft_rebuilt_while_tune_measured_it_gets_no_record(tmp_path):
     assert family.layout.draft_xml in untouched.written
 
 
+def test_a_ctrl_c_held_through_tunes_commit_says_what_was_written(tmp_path, monkeypatch):
+    """A Ctrl-C that comes during tune's commit is held until the commit is done; then it says the record and K are
+    written (was a bare 'Error: interrupted', the directory changed), as patch says its patch is complete."""
+    from irsurgeon.commit.transaction import DirectoryTransaction
+    from irsurgeon.core.errors import Interrupted
+    from irsurgeon.families import registry
+    from irsurgeon.flows import tune as flow
+    from irsurgeon.flows.patch import patch
+
+    family = registry.by_key("eagle3")
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    patch(target, ckpt)
+    report = made_up_report(target, family, {1: [150, 152, 154], 2: [170, 171, 175]}, plain=[100, 101, 103])
+    committing = DirectoryTransaction.commit
+
+    def commit_then_ctrl_c(self):
+        committing(self)
+        raise KeyboardInterrupt  # the Ctrl-C the commit held, delivered as it ends
+    monkeypatch.setattr(DirectoryTransaction, "commit", commit_then_ctrl_c)
+    with pytest.raises(Interrupted, match="tune's choice is written .committed .*generation_config.json"):
+        flow.persist(report, family, target, flow.Settings(prompts=2), None, False, [].append)
+    assert json.loads((target / "generation_config.json").read_text())["num_assistant_tokens"] == 2
+
+
+def test_a_ctrl_c_before_tunes_commit_says_the_directory_is_as_it_was():
+    from irsurgeon.cli import TRANSACTIONAL
+
+    assert "tune" in TRANSACTIONAL  # it changes the directory only through one commit (its own, or patch's)
+
+
 def test_a_tuning_record_that_is_not_json_is_shown_as_none(tmp_path):
     from irsurgeon.families import registry
     from irsurgeon.flows.patch import patch

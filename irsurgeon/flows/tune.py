@@ -57,7 +57,7 @@ from typing import Callable, Sequence
 from irsurgeon.commit.transaction import DirectoryTransaction
 from irsurgeon.core import rtinfo
 from irsurgeon.core.config import check_generation_config, read_json
-from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError, with_hint
+from irsurgeon.core.errors import ConfigError, Interrupted, IRError, IRSurgeonError, with_hint
 from irsurgeon.core.text import a, silent
 from irsurgeon.draft.protocol import Family, Match, Options, Tuned
 from irsurgeon.families import registry
@@ -424,15 +424,24 @@ def persist(report: TuneReport, family: Family, target: Path, settings: Settings
                           else None)
         report.written += patch(target, report.checkpoint, options=options, echo=echo).written
         return
-    with DirectoryTransaction(target, writable=registry.writable(), wait=wait, echo=echo) as tx:
-        if report.measured is not None and draft_identity(target, family) != report.measured:  # under the lock
-            raise IRSurgeonError(f"{xml}: replaced while tune measured it (another run rebuilt the draft): the "
-                                 f"measurements are not of the draft there now; nothing was written, run tune again")
-        name = family.layout.draft_xml
-        files.write_rt_info(xml, {(rtinfo.PROVENANCE, rtinfo.TUNING): tuned.record}, into=lambda b: tx.write(name, b))
-        if tuned.k is not None:
-            stage_k(tx, target, tuned.k)
-        tx.commit()
+    tx = DirectoryTransaction(target, writable=registry.writable(), wait=wait, echo=echo)
+    try:
+        with tx:
+            if report.measured is not None and draft_identity(target, family) != report.measured:  # under the lock
+                raise IRSurgeonError(f"{xml}: replaced while tune measured it (another run rebuilt the draft): the "
+                                     f"measurements are not of the draft there now; nothing was written, run tune "
+                                     f"again")
+            name = family.layout.draft_xml
+            files.write_rt_info(xml, {(rtinfo.PROVENANCE, rtinfo.TUNING): tuned.record},
+                                into=lambda b: tx.write(name, b))
+            if tuned.k is not None:
+                stage_k(tx, target, tuned.k)
+            tx.commit()
+    except KeyboardInterrupt:  # a Ctrl-C the commit held: after it, what was written is said (as patch says it)
+        if not tx.committed:
+            raise
+        raise Interrupted(f"{target}: tune's choice is written (committed {', '.join(tx.names)}); only its report "
+                          f"was interrupted: irsurgeon show {target} prints the record") from None
     report.written += tx.names
     echo(f"{target}: wrote {', '.join(tx.names)}")
 
