@@ -7,7 +7,7 @@ DEMO_GEMMA4_OUT ?= out/demo-gemma4
 DEMO_DFLASH_OUT ?= out/demo-dflash
 DEMO_EAGLE3_OUT ?= out/demo-eagle3
 
-.PHONY: install install-demo lint compile demo demo-gemma4 demo-dflash demo-eagle3 test test-all bench bench-optimum bench-dflash reliability fixtures clean
+.PHONY: install install-demo lint compile demo demo-gemma4 demo-dflash demo-eagle3 test test-all bench bench-optimum bench-dflash bench-tune reliability fixtures clean
 
 install:
 	$(PIP_INSTALL)
@@ -79,6 +79,13 @@ bench-optimum: install
 BENCH_DFLASH_SIZES ?= tiny,real
 bench-dflash: install
 	$(PYTHON) benchmarks/bench_dflash.py --sizes $(BENCH_DFLASH_SIZES)
+
+# irsurgeon tune (--dry-run, in a child process) against a K x format grid timed in alternating rounds, on every
+# bundled pair, the synthesized pairs whose drafts are accepted and a 512x8 performance fixture, then the
+# Llama-3.1-8B EAGLE-3 estimate (2- and 4-layer targets of its width, 2.4 GB under /tmp; all removed at the end).
+# Measured 2026-12-07 on 2 shared cores: 17 min 17 s in all, tune 19-133 s a pair (docs/testing.md).
+bench-tune: install
+	$(PYTHON) benchmarks/bench_tune.py --estimate
 
 reliability: install
 	$(PYTHON) benchmarks/bench_reliability.py

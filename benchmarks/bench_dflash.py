@@ -25,138 +25,32 @@ Every ratio is irsurgeon/optimum pair by pair, its median printed against its ta
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_S = 0.2  # the tree's PSS is read this often (reading smaps_rollup walks the page tables: not free)
+sys.path.insert(0, str(ROOT))
+from lab.bench_runs import (Pair, arguments, cost, fixture_pair, run_irsurgeon, run_optimum,  # noqa: E402  (sys.path set above)
+                            run_sizes)
+
 TARGETS = {"wall": 0.1, "rss": 0.3, "step": 1.0}
 STEP = {"tiny": dict(rounds=9, steps=64, one_at_a_time=""), "real": dict(rounds=7, steps=12, one_at_a_time="f32")}
-OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-
-
-@dataclass(frozen=True)
-class Pair:
-    size: str
-    target: Path
-    ckpt: Path
-    work: Path
-
-
-@dataclass(frozen=True)
-class Run:
-    wall: float  # seconds
-    rss: int  # bytes: the kernel's peak of the largest process
-    tree: int  # bytes: the largest sampled PSS sum over the process tree
-    bin_bytes: int  # the draft .bin written
-
-
-def children(pid: int) -> list[int]:
-    """pid's descendants, from /proc/PID/task/TID/children (gone processes are skipped)."""
-    out = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tasks:
-        try:
-            kids = [int(k) for k in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
-        except OSError:
-            continue
-        for k in kids:
-            out += [k, *children(k)]
-    return out
-
-
-def tree_pss(pid: int) -> int:
-    """Bytes of the tree's summed PSS: a page shared by processes (optimum-cli forks helpers) is counted once."""
-    total = 0
-    for p in [pid, *children(pid)]:
-        try:
-            rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
-        except OSError:
-            continue
-        total += next((int(line.split()[1]) * 1024 for line in rollup.splitlines() if line.startswith("Pss:")), 0)
-    return total
-
-
-def measure(cmd: list, env: dict, log: Path, out_bin: Path) -> Run:
-    """Run cmd under /usr/bin/time -v (output to log); wall, the kernel's peak RSS, the sampled tree PSS peak."""
-    timing = log.with_suffix(".time")
-    start = time.perf_counter()
-    with open(log, "w") as sink:
-        proc = subprocess.Popen(["/usr/bin/time", "-v", "-o", str(timing), *map(str, cmd)], stdout=sink,
-                                stderr=subprocess.STDOUT, env={**os.environ, **env})
-    peak, stop = [0], threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(SAMPLE_S):
-            peak[0] = max(peak[0], tree_pss(proc.pid))
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    rc = proc.wait()
-    wall = time.perf_counter() - start
-    stop.set()
-    sampler.join()
-    if rc:
-        raise SystemExit(f"{cmd[0]} ... failed (exit {rc}); its output:\n{log.read_text()[-3000:]}")
-    kb = next(int(line.split(":")[1]) for line in timing.read_text().splitlines()
-              if "Maximum resident set size" in line)
-    return Run(wall, kb * 1024, peak[0], out_bin.stat().st_size)
+DRAFT_BIN = Path("dflash_draft") / "openvino_model.bin"
 
 
 def prepare(size: str, work: Path) -> Pair:
     if size == "tiny":
-        return Pair(size, ROOT / "fixtures" / "dflash" / "target", ROOT / "fixtures" / "dflash" / "ckpt", work / size)
+        return fixture_pair("dflash", size, work)
     made = work / size / "pair"
     t = time.perf_counter()
     subprocess.run([sys.executable, ROOT / "scripts" / "make_dflash_real_size.py", made], check=True)
     print(f"{size}: pair made in {time.perf_counter() - t:.0f} s")
     return Pair(size, made / "target", made / "ckpt", work / size)
-
-
-def run_irsurgeon(pair: Pair) -> Run:
-    out = pair.work / "irsurgeon"
-    shutil.rmtree(out, ignore_errors=True)
-    subprocess.run(["cp", "-a", "--sparse=always", str(pair.target), str(out)], check=True)
-    os.sync()
-    cmd = [sys.executable, "-m", "irsurgeon", "patch", out, "--checkpoint", pair.ckpt, "--weight-format", "f32"]
-    return measure(cmd, {"PYTHONPATH": str(ROOT)}, pair.work / "irsurgeon.log",
-                   out / "dflash_draft" / "openvino_model.bin")
-
-
-def run_optimum(pair: Pair, venv: Path) -> Run:
-    out = pair.work / "optimum"
-    shutil.rmtree(out, ignore_errors=True)
-    os.sync()
-    cmd = [venv / "bin" / "optimum-cli", "export", "openvino", "--model", pair.ckpt, "--task",
-           "text-generation-with-past", "--trust-remote-code", "--disable-convert-tokenizer", "--weight-format",
-           "fp32", out]
-    return measure(cmd, OFFLINE, pair.work / "optimum.log", out / "openvino_model.bin")
-
-
-def cost(pair: Pair, a) -> list[dict]:
-    """--warmup untimed pairs, then --rounds pairs: irsurgeon then optimum, each with the load average before it."""
-    rows = []
-    for r in range(a.warmup + a.rounds):
-        load = os.getloadavg()[0]
-        irs = run_irsurgeon(pair)
-        opt = run_optimum(pair, a.venv)
-        if r >= a.warmup:
-            rows.append({"load": load, "irsurgeon": irs, "optimum": opt})
-        print(f"{pair.size}: {'warm-up' if r < a.warmup else 'round'} {r + 1 - a.warmup * (r >= a.warmup)}: "
-              f"irsurgeon {irs.wall:.1f} s, optimum {opt.wall:.1f} s (load {load:.2f})", flush=True)
-    return rows
 
 
 def mb(n: int) -> str:
@@ -209,33 +103,18 @@ def step(pair: Pair, a) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="tiny,real", help="comma-separated, from tiny, real")
-    ap.add_argument("--rounds", type=int, default=3, help="timed cost rounds (pairs)")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed cost rounds first")
-    ap.add_argument("--work", type=Path, default=Path("/tmp/irsurgeon-bench-dflash"))
-    ap.add_argument("--venv", type=Path, default=Path("/tmp/dflash-ref"), help="optimum-intel 2.2.0's environment "
-                    "(scripts/make_dflash_reference.py says how it is made)")
-    ap.add_argument("--step-rounds", type=int, help="draft-step rounds (default: 9 tiny, 7 real)")
-    ap.add_argument("--steps", type=int, help="draft calls timed a round (default: 64 tiny, 12 real)")
-    ap.add_argument("--keep", action="store_true", help="keep --work (the real pair takes 3.5 GB, the IRs 14 GB)")
-    ap.add_argument("--no-step", action="store_true", help="the cost only")
-    a = ap.parse_args()
-    sizes = a.sizes.split(",")
-    if set(sizes) - set(STEP) or not (a.venv / "bin" / "optimum-cli").is_file():
-        raise SystemExit(f"sizes are tiny, real; optimum-cli must be in {a.venv}/bin")
-    print(f"load {os.getloadavg()}, {os.cpu_count()} CPUs")
-    try:
-        for size in sizes:
-            pair = prepare(size, a.work)
-            pair.work.mkdir(parents=True, exist_ok=True)
-            print_cost(size, cost(pair, a))
-            if not a.no_step:
-                step(pair, a)
-    finally:
-        if not a.keep:
-            shutil.rmtree(a.work, ignore_errors=True)
-    print(f"\nload {os.getloadavg()}")
+    a = arguments(__doc__, Path("/tmp/irsurgeon-bench-dflash"), Path("/tmp/dflash-ref"),
+                  "scripts/make_dflash_reference.py", "draft calls timed a round (default: 64 tiny, 12 real)",
+                  "keep --work (the real pair takes 3.5 GB, the IRs 14 GB)")
+
+    def sized(pair: Pair) -> None:
+        rows = cost(pair, a, lambda p: run_irsurgeon(p, "f32", DRAFT_BIN, sample=True),
+                    lambda p: run_optimum(p, a.venv, "fp32", sample=True), digits=1)
+        print_cost(pair.size, rows)
+        if not a.no_step:
+            step(pair, a)
+
+    run_sizes(a, prepare, sized)
 
 
 if __name__ == "__main__":

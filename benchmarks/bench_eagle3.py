@@ -38,21 +38,21 @@ unless --keep.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+sys.path.insert(0, str(ROOT))
+from lab.bench_runs import (Pair, arguments, cost, fixture_pair, run_irsurgeon, run_optimum, run_sizes,  # noqa: E402  (sys.path set above)
+                            spread)
+
 STEP = {"tiny": dict(rounds=9, steps=32), "real": dict(rounds=7, steps=16)}
 CONTEXT = 64
 MODES = {"default": {}, "f32": {"INFERENCE_PRECISION_HINT": "f32"}}
@@ -66,22 +66,6 @@ REAL_CONFIG = {
 }
 REAL_TARGET = dict(hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=14336, vocab=128256, layers=32,
                    partial_rotary_factor=1.0, rope_theta=500000.0, rms_norm_eps=1e-5, vlm=False)
-
-
-@dataclass(frozen=True)
-class Pair:
-    size: str
-    target: Path
-    ckpt: Path
-    work: Path
-
-
-@dataclass(frozen=True)
-class Run:
-    wall: float  # seconds
-    cpu: float  # user + system seconds
-    rss: int  # bytes: the kernel's peak of the largest process
-    bin_bytes: int  # the draft .bin written
 
 
 # ---- the real-size pair ----
@@ -112,9 +96,10 @@ def write_real_checkpoint(ckpt: Path, seed: int = 0) -> None:
     (ckpt / "model.safetensors.part").rename(ckpt / "model.safetensors")
 
 
-def write_real_target(target: Path) -> None:
+def write_real_target(target: Path, layers: int = REAL_TARGET["layers"]) -> None:
     """openvino_model.xml/.bin of a Llama-3.1-8B-shaped text export (zero f16 weights, .bin sparse), config.json and
-    generation_config.json: what patch reads."""
+    generation_config.json: what patch reads. `layers` fewer than 32: the same widths, fewer decoder layers
+    (bench_tune's real-size estimate times them)."""
     from unittest import mock
 
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -125,7 +110,7 @@ def write_real_target(target: Path) -> None:
     from irsurgeon.synth.registry import save, write_json
     from make_real_size import ShapeDraw, Zeros, ZeroWeights
 
-    spec = ck.SynthSpec(**REAL_TARGET)
+    spec = ck.SynthSpec(**{**REAL_TARGET, "layers": layers})
     with mock.patch.object(ck, "Draw", ShapeDraw):  # shapes only: zero-stride views
         shapes = {n: t.shape for n, t in ck.lm_tensors(spec, np.random.default_rng(0), prefix="model.",
                                                          qwen=False).items()}
@@ -146,7 +131,7 @@ def footprint(d: Path) -> str:
 
 def prepare(size: str, work: Path) -> Pair:
     if size == "tiny":
-        return Pair(size, ROOT / "fixtures" / "eagle3" / "target", ROOT / "fixtures" / "eagle3" / "ckpt", work / size)
+        return fixture_pair("eagle3", size, work)
     made = work / size / "pair"
     t = time.perf_counter()
     if not (made / "ckpt" / "model.safetensors").is_file():
@@ -160,59 +145,8 @@ def prepare(size: str, work: Path) -> Pair:
 
 # ---- cost ----
 
-def measure(cmd: list, env: dict, log: Path, out_bin: Path) -> Run:
-    """cmd under /usr/bin/time -v (its output to log): wall, user + sys, the kernel's peak RSS, the .bin's size."""
-    timing = log.with_suffix(".time")
-    start = time.perf_counter()
-    with open(log, "w") as sink:
-        rc = subprocess.run(["/usr/bin/time", "-v", "-o", str(timing), *map(str, cmd)], stdout=sink,
-                            stderr=subprocess.STDOUT, env={**os.environ, **env}).returncode
-    wall = time.perf_counter() - start
-    if rc:
-        raise SystemExit(f"{cmd[0]} ... failed (exit {rc}); its output:\n{log.read_text()[-3000:]}")
-    fields = dict(line.strip().rsplit(": ", 1) for line in timing.read_text().splitlines() if ": " in line)
-    cpu = float(fields["User time (seconds)"]) + float(fields["System time (seconds)"])
-    return Run(wall, cpu, int(fields["Maximum resident set size (kbytes)"]) * 1024, out_bin.stat().st_size)
-
-
-def run_irsurgeon(pair: Pair) -> Run:
-    out = pair.work / "irsurgeon"
-    shutil.rmtree(out, ignore_errors=True)
-    subprocess.run(["cp", "-a", "--sparse=always", str(pair.target), str(out)], check=True)
-    os.sync()
-    cmd = [sys.executable, "-m", "irsurgeon", "patch", out, "--checkpoint", pair.ckpt, "--weight-format", "f16"]
-    return measure(cmd, {"PYTHONPATH": str(ROOT)}, pair.work / "irsurgeon.log", out / DRAFT_BIN)
-
-
-def run_optimum(pair: Pair, venv: Path) -> Run:
-    out = pair.work / "optimum"
-    shutil.rmtree(out, ignore_errors=True)
-    os.sync()
-    cmd = [venv / "bin" / "optimum-cli", "export", "openvino", "--model", pair.ckpt, "--task",
-           "text-generation-with-past", "--trust-remote-code", "--disable-convert-tokenizer", "--weight-format",
-           "fp16", out]
-    return measure(cmd, OFFLINE, pair.work / "optimum.log", out / "openvino_model.bin")
-
-
-def cost(pair: Pair, a) -> list[dict]:
-    rows = []
-    for r in range(a.warmup + a.rounds):
-        load = os.getloadavg()[0]
-        irs = run_irsurgeon(pair)
-        opt = run_optimum(pair, a.venv)
-        if r >= a.warmup:
-            rows.append({"load": load, "irsurgeon": irs, "optimum": opt})
-        print(f"{pair.size}: {'warm-up' if r < a.warmup else 'round'} {r + 1 - a.warmup * (r >= a.warmup)}: "
-              f"irsurgeon {irs.wall:.2f} s, optimum {opt.wall:.2f} s (load {load:.2f})", flush=True)
-    return rows
-
-
 def mb(n: float) -> str:
     return f"{n / 1e6:.0f} MB" if n >= 1e7 else f"{n / 1e3:.1f} KB"
-
-
-def spread(values: list[float], fmt) -> str:
-    return f"{fmt(min(values))} / {fmt(statistics.median(values))} / {fmt(max(values))}"
 
 
 def print_cost(size: str, rows: list[dict]) -> None:
@@ -347,36 +281,18 @@ def step(pair: Pair, a) -> None:
 
 def main() -> None:
     if sys.argv[1:2] == ["--step-child"]:
-        sys.path.insert(0, str(ROOT))
         return step_child(sys.argv[2:])
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="tiny,real", help="comma-separated, from tiny, real")
-    ap.add_argument("--rounds", type=int, default=3, help="timed cost rounds (pairs)")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed cost rounds first")
-    ap.add_argument("--work", type=Path, default=Path("/tmp/irsurgeon-bench-eagle3"))
-    ap.add_argument("--venv", type=Path, default=Path("/tmp/eagle3-ref"), help="optimum-intel 2.2.0's environment "
-                    "(scripts/make_eagle3_reference.py says how it is made)")
-    ap.add_argument("--step-rounds", type=int, help="draft-step rounds (default: 9 tiny, 7 real)")
-    ap.add_argument("--steps", type=int, help="one-token calls timed a round (default: 32 tiny, 16 real)")
-    ap.add_argument("--keep", action="store_true", help="keep --work (the real pair: 0.85 GB + a sparse target)")
-    ap.add_argument("--no-step", action="store_true", help="the cost only")
-    a = ap.parse_args()
-    sizes = a.sizes.split(",")
-    if set(sizes) - set(STEP) or not (a.venv / "bin" / "optimum-cli").is_file():
-        raise SystemExit(f"sizes are tiny, real; optimum-cli must be in {a.venv}/bin")
-    sys.path.insert(0, str(ROOT))
-    print(f"load {os.getloadavg()}, {os.cpu_count()} CPUs")
-    try:
-        for size in sizes:
-            pair = prepare(size, a.work)
-            pair.work.mkdir(parents=True, exist_ok=True)
-            print_cost(size, cost(pair, a))
-            if not a.no_step:
-                step(pair, a)
-    finally:
-        if not a.keep:
-            shutil.rmtree(a.work, ignore_errors=True)
-    print(f"\nload {os.getloadavg()}")
+    a = arguments(__doc__, Path("/tmp/irsurgeon-bench-eagle3"), Path("/tmp/eagle3-ref"),
+                  "scripts/make_eagle3_reference.py", "one-token calls timed a round (default: 32 tiny, 16 real)",
+                  "keep --work (the real pair: 0.85 GB + a sparse target)")
+
+    def sized(pair: Pair) -> None:
+        print_cost(pair.size, cost(pair, a, lambda p: run_irsurgeon(p, "f16", DRAFT_BIN),
+                                   lambda p: run_optimum(p, a.venv, "fp16")))
+        if not a.no_step:
+            step(pair, a)
+
+    run_sizes(a, prepare, sized)
 
 
 if __name__ == "__main__":

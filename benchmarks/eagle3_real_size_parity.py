@@ -10,7 +10,7 @@ the same seeded checkpoint, numerically (logits and the fed-back hidden state ov
 2. optimum: `optimum-cli export openvino --model CKPT --task text-generation-with-past --trust-remote-code
    --disable-convert-tokenizer --weight-format fp32 OUT` in the --venv (optimum-intel 2.2.0's environment,
    scripts/make_eagle3_reference.py), offline, unless OUT is there.
-   irsurgeon: the family's recipe built at f32 in the child that runs it (`draft.build.load_with(eagle3.RECIPE, CKPT)`
+   irsurgeon: the family's recipe built at f32 in the child that runs it (`draft.load.load_with(eagle3.RECIPE, CKPT)`
    then `build_model(..., "f32", recipe=eagle3.RECIPE)`, as tests/families/eagle3/test_eagle3_optimum.py does; what
    `patch --weight-format f32` stages, without a real-size target).
 3. Both IRs get what openvino.genai 2026.4.1 gives a draft at load (eagle3_model_transforms.cpp): share_vocabulary
@@ -120,7 +120,8 @@ def export_optimum(ckpt: Path, out: Path, venv: Path) -> str:
 # ---- one IR (child) ----
 
 def irsurgeon_model(ckpt: Path):
-    from irsurgeon.draft.build import build_model, load_with
+    from irsurgeon.draft.build import build_model
+    from irsurgeon.draft.load import load_with
     from irsurgeon.families.eagle3 import model as eagle3
 
     cfg, weights, handle = load_with(eagle3.RECIPE, ckpt, warn=lambda _: None)

@@ -136,7 +136,8 @@ def write_once(sink: Path, size: int) -> tuple[float, float]:
 
 def nncf_alone(ckpt: Path) -> dict:
     """Child mode: the house's f16 head, then nncf.compress_weights of it with the house's int4 parameters."""
-    from irsurgeon.draft.build import build_model, load_with
+    from irsurgeon.draft.build import build_model
+    from irsurgeon.draft.load import load_with
     from irsurgeon.quant.compress import DEFAULTS as p
     from irsurgeon.quant.compress import marked_consumers, routing_scope
     from irsurgeon.families import registry

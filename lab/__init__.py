@@ -13,4 +13,8 @@ root; tests/conftest.py and the benchmarks put the root on sys.path). Not part o
     attack_links  link, leftover-journal and concurrent-writer attacks on real CLI runs, judged (bench_reliability)
     bandwidth_floor  the bytes a head's weight MatMuls read, and a BLAS pass over as many (bench_head_latency)
     trace_phases  the real CLI run with wall-clock spans around the house's functions (profile_patch runs it)
+    bench_runs    a command timed as a child process with its peak memory; patch-vs-export cost rounds, their options
+                  and sizes loop (bench_dflash, bench_eagle3, bench_tune)
+    spec_grid     plain generation and every (draft format, K) in alternating rounds (bench_tune)
+    perf_pair     the dflash-cycle pair with a wider, deeper target: bench_tune's performance fixture
 """

@@ -58,9 +58,9 @@ def no_hang():
 
 @pytest.fixture
 def every_constant_appended(monkeypatch):
-    """Every constant of a draft takes irsurgeon's appended path (irsurgeon.draft.build.DETACH_BYTES = 1)."""
-    from irsurgeon.draft import build
-    monkeypatch.setattr(build, "DETACH_BYTES", 1)
+    """Every constant of a draft takes irsurgeon's appended path (irsurgeon.draft.save.DETACH_BYTES = 1)."""
+    from irsurgeon.draft import save as draft_save
+    monkeypatch.setattr(draft_save, "DETACH_BYTES", 1)
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,8 @@ def writable_copy(src: Path, dest: Path) -> Path:
 
 def test_an_exported_name_is_the_same_object_before_and_after_its_module_is_imported():
     first = {name: getattr(irsurgeon, name) for name in irsurgeon.__all__}
-    for module in ("irsurgeon.flows.patch", "irsurgeon.flows.show", "irsurgeon.flows.verify", "irsurgeon.draft.build", "irsurgeon.flows.standalone"):
+    for module in ("irsurgeon.flows.patch", "irsurgeon.flows.show", "irsurgeon.flows.verify", "irsurgeon.draft.build", "irsurgeon.draft.save",
+                   "irsurgeon.flows.standalone"):
         importlib.import_module(module)
     assert {name: getattr(irsurgeon, name) for name in irsurgeon.__all__} == first
     assert irsurgeon.flows.show.__name__ == "irsurgeon.flows.show" and irsurgeon.flows.patch.__name__ == "irsurgeon.flows.patch"  # modules

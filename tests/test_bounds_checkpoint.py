@@ -144,7 +144,7 @@ def test_absurd_but_consistent_checkpoint_is_refused_by_the_memory_budget(tmp_pa
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert "building its MTP head needs" in err and "GiB of memory, but only" in err, err
+    assert "building its draft needs" in err and "GiB of memory, but only" in err, err
     assert peak < 32 << 20
     assert not (tmp_path / "out").exists()
 
@@ -160,13 +160,13 @@ def test_a_tensor_read_checks_the_budget_too(tmp_path):
 
 
 def test_the_budget_refuses_only_what_does_not_fit(tmp_path, monkeypatch):
-    from irsurgeon.draft.build import memory_need
+    from irsurgeon.draft.load import memory_need
     from irsurgeon.flows.standalone import build_mtp_model
     from irsurgeon.families.qwen35_mtp.model import load_config, tensors
 
     need = memory_need(tensors(load_config(DEMO_CKPT / "config.json")).shapes())
     monkeypatch.setattr(limits, "available_memory", lambda: need - 1)
-    with pytest.raises(CheckpointError, match="building its MTP head needs"):
+    with pytest.raises(CheckpointError, match="building its draft needs"):
         build_mtp_model(DEMO_CKPT)
     monkeypatch.setattr(limits, "available_memory", lambda: need)
     assert build_mtp_model(DEMO_CKPT).get_parameters()

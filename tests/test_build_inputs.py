@@ -192,7 +192,7 @@ def test_write_failure_is_one_line_error_and_leaves_nothing(tmp_path, monkeypatc
 
     def deny(src, dst, **dir_fds):
         raise PermissionError(13, "Permission denied", str(dst))
-    monkeypatch.setattr("irsurgeon.draft.build.os.replace", deny)
+    monkeypatch.setattr("irsurgeon.draft.save.os.replace", deny)
     code, text = run("build-mtp", tmp_path / "ckpt", "-o", out)
     assert_one_line_error(code, text, "Permission denied", str(out))
     assert list(out.iterdir()) == []

@@ -39,7 +39,7 @@ FLOWS = ("irsurgeon.flows", "irsurgeon.commit", "irsurgeon.synth", "irsurgeon.cl
          "irsurgeon.ir.footprint")
 READ_ONLY = ("irsurgeon.ir",)  # statically; show and verify: what they load when they run
 WRITE_FLOW = ("irsurgeon.flows.patch", "irsurgeon.commit.transaction", "irsurgeon.commit.recovery",
-              "irsurgeon.commit.annotate", "irsurgeon.draft.build", "irsurgeon.quant.compress",
+              "irsurgeon.commit.annotate", "irsurgeon.draft.build", "irsurgeon.draft.save", "irsurgeon.quant.compress",
               "irsurgeon.flows.standalone")
 
 

@@ -28,7 +28,36 @@ def test_patch_json_with_nncf_is_one_document(family, tmp_path):
     proc = cli("patch", target, "--checkpoint", ckpt, "--weight-format", "int8", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = result_of(proc.stdout)  # the whole of stdout: one document
-    assert doc["written"] and "Applying Weight Compression" in proc.stderr
+    assert doc["written"] and "Applying Weight Compression" not in proc.stderr  # no bar into a pipe or a log
+
+
+def test_nncf_progress_bar_goes_to_a_terminal_stderr_only(tmp_path):
+    """stderr a terminal (a pseudo-terminal here): nncf's bar is shown there, and stdout is still one document."""
+    import os
+    import pty
+
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "irsurgeon.cli", "patch", str(target), "--checkpoint", str(ckpt),
+                                 "--weight-format", "int8", "--json"], stdout=subprocess.PIPE, stderr=follower,
+                                cwd=ROOT)
+        os.close(follower)
+        said = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal's other end closed: the process is done with it
+                break
+            if not chunk:
+                break
+            said += chunk
+        out = proc.stdout.read().decode()
+        assert proc.wait(timeout=300) == 0, said[-2000:]
+    finally:
+        os.close(leader)
+    assert result_of(out)["written"] and b"Applying Weight Compression" in said
 
 
 def test_build_mtp_json_int4_is_one_document(tmp_path):

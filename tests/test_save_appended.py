@@ -1,10 +1,10 @@
-"""The weights irsurgeon appends to a draft's .bin itself (irsurgeon.draft.build.save_appended, stage_ir), as openvino
+"""The weights irsurgeon appends to a draft's .bin itself (irsurgeon.draft.save.save_appended, stage_ir), as openvino
 would have written them, each case stating a rule of docs/reliability.md or of the docstrings of those modules: models
 a user builds (names, collisions, shared buffers, the model afterwards), stage_ir's spent model (each constant freed
 as soon as it is written, the journal's digest still the file's), whole patches of every family with every constant
 appended, and a real-sized head's matrices never held whole.
 
-Every case runs with every constant of the draft appended (`build.DETACH_BYTES = 1`: the `every_constant_appended`
+Every case runs with every constant of the draft appended (`draft.save.DETACH_BYTES = 1`: the `every_constant_appended`
 fixture of conftest.py), unless it sets another threshold itself.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from irsurgeon.flows.standalone import save_draft
 from lab.families import WRITABLE
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
-from irsurgeon.draft import build
+from irsurgeon.draft import save as draft_save
 from irsurgeon.commit import transaction
 from irsurgeon.ir import streamed
 
@@ -75,7 +75,7 @@ def chain_model(names: list[str], seed: int = 0, input_name: str = "x", output_n
 
 
 def theirs_and_ours(model: ov.Model, tmp_path: Path) -> tuple[ov.Model, ov.Model]:
-    build.name_anonymous_nodes(model)  # as save_draft does first
+    draft_save.name_anonymous_nodes(model)  # as save_draft does first
     ov.save_model(model, tmp_path / "saved.xml", compress_to_fp16=False)
     xml = save_draft(model, tmp_path / "out")
     return ov.Core().read_model(tmp_path / "saved.xml"), ov.Core().read_model(xml)
@@ -124,7 +124,7 @@ def test_save_draft_leaves_the_model_whole_for_a_second_save_and_for_inference(t
     """Rule (save_draft): the model stays whole: the same graph and outputs afterwards, and saving it again
     writes byte-identical files."""
     model = chain_model(["a", "b", "c"])
-    build.name_anonymous_nodes(model)
+    draft_save.name_anonymous_nodes(model)
     before, y = graph(model), infer(model)
     first = save_draft(model, tmp_path / "one")
     second = save_draft(model, tmp_path / "two")
@@ -138,7 +138,7 @@ def test_a_failed_save_draft_leaves_the_model_whole_and_the_next_save_as_the_fir
     output folder, and the model is as it was: it infers the same and the next save writes what a clean one does."""
     from irsurgeon.core.errors import OutputError
     model = chain_model(["a", "b", "c"])
-    build.name_anonymous_nodes(model)
+    draft_save.name_anonymous_nodes(model)
     clean = save_draft(model, tmp_path / "clean")
     before, y = graph(model), infer(model)
     real, count = streamed.Tail._write, []
@@ -179,7 +179,7 @@ def staged_into(directory: Path, model: ov.Model) -> Path:
     """stage_ir of the model as openvino_mtp_model.xml into a transaction on directory, committed."""
     directory.mkdir(exist_ok=True)
     with transaction.DirectoryTransaction(directory, writable=WRITABLE) as tx:
-        build.stage_ir(tx, QWEN_HEAD_XML, model)
+        draft_save.stage_ir(tx, QWEN_HEAD_XML, model)
         tx.commit()
     return directory / QWEN_HEAD_XML
 
@@ -300,7 +300,7 @@ def test_a_patch_with_every_constant_appended_is_the_patch_openvino_would_have_w
     appended (DETACH_BYTES = 1) passes its verify and holds the graph and constants of one with none appended."""
     ours, theirs = copy_target(tmp_path / "ours", key), copy_target(tmp_path / "theirs", key)
     assert patch(ours, key, "--weight-format", fmt).exit_code == 0
-    monkeypatch.setattr(build, "DETACH_BYTES", 1 << 62)
+    monkeypatch.setattr(draft_save, "DETACH_BYTES", 1 << 62)
     assert patch(theirs, key, "--weight-format", fmt).exit_code == 0
     pristine, patched = snapshot(FIXTURE_PAIRS[key][0]), snapshot(theirs)
     drafts = [rel for rel, h in patched.items() if rel.endswith(".xml") and pristine.get(rel) != h]
@@ -339,7 +339,7 @@ if sys.argv[2] == "patch":
 
 @pytest.mark.slow
 def test_a_real_sized_heads_matrices_are_never_held_whole(tmp_path):
-    """Rule (build.Stream: an uncompressed patch streams the draft's matrices into the staged .bin block by block):
+    """Rule (draft.stream.Stream: an uncompressed patch streams the draft's matrices into the staged .bin block by block):
     patching a 172 MB f16 head, the resident set before the save holds none of the head (a model of placeholders),
     across the save it grows by far less than the head's bytes (the blocks in flight and what the allocator keeps),
     and the patch's peak above the imports (the one-step check's compile of the staged copy) stays within 1.5x the

@@ -8,7 +8,9 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from irsurgeon.draft.build import build_model, load_with
+from irsurgeon.draft.build import build_model
+
+from irsurgeon.draft.load import load_with
 from irsurgeon.flows.standalone import load_mtp
 from irsurgeon.core.errors import IRError
 from irsurgeon.quant.compress import compress_model, resolve_params
@@ -125,7 +127,7 @@ def test_dflash_check_still_fails_on_a_non_finite_weight(tmp_path, tensor):
 def test_the_one_call_check_names_the_staged_file_as_the_user_spelled_it_and_what_is_wrong(tmp_path):
     """Not /proc/self/fd/N/... (the held staging folder's path) and not a shape compared with itself."""
     from irsurgeon.commit.transaction import DirectoryTransaction
-    from irsurgeon.draft.build import check_call
+    from irsurgeon.draft.save import check_call
     from lab.families import WRITABLE
     with DirectoryTransaction(tmp_path, writable=WRITABLE) as tx:
         staged = tx.stage("dflash_draft/openvino_model.xml")

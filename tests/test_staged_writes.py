@@ -1,11 +1,11 @@
-"""Faults in the writes of a patch's staged draft (irsurgeon.draft.build.save_appended, irsurgeon.ir.streamed.Tail, the
+"""Faults in the writes of a patch's staged draft (irsurgeon.draft.save.save_appended, irsurgeon.ir.streamed.Tail, the
 journal's digest taken from the write: DirectoryTransaction.written), each stating a rule of docs/reliability.md or of
 the docstrings of those modules: a staged file changed after its write or its check is never moved in; a full disk,
 an I/O error or Ctrl-C at a write is one line (or `Error: interrupted`) with the target as before; no thread or
 descriptor of the patch is left behind.
 
 Each case patches a bundled fixture in-process with every constant of the draft appended by irsurgeon
-(`build.DETACH_BYTES = 1`: the `every_constant_appended` fixture of conftest.py); the faults are made by wrapping the
+(`draft.save.DETACH_BYTES = 1`: the `every_constant_appended` fixture of conftest.py); the faults are made by wrapping the
 product's own calls (Tail's writes, its fsync thread, the commit), the kills by a child process.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from helpers.leftovers import house_threads
 from helpers.staging import QWEN_HEAD_BIN, QWEN_HEAD_XML, copy_target, failing_tail_write, on_tail_write, patch
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
-from irsurgeon.draft import build
+from irsurgeon.draft import save as draft_save
 from irsurgeon.commit import transaction
 from irsurgeon.commit.journal_format import STAGE_DIR, staged
 from helpers.cli import PATCH_INTERRUPTED
@@ -82,13 +82,13 @@ def test_a_rewrite_right_after_the_write_is_not_taken_for_the_written_file(tmp_p
     (within one tick of a coarse clock) from the file written: the commit refuses it."""
     target = copy_target(tmp_path)
     before = snapshot(target)
-    real = build.save_appended
+    real = draft_save.save_appended
 
     def save_then_rewrite(model, xml, stream=None, spend=False):
         saved = real(model, xml, stream, spend)
         flip_in_place(xml.with_suffix(".bin"), keep_times=True)  # no pause: the same clock tick, most likely
         return saved
-    monkeypatch.setattr(build, "save_appended", save_then_rewrite)
+    monkeypatch.setattr(draft_save, "save_appended", save_then_rewrite)
     error = one_error(patch(target))
     assert f"{QWEN_HEAD_BIN}: its staged copy changed after it was written and checked" in error, error
     assert snapshot(target) == before

@@ -1,4 +1,4 @@
-"""An f32 patch writes its draft's matrices into the staged .bin block by block (irsurgeon.draft.build.Stream,
+"""An f32 patch writes its draft's matrices into the staged .bin block by block (irsurgeon.draft.stream.Stream,
 irsurgeon.ir.streamed): the same model as saving a built one, the same refusals, the checkpoint closed after."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from helpers.tiers import default_tier
 from irsurgeon.flows.standalone import save_draft
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
-from irsurgeon.draft import build
+from irsurgeon.draft import build as draft_build, load as draft_load, save as draft_save, stream as draft_stream
 from irsurgeon.quant.compress import compress_model
 from irsurgeon.families.registry import FAMILIES
 from irsurgeon.quant.precision import choose_format
@@ -55,8 +55,8 @@ def test_an_f32_patch_streams_the_matrices_into_the_same_model_a_save_makes(tmp_
     matrices = [int(o) for n, shape, o, _ in extents if "," in shape and n.endswith(".weight")]
     others = [int(o) + int(z) for n, shape, o, z in extents if not ("," in shape and n.endswith(".weight"))]
     assert len(matrices) == 15 and all(o % 64 == 0 for o in matrices) and min(matrices) >= max(others)  # appended
-    cfg, weights, ckpt = build.load_with(RECIPE, CKPT)
-    saved = build.build_model(cfg, weights, "f32", recipe=RECIPE)
+    cfg, weights, ckpt = draft_load.load_with(RECIPE, CKPT)
+    saved = draft_build.build_model(cfg, weights, "f32", recipe=RECIPE)
     ckpt.close()
     ov.save_model(saved, tmp_path / "saved.xml", compress_to_fp16=False)
     ours, theirs = (ov.Core().read_model(p) for p in (target / DRAFT_XML, tmp_path / "saved.xml"))
@@ -66,23 +66,23 @@ def test_an_f32_patch_streams_the_matrices_into_the_same_model_a_save_makes(tmp_
     got = {op.get_friendly_name(): op.get_data() for op in ours.get_ops() if op.get_friendly_name() in named}
     assert len(named) == 25 and all(np.array_equal(got[n], named[n]) for n in named)
     assert np.array_equal(run(ours), run(theirs))
-    assert build._STREAMS == {}  # the checkpoint was closed once written
+    assert draft_stream._STREAMS == {}  # the checkpoint was closed once written
 
 
 def saved_build(key: str, ckpt, fmt: str, path) -> ov.Model:
     """The family's draft of ckpt built holding every weight (no stream), saved by openvino and read back."""
     family = next(f for f in FAMILIES if f.key == key).recipe()
-    cfg, weights, opened = build.load_with(family, ckpt, warn=lambda _: None)
-    model = build.build_model(cfg, weights, fmt, recipe=family)
+    cfg, weights, opened = draft_load.load_with(family, ckpt, warn=lambda _: None)
+    model = draft_build.build_model(cfg, weights, fmt, recipe=family)
     opened.close()
-    build.name_anonymous_nodes(model)
+    draft_save.name_anonymous_nodes(model)
     ov.save_model(model, path, compress_to_fp16=False)
     return ov.Core().read_model(path)
 
 
 @pytest.mark.parametrize("key", default_tier(list(FIXTURE_PAIRS), keep={"gemma4"}))
 def test_an_f16_patch_streams_the_matrices_into_the_model_a_build_holding_them_saves(tmp_path, key):
-    """Each f16 matrix decoded block by block into the staged .bin (build.Stream's f16 placeholders): the draft
+    """Each f16 matrix decoded block by block into the staged .bin (draft.stream.Stream's f16 placeholders): the draft
     written is the one the f16 build holding every matrix makes, constant by constant, and none is held meanwhile."""
     source, ckpt = FIXTURE_PAIRS[key]
     target = tmp_path / "t"
@@ -99,7 +99,7 @@ def test_an_f16_patch_streams_the_matrices_into_the_model_a_build_holding_them_s
     ours, theirs = ov.Core().read_model(draft), saved_build(key, ckpt, "f16", tmp_path / "saved.xml")
     assert layers(ours) == layers(theirs)
     assert weight_data(ours) == weight_data(theirs) and len(weight_data(ours)) >= 10
-    assert build._STREAMS == {}
+    assert draft_stream._STREAMS == {}
 
 
 def f16_checkpoint(tmp_path, change) -> Path:
@@ -124,8 +124,8 @@ def mostly_tiny(w):  # below f16's normal range: openvino's pass keeps it f32 (w
 def test_a_streamed_f16_matrix_that_does_not_fit_f16_is_kept_f32_as_the_build_keeps_it(tmp_path, monkeypatch,
                                                                                         change):
     demoted = []
-    demote = build.Stream.demote
-    monkeypatch.setattr(build.Stream, "demote", lambda self, model, name: demoted.append(name) or
+    demote = draft_stream.Stream.demote
+    monkeypatch.setattr(draft_stream.Stream, "demote", lambda self, model, name: demoted.append(name) or
                         demote(self, model, name))
     ckpt = f16_checkpoint(tmp_path, change)
     target = tmp_path / "t"
@@ -138,7 +138,7 @@ def test_a_streamed_f16_matrix_that_does_not_fit_f16_is_kept_f32_as_the_build_ke
     assert kept[0] == "<Type: 'float32'>" and weight_data(ours)["layers.0.mlp.down_proj.weight"][0] != kept[0]
     assert layers(ours) == layers(theirs) and weight_data(ours) == weight_data(theirs)
     assert np.array_equal(run(ours), run(theirs))
-    assert demoted == ["layers.1.mlp.down_proj.weight"] and build._STREAMS == {}  # found once written, saved again
+    assert demoted == ["layers.1.mlp.down_proj.weight"] and draft_stream._STREAMS == {}  # found once written, saved again
 
 
 @pytest.mark.parametrize("fmt", ["f32", "f16"])
@@ -149,7 +149,7 @@ def test_a_nan_in_a_streamed_matrix_is_refused_naming_it_and_nothing_changes(tmp
     before = snapshot(target)
     error = one_error(invoke("patch", target, "--checkpoint", ckpt, "--weight-format", fmt))
     assert "tensor layers.1.mlp.down_proj.weight: holds 5 NaN or Inf values" in error, error
-    assert snapshot(target) == before and build._STREAMS == {}
+    assert snapshot(target) == before and draft_stream._STREAMS == {}
 
 
 def test_appended_weights_are_aligned_and_their_size_is_checked():
@@ -211,21 +211,21 @@ def test_a_placeholder_that_is_missing_doubled_or_reshaped_is_an_error(xml, word
 @pytest.mark.parametrize("case", default_tier(
     [(k, f) for k in FIXTURE_PAIRS for f in ("f16", "f32", "int4")],
     keep={("qwen3_5", "int4"), ("gemma4", "f16"), ("dflash", "f32")}))
-@pytest.mark.parametrize("detach", [1, build.DETACH_BYTES], ids=["every constant", "default"])
+@pytest.mark.parametrize("detach", [1, draft_save.DETACH_BYTES], ids=["every constant", "default"])
 def test_a_draft_saved_with_its_weights_appended_reads_back_as_openvinos_save_of_it(tmp_path, monkeypatch, case,
                                                                                     detach):
     key, fmt = case
-    monkeypatch.setattr(build, "DETACH_BYTES", detach)
+    monkeypatch.setattr(draft_save, "DETACH_BYTES", detach)
     family = next(f for f in FAMILIES if f.key == key).recipe()
-    cfg, weights, ckpt = build.load_with(family, FIXTURE_PAIRS[key][1])
-    model = build.build_model(cfg, weights, "f32" if fmt == "int4" else fmt, recipe=family)
+    cfg, weights, ckpt = draft_load.load_with(family, FIXTURE_PAIRS[key][1])
+    model = draft_build.build_model(cfg, weights, "f32" if fmt == "int4" else fmt, recipe=family)
     ckpt.close()
     if fmt == "int4":
         model, _ = compress_model(model, choose_format("int4").params)
-    build.name_anonymous_nodes(model)
+    draft_save.name_anonymous_nodes(model)
     before = graph(model)
     ov.save_model(model, tmp_path / "saved.xml", compress_to_fp16=False)
-    saved = build.save_appended(model, tmp_path / "ours.xml")
+    saved = draft_save.save_appended(model, tmp_path / "ours.xml")
     theirs, ours = (ov.Core().read_model(tmp_path / n) for n in ("saved.xml", "ours.xml"))
     assert graph(ours) == graph(theirs) and graph(model) == before  # the model itself is as it was
     same = [(tmp_path / f"ours.{x}").read_bytes() == (tmp_path / f"saved.{x}").read_bytes() for x in ("xml", "bin")]
@@ -242,7 +242,7 @@ def test_a_draft_saved_with_its_weights_appended_reads_back_as_openvinos_save_of
 def test_constants_the_placeholders_cannot_stand_for_are_left_to_openvinos_serializer(tmp_path, monkeypatch):
     """Two constants of one name, one with a tensor name of its own, one with rt_info: each would make a Const
     layer a placeholder cannot be turned back into, so openvino writes them; the others are appended."""
-    monkeypatch.setattr(build, "DETACH_BYTES", 1)
+    monkeypatch.setattr(draft_save, "DETACH_BYTES", 1)
     x = ov.opset13.parameter([1, 4], ov.Type.f32, name="x")
     x.output(0).get_tensor().set_names({"x"})
     rng = np.random.default_rng(0)
@@ -256,7 +256,7 @@ def test_constants_the_placeholders_cannot_stand_for_are_left_to_openvinos_seria
         out = ov.opset13.matmul(out, c, False, False).output(0)
     model = ov.Model([ov.opset13.result(out)], [x], "m")
     ov.save_model(model, tmp_path / "saved.xml", compress_to_fp16=False)
-    build.save_appended(model, tmp_path / "ours.xml").tail.stop()  # no transaction ends its threads here
+    draft_save.save_appended(model, tmp_path / "ours.xml").tail.stop()  # no transaction ends its threads here
     theirs, ours = (ov.Core().read_model(tmp_path / n) for n in ("saved.xml", "ours.xml"))
     assert graph(ours) == graph(theirs)
     text = (tmp_path / "ours.xml").read_text()
@@ -270,7 +270,7 @@ def test_constants_the_placeholders_cannot_stand_for_are_left_to_openvinos_seria
 
 
 def test_two_constants_over_one_buffer_are_written_once_as_openvino_writes_them(tmp_path, monkeypatch):
-    monkeypatch.setattr(build, "DETACH_BYTES", 1)
+    monkeypatch.setattr(draft_save, "DETACH_BYTES", 1)
     x = ov.opset13.parameter([1, 64], ov.Type.f32, name="x")
     w = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
     a, b = (ov.op.Constant(w, shared_memory=True) for _ in range(2))
@@ -279,7 +279,7 @@ def test_two_constants_over_one_buffer_are_written_once_as_openvino_writes_them(
     out = ov.opset13.matmul(ov.opset13.matmul(x, a, False, False), b, False, True)
     model = ov.Model([ov.opset13.result(out)], [x], "m")
     ov.save_model(model, tmp_path / "saved.xml", compress_to_fp16=False)
-    build.save_appended(model, tmp_path / "ours.xml").tail.stop()  # no transaction ends its threads here
+    draft_save.save_appended(model, tmp_path / "ours.xml").tail.stop()  # no transaction ends its threads here
     theirs, ours = (ov.Core().read_model(tmp_path / n) for n in ("saved.xml", "ours.xml"))
     assert graph(ours) == graph(theirs)
     assert (tmp_path / "ours.bin").stat().st_size == (tmp_path / "saved.bin").stat().st_size == w.nbytes

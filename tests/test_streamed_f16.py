@@ -1,5 +1,5 @@
-"""Attacks on the streamed f16 patch (irsurgeon.draft.build.Stream's f16 placeholders, weights.spec.half_row_reader,
-the retry after NotHalf in build.stage_ir) and on the writes now made on Tail's worker thread
+"""Attacks on the streamed f16 patch (irsurgeon.draft.stream.Stream's f16 placeholders, weights.spec.half_row_reader,
+the retry after NotHalf in draft.save.stage_ir) and on the writes now made on Tail's worker thread
 (irsurgeon.ir.streamed.Tail._put), each stating a rule of docs/reliability.md or of those modules' docstrings:
 the draft written is the one the f16 build holding every matrix makes; bad input or a fault is one `Error:` line
 with the target untouched; Ctrl-C is `Error: interrupted`; no thread, descriptor or stream is left behind.
@@ -27,7 +27,7 @@ from helpers.leftovers import CLEAN, house_threads, left_behind
 from irsurgeon.flows.standalone import save_draft
 from lab.dirsnap import snapshot
 from lab.families import FIXTURE_PAIRS
-from irsurgeon.draft import build
+from irsurgeon.draft import build as draft_build, load as draft_load, save as draft_save, stream as draft_stream
 from irsurgeon.core.errors import IRError
 from irsurgeon.families.dflash import synth
 from irsurgeon.families.dflash.model import RECIPE
@@ -93,9 +93,9 @@ def nan_tail(w):
 
 def streamed_order() -> list[str]:
     """The DFlash draft's streamed matrices in the order stage_ir writes them."""
-    cfg, weights, ckpt = build.load_with(RECIPE, CKPT, warn=lambda _: None)
-    model = build.build_model(cfg, weights, "f16", recipe=RECIPE, stream=ckpt.close)
-    stream = build.stream_of(model)
+    cfg, weights, ckpt = draft_load.load_with(RECIPE, CKPT, warn=lambda _: None)
+    model = draft_build.build_model(cfg, weights, "f16", recipe=RECIPE, stream=ckpt.close)
+    stream = draft_stream.stream_of(model)
     names = list(stream.blocks)
     stream.close()
     return names
@@ -104,18 +104,18 @@ def streamed_order() -> list[str]:
 def saved(key: str, ckpt: Path, path: Path, fmt: str = "f16", allow_nonfinite: bool = False) -> ov.Model:
     """The draft built holding every weight (no stream), saved by openvino, read back."""
     family = next(f for f in FAMILIES if f.key == key).recipe()
-    cfg, weights, opened = build.load_with(family, ckpt, allow_nonfinite=allow_nonfinite, warn=lambda _: None)
-    model = build.build_model(cfg, weights, fmt, recipe=family)
+    cfg, weights, opened = draft_load.load_with(family, ckpt, allow_nonfinite=allow_nonfinite, warn=lambda _: None)
+    model = draft_build.build_model(cfg, weights, fmt, recipe=family)
     opened.close()
-    build.name_anonymous_nodes(model)
+    draft_save.name_anonymous_nodes(model)
     ov.save_model(model, path, compress_to_fp16=False)
     return ov.Core().read_model(path)
 
 
 def demotions(monkeypatch) -> list[str]:
     got: list[str] = []
-    real = build.Stream.demote
-    monkeypatch.setattr(build.Stream, "demote", lambda self, model, name: got.append(name) or
+    real = draft_stream.Stream.demote
+    monkeypatch.setattr(draft_stream.Stream, "demote", lambda self, model, name: got.append(name) or
                         real(self, model, name))
     return got
 
@@ -276,18 +276,18 @@ def test_a_fused_expert_stack_that_does_not_fit_f16_is_demoted_by_its_graph_name
     is the graph's weight (....down_proj.weight): Stream.demote's lookup raised StopIteration out of stage_ir
     (a traceback). Rule: the draft is the whole build's, the stack kept f32."""
     from irsurgeon.families.qwen35_mtp.model import RECIPE as QWEN
-    cfg, weights, ckpt = build.load_with(QWEN, fused_moe, warn=lambda _: None)
-    model = build.build_model(cfg, weights, "f16", recipe=QWEN, stream=ckpt.close, warn=lambda _: None)
-    assert "mtp.layers.0.mlp.experts.down_proj.weight" in build.stream_of(model).blocks
+    cfg, weights, ckpt = draft_load.load_with(QWEN, fused_moe, warn=lambda _: None)
+    model = draft_build.build_model(cfg, weights, "f16", recipe=QWEN, stream=ckpt.close, warn=lambda _: None)
+    assert "mtp.layers.0.mlp.experts.down_proj.weight" in draft_stream.stream_of(model).blocks
     ours = save_draft(model, tmp_path / "ours")
-    cfg, weights, ckpt = build.load_with(QWEN, fused_moe, warn=lambda _: None)
-    whole = build.build_model(cfg, weights, "f16", recipe=QWEN, warn=lambda _: None)
+    cfg, weights, ckpt = draft_load.load_with(QWEN, fused_moe, warn=lambda _: None)
+    whole = draft_build.build_model(cfg, weights, "f16", recipe=QWEN, warn=lambda _: None)
     ckpt.close()
     theirs = save_draft(whole, tmp_path / "theirs")
     a, b = (ov.Core().read_model(p) for p in (ours, theirs))
     assert layers(a) == layers(b) and weight_data(a) == weight_data(b)
     assert weight_data(a)["mtp.layers.0.mlp.experts.down_proj.weight"][0] == "<Type: 'float32'>"
-    assert build._STREAMS == {} and house_threads() == []
+    assert draft_stream._STREAMS == {} and house_threads() == []
 
 
 # --- the checkpoint changed between the build and the stage -----------------------------------------------------------
@@ -488,16 +488,16 @@ def test_ctrl_c_during_the_retry_is_interrupted_and_nothing_changes(tmp_path, mo
     ckpt = dflash_ckpt(tmp_path, {ORDER[-1]: beyond_last})
     calls = []
     if when == "demote":
-        monkeypatch.setattr(build.Stream, "demote", lambda *a: os.kill(os.getpid(), signal.SIGINT))
+        monkeypatch.setattr(draft_stream.Stream, "demote", lambda *a: os.kill(os.getpid(), signal.SIGINT))
     else:
-        real = build.save_appended
+        real = draft_save.save_appended
 
         def save(*a, **k):
             calls.append(1)
             if len(calls) == 2:
                 os.kill(os.getpid(), signal.SIGINT)
             return real(*a, **k)
-        monkeypatch.setattr(build, "save_appended", save)
+        monkeypatch.setattr(draft_save, "save_appended", save)
     target = copy_target(tmp_path)
     before = snapshot(target)
     result = patch(target, ckpt, "--weight-format", "f16")
@@ -522,8 +522,8 @@ def test_a_nan_found_at_the_retry_without_allow_nonfinite_is_one_line_and_nothin
 
 def placeholders_made(monkeypatch) -> list[str]:
     made: list[str] = []
-    real = build.Stream.half_placeholder
-    monkeypatch.setattr(build.Stream, "half_placeholder", lambda self, name, *a: made.append(name) or
+    real = draft_stream.Stream.half_placeholder
+    monkeypatch.setattr(draft_stream.Stream, "half_placeholder", lambda self, name, *a: made.append(name) or
                         real(self, name, *a))
     return made
 
@@ -554,15 +554,15 @@ def test_an_int4_patch_streams_nothing_and_closes_its_checkpoint(tmp_path, monke
 
 def test_a_streamed_f16_model_holds_no_matrix(tmp_path):
     """Rule (peak memory): the model built for an uncompressed f16 patch holds no matrix constant."""
-    cfg, weights, ckpt = build.load_with(RECIPE, CKPT, warn=lambda _: None)
-    model = build.build_model(cfg, weights, "f16", recipe=RECIPE, stream=ckpt.close)
+    cfg, weights, ckpt = draft_load.load_with(RECIPE, CKPT, warn=lambda _: None)
+    model = draft_build.build_model(cfg, weights, "f16", recipe=RECIPE, stream=ckpt.close)
     try:
         held = [op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "Constant"
                 and len(op.get_shape()) >= 2 and op.get_byte_size() >= 1024]
         assert held == []
     finally:
-        build.stream_of(model).close()
-    assert build._STREAMS == {}
+        draft_stream.stream_of(model).close()
+    assert draft_stream._STREAMS == {}
 
 
 # --- save_draft (spend=False) with and without a stream -----------------------------------------------------------
@@ -574,15 +574,15 @@ def test_save_draft_of_an_f16_model_writes_the_whole_builds_draft_and_a_second_s
     whole") lost its stream token, so a second save wrote its 15 placeholders as graph inputs, silently. Rule: the
     first save is the whole build's draft; a second one is the same again (whole) or an IRError (streamed)."""
     ckpt = dflash_ckpt(tmp_path, {ORDER[-1]: beyond_last})
-    cfg, weights, opened = build.load_with(RECIPE, ckpt, warn=lambda _: None)
-    model = build.build_model(cfg, weights, "f16", recipe=RECIPE, stream=opened.close if stream else None,
+    cfg, weights, opened = draft_load.load_with(RECIPE, ckpt, warn=lambda _: None)
+    model = draft_build.build_model(cfg, weights, "f16", recipe=RECIPE, stream=opened.close if stream else None,
                               warn=lambda _: None)
     if not stream:
         opened.close()
     first = ov.Core().read_model(save_draft(model, tmp_path / "one"))
     theirs = saved("dflash", ckpt, tmp_path / "saved.xml")
     assert layers(first) == layers(theirs) and weight_data(first) == weight_data(theirs)
-    assert build._STREAMS == {} and house_threads() == []
+    assert draft_stream._STREAMS == {} and house_threads() == []
     if stream:
         with pytest.raises(IRError, match="its streamed weights are no longer open"):
             save_draft(model, tmp_path / "two")
@@ -600,7 +600,7 @@ def test_build_mtp_f16_writes_the_whole_builds_draft(tmp_path):
     ours = ov.Core().read_model(tmp_path / "out" / "openvino_mtp_model.xml")
     theirs = saved(key, ckpt, tmp_path / "saved.xml")
     assert layers(ours) == layers(theirs) and weight_data(ours) == weight_data(theirs)
-    assert build._STREAMS == {}
+    assert draft_stream._STREAMS == {}
 
 
 # --- kills during the retry (child processes: slow) ------------------------------------------------------------------

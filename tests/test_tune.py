@@ -1,7 +1,7 @@
-"""tune's decisions and writes without openvino-genai: the spread rule (flows/measure.py) on synthetic rounds, the
-reading choice on synthetic counts, the K written into generation_config.json, config edits through patch, and a
-directory tune refuses. Never a timed assertion: every speed here is made up. The runs on a trained pair are in
-tests/families/eagle3/test_eagle3_tune.py."""
+"""tune's decisions and writes on made-up speeds: the spread rule (flows/measure.py) on synthetic rounds, the reading
+choice on synthetic counts, the K and the record committed, config edits through patch, a directory tune refuses;
+genai runs only to read back a committed K. Never a timed assertion: every speed here is made up. The runs on a
+trained pair are in tests/families/eagle3/test_eagle3_tune.py."""
 from __future__ import annotations
 
 import json
@@ -440,3 +440,43 @@ def test_the_formats_option_none_keeps_the_present_format_and_no_option_tries_th
 
     assert formats(None) is None and formats("none") == () and formats("int4,F16,int4") == ("int4", "f16")
     assert set(WORTH_TRYING) == {"f16", "int8", "int4"}
+
+
+@pytest.mark.genai
+@pytest.mark.parametrize("key", ["dflash", "gemma4"])
+def test_where_genai_reads_k_generate_without_arguments_drafts_at_the_k_tune_wrote(tmp_path, key):
+    """The DFlash and Gemma 4 pipelines of openvino-genai 2026.4.1 read num_assistant_tokens from the target's
+    generation_config.json: after tune's commit of K, generate() given no config drafts K tokens a step (its drafted
+    per target step grows with K; the pipeline's own config names it). Run in a child process (flows.isolated's
+    reason)."""
+    import subprocess
+    import sys
+
+    from irsurgeon.families import registry
+    from irsurgeon.flows import tune as flow
+    from irsurgeon.flows.patch import patch
+
+    family = registry.by_key(key)
+    source, ckpt = FIXTURE_PAIRS[key]
+    drafted = {}
+    for k in (1, 3):
+        target = shutil.copytree(source, tmp_path / f"k{k}")
+        patch(target, ckpt)
+        report = made_up_report(target, family, {}, plain=[100, 101, 103])
+        report.k = measure.KChoice(k, "made up")
+        flow.persist(report, family, target, flow.Settings(prompts=1), None, False, [].append)
+        code = ("import sys, openvino_genai as g\n"
+                "from irsurgeon.families import registry\n"
+                f"fam = registry.by_key({key!r}).genai()\n"
+                f"pipe = fam.pipeline(g, __import__('pathlib').Path({str(target)!r}), 'CPU', {{}}, True, 8)\n"
+                "inner = getattr(pipe, 'pipe', pipe)\n"
+                "c = inner.get_generation_config(); c.max_new_tokens = 12; c.ignore_eos = True\n"
+                "r = pipe.generate(fam.prompt('Hello world'), max_new_tokens=24, ignore_eos=True)\n"
+                "e = r.extended_perf_metrics\n"
+                "print(c.num_assistant_tokens, fam.drafted(e) / len(e.main_model_metrics.raw_metrics.m_batch_sizes))\n")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        configured, per_step = proc.stdout.split()[-2:]
+        assert int(configured) == k
+        drafted[k] = float(per_step)  # tokens drafted per target step
+    assert drafted[3] > 2 * drafted[1], drafted  # three drafts a step against one

@@ -54,7 +54,7 @@ def command(checkpoint: str, out_dir: Path, config: Path | None, weight_format: 
     """Build the draft of CHECKPOINT alone (a checkpoint directory, a .safetensors file, or a Hugging Face repo id)."""
     # the library is loaded here, not with the CLI: it imports openvino (and nncf to compress), which `--help` and
     # every other command do not need
-    from irsurgeon.draft.build import existing_draft
+    from irsurgeon.draft.save import existing_draft
     from irsurgeon.flows.standalone import build_head
     from irsurgeon.commit.journal import STAGE_DIR
     from irsurgeon.quant.precision import choose_format

@@ -43,6 +43,9 @@ The methods, in the order `patch` calls them:
     genai()               how openvino-genai runs the directory (GenaiRuntime)
     run_hint(dir)         one line: how to run the patched directory
     synth(kind, ...)      write a seeded tiny fixture of one of its synth_kinds
+inspect, recipe, finish, stage, verify and genai have defaults that delegate, by convention, to the family's own
+modules (Family.part): target.inspect_target, model.RECIPE, patch.finish and patch.stage, verify.verify and
+genai.RUNTIME; a family whose step needs more than the convention gives overrides it.
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import IntEnum
+from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -243,13 +247,19 @@ class Family(ABC):
     def recognise(self, directory: Path) -> Match:
         ...
 
-    @abstractmethod
-    def inspect(self, directory: Path) -> Target:
-        ...
+    def part(self, name: str):
+        """The family's module `name`, imported on use (openvino and the family's graph code load only when needed).
+        By convention every family's folder holds model.py (RECIPE), target.py (inspect_target), patch.py (finish,
+        stage), verify.py (verify) and genai.py (RUNTIME): the defaults below delegate to them, and a family
+        overrides only what differs."""
+        return import_module(f"{type(self).__module__}.{name}")
 
-    @abstractmethod
+    def inspect(self, directory: Path) -> Target:
+        return self.part("target").inspect_target(Path(directory))
+
     def recipe(self) -> Recipe:
         """draft.recipe.Recipe of the family's checkpoints."""
+        return self.part("model").RECIPE
 
     @abstractmethod
     def pair(self, target: Target, staging: Staging) -> Pairing:
@@ -259,18 +269,17 @@ class Family(ABC):
     def plan_steps(self, target: Target, choice: Choice) -> list[str]:
         ...
 
-    @abstractmethod
     def finish(self, model: ov.Model, staging: Staging) -> ov.Model:
         """The built draft made ready to save (compressed, runtime options, provenance); returns the model."""
+        return self.part("patch").finish(model, staging)
 
-    @abstractmethod
     def stage(self, tx, target: Target, staging: Staging) -> None:
         """tx: the commit.transaction.DirectoryTransaction of the target."""
+        self.part("patch").stage(tx, target, staging)
 
-    @abstractmethod
     def verify(self, directory: Path, checkpoint=None, hub: HubOptions | None = None,
                echo: Echo = print) -> list[Check]:
-        ...
+        return self.part("verify").verify(Path(directory), checkpoint, hub, echo)
 
     def stale(self, directory: Path, options: Options) -> str | None:
         """Why a draft that passes verify is still not the one `options` ask for (a family-specific option given
@@ -278,9 +287,8 @@ class Family(ABC):
         is. Default: nothing family-specific to compare."""
         return None
 
-    @abstractmethod
     def genai(self) -> GenaiRuntime:
-        ...
+        return self.part("genai").RUNTIME
 
     @abstractmethod
     def run_hint(self, directory: Path) -> str:

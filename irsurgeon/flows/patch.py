@@ -42,7 +42,9 @@ from pathlib import Path
 from typing import Callable
 
 from irsurgeon.core import limits, rtinfo
-from irsurgeon.draft.build import build_model, load_with, stream_of
+from irsurgeon.draft.build import build_model
+from irsurgeon.draft.load import load_with
+from irsurgeon.draft.stream import stream_of
 from irsurgeon.core.config import check_generation_config, peek_json, read_json
 from irsurgeon.quant.formats import WEIGHT_FORMATS
 from irsurgeon.core.text import a, silent

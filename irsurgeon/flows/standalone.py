@@ -13,8 +13,9 @@ from typing import Callable
 
 import irsurgeon
 from irsurgeon.core import rtinfo
-from irsurgeon.draft import build
-from irsurgeon.draft.build import build_model, float_format, load_with
+from irsurgeon.draft import save as draft_save
+from irsurgeon.draft.build import build_model, float_format
+from irsurgeon.draft.load import load_with
 from irsurgeon.quant.compress import check_kv_cache_precision
 from irsurgeon.core.config import read_json
 from irsurgeon.core.errors import ConfigError
@@ -80,7 +81,7 @@ def build_head(checkpoint: str | Path, out_dir: str | Path, choice: Choice, *, c
     """Build, finish and save the draft of `checkpoint` into out_dir; returns the written `.xml`.
 
     Only a standalone family's (the default family's MTP head) is accepted; replace=False refuses an out_dir that
-    already holds a head (irsurgeon.draft.build.save_draft).
+    already holds a head (irsurgeon.draft.save.save_draft).
     """
     check_kv_cache_precision(kv_cache_precision)
     standalone = registry.standalone()
@@ -92,7 +93,7 @@ def build_head(checkpoint: str | Path, out_dir: str | Path, choice: Choice, *, c
 
 
 def save_draft(model, out_dir: str | Path, *, wait: bool = False, echo=None, replace: bool = True) -> Path:
-    """Write a standalone family's draft into out_dir as that family names it (draft.build.save_draft), recovering
+    """Write a standalone family's draft into out_dir as that family names it (draft.save.save_draft), recovering
     first what a killed run of any family left there."""
-    return build.save_draft(model, out_dir, registry.standalone().layout.draft_xml, writable=registry.writable(),
+    return draft_save.save_draft(model, out_dir, registry.standalone().layout.draft_xml, writable=registry.writable(),
                             wait=wait, echo=echo, replace=replace)

@@ -22,7 +22,7 @@ import openvino as ov
 
 from irsurgeon.core.limits import SYNTH_SIZE_LIMITS
 from irsurgeon.core import limits, rtinfo
-from irsurgeon.draft.build import name_anonymous_nodes
+from irsurgeon.draft.save import name_anonymous_nodes
 from irsurgeon.core.errors import ConfigError, OutputError, with_hint
 from irsurgeon.ir import export as ex
 from irsurgeon.ops.core import WeightFormat

@@ -64,7 +64,7 @@ class Tally:
 
 class NotHalf(Exception):
     """A streamed f16 matrix turned out, once its values were seen, to be one the f16 build keeps f32 (Tally.fits):
-    raised by the stream's blocks, caught by irsurgeon.draft.build.stage_ir, which builds it the f32 way and saves again.
+    raised by the stream's blocks, caught by irsurgeon.draft.save.stage_ir, which builds it the f32 way and saves again.
     Never a user's error."""
 
     def __init__(self, name: str):

@@ -8,7 +8,8 @@ import openvino as ov
 from helpers.cli import result_of
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gemma4"
-CASES = ("ordered", "plain", "untied", "untied_ordered")  # the last two: tie_word_embeddings false
+CASES = ("ordered", "plain", "untied", "untied_ordered", "unified")  # untied*: tie_word_embeddings false;
+# unified: Gemma4UnifiedAssistantForCausalLM (gemma4_unified_assistant), transformers 5.25.0
 OUTPUTS = ("logits", "last_hidden_state")
 
 

@@ -6,7 +6,7 @@ import os
 import threading
 from pathlib import Path
 
-from irsurgeon.draft import build
+from irsurgeon.draft import stream as draft_stream
 
 
 def hint_ended(seconds: float = 10) -> None:
@@ -42,7 +42,7 @@ def left_behind(*dirs: Path) -> tuple:
     """What a finished run may not leave: streams, threads, descriptors into the target or checkpoint (the threads
     first: the read-ahead hint holds the checkpoint open until it ends)."""
     threads = house_threads()
-    return build._STREAMS, threads, fds_into(*dirs)
+    return draft_stream._STREAMS, threads, fds_into(*dirs)
 
 
 CLEAN = ({}, [], [])

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.draft.protocol import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging, refuse_sizing
+from irsurgeon.draft.protocol import Family, Layout, Match, Pairing, Staging, refuse_sizing
 from irsurgeon.families.dflash import layout as names
 
 UNPROVEN = ("a DFlash draft shares no tensor with its target (no embedding, no lm_head): only its geometry (hidden "
@@ -56,10 +56,6 @@ class DFlash(Family):
                    "dflash-qwen35": "a hybrid Qwen3.5 target and a random DFlash draft",
                    "dflash-llama": "a Llama text target and a random DFlash draft"}
 
-    def recipe(self):
-        from irsurgeon.families.dflash.model import RECIPE
-        return RECIPE
-
     def claims(self, config: dict, held=None) -> bool:
         return names.claims(config)
 
@@ -71,10 +67,6 @@ class DFlash(Family):
             return Match.DRAFT
         return Match.TARGET if names.is_text_target(directory) else Match.NONE
 
-    def inspect(self, directory: Path):
-        from irsurgeon.families.dflash.target import inspect_target
-        return inspect_target(directory)
-
     def pair(self, target, staging: Staging) -> Pairing:
         from irsurgeon.families.dflash.target import check_pair
         check_pair(target, staging.cfg)
@@ -83,22 +75,6 @@ class DFlash(Family):
     def plan_steps(self, target, choice) -> list[str]:
         return [f"build {names.DRAFT_DIR}/ as {choice.weight_format}",
                 f"annotate {target.xml_name} (hidden states of {target.num_layers} decoder layers)"]
-
-    def finish(self, model, staging: Staging):
-        from irsurgeon.families.dflash.patch import finish
-        return finish(model, staging)
-
-    def stage(self, tx, target, staging: Staging) -> None:
-        from irsurgeon.families.dflash.patch import stage
-        stage(tx, target, staging)
-
-    def verify(self, directory: Path, checkpoint=None, hub=None, echo=print) -> list[Check]:
-        from irsurgeon.families.dflash.verify import verify_dflash
-        return verify_dflash(Path(directory), checkpoint)
-
-    def genai(self) -> GenaiRuntime:
-        from irsurgeon.families.dflash import genai
-        return GenaiRuntime(genai.pipeline, genai.equivalence_properties, as_batch=True, drafted=genai.drafted)
 
     def run_hint(self, directory: Path) -> str:
         draft = Path(directory) / names.DRAFT_DIR

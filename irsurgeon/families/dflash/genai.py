@@ -22,6 +22,7 @@ from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.families.dflash.layout import DRAFT_DIR, LANGUAGE_XML, MODEL_XML, target_xml_name
 from irsurgeon.ir.footprint import kv_cache
 from irsurgeon.ir.describe import show_ir
+from irsurgeon.draft.protocol import GenaiRuntime
 
 GIB = 1 << 30
 SEQUENCES = 1
@@ -106,3 +107,7 @@ def pipeline(g, target: Path, device: str, props: dict, draft: bool, max_assista
     except RuntimeError as e:
         raise IRSurgeonError(f"{target}: openvino-genai cannot load the DFlash pair on {device}: {cause(e)}") from None
     return OnePrompt(pipe) if vlm else pipe
+
+
+# how the house runs this family (draft.protocol.Family.genai)
+RUNTIME = GenaiRuntime(pipeline, equivalence_properties, as_batch=True, drafted=drafted)

@@ -21,7 +21,7 @@ import openvino as ov
 import irsurgeon
 from irsurgeon.core import rtinfo
 from irsurgeon.commit.annotate import Status, plan_annotation, write_annotation
-from irsurgeon.draft.build import check_call, stage_ir
+from irsurgeon.draft.save import check_call, stage_ir
 from irsurgeon.quant.compress import compress_model, set_kv_cache_precision
 from irsurgeon.core.concurrency import alongside
 from irsurgeon.core.errors import IRError, with_hint

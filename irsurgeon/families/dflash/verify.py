@@ -35,7 +35,7 @@ from irsurgeon.ir.hidden_states import lm_head_input, parse_annotation
 Result = tuple[str, bool, str]
 
 
-def verify_dflash(target: Path, checkpoint: str | Path | None = None) -> list[Check]:
+def verify(target: Path, checkpoint: str | Path | None = None, hub=None, echo=print) -> list[Check]:
     return [Check(*c) for c in _checks(Path(target), checkpoint)]
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.draft.protocol import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging, refuse_sizing
+from irsurgeon.draft.protocol import Family, Layout, Match, Pairing, Staging, refuse_sizing
 from irsurgeon.families.eagle3 import layout as names
 
 UNPROVEN = ("an EAGLE-3 checkpoint shares no tensor with its target (genai gives the draft the target's embedding "
@@ -64,14 +64,6 @@ class Eagle3(Family):
             return Match.DRAFT
         return Match.TARGET if names.is_text_target(directory) or names.is_vlm_target(directory) else Match.NONE
 
-    def inspect(self, directory: Path):
-        from irsurgeon.families.eagle3.target import inspect_target
-        return inspect_target(directory)
-
-    def recipe(self):
-        from irsurgeon.families.eagle3.model import RECIPE
-        return RECIPE
-
     def pair(self, target, staging: Staging) -> Pairing:
         from irsurgeon.families.eagle3.target import check_pair
         staging.echo(check_pair(target, staging.cfg, staging.options.hidden_layers, edit=True))
@@ -84,18 +76,6 @@ class Eagle3(Family):
             steps.append(f"make the outputs of MoE layers {list(target.edits)} tappable by genai: {names.MODEL_XML} "
                          f"gains an Add of a constant zero in each (moe_taps.py; its .bin is not written)")
         return steps
-
-    def finish(self, model, staging: Staging):
-        from irsurgeon.families.eagle3.patch import finish
-        return finish(model, staging)
-
-    def stage(self, tx, target, staging: Staging) -> None:
-        from irsurgeon.families.eagle3.patch import stage
-        stage(tx, target, staging)
-
-    def verify(self, directory: Path, checkpoint=None, hub=None, echo=print) -> list[Check]:
-        from irsurgeon.families.eagle3.verify import verify_eagle3
-        return verify_eagle3(Path(directory), checkpoint)
 
     def stale(self, directory: Path, options) -> str | None:
         """--hidden-layers other than the taps the present draft records: rebuilt (taps are the draft's input)."""
@@ -110,10 +90,6 @@ class Eagle3(Family):
             return None
         return f"its draft is fed from target layers {list(present) if present else '(unrecorded)'}; hidden layers " \
                f"{list(options.hidden_layers)} asked"
-
-    def genai(self) -> GenaiRuntime:
-        from irsurgeon.families.eagle3 import genai
-        return GenaiRuntime(genai.pipeline, genai.equivalence_properties, as_batch=True)
 
     def run_hint(self, directory: Path) -> str:
         draft = Path(directory) / names.DRAFT_DIR

@@ -15,6 +15,7 @@ from pathlib import Path
 from irsurgeon.core import limits
 from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.families.eagle3.layout import DRAFT_DIR, is_vlm_target
+from irsurgeon.draft.protocol import GenaiRuntime
 
 
 def equivalence_properties(target: Path) -> dict:
@@ -45,3 +46,7 @@ class OnePrompt:
 
     def generate(self, prompt, **kwargs):
         return self.pipe.generate(prompt[0] if isinstance(prompt, list) else prompt, **kwargs)
+
+
+# how the house runs this family (draft.protocol.Family.genai)
+RUNTIME = GenaiRuntime(pipeline, equivalence_properties, as_batch=True)

@@ -20,7 +20,7 @@ import irsurgeon
 from irsurgeon.core import rtinfo
 from irsurgeon.core.config import generation_config_text
 from irsurgeon.core.errors import ConfigError, IRError
-from irsurgeon.draft.build import check_call, stage_ir
+from irsurgeon.draft.save import check_call, stage_ir
 from irsurgeon.families.eagle3 import moe_taps, surgery
 from irsurgeon.families.eagle3.layout import CONFIG, DRAFT_DIR, GENERATION, MODEL_BIN, MODEL_XML
 from irsurgeon.families.eagle3.model import EMBED, HIDDEN_LAYERS, Eagle3Config

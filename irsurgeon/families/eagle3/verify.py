@@ -23,7 +23,7 @@ from irsurgeon.ir import files
 from irsurgeon.weights.checkpoint import config_of
 
 
-def verify_eagle3(target: Path, checkpoint: str | Path | None = None) -> list[Check]:
+def verify(target: Path, checkpoint: str | Path | None = None, hub=None, echo=print) -> list[Check]:
     target = Path(target)
     try:
         info = inspect_target(target)

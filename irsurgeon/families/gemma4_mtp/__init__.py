@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from irsurgeon.draft.protocol import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging, refuse_sizing
+from irsurgeon.draft.protocol import Family, Layout, Match, Pairing, Staging, refuse_sizing
 from irsurgeon.families.gemma4_mtp import layout as names
 
 UNPROVEN = ("a Gemma 4 assistant shares no tensor with its target: only its geometry (widths, vocabulary, head dims "
@@ -43,10 +43,6 @@ class Gemma4MTP(Family):
                     target_xml=names.MODEL_XML)
     hub_prefix = ""  # every tensor of the (small) checkpoint: the table's prefix is ""
     synth_kinds = {"gemma4": "a text-only Gemma 4 target and an MTP assistant whose drafts are accepted"}
-
-    def recipe(self):
-        from irsurgeon.families.gemma4_mtp.model import RECIPE
-        return RECIPE
 
     def recognise(self, directory: Path) -> Match:
         if names.target_type(directory) is None:
@@ -76,14 +72,6 @@ class Gemma4MTP(Family):
     def stage(self, tx, target, staging: Staging) -> None:
         from irsurgeon.families.gemma4_mtp.patch import stage
         stage(tx, target, staging.take(), staging.cfg, staging.root)
-
-    def verify(self, directory: Path, checkpoint=None, hub=None, echo=print) -> list[Check]:
-        from irsurgeon.families.gemma4_mtp.verify import verify_gemma4
-        return verify_gemma4(Path(directory), checkpoint)
-
-    def genai(self) -> GenaiRuntime:
-        from irsurgeon.families.gemma4_mtp import genai
-        return GenaiRuntime(genai.pipeline, genai.equivalence_properties, genai.HONOURS_EOS, as_batch=True)
 
     def run_hint(self, directory: Path) -> str:
         asst = Path(directory) / names.ASSISTANT_DIR

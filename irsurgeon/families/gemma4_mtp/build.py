@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from irsurgeon.draft.build import build_model, load_tensors, open_checkpoint
+from irsurgeon.draft.build import build_model
+
+from irsurgeon.draft.load import load_tensors, open_checkpoint
 from irsurgeon.families.gemma4_mtp.model import RECIPE, OUTPUTS, AssistantConfig, load_assistant_config, scale_check
 from irsurgeon.ops.core import WeightFormat
 

@@ -18,6 +18,7 @@ from irsurgeon.core import limits
 from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.families.gemma4_mtp.layout import ASSISTANT_DIR, MODEL_XML
 from irsurgeon.quant.precision import detect_target_format
+from irsurgeon.draft.protocol import GenaiRuntime
 
 FILES = (MODEL_XML, f"{ASSISTANT_DIR}/{MODEL_XML}")  # (target, draft): the KV growth of each
 HONOURS_EOS = True
@@ -40,3 +41,7 @@ def pipeline(g, target: Path, device: str, props: dict, draft: bool, max_assista
         return g.LLMPipeline(str(target), device, ATTENTION_BACKEND="SDPA", **extra, **props)
     except RuntimeError as e:
         raise IRSurgeonError(f"{target}: openvino-genai cannot load the Gemma 4 pair on {device}: {cause(e)}") from None
+
+
+# how the house runs this family (draft.protocol.Family.genai)
+RUNTIME = GenaiRuntime(pipeline, equivalence_properties, HONOURS_EOS, as_batch=True)

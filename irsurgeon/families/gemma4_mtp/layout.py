@@ -1,6 +1,7 @@
 """What a Gemma 4 MTP directory holds and what the family writes into it (names only: no openvino here).
 
-    recognised by  TARGET/config.json model_type gemma4_text (or gemma4 with a text_config), or mtp_assistant/
+    recognised by  TARGET/config.json model_type gemma4_text (or gemma4 with a text_config), the unified 12B's
+                   gemma4_unified_text (or gemma4_unified with a text_config), or mtp_assistant/
     writes         TARGET/openvino_model.xml (the five mtp_* outputs; openvino_model.bin is never written) and
                    TARGET/mtp_assistant/{openvino_model.xml, .bin, config.json, generation_config.json}
     runs           LLMPipeline(TARGET, draft_model=draft_model(TARGET/mtp_assistant), ATTENTION_BACKEND="SDPA")
@@ -12,11 +13,10 @@ from pathlib import Path
 from irsurgeon.core.config import peek_json
 from irsurgeon.ir.export import TEXT_ONLY_MODEL, bin_of
 
-TARGET_TYPES = ("gemma4_text", "gemma4")
+TARGET_TYPES = ("gemma4_text", "gemma4", "gemma4_unified_text", "gemma4_unified")
+UNIFIED_TARGETS = ("gemma4_unified_text", "gemma4_unified")  # Gemma4UnifiedTextConfig / Gemma4UnifiedConfig
 MODEL_TYPE = "gemma4_assistant"
-# The Gemma 4 12B unified assistant: claimed so that it is refused by name (model.parse_assistant_config), not
-# taken for a checkpoint of no family
-UNIFIED_TYPE = "gemma4_unified_assistant"
+UNIFIED_TYPE = "gemma4_unified_assistant"  # the Gemma 4 12B unified assistant (model.KINDS: the same graph)
 ASSISTANT_DIR = "mtp_assistant"
 MODEL_XML, MODEL_BIN = TEXT_ONLY_MODEL, bin_of(TEXT_ONLY_MODEL)
 CONFIG, GENERATION = "config.json", "generation_config.json"

@@ -37,7 +37,7 @@ from irsurgeon.core.errors import CheckpointError, ConfigError
 from irsurgeon.draft.recipe import Recipe
 from irsurgeon.ops import apply_rope, expand_kv, linear, rms_norm
 from irsurgeon.ops.core import const, named
-from irsurgeon.families.gemma4_mtp.layout import MODEL_TYPE
+from irsurgeon.families.gemma4_mtp.layout import MODEL_TYPE, UNIFIED_TYPE
 from irsurgeon.weights.table import Table, Tensor
 
 I64 = np.int64
@@ -170,38 +170,52 @@ def _rope(text: dict, kinds: set[str], source: str) -> dict:
     return rope
 
 
-def _check_assistant_only(text: dict, source: str) -> None:
-    """Gemma4AssistantConfig.validate_architecture: no per-layer inputs, MoE or double-wide MLP."""
+def _check_assistant_only(text: dict, source: str, unified: bool = False) -> None:
+    """Gemma4AssistantConfig.validate_architecture: no per-layer inputs, MoE or double-wide MLP (a
+    gemma4_unified_text section has no per-layer-input or MoE keys: Gemma4UnifiedTextConfig sets them to
+    AttributeError(), so absent means off)."""
     moe, wide = (flag(text, key, TEXT_KEYS[key], source, "text_config.") for key in ("enable_moe_block",
                                                                                        "use_double_wide_mlp"))
-    if text.get("hidden_size_per_layer_input", TEXT_KEYS["hidden_size_per_layer_input"]) != 0 or moe or wide:
-        raise ConfigError(f"{source}: a gemma4_assistant text_config must have hidden_size_per_layer_input 0 and "
+    ple = text.get("hidden_size_per_layer_input", 0 if unified else TEXT_KEYS["hidden_size_per_layer_input"])
+    if ple != 0 or moe or wide:
+        raise ConfigError(f"{source}: an assistant's text_config must have hidden_size_per_layer_input 0 and "
                           f"no MoE or double-wide MLP")
     act = text.get("hidden_activation", TEXT_KEYS["hidden_activation"])
     if act not in GELU_TANH:
         raise ConfigError(f"{source}: text_config.hidden_activation is {act!r}, expected one of {GELU_TANH}")
 
 
-UNIFIED_REFUSAL = (
-    "model_type gemma4_unified_assistant (the Gemma 4 12B unified assistant) is not built: openvino-genai 2026.4.1 "
-    "runs its target type gemma4_unified only through VLMPipeline (src/cpp/src/visual_language/vlm_config.cpp), and "
-    "its Gemma 4 MTP path is LLMPipeline's, on a text-only export (speculative_decoding/stateful/"
-    "gemma4_mtp_strategy.cpp); optimum-intel 2.2.0 registers gemma4_unified exports for transformers 5.10 only while "
-    "requiring transformers < 5.6, so no released exporter writes its target")
+# The Gemma 4 12B unified assistant is the same graph under other names: transformers 5.10.0 (the release that added
+# it; 5.9.0 has no models/gemma4_unified_assistant) generates modeling_gemma4_unified_assistant.py from
+# `class Gemma4UnifiedAssistantForCausalLM(Gemma4AssistantForCausalLM)` (modular_gemma4_unified_assistant.py): forward,
+# masks and masked embedder are the ordinary assistant's. Its decoder, Gemma4UnifiedTextModel
+# (modular_gemma4_unified.py, 5.25.0), uses Gemma4TextAttention itself, the Gemma 4 RMSNorm formula and a decoder layer
+# equal to Gemma4TextDecoderLayer with per-layer inputs and MoE off. What differs is the text_config class,
+# Gemma4UnifiedTextConfig (model_type gemma4_unified_text): other defaults (below), no per-layer-input or MoE keys.
+UNIFIED_DEFAULTS = {"backbone_hidden_size": 3840,  # Gemma4UnifiedAssistantConfig
+                    "sliding_window": 1024, "use_bidirectional_attention": "vision"}  # Gemma4UnifiedTextConfig
+KINDS = {MODEL_TYPE: "gemma4_text", UNIFIED_TYPE: "gemma4_unified_text"}  # assistant type -> its text_config's type
 
 
 def parse_assistant_config(cfg: dict, source: str) -> AssistantConfig:
-    if cfg.get("model_type") == "gemma4_unified_assistant":
-        raise ConfigError(f"{source}: {UNIFIED_REFUSAL}")
-    if cfg.get("model_type") != MODEL_TYPE:
-        raise ConfigError(f"{source}: model_type is {cfg.get('model_type')!r}, expected '{MODEL_TYPE}'")
+    model_type = cfg.get("model_type")
+    if model_type not in KINDS:
+        raise ConfigError(f"{source}: model_type is {model_type!r}, expected one of {tuple(KINDS)}")
+    unified = model_type == UNIFIED_TYPE
     text = cfg.get("text_config")
     if not isinstance(text, dict):
         raise ConfigError(f"{source}: no text_config object (a gemma4_assistant keeps its decoder there)")
-    _check_assistant_only(text, source)
+    text_type = text.get("model_type", KINDS[model_type])
+    if text_type != KINDS[model_type]:
+        raise ConfigError(f"{source}: text_config.model_type is {text_type!r:.40}; a {model_type} keeps a "
+                          f"{KINDS[model_type]} decoder")
+    _check_assistant_only(text, source, unified)
     layers = resolve_layers(text, source)
-    window = _int(text, "sliding_window", TEXT_KEYS["sliding_window"], source)
-    if text.get("use_bidirectional_attention") == "all":  # Gemma4TextConfig.__post_init__ rewrites the window
+    window = _int(text, "sliding_window", UNIFIED_DEFAULTS["sliding_window"] if unified else TEXT_KEYS[
+        "sliding_window"], source)
+    bidirectional = text.get("use_bidirectional_attention", UNIFIED_DEFAULTS["use_bidirectional_attention"]
+                              if unified else TEXT_KEYS["use_bidirectional_attention"])
+    if bidirectional == "all":  # Gemma4TextConfig.__post_init__ rewrites the window
         window = window // 2 + 1
     eps = text.get("rms_norm_eps", TEXT_KEYS["rms_norm_eps"])
     if not isinstance(eps, (int, float)) or not 0 < eps < 1:
@@ -218,10 +232,11 @@ def parse_assistant_config(cfg: dict, source: str) -> AssistantConfig:
     if any(heads % layer.kv_heads for layer in layers):
         raise ConfigError(f"{source}: num_attention_heads {heads} is not a multiple of every layer's KV heads")
     return AssistantConfig(source, _int(text, "hidden_size", TEXT_KEYS["hidden_size"], source),
-                           _int(cfg, "backbone_hidden_size", ASSISTANT_KEYS["backbone_hidden_size"], source),
+                           _int(cfg, "backbone_hidden_size", UNIFIED_DEFAULTS["backbone_hidden_size"] if unified
+                                else ASSISTANT_KEYS["backbone_hidden_size"], source),
                            vocab, _int(text, "intermediate_size", TEXT_KEYS["intermediate_size"], source), heads,
                            layers, window, float(eps), _rope(text, {x.kind for x in layers}, source), ordered, nc,
-                           top_k, tied, k_eq_v=k_eq_v(text, source))
+                           top_k, tied, k_eq_v=k_eq_v(text, source), model_type=model_type)
 
 
 def k_eq_v(text: dict, source: str, prefix: str = "text_config.") -> bool:

@@ -1,6 +1,7 @@
 """A Gemma 4 target directory as the read-only side sees it: recognised from config.json, described, paired.
 
-    target_type     TARGET/config.json model_type gemma4_text (or gemma4 with a text_config), else None
+    target_type     TARGET/config.json model_type gemma4_text / gemma4_unified_text (or gemma4 / gemma4_unified with a
+                    text_config), else None
     inspect_target  the text-only export: widths, vocabulary, layer types, KV-shared layers, and its ov.Model
     check_pair      the assistant's config against the target (what patch refuses and verify reports)
     ready           the five outputs exposed and TARGET/mtp_assistant/ holding the assistant
@@ -17,7 +18,7 @@ import openvino as ov
 from irsurgeon.core.config import read_json, show
 from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError
 from irsurgeon.families.gemma4_mtp import target as surgery
-from irsurgeon.families.gemma4_mtp.layout import CONFIG, MODEL_XML
+from irsurgeon.families.gemma4_mtp.layout import CONFIG, MODEL_XML, UNIFIED_TARGETS, UNIFIED_TYPE
 from irsurgeon.families.gemma4_mtp.model import AssistantConfig, Layer, k_eq_v, resolve_layers
 from irsurgeon.ir import files
 from irsurgeon.ir.export import LANGUAGE_MODEL
@@ -32,6 +33,7 @@ class Gemma4Target:
     layers: tuple[Layer, ...]
     num_kv_shared: int
     k_eq_v: bool = False  # attention_k_eq_v: its full-attention layers store their keys as values
+    model_type: str = "gemma4_text"  # config.json's: a gemma4_unified(_text) target takes the unified assistant
 
     @property
     def xml(self) -> Path:
@@ -50,9 +52,10 @@ def inspect_target(path: str | Path) -> tuple[Gemma4Target, ov.Model]:
     if not (path / MODEL_XML).is_symlink() and not (path / MODEL_XML).exists():  # else read_model says what it is
         raise IRError(f"{path}: no {MODEL_XML} (a text-only Gemma 4 export)")
     raw = read_json(path / CONFIG)
-    text = raw.get("text_config") if raw.get("model_type") == "gemma4" else raw
+    model_type = raw.get("model_type")
+    text = raw.get("text_config") if model_type in ("gemma4", "gemma4_unified") else raw
     if not isinstance(text, dict):
-        raise ConfigError(f"{path / CONFIG}: model_type gemma4 without a text_config object")
+        raise ConfigError(f"{path / CONFIG}: model_type {model_type} without a text_config object")
     layers = resolve_layers(text, str(path / CONFIG), "text_config." if text is not raw else "")
     model = files.read_model(path / MODEL_XML)
     hidden = surgery.lm_head_input(model, str(path / MODEL_XML)).get_partial_shape()[-1]
@@ -63,11 +66,18 @@ def inspect_target(path: str | Path) -> tuple[Gemma4Target, ov.Model]:
     if not isinstance(shared, int) or not 0 <= shared < len(layers):
         raise ConfigError(f"{path / CONFIG}: num_kv_shared_layers is {shared!r}, expected 0..{len(layers) - 1}")
     return Gemma4Target(path, hidden.get_length(), logits.get_length(), [x.kind for x in layers], layers,
-                        shared, k_eq_v(text, str(path / CONFIG), "text_config." if text is not raw else "")), model
+                        shared, k_eq_v(text, str(path / CONFIG), "text_config." if text is not raw else ""),
+                        model_type), model
 
 
 def check_pair(target: Gemma4Target, cfg: AssistantConfig) -> None:
-    """The assistant must have been made for this target: widths, vocabulary and the K/V it attends over."""
+    """The assistant must have been made for this target: its kind (a unified assistant for a unified target),
+    widths, vocabulary and the K/V it attends over."""
+    unified_target = target.model_type in UNIFIED_TARGETS
+    if (cfg.model_type == UNIFIED_TYPE) != unified_target:
+        made_for = "a gemma4_unified" if cfg.model_type == UNIFIED_TYPE else "a gemma4 (not unified)"
+        raise IRSurgeonError(f"assistant {cfg.source} does not belong to target {target.path}: model_type "
+                             f"{cfg.model_type} is made for {made_for} target, the target is {target.model_type}")
     pairs = [("backbone_hidden_size", target.hidden_size, cfg.backbone_hidden_size),
              ("vocab_size", target.vocab_size, cfg.vocab_size)]
     for kind in {x.kind for x in cfg.layers}:

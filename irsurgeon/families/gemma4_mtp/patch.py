@@ -26,7 +26,7 @@ import openvino as ov
 
 import irsurgeon
 from irsurgeon.core import rtinfo
-from irsurgeon.draft.build import check_call, stage_ir
+from irsurgeon.draft.save import check_call, stage_ir
 from irsurgeon.draft.protocol import Target
 from irsurgeon.quant.compress import compress_model
 from irsurgeon.core.config import generation_config_text

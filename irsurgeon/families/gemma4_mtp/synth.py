@@ -21,6 +21,7 @@ assistant drafts P(token) from the embedding half of its input, so its drafts ar
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -46,11 +47,31 @@ ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
         "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0}}
 
 
-def target_config() -> dict:
-    return {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "vocab_size": V, "hidden_size": H,
+@dataclass(frozen=True)
+class Geometry:
+    """What a target offers an assistant: KV heads and head dims per layer type, attention_k_eq_v (full layers keep
+    v_norm(k_proj(a)) as values, transformers 5.25.0 Gemma4TextAttention) and its model_type. The defaults are
+    `synth --kind gemma4`'s target."""
+    kv_heads: dict = field(default_factory=lambda: {"sliding_attention": KV_HEADS, "full_attention": KV_HEADS})
+    head_dim: dict = field(default_factory=lambda: dict(HEAD_DIM))
+    heads: int = HEADS
+    k_eq_v: bool = False
+    model_type: str = "gemma4_text"
+
+
+GEOMETRY = Geometry()
+
+
+def target_config(g: Geometry = GEOMETRY) -> dict:
+    extra = {"attention_k_eq_v": True, "num_global_key_value_heads": g.kv_heads["full_attention"]} if g.k_eq_v else {}
+    if not g.k_eq_v and g.kv_heads["full_attention"] != g.kv_heads["sliding_attention"]:
+        raise ValueError("Gemma4TextConfig gives full layers other KV heads only with attention_k_eq_v")
+    return {"architectures": ["Gemma4UnifiedForCausalLM" if "unified" in g.model_type else "Gemma4ForCausalLM"],
+            "model_type": g.model_type, "vocab_size": V, "hidden_size": H,
             "intermediate_size": I, "num_hidden_layers": len(LAYER_TYPES), "layer_types": list(LAYER_TYPES),
-            "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM["sliding_attention"],
-            "global_head_dim": HEAD_DIM["full_attention"], "num_kv_shared_layers": NUM_KV_SHARED,
+            "num_attention_heads": g.heads, "num_key_value_heads": g.kv_heads["sliding_attention"],
+            "head_dim": g.head_dim["sliding_attention"], **extra,
+            "global_head_dim": g.head_dim["full_attention"], "num_kv_shared_layers": NUM_KV_SHARED,
             "sliding_window": WINDOW, "rms_norm_eps": EPS, "rope_parameters": ROPE, "hidden_size_per_layer_input": 0,
             "vocab_size_per_layer_input": 0, "tie_word_embeddings": False, "hidden_activation": "gelu_pytorch_tanh",
             "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
@@ -89,22 +110,23 @@ def bigram(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return emb, perm
 
 
-def target_tensors(seed: int, output_gain: float = 0.01) -> dict[str, np.ndarray]:
+def target_tensors(seed: int, output_gain: float = 0.01, g: Geometry = GEOMETRY) -> dict[str, np.ndarray]:
     """The target's weights by checkpoint name; output_gain 0.01 makes it a bigram model (see the module docstring),
     a gain near 1 gives the layers their full weight (how tests compare it with transformers)."""
     rng, (emb, perm) = np.random.default_rng([seed, 1]), bigram(seed)
     t = {"model.embed_tokens.weight": emb, "lm_head.weight": 4.0 * emb[np.argsort(perm)],
          "model.norm.weight": np.ones(H, np.float32)}
     for i, kind in enumerate(LAYER_TYPES):
-        p, d = f"model.layers.{i}.", HEAD_DIM[kind]
-        shapes = {"self_attn.q_proj.weight": (HEADS * d, H), "self_attn.q_norm.weight": (d,),
-                  "self_attn.o_proj.weight": (H, HEADS * d), "mlp.gate_proj.weight": (I, H),
+        p, d, kv = f"model.layers.{i}.", g.head_dim[kind], g.kv_heads[kind]
+        shapes = {"self_attn.q_proj.weight": (g.heads * d, H), "self_attn.q_norm.weight": (d,),
+                  "self_attn.o_proj.weight": (H, g.heads * d), "mlp.gate_proj.weight": (I, H),
                   "mlp.up_proj.weight": (I, H), "mlp.down_proj.weight": (H, I), "layer_scalar": (1,),
                   **{f"{n}.weight": (H,) for n in ("input_layernorm", "post_attention_layernorm",
                                                   "pre_feedforward_layernorm", "post_feedforward_layernorm")}}
         if i < len(LAYER_TYPES) - NUM_KV_SHARED:
-            shapes.update({"self_attn.k_proj.weight": (KV_HEADS * d, H), "self_attn.v_proj.weight": (KV_HEADS * d, H),
-                           "self_attn.k_norm.weight": (d,)})
+            shapes.update({"self_attn.k_proj.weight": (kv * d, H), "self_attn.k_norm.weight": (d,)})
+            if not (g.k_eq_v and kind == "full_attention"):
+                shapes["self_attn.v_proj.weight"] = (kv * d, H)
         for name, shape in shapes.items():
             t[p + name] = _random(rng, shape) if len(shape) == 2 else _gain(name, shape, output_gain)
     return t
@@ -142,9 +164,9 @@ def mask_bias(attention_mask: ov.Output, q: ov.Output, k: ov.Output, window: int
 class Graph:
     """The target's inputs and the K/V each layer type stores, shared by the layers."""
 
-    def __init__(self, w, positions, attention_mask, beam_idx, batch, window: int):
+    def __init__(self, w, positions, attention_mask, beam_idx, batch, window: int, g: Geometry = GEOMETRY):
         self.w, self.positions, self.mask, self.beam_idx, self.batch = w, positions, attention_mask, beam_idx, batch
-        self.window = window
+        self.window, self.g = window, g
         self.stored: dict[str, tuple[ov.Output, ov.Output]] = {}
         self.sinks: list[ov.Node] = []
 
@@ -155,25 +177,28 @@ class Graph:
         return rope(x, self.positions, rope_inv_freq(ROPE[kind], d), d, f"{name}/rope") if rotate else x
 
     def attention(self, a: ov.Output, i: int) -> ov.Output:
-        kind, d, p = LAYER_TYPES[i], HEAD_DIM[LAYER_TYPES[i]], f"{M}.layers.{i}.self_attn"
+        g = self.g
+        kind, p = LAYER_TYPES[i], f"{M}.layers.{i}.self_attn"
+        d, kv, heads = g.head_dim[kind], g.kv_heads[kind], g.heads
         c = f"model.layers.{i}.self_attn."
-        q = self.heads(linear(a, self.w(c + "q_proj.weight"), f"{p}.q_proj/aten::linear/MatMul"), HEADS, d,
+        q = self.heads(linear(a, self.w(c + "q_proj.weight"), f"{p}.q_proj/aten::linear/MatMul"), heads, d,
                        self.w(c + "q_norm.weight"), kind, f"{p}.q")
         if i < len(LAYER_TYPES) - NUM_KV_SHARED:
-            k = self.heads(linear(a, self.w(c + "k_proj.weight"), f"{p}.k_proj/aten::linear/MatMul"), KV_HEADS, d,
-                           self.w(c + "k_norm.weight"), kind, f"{p}.k")
-            v = self.heads(linear(a, self.w(c + "v_proj.weight"), f"{p}.v_proj/aten::linear/MatMul"), KV_HEADS, d,
-                           const(np.ones(d, np.float32)), kind, f"{p}.v", rotate=False)
-            k, k_sink = kv_cache(k, self.beam_idx, self.batch, f"past_key_values.{i}.keypresent.{i}.key", KV_HEADS, d,
+            raw_k = linear(a, self.w(c + "k_proj.weight"), f"{p}.k_proj/aten::linear/MatMul")
+            k = self.heads(raw_k, kv, d, self.w(c + "k_norm.weight"), kind, f"{p}.k")
+            raw_v = raw_k if g.k_eq_v and kind == "full_attention" else linear(
+                a, self.w(c + "v_proj.weight"), f"{p}.v_proj/aten::linear/MatMul")  # k_eq_v: values are raw keys
+            v = self.heads(raw_v, kv, d, const(np.ones(d, np.float32)), kind, f"{p}.v", rotate=False)
+            k, k_sink = kv_cache(k, self.beam_idx, self.batch, f"past_key_values.{i}.keypresent.{i}.key", kv, d,
                                  f"{p}/key_cache")
             v, v_sink = kv_cache(v, self.beam_idx, self.batch, f"past_key_values.{i}.valuepresent.{i}.value",
-                                 KV_HEADS, d, f"{p}/value_cache")
+                                 kv, d, f"{p}/value_cache")
             self.stored[kind], self.sinks = (k, v), [*self.sinks, k_sink, v_sink]
         k, v = self.stored[kind]
         bias = mask_bias(self.mask, q, k, self.window if kind == "sliding_attention" else None, f"{p}/mask")
-        k, v = (expand_kv(x, HEADS // KV_HEADS, HEADS, d, f"{p}/{n}_gqa") for x, n in ((k, "k"), (v, "v")))
+        k, v = (expand_kv(x, heads // kv, heads, d, f"{p}/{n}_gqa") for x, n in ((k, "k"), (v, "v")))
         out = named(ops.scaled_dot_product_attention(q, k, v, bias, const(1.0), causal=False), f"{p}/sdpa")
-        out = ops.reshape(ops.transpose(out, const([0, 2, 1, 3], I64)), const([0, 0, HEADS * d], I64),
+        out = ops.reshape(ops.transpose(out, const([0, 2, 1, 3], I64)), const([0, 0, heads * d], I64),
                           special_zero=True).output(0)
         return linear(out, self.w(c + "o_proj.weight"), f"{p}.o_proj/aten::linear/MatMul")
 
@@ -197,7 +222,7 @@ def param(name: str, dtype: ov.Type, dims: list[int]) -> ov.Node:
     return p
 
 
-def target_model(tensors: dict[str, np.ndarray], window: int = WINDOW) -> ov.Model:
+def target_model(tensors: dict[str, np.ndarray], window: int = WINDOW, g: Geometry = GEOMETRY) -> ov.Model:
     """The stateful target: input_ids, attention_mask, position_ids, beam_idx -> logits."""
     params = [param("input_ids", ov.Type.i64, [-1, -1]), param("attention_mask", ov.Type.i64, [-1, -1]),
               param("position_ids", ov.Type.i64, [-1, -1]), param("beam_idx", ov.Type.i32, [-1])]
@@ -209,7 +234,7 @@ def target_model(tensors: dict[str, np.ndarray], window: int = WINDOW) -> ov.Mod
     rows = named(ops.gather(w("model.embed_tokens.weight"), ids, const(0, I64)),
                  f"{M}.embed_tokens/aten::embedding/Gather")
     h = named(ops.multiply(rows, const(np.float32(H ** 0.5))), f"{M}.embed_tokens/aten::mul/Multiply")
-    graph = Graph(w, positions, mask, beam, _dim(ids, 0), window)
+    graph = Graph(w, positions, mask, beam, _dim(ids, 0), window, g)
     graph.batch = ops.unsqueeze(graph.batch, const(0, I64)).output(0)
     for i in range(len(LAYER_TYPES)):
         h = graph.layer(h, i)

@@ -29,7 +29,7 @@ from irsurgeon.weights.checkpoint import home_of
 Result = tuple[str, bool, str]
 
 
-def verify_gemma4(target: Path, checkpoint: str | Path | None = None) -> list[Check]:
+def verify(target: Path, checkpoint: str | Path | None = None, hub=None, echo=print) -> list[Check]:
     """The checks of the module docstring, in that order; with `checkpoint` (a local gemma4_assistant directory)
     also the pair check against it."""
     return [Check(*c) for c in _checks(target, checkpoint)]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from irsurgeon.core.config import present
-from irsurgeon.draft.protocol import Check, Family, GenaiRuntime, Layout, Match, Pairing, Staging
+from irsurgeon.draft.protocol import Family, Layout, Match, Pairing, Staging
 from irsurgeon.families.qwen35_mtp import layout as names
 from irsurgeon.families.qwen35_mtp.layout import MTP_XML
 from irsurgeon.ir.export import LANGUAGE_MODEL, OPENVINO_CONFIG
@@ -40,10 +40,6 @@ class Qwen35MTP(Family):
     synth_kinds = {QWEN_KINDS[0]: "a Qwen3.5 VLM export in the layout openvino-genai loads, and its checkpoint",
                    QWEN_KINDS[1]: "the same with a MoE language model",
                    QWEN_KINDS[2]: "a text-only Llama export (openvino_model.xml) and its checkpoint, no mtp.*"}
-
-    def recipe(self):
-        from irsurgeon.families.qwen35_mtp.model import RECIPE
-        return RECIPE
 
     def recognise(self, directory: Path) -> Match:
         if names.has_head(directory):
@@ -68,23 +64,6 @@ class Qwen35MTP(Family):
         if choice.params and present(target.export.openvino_config):
             steps.append(f"record the head's quantization in {OPENVINO_CONFIG}")
         return steps
-
-    def finish(self, model, staging: Staging):
-        from irsurgeon.families.qwen35_mtp.patch import finish_head
-        return finish_head(model, staging.choice, staging.options.kv_cache(), staging.echo,
-                           **staging.provenance)
-
-    def stage(self, tx, target, staging: Staging) -> None:
-        from irsurgeon.families.qwen35_mtp.patch import stage_head
-        stage_head(tx, target, staging.take(), staging.cfg, staging.choice, staging.options.force, staging.echo)
-
-    def verify(self, directory: Path, checkpoint=None, hub=None, echo=print) -> list[Check]:
-        from irsurgeon.families.qwen35_mtp.verify import verify_qwen
-        return verify_qwen(Path(directory), checkpoint, hub, echo)
-
-    def genai(self) -> GenaiRuntime:
-        from irsurgeon.families.qwen35_mtp import genai
-        return GenaiRuntime(genai.pipeline, genai.equivalence_properties)
 
     def run_hint(self, directory: Path) -> str:
         return (f"run it: import openvino_genai as g; sc = g.SchedulerConfig(); sc.enable_prefix_caching = False; "

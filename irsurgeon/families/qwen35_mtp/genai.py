@@ -21,6 +21,7 @@ from irsurgeon.families.qwen35_mtp.layout import MTP_XML
 from irsurgeon.ir.export import LANGUAGE_MODEL
 from irsurgeon.quant.precision import detect_target_format
 from irsurgeon.ir.describe import show_ir
+from irsurgeon.draft.protocol import GenaiRuntime
 
 FILES = (LANGUAGE_MODEL, MTP_XML)  # (target, draft): the KV growth of each
 GIB = 1 << 30
@@ -72,3 +73,7 @@ def pipeline(g, target: Path, device: str, props: dict, draft: bool, max_assista
         return g.VLMPipeline(str(target), device, scheduler_config=scheduler_config(g, target), **extra, **props)
     except RuntimeError as e:
         raise IRSurgeonError(f"{target}: openvino-genai cannot load the directory on {device}: {cause(e)}") from None
+
+
+# how the house runs this family (draft.protocol.Family.genai)
+RUNTIME = GenaiRuntime(pipeline, equivalence_properties)

@@ -16,7 +16,7 @@ import openvino as ov
 import irsurgeon
 from irsurgeon.core import rtinfo
 from irsurgeon.commit.annotate import Status, write_annotation
-from irsurgeon.draft.build import ir_bin, stage_ir
+from irsurgeon.draft.save import ir_bin, stage_ir
 from irsurgeon.quant.compress import compress_model, set_kv_cache_precision, updated_openvino_config
 from irsurgeon.core.concurrency import alongside
 from irsurgeon.core.errors import IRError, IRSurgeonError, with_hint
@@ -43,6 +43,16 @@ def check_source_matches(target: QwenTarget, source: MTPConfig) -> None:
         if want != got:
             raise IRSurgeonError(f"checkpoint {source.source} does not belong to target {target.path}: "
                                  f"{key} is {got}, the target has {want}")
+
+
+def finish(model: ov.Model, staging) -> ov.Model:
+    """Family.finish: the head compressed (or not), its runtime options and provenance."""
+    return finish_head(model, staging.choice, staging.options.kv_cache(), staging.echo, **staging.provenance)
+
+
+def stage(tx: DirectoryTransaction, target: QwenTarget, staging) -> None:
+    """Family.stage: the head, the annotation and openvino_config.json's record, each checked where staged."""
+    stage_head(tx, target, staging.take(), staging.cfg, staging.choice, staging.options.force, staging.echo)
 
 
 def finish_head(model: ov.Model, choice, kv_cache_precision: str, echo, **provenance: str) -> ov.Model:

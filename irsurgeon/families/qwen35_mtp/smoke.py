@@ -9,7 +9,7 @@ import numpy as np
 import openvino as ov
 
 from irsurgeon.core.errors import IRError
-from irsurgeon.draft.build import check_call
+from irsurgeon.draft.save import check_call
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.families.qwen35_mtp.model import MTPConfig
 from irsurgeon.ir.narrow import narrow_feed_forward

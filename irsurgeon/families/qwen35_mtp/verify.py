@@ -39,7 +39,7 @@ def paged_attention_converts(model: ov.Model) -> tuple[bool, str]:
     return ok, f"{ops['PagedAttentionExtension']} PagedAttention, {ops['ReadValue']} ReadValue left"
 
 
-def verify_qwen(target: Path, checkpoint: str | Path | None = None, hub=None, echo=print) -> list[Check]:
+def verify(target: Path, checkpoint: str | Path | None = None, hub=None, echo=print) -> list[Check]:
     """The contract checks; with `checkpoint` (a path or repo id; `hub`: weights.hub.HubOptions) also its identity."""
     checks: list[Check] = []
     try:

@@ -156,7 +156,8 @@ def fetch_bin(repo_id: str, root: Path, hub: HubOptions, prefix: str, online: bo
 def head_shards(placed: dict[str, str], prefix: str, index: Path) -> list[str]:
     shards = sorted({s for n, s in placed.items() if n.startswith(prefix)})
     if not shards:
-        raise CheckpointError(f"{index}: no '{prefix}*' tensors listed: this checkpoint carries no MTP head")
+        raise CheckpointError(f"{index}: no '{prefix}*' tensors listed: this checkpoint carries none of the draft's "
+                              f"tensors")
     return shards
 
 

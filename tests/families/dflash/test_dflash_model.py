@@ -17,7 +17,9 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from irsurgeon.draft.build import build_model, load_with
+from irsurgeon.draft.build import build_model
+
+from irsurgeon.draft.load import load_with
 from irsurgeon.core.errors import ConfigError
 from irsurgeon.families.dflash import rope as rope_tables
 from irsurgeon.families.dflash.model import (RECIPE, INPUTS, OUTPUT, annotate, draft, key_state, parse_config,

@@ -28,7 +28,8 @@ from helpers.eagle3 import variant as checkpoint_variant
 from helpers.numpy_eagle3 import Eagle3Reference
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.core.errors import ConfigError
-from irsurgeon.draft.build import build_model, load_with
+from irsurgeon.draft.build import build_model
+from irsurgeon.draft.load import load_with
 from irsurgeon.families.eagle3 import layout
 from irsurgeon.families.eagle3 import model as eagle3
 

@@ -24,7 +24,8 @@ from helpers.numpy_eagle3 import (DIVIDED, KEPT, MIXED, Eagle3Reference, default
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.core.config import read_json
 from irsurgeon.core.errors import CheckpointError, ConfigError, IRSurgeonError
-from irsurgeon.draft.build import build_model, load_with
+from irsurgeon.draft.build import build_model
+from irsurgeon.draft.load import load_with
 from irsurgeon.families.eagle3 import model as eagle3
 from irsurgeon.families.eagle3 import surgery
 from irsurgeon.families.eagle3.target import check_pair, genai_taps, inspect_target

@@ -21,7 +21,8 @@ from helpers.cli import invoke
 from helpers.eagle3 import load_checkpoint, reference, run_calls, speculators_variant, target_embed, with_target_table
 from helpers.numpy_eagle3 import Eagle3Reference
 from lab.families import FIXTURE_PAIRS
-from irsurgeon.draft.build import build_model, load_with
+from irsurgeon.draft.build import build_model
+from irsurgeon.draft.load import load_with
 from irsurgeon.families.eagle3 import model as eagle3
 from irsurgeon.weights.safetensors_io import SafetensorsFile, write_safetensors
 

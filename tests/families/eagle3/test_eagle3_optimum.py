@@ -25,7 +25,8 @@ import pytest
 from helpers.cli import invoke
 from helpers.eagle3 import target_embed
 from lab.families import FIXTURE_PAIRS
-from irsurgeon.draft.build import build_model, load_with
+from irsurgeon.draft.build import build_model
+from irsurgeon.draft.load import load_with
 from irsurgeon.families.eagle3 import model as eagle3
 from irsurgeon.families.eagle3 import surgery
 

@@ -17,7 +17,8 @@ import openvino as ov
 import pytest
 
 from irsurgeon.core.errors import IRSurgeonError
-from irsurgeon.draft.build import build_model, load_with
+from irsurgeon.draft.build import build_model
+from irsurgeon.draft.load import load_with
 from irsurgeon.families.eagle3 import layout
 from irsurgeon.families.eagle3 import model as eagle3
 from irsurgeon.families.eagle3.patch import smoke_test

@@ -31,7 +31,8 @@ from helpers.numpy_eagle3 import Eagle3Reference
 from helpers import numpy_rope
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.core.errors import ConfigError
-from irsurgeon.draft.build import build_model, load_with
+from irsurgeon.draft.build import build_model
+from irsurgeon.draft.load import load_with
 from irsurgeon.families.eagle3 import model as eagle3
 from irsurgeon.families.eagle3 import rope
 

@@ -20,7 +20,8 @@ from helpers.eagle3 import load_checkpoint
 from helpers.numpy_eagle3 import Eagle3Reference
 from lab.families import FIXTURE_PAIRS
 from irsurgeon.core.errors import ConfigError, IRSurgeonError
-from irsurgeon.draft.build import build_model, load_with
+from irsurgeon.draft.build import build_model
+from irsurgeon.draft.load import load_with
 from irsurgeon.families.eagle3 import model as eagle3
 from irsurgeon.families.eagle3 import surgery
 from irsurgeon.families.eagle3.target import check_pair, inspect_target

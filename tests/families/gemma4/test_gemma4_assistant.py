@@ -99,7 +99,8 @@ def test_bad_assistant_checkpoints_are_one_line_errors(tmp_path):
         build_assistant(bad, "f32")
     cfg["model_type"] = "gemma4_text"
     (bad / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match="expected 'gemma4_assistant'"):
+    with pytest.raises(ConfigError, match=r"model_type is 'gemma4_text', expected one of \('gemma4_assistant', "
+                                         r"'gemma4_unified_assistant'\)"):
         build_assistant(bad, "f32")
 
 

@@ -11,11 +11,15 @@ import shutil
 
 import pytest
 
+from click.testing import CliRunner
+
 from helpers.cli import refused
 from helpers.gemma4 import PAIR, copy_pair
 from irsurgeon.core.errors import IRSurgeonError
 from irsurgeon.families.gemma4_mtp.model import load_assistant_config
+from irsurgeon.cli import main
 from irsurgeon.families.gemma4_mtp.pairing import check_pair, inspect_target
+from irsurgeon.flows.verify import verify_directory
 
 
 def assistant_with(tmp_path, k_eq_v: bool):
@@ -55,15 +59,41 @@ def test_agreeing_k_eq_v_pairs(tmp_path):
     check_pair(info, load_assistant_config(assistant_with(tmp_path, False) / "config.json"))
 
 
-def test_the_unified_assistant_is_refused_with_the_reason(tmp_path):
-    """Gemma4UnifiedAssistantForCausalLM (model_type gemma4_unified_assistant): claimed by the Gemma 4 family and
-    refused in one line naming where genai runs its target type and why no exporter writes it."""
-    target, _ = copy_pair(tmp_path)
+def unified(tmp_path):
+    """The fixture assistant as a Gemma4UnifiedAssistantForCausalLM checkpoint (the same tensors: transformers 5.10.0
+    modular_gemma4_unified_assistant.py subclasses Gemma4AssistantForCausalLM)."""
     ckpt = tmp_path / "ckpt"
     shutil.copytree(PAIR / "ckpt", ckpt)
     cfg = json.loads((ckpt / "config.json").read_text())
     cfg.update(model_type="gemma4_unified_assistant", architectures=["Gemma4UnifiedAssistantForCausalLM"])
+    cfg["text_config"]["model_type"] = "gemma4_unified_text"
     (ckpt / "config.json").write_text(json.dumps(cfg))
-    line = refused(("patch", target, "--checkpoint", ckpt), target)
-    assert "model_type gemma4_unified_assistant (the Gemma 4 12B unified assistant) is not built" in line, line
-    assert "VLMPipeline (src/cpp/src/visual_language/vlm_config.cpp)" in line and "transformers 5.10 only" in line
+    return ckpt
+
+
+def test_a_unified_assistant_is_refused_on_a_gemma4_target_in_one_line(tmp_path):
+    target, _ = copy_pair(tmp_path)
+    line = refused(("patch", target, "--checkpoint", unified(tmp_path)), target)
+    assert ("model_type gemma4_unified_assistant is made for a gemma4_unified target, the target is gemma4_text"
+            in line), line
+
+
+def test_a_unified_assistant_patches_and_verifies_on_a_unified_text_target(tmp_path):
+    """A text-only export of a gemma4_unified_text model (optimum-intel 2.2.0 registers one:
+    Gemma4UnifiedTextOpenVINOConfig, gemma4's KV layout) is the fixture target relabelled: Gemma4UnifiedTextModel's
+    decoder layer is Gemma4TextDecoderLayer without per-layer inputs, which the fixture has none of."""
+    target, _ = copy_pair(tmp_path)
+    cfg = json.loads((target / "config.json").read_text())
+    cfg.update(model_type="gemma4_unified_text", architectures=["Gemma4UnifiedForCausalLM"])
+    (target / "config.json").write_text(json.dumps(cfg))
+    ckpt = unified(tmp_path)
+    result = CliRunner().invoke(main, ["patch", str(target), "--checkpoint", str(ckpt)])
+    assert result.exit_code == 0, result.output
+    checks = verify_directory(target)
+    assert checks and all(c.ok for c in checks), [c for c in checks if not c.ok]
+    assert json.loads((target / "mtp_assistant" / "config.json").read_text())["model_type"] == \
+        "gemma4_unified_assistant"
+    # and back: an ordinary assistant on the unified target
+    line = refused(("patch", target, "--checkpoint", PAIR / "ckpt", "--force"), target)
+    assert "model_type gemma4_assistant is made for a gemma4 (not unified) target, the target is " \
+        "gemma4_unified_text" in line, line

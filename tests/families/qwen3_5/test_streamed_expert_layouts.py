@@ -1,4 +1,4 @@
-"""A MoE head's routed experts streamed into the staged .bin (weights.spec.half_row_reader / row_reader, build.Stream)
+"""A MoE head's routed experts streamed into the staged .bin (weights.spec.half_row_reader / row_reader, draft.stream.Stream)
 from checkpoints the other tests do not write: experts stored F16, F32, F64 or a mixture (between experts, between
 gate_up and down), spread over shards or in a shard of their own, written in another order with gaps between
 tensors, one expert, odd expert sizes, blocks smaller than one row, a shard that is a link; and the checkpoint
@@ -27,7 +27,7 @@ from helpers.experts import EXPERTS, MTP_XML, saved_build, streamed_names, weigh
 from helpers.leftovers import CLEAN, left_behind
 from irsurgeon.flows.standalone import save_draft
 from lab.dirsnap import snapshot
-from irsurgeon.draft import build
+from irsurgeon.draft import build as draft_build, load as draft_load, stream as draft_stream
 from irsurgeon.families.qwen35_mtp import patch as qwen_patch
 from irsurgeon.families.qwen35_mtp.model import RECIPE as QWEN
 from irsurgeon.ir import streamed
@@ -117,7 +117,7 @@ def assert_whole_builds_draft(tmp_path: Path, target: Path, ckpt: Path, fmt: str
     got = weight_data(ours)
     assert got == weight_data(theirs) and all(r in got for r in ROLES)
     assert layers(ours) == layers(theirs)
-    assert build._STREAMS == {}
+    assert draft_stream._STREAMS == {}
     return got
 
 
@@ -231,7 +231,7 @@ def test_experts_partly_fp8_read_the_fp8_ones_whole_and_stream_the_rest_into_the
     assert sorted(n for n in names if is_expert(n)) == want, names
     ours, theirs = ov.Core().read_model(copy / MTP_XML), saved_build(ckpt, fmt, tmp_path / "saved.xml")
     assert weight_data(ours) == weight_data(theirs) and layers(ours) == layers(theirs)
-    assert build._STREAMS == {}
+    assert draft_stream._STREAMS == {}
 
 
 # --- shards, order, gaps, links ---------------------------------------------------------------------------------------
@@ -569,9 +569,9 @@ def test_an_expert_of_another_shape_is_one_line_naming_it(moe_pair, tmp_path):
 def built_and_saved(ckpt: Path, out: Path, fmt: str, moe_form: str, stream: bool,
                     allow_nonfinite: bool = False) -> ov.Model:
     """The head of ckpt built in `moe_form` (streamed into the .bin or held whole), saved by save_draft."""
-    cfg, weights, opened = build.load_with(QWEN, ckpt, allow_nonfinite=allow_nonfinite, warn=lambda _: None)
+    cfg, weights, opened = draft_load.load_with(QWEN, ckpt, allow_nonfinite=allow_nonfinite, warn=lambda _: None)
     try:
-        model = build.build_model(cfg, weights, fmt, recipe=QWEN, moe_form=moe_form, warn=lambda _: None,
+        model = draft_build.build_model(cfg, weights, fmt, recipe=QWEN, moe_form=moe_form, warn=lambda _: None,
                                   stream=opened.close if stream else None)
         xml = save_draft(model, out)
     finally:
@@ -603,7 +603,7 @@ def test_gathered_experts_streamed_save_the_whole_builds_draft_even_when_a_stack
     if beyond and not allow:
         role = "up_proj" if beyond == "gate_up_proj" else "down_proj"
         assert weight_data(ours)[f"{EXPERTS}{role}.weight"][0] == "<Type: 'float32'>"
-    assert build._STREAMS == {}
+    assert draft_stream._STREAMS == {}
 
 
 def graph_of(model: ov.Model) -> list:

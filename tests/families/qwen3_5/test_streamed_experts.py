@@ -1,4 +1,4 @@
-"""A Qwen3.5 MoE head's routed experts are streamed into the staged .bin as its dense matrices are (build.Stream):
+"""A Qwen3.5 MoE head's routed experts are streamed into the staged .bin as its dense matrices are (draft.stream.Stream):
 the halves of a fused experts.gate_up_proj and the one-tensor-per-expert layout alike, in f16 and f32, block by
 block (a block smaller than an expert, one expert, several), into the model a build holding every weight saves, with
 the refusals and the f32 fallback of a half f16 cannot hold, named as the whole-tensor readers name them."""
@@ -16,7 +16,7 @@ from helpers.checkpoints import read_tensors, split_per_expert, write_variant
 from helpers.cli import invoke, one_error
 from helpers.experts import EXPERTS, MTP_XML, saved_build, streamed_names, weight_data
 from lab.dirsnap import snapshot
-from irsurgeon.draft import build
+from irsurgeon.draft import stream as draft_stream
 from irsurgeon.weights import spec
 from irsurgeon.weights.safetensors_io import decode, f32_to_bf16
 
@@ -46,7 +46,7 @@ def test_routed_experts_stream_into_the_model_a_build_holding_them_saves(moe_pai
     ours, theirs = ov.Core().read_model(copy / MTP_XML), saved_build(ckpt, fmt, tmp_path / "saved.xml")
     got, want = weight_data(ours), weight_data(theirs)
     assert got == want and all(EXPERTS + f"{p}.weight" in got for p in ("gate_proj", "up_proj", "down_proj"))
-    assert build._STREAMS == {}
+    assert draft_stream._STREAMS == {}
 
 
 def fused_with(ckpt: Path, d: Path, value: float, expert: int, row: int) -> Path:
@@ -75,7 +75,7 @@ def test_a_nan_in_a_streamed_fused_half_is_refused_naming_that_half_and_nothing_
     part = (rf"tensor mtp\.layers\.0\.mlp\.experts\.gate_up_proj\[:, {inner}:{2 * inner}\] \(read as "
             rf"mtp\.layers\.0\.mlp\.experts\.up_proj\.weight\): holds 1 NaN")  # f16: the f32 path names it
     assert re.search(part, error), error
-    assert snapshot(copy) == before and build._STREAMS == {}
+    assert snapshot(copy) == before and draft_stream._STREAMS == {}
 
 
 def test_a_nan_in_one_streamed_expert_is_refused_naming_that_experts_tensor(moe_pair, tmp_path):
@@ -91,7 +91,7 @@ def test_a_nan_in_one_streamed_expert_is_refused_naming_that_experts_tensor(moe_
     before = snapshot(copy)
     error = one_error(invoke("patch", copy, "--checkpoint", ckpt, "--weight-format", "f32"))
     assert "tensor mtp.layers.0.mlp.experts.2.down_proj.weight: holds 1 NaN" in error, error
-    assert snapshot(copy) == before and build._STREAMS == {}
+    assert snapshot(copy) == before and draft_stream._STREAMS == {}
 
 
 def test_a_streamed_fused_half_f16_cannot_hold_is_kept_f32_alone_as_the_build_keeps_it(moe_pair, tmp_path,
@@ -106,4 +106,4 @@ def test_a_streamed_fused_half_f16_cannot_hold_is_kept_f32_alone_as_the_build_ke
     got = weight_data(ours)
     assert got[EXPERTS + "up_proj.weight"][0] == "<Type: 'float32'>"
     assert got[EXPERTS + "gate_proj.weight"][0] == got[EXPERTS + "down_proj.weight"][0] == "<Type: 'float16'>"
-    assert got == weight_data(theirs) and build._STREAMS == {}
+    assert got == weight_data(theirs) and draft_stream._STREAMS == {}
