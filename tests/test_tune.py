@@ -5,6 +5,7 @@ trained pair are in tests/families/eagle3/test_eagle3_tune.py."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -353,6 +354,27 @@ def test_a_ctrl_c_before_tunes_commit_says_the_directory_is_as_it_was():
     from irsurgeon.cli import TRANSACTIONAL
 
     assert "tune" in TRANSACTIONAL  # it changes the directory only through one commit (its own, or patch's)
+
+
+def test_a_directory_tune_cannot_write_is_refused_before_it_measures(tmp_path, monkeypatch):
+    """Read-only (a read-only mount, no write permission): refused before the first measurement, not after an hour of
+    them at the commit; a dry run, which writes nothing, still measures."""
+    from irsurgeon.flows import patch as patch_flow
+    from irsurgeon.flows import tune as flow
+
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    patch_flow.patch(target, ckpt)
+    real_access = os.access
+    monkeypatch.setattr(patch_flow.os, "access", lambda p, mode: False if Path(p) == target else real_access(p, mode))
+    measured = []
+    monkeypatch.setattr(flow, "candidates", lambda *a, **k: measured.append(1) or [])
+    with pytest.raises(IRSurgeonError, match="not writable by this user"):
+        flow.tune(target, str(ckpt))
+    assert not measured
+    with pytest.raises(IRSurgeonError):
+        flow.tune(target, str(ckpt), dry_run=True)  # past the check: refused later (no candidates, made up here)
+    assert measured
 
 
 def test_a_tuning_record_that_is_not_json_is_shown_as_none(tmp_path):

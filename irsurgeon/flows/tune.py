@@ -66,7 +66,7 @@ from irsurgeon.flows import isolated
 from irsurgeon.flows.genai import Measurement, genai_module
 from irsurgeon.flows.prompts import PROMPTS, Prompt, prompt_list, rendered
 from irsurgeon.flows.patch import (K_KEY, checkpoint_config, draft_format, patch, recorded, recorded_edits,
-                                   recorded_kv, stage_k)
+                                   recorded_kv, refuse_unwritable, stage_k)
 from irsurgeon.flows.verify import verify_directory
 from irsurgeon.ir import files
 from irsurgeon.ir.export import GENERATION_CONFIG, directory_problem
@@ -209,6 +209,8 @@ def tune(target_dir: str | Path, checkpoint: str | None = None, *, settings: Set
     """The whole run (the module docstring); returns what was measured, chosen and written."""
     clock, target = Clock(settings.budget), Path(target_dir)
     family = patched_family(target)
+    if not dry_run:
+        refuse_unwritable(target, False)  # before the measurements, not at the commit after them
     source = checkpoint or recorded_source(target, family)
     report = TuneReport(target, family.key, str(source), dry_run, measured=draft_identity(target, family))
     report.candidates = candidates(family, target, source, hub, echo)
