@@ -103,3 +103,28 @@ def test_a_chat_template_that_refuses_a_conversation_is_one_line_naming_the_prom
         rendered(fake, target, ["fine", (("user", "u"), ("wizard\u202e", "x"))], chat=True)
     said = str(e.value)
     assert "prompt 2" in said and "unknown role wizard" in said and "\n" not in said and "row 1" not in said, said
+
+
+@pytest.mark.parametrize("form", ["directory", "not-an-ir", "fifo"])
+def test_a_tokenizer_genai_cannot_read_is_one_line_and_a_fifo_never_blocks(tmp_path, form):
+    """tune renders its prompts through the target's tokenizer in its own process: a FIFO there blocked it for ever,
+    a folder or a file that is no IR was 'Error: unexpected RuntimeError' (tune, after its readings' check)."""
+    import os
+    import shutil
+
+    import openvino_genai as g
+
+    target = shutil.copytree(FIXTURE_PAIRS["eagle3"][0], tmp_path / "t")
+    tokenizer = target / "openvino_tokenizer.xml"
+    tokenizer.unlink()
+    if form == "fifo":
+        os.mkfifo(tokenizer)
+    elif form == "directory":
+        tokenizer.mkdir()
+    else:
+        tokenizer.write_text("<net><layers/></net>" + "x" * 100)
+    with pytest.raises(IRSurgeonError) as e:
+        rendered(g, target, ["Hi"], chat=True)
+    said = {"fifo": "openvino_tokenizer.xml: is a FIFO", "directory": "cannot read its tokenizer",
+            "not-an-ir": "cannot read its tokenizer"}[form]
+    assert said in str(e.value) and "\n" not in str(e.value), str(e.value)

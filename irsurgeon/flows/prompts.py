@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Sequence, Union
 
+from irsurgeon.core import limits
 from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.core.text import shown
 
@@ -79,7 +80,7 @@ def json_prompt(path: Path, n: int, line: str) -> Prompt:
 def rendered(g, target: Path, prompts: Sequence[Prompt], chat: bool) -> tuple[list[str], bool]:
     """The prompts as text for both pipelines (the module docstring), and whether a chat template was applied."""
     talks = any(not isinstance(p, str) for p in prompts)
-    tokenizer = g.Tokenizer(str(target)) if chat or talks else None
+    tokenizer = tokenizer_of(g, target) if chat or talks else None
     template = tokenizer is not None and bool(tokenizer.chat_template)
     if talks and not template:
         raise IRSurgeonError(f"{target}: its tokenizer has no chat template, and a prompt is a conversation "
@@ -97,6 +98,16 @@ def rendered(g, target: Path, prompts: Sequence[Prompt], chat: bool) -> tuple[li
             raise IRSurgeonError(f"{target}: its tokenizer's chat template refused prompt {i} (roles "
                                  f"{shown(', '.join(r for r, _ in messages)[:80])}): {template_error(e)}") from None
     return out, template and (chat or talks)
+
+
+def tokenizer_of(g, target: Path):
+    """openvino_genai.Tokenizer of the target, its files checked first (genai opens them itself: a FIFO would block
+    it, a 2 GiB file be read whole); what genai cannot read is one line naming the target."""
+    limits.check_directory_files(target, IRSurgeonError)
+    try:
+        return g.Tokenizer(str(target))
+    except RuntimeError as e:
+        raise IRSurgeonError(f"{target}: openvino-genai cannot read its tokenizer: {shown(cause(e)[:200])}") from None
 
 
 def template_error(e: RuntimeError) -> str:
