@@ -105,7 +105,7 @@ def test_a_chat_template_that_refuses_a_conversation_is_one_line_naming_the_prom
     assert "prompt 2" in said and "unknown role wizard" in said and "\n" not in said and "row 1" not in said, said
 
 
-@pytest.mark.parametrize("form", ["directory", "not-an-ir", "fifo"])
+@pytest.mark.parametrize("form", ["directory", "not-an-ir", "fifo", "text"])
 def test_a_tokenizer_genai_cannot_read_is_one_line_and_a_fifo_never_blocks(tmp_path, form):
     """tune renders its prompts through the target's tokenizer in its own process: a FIFO there blocked it for ever,
     a folder or a file that is no IR was 'Error: unexpected RuntimeError' (tune, after its readings' check)."""
@@ -121,10 +121,13 @@ def test_a_tokenizer_genai_cannot_read_is_one_line_and_a_fifo_never_blocks(tmp_p
         os.mkfifo(tokenizer)
     elif form == "directory":
         tokenizer.mkdir()
+    elif form == "text":
+        tokenizer.write_text("CANARY: 1\n")  # OpenVINO's TensorFlow frontend tried it, logging it to stderr
     else:
-        tokenizer.write_text("<net><layers/></net>" + "x" * 100)
+        tokenizer.write_text('<?xml version="1.0"?>\n<net name="t" version="11"><layers><layer id="0" name="x" '
+                             'type="NoSuchOp" version="opset1"/></layers><edges/></net>\n')
     with pytest.raises(IRSurgeonError) as e:
         rendered(g, target, ["Hi"], chat=True)
-    said = {"fifo": "openvino_tokenizer.xml: is a FIFO", "directory": "cannot read its tokenizer",
-            "not-an-ir": "cannot read its tokenizer"}[form]
+    said = {"fifo": "openvino_tokenizer.xml: is a FIFO", "directory": "openvino_tokenizer.xml: is a directory",
+            "not-an-ir": "cannot read its tokenizer", "text": "openvino_tokenizer.xml: not an OpenVINO IR"}[form]
     assert said in str(e.value) and "\n" not in str(e.value), str(e.value)

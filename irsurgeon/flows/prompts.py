@@ -14,12 +14,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Sequence, Union
 
 from irsurgeon.core import limits
 from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.core.text import shown
+from irsurgeon.ir import files
+from irsurgeon.ir.export import DETOKENIZER, TOKENIZER
 
 Prompt = Union[str, tuple[tuple[str, str], ...]]  # a text, or a conversation: (role, content) pairs
 
@@ -104,6 +107,9 @@ def tokenizer_of(g, target: Path):
     """openvino_genai.Tokenizer of the target, its files checked first (genai opens them itself: a FIFO would block
     it, a 2 GiB file be read whole); what genai cannot read is one line naming the target."""
     limits.check_directory_files(target, IRSurgeonError)
+    for name in (TOKENIZER, DETOKENIZER):  # an IR, or OpenVINO's other frontends try it and log to stderr
+        if os.path.lexists(target / name):
+            files.read_ir_bytes(target / name)
     try:
         return g.Tokenizer(str(target))
     except RuntimeError as e:
