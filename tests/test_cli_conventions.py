@@ -329,6 +329,20 @@ def test_a_genai_option_without_genai_is_a_usage_error(args):
     assert result.exit_code == 2 and f"{flag} applies only with --genai" in result.output, result.output
 
 
+@pytest.mark.parametrize("args", [["tune", "--budget", "nan"], ["tune", "--budget", "inf"],
+                                  ["tune", "--budget", "NaN"], ["verify", "--genai", "--min-acceptance", "nan"],
+                                  ["patch", "--checkpoint", "x", "--hub-timeout", "nan"]])
+def test_a_number_option_refuses_nan_and_infinity(tmp_path, args):
+    """NaN passes every comparison click's range makes (a --budget nan was no budget, a --min-acceptance nan no
+    threshold): a usage error naming the option, before the target is looked at."""
+    from helpers.cli import invoke
+
+    command, *rest = args
+    result = invoke(command, tmp_path / "missing", *rest)
+    assert result.exit_code == 2 and f"'{rest[-2]}'" in result.output and "not a finite number" in result.output, \
+        result.output
+
+
 def test_a_kv_cache_precision_for_a_draft_without_its_own_kv_is_refused(tmp_path):
     """The Gemma 4 assistant reads the target's KV: --kv-cache-precision there used to be accepted and ignored."""
     import shutil

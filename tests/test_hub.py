@@ -287,6 +287,15 @@ def test_a_mistyped_local_path_names_the_entry_it_is_closest_to():
     assert local_answer(models / "zzzz") == f"no such local checkpoint in {models}"  # nothing close: no guess
 
 
+def test_a_path_through_a_file_says_the_file_is_not_a_folder(tmp_path):
+    """`notes.txt/ckpt`: the file is there, so it is not said to be missing (was "notes.txt/ does not exist")."""
+    from irsurgeon.weights.hub.fetch import local_answer
+
+    (tmp_path / "notes.txt").write_text("x")
+    said = local_answer(tmp_path / "notes.txt" / "deeper" / "ckpt")
+    assert said == f"no such local path ({tmp_path / 'notes.txt'} is a file, not a folder)", said
+
+
 def test_a_mistyped_local_path_whose_first_folder_is_missing_says_so_before_the_hub(tmp_path):
     """`fixtures-typo/ckptt`: no part of it exists; the line says which folder is missing, then what the hub said."""
     proc = subprocess.run([sys.executable, "-m", "irsurgeon", "patch", str(DEMO_TARGET), "--checkpoint",

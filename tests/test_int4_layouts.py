@@ -130,9 +130,23 @@ REFUSED = {  # case -> (format, config edit, tensor edit, words the one-line err
                    ["mtp.layers.0.mlp.down_proj.weight_packed", "ignore lists 're:.*down_proj$'"]),
     "ct-weight-shape": ("compressed-tensors", None, wrong_shape,
                         ["tensor mtp.layers.0.self_attn.k_proj.weight_shape: holds [128, 32]"]),
+    "ct-group-not-an-object": ("compressed-tensors", lambda qc: qc["config_groups"].update(group_mtp=5), None,
+                               ["quantization_config.config_groups.group_mtp is 5"]),
+    "ct-ignore-not-names": ("compressed-tensors", lambda qc: qc.update(ignore=["lm_head", 1]), None,
+                            ["quantization_config.ignore is ['lm_head', 1]", "a list of module names"]),
+    "ct-ignore-a-string": ("compressed-tensors", lambda qc: qc.update(ignore="mtp.layers.0.mlp.down_proj"), None,
+                           ["quantization_config.ignore is 'mtp.layers.0.mlp.down_proj'", "a list of module names"]),
+    "ct-targets-a-string": ("compressed-tensors", lambda qc: qc["config_groups"]["group_0"].update(targets="Linear"),
+                            None, ["quantization_config.config_groups.group_0.targets is 'Linear'"]),
+    "gptq-g-idx-negative": ("gptq", None, lambda held: {"mtp.layers.0.mlp.up_proj.g_idx": (
+        np.where(np.arange(64) == 5, -1, held["mtp.layers.0.mlp.up_proj.g_idx"][0]).astype(np.int32), "I32")},
+        ["tensor mtp.layers.0.mlp.up_proj.g_idx: holds group -1, outside 0..1"]),
+    "awq-scale-inf": ("awq", None, lambda held: {"mtp.layers.0.mlp.up_proj.scales": (
+        np.full((2, 128), np.inf, np.float16), "F16")}, ["tensor mtp.layers.0.mlp.up_proj.weight", "NaN or Inf"]),
 }
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # numpy's inf * 0 warning is a second line on a terminal
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_variants_not_decoded_are_refused_in_one_line(tmp_path, case):
     fmt, edit, tensors, needles = REFUSED[case]

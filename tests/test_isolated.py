@@ -92,3 +92,24 @@ def test_an_interruption_leaves_no_child_running(patched):
 def test_only_the_measurements_are_run_so():
     with pytest.raises(ValueError):
         isolated.call("patch", "x")
+
+
+def test_bytes_native_code_writes_to_stdout_never_reach_the_frames(patched, tmp_path, monkeypatch):
+    """openvino and genai print from C++ (std::cout goes to file descriptor 1, whatever sys.stdout is): in the child
+    such bytes go to its stderr, and the frames come whole (was: the parent read them as a death, twice, and tune
+    failed with 'ended its process ... exit status 0')."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "def _hook(event, args):\n"
+        "    if event == 'import' and args[0] == 'irsurgeon.flows.genai':\n"
+        "        os.write(1, b'[ WARNING ] written by native code\\n' + bytes(range(256)))\n"
+        "if os.environ.get('IRSURGEON_TEST_NOISY_CHILD'):\n"
+        "    sys.addaudithook(_hook)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("IRSURGEON_TEST_NOISY_CHILD", "1")
+    said = []
+    report = isolated.call("run_equivalence", patched, 1, (2,), 8, echo=said.append)
+    assert report.identical and report.runs[0].tokens == 8
+    assert not any("ended its process" in line for line in said), said

@@ -5,6 +5,7 @@ trained pair are in tests/families/eagle3/test_eagle3_tune.py."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -307,6 +308,84 @@ def test_a_rebuilt_winner_and_its_k_are_one_commit(tmp_path):
     assert json.loads((target / "generation_config.json").read_text())["num_assistant_tokens"] == 1
 
 
+def test_a_draft_rebuilt_while_tune_measured_it_gets_no_record(tmp_path):
+    """Another run (patch --force) replaces the draft between tune's measurements and its commit: the record and K
+    of the draft measured are not written into the one there now (was: an f16 draft recorded as 'format: f32')."""
+    from irsurgeon.draft.protocol import Options
+    from irsurgeon.families import registry
+    from irsurgeon.flows import tune as flow
+    from irsurgeon.flows.patch import patch
+    from lab.dirsnap import snapshot
+
+    family = registry.by_key("eagle3")
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    patch(target, ckpt)
+    report = made_up_report(target, family, {1: [150, 152, 154], 2: [170, 171, 175]}, plain=[100, 101, 103])
+    report.measured = flow.draft_identity(target, family)
+    patch(target, ckpt, options=Options(weight_format="f16", force=True))  # the other run
+    before = snapshot(target)
+    with pytest.raises(IRSurgeonError, match="replaced while tune measured it"):
+        flow.persist(report, family, target, flow.Settings(prompts=2), None, False, [].append)
+    assert snapshot(target) == before
+    untouched = made_up_report(target, family, {1: [150, 152, 154]}, plain=[100, 101, 103])
+    untouched.measured = flow.draft_identity(target, family)
+    flow.persist(untouched, family, target, flow.Settings(prompts=2), None, False, [].append)
+    assert family.layout.draft_xml in untouched.written
+
+
+def test_a_ctrl_c_held_through_tunes_commit_says_what_was_written(tmp_path, monkeypatch):
+    """A Ctrl-C that comes during tune's commit is held until the commit is done; then it says the record and K are
+    written (was a bare 'Error: interrupted', the directory changed), as patch says its patch is complete."""
+    from irsurgeon.commit.transaction import DirectoryTransaction
+    from irsurgeon.core.errors import Interrupted
+    from irsurgeon.families import registry
+    from irsurgeon.flows import tune as flow
+    from irsurgeon.flows.patch import patch
+
+    family = registry.by_key("eagle3")
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    patch(target, ckpt)
+    report = made_up_report(target, family, {1: [150, 152, 154], 2: [170, 171, 175]}, plain=[100, 101, 103])
+    committing = DirectoryTransaction.commit
+
+    def commit_then_ctrl_c(self):
+        committing(self)
+        raise KeyboardInterrupt  # the Ctrl-C the commit held, delivered as it ends
+    monkeypatch.setattr(DirectoryTransaction, "commit", commit_then_ctrl_c)
+    with pytest.raises(Interrupted, match="tune's choice is written .committed .*generation_config.json"):
+        flow.persist(report, family, target, flow.Settings(prompts=2), None, False, [].append)
+    assert json.loads((target / "generation_config.json").read_text())["num_assistant_tokens"] == 2
+
+
+def test_a_ctrl_c_before_tunes_commit_says_the_directory_is_as_it_was():
+    from irsurgeon.cli import TRANSACTIONAL
+
+    assert "tune" in TRANSACTIONAL  # it changes the directory only through one commit (its own, or patch's)
+
+
+def test_a_directory_tune_cannot_write_is_refused_before_it_measures(tmp_path, monkeypatch):
+    """Read-only (a read-only mount, no write permission): refused before the first measurement, not after an hour of
+    them at the commit; a dry run, which writes nothing, still measures."""
+    from irsurgeon.flows import patch as patch_flow
+    from irsurgeon.flows import tune as flow
+
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    patch_flow.patch(target, ckpt)
+    real_access = os.access
+    monkeypatch.setattr(patch_flow.os, "access", lambda p, mode: False if Path(p) == target else real_access(p, mode))
+    measured = []
+    monkeypatch.setattr(flow, "candidates", lambda *a, **k: measured.append(1) or [])
+    with pytest.raises(IRSurgeonError, match="not writable by this user"):
+        flow.tune(target, str(ckpt))
+    assert not measured
+    with pytest.raises(IRSurgeonError):
+        flow.tune(target, str(ckpt), dry_run=True)  # past the check: refused later (no candidates, made up here)
+    assert measured
+
+
 def test_a_tuning_record_that_is_not_json_is_shown_as_none(tmp_path):
     from irsurgeon.families import registry
     from irsurgeon.flows.patch import patch
@@ -321,6 +400,30 @@ def test_a_tuning_record_that_is_not_json_is_shown_as_none(tmp_path):
     files.write_rt_info(target / family.layout.draft_xml, {(rtinfo.PROVENANCE, rtinfo.TUNING): "[1, 2"})
     assert show(target)["tuning"] is None
     assert "Tuned" not in invoke("show", target).output
+
+
+@pytest.mark.parametrize("record", ["[" * 100000 + "]" * 100000, '{"k": ' + "1" * 5000 + "}"],
+                         ids=["deep", "long-number"])
+def test_a_tuning_record_nested_too_deep_or_with_a_huge_number_is_shown_as_none(tmp_path, record):
+    """A record json.loads cannot take (RecursionError, int()'s digit limit) is no record, as one that is not JSON;
+    verify's tuned line (readiness.tuned_k) reads it through the same function; a config_edits record as deep is
+    no edits (patch's comparison and tune's present candidate)."""
+    from irsurgeon.families import registry
+    from irsurgeon.flows.patch import CONFIG_EDITS, patch, recorded_edits
+    from irsurgeon.flows.readiness import tuned_k
+    from irsurgeon.flows.show import show
+    from irsurgeon.ir import files
+    from irsurgeon.core import rtinfo
+
+    family = registry.by_key("eagle3")
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    patch(target, ckpt)
+    xml = target / family.layout.draft_xml
+    files.write_rt_info(xml, {(rtinfo.PROVENANCE, rtinfo.TUNING): record, (rtinfo.PROVENANCE, CONFIG_EDITS): record})
+    assert show(target)["tuning"] is None and tuned_k(target) is None and recorded_edits(xml) == {}
+    result = invoke("show", target)
+    assert result.exit_code == 0 and "Tuned" not in result.output and "unexpected" not in result.output
 
 
 def test_a_spent_budget_leaves_out_the_steps_after_the_default_and_says_so(tmp_path, monkeypatch):

@@ -162,7 +162,7 @@ def _watch_sigint() -> list:
 
 # The commands that change a directory only through one transaction (irsurgeon.commit), which holds Ctrl-C through its
 # commit and says in its own words when the commit was made (errors.Interrupted): any other Ctrl-C came before it
-TRANSACTIONAL = ("patch",)
+TRANSACTIONAL = ("patch", "tune")  # tune: its own commit, or patch's when it rebuilds the winner
 
 
 def interruption(ctx: click.Context) -> str:

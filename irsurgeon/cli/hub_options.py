@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from irsurgeon.cli.options import FiniteFloat
+
 TIMEOUT_ENV = "IRSURGEON_HUB_TIMEOUT"  # irsurgeon.weights.hub.guard.TIMEOUT_ENV (not imported: the CLI starts light)
 DEFAULT_TIMEOUT = 600  # irsurgeon.weights.hub.guard.DEFAULT_TIMEOUT
 _META_KEY = "irsurgeon.hub_timeout"
@@ -21,7 +23,7 @@ def _keep_timeout(ctx: click.Context, param: click.Parameter, value: float | Non
 
 def hub_options(f):
     """--revision, --token, --cache-dir, --hub-timeout (turn them into HubOptions with make_hub)."""
-    f = click.option("--hub-timeout", type=click.FloatRange(min=0, min_open=True, max=1e9), default=None,
+    f = click.option("--hub-timeout", type=FiniteFloat(min=0, min_open=True, max=1e9), default=None,
                      envvar=TIMEOUT_ENV, expose_value=False, callback=_keep_timeout, metavar="SECONDS",
                      help=f"Seconds that all requests to the Hugging Face Hub of this command may take together "
                           f"(the probe, config.json, the index, the shards, the identity check's ranges), counted "

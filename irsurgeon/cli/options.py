@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import math
 import os
 import sys
 
@@ -15,6 +16,17 @@ from irsurgeon.core.text import shown
 def choice(values) -> click.Choice:
     """Case-insensitive choice: `F16` is `f16`; click hands the command the value as listed."""
     return click.Choice(list(values), case_sensitive=False)
+
+
+class FiniteFloat(click.FloatRange):
+    """click.FloatRange refusing NaN and the infinities: NaN compares false with every bound, so click's range check
+    (click 8.x types.py, _NumberRangeBase.convert) lets `nan` through, and an unbounded side lets `inf` through."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{shown(str(value))[:40]} is not a finite number", param, ctx)
+        return number
 
 
 def weight_format_option(default: str, values=None, text: str = ""):

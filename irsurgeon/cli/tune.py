@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
-from irsurgeon.cli.options import echo_for, json_flag, report
+from irsurgeon.cli.options import FiniteFloat, echo_for, json_flag, report
 from irsurgeon.cli.verify import PromptsParam
 from irsurgeon.core.signals import NativeCalls
 
@@ -23,7 +23,7 @@ from irsurgeon.core.signals import NativeCalls
 @click.option("--chat-template/--no-chat-template", "chat", default=True, show_default=True,
               help="Give each text prompt as a user message through the target tokenizer's chat template, where "
                    "it has one.")
-@click.option("--budget", type=click.FloatRange(1, None), default=None, metavar="SECONDS",
+@click.option("--budget", type=FiniteFloat(1, None), default=None, metavar="SECONDS",
               help="Seconds for the whole run, checked between steps: what is left is not tried, and said "
                    "[default: no limit].")
 @click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=48, show_default=True,

@@ -16,7 +16,7 @@ import click
 
 from irsurgeon import _verify_json_target
 from irsurgeon.cli.hub_options import hub_options, make_hub
-from irsurgeon.cli.options import json_to, report, safe_echo
+from irsurgeon.cli.options import FiniteFloat, json_to, report, safe_echo
 from irsurgeon.core import limits
 from irsurgeon.core.errors import IRSurgeonError
 from irsurgeon.core.signals import NativeCalls
@@ -40,12 +40,13 @@ class PromptsParam(click.ParamType):
         if isinstance(value, (int, list)):
             return value
         path, most = Path(value), len(PROMPTS)
-        if path.is_file():
+        number = value.isascii() and value.isdigit() and len(value) <= 2 and 1 <= int(value) <= most
+        if path.is_file() or (os.path.lexists(path) and not number):  # a FIFO, folder, dangling link: named so
             try:
                 return read_prompts(path, limits.read_text(path, limits.TEXT_BYTES, IRSurgeonError, "prompts"))
             except IRSurgeonError as e:
                 self.fail(str(e), param, ctx)
-        if value.isascii() and value.isdigit() and len(value) <= 2 and 1 <= int(value) <= most:
+        if number:
             return int(value)
         if not value.isdigit() and not os.path.lexists(path):  # a file name that is not there: say so
             self.fail(f"{shown(value)}: no such prompts file (or give a number from 1 to {most})", param, ctx)
@@ -101,7 +102,7 @@ GENAI_ONLY = ("prompts", "sweep", "nats", "max_new_tokens", "device", "rounds", 
               callback=lambda ctx, param, value: json_to(ctx, param, writable_document(value)),
               help="Print the results as one JSON document (docs/cli.md: its envelope; the text goes to stderr); "
                    "--json FILE writes it to FILE and keeps the text on stdout.")
-@click.option("--min-acceptance", type=click.FloatRange(0.0, 1.0), default=MIN_ACCEPTANCE, show_default=True,
+@click.option("--min-acceptance", type=FiniteFloat(0.0, 1.0), default=MIN_ACCEPTANCE, show_default=True,
               help="With --genai: the share of drafted tokens the target must accept (0 turns the check off). Random "
                    "or foreign drafts are accepted ~0% of the time; a working draft far more often.")
 @click.option("--checkpoint", default=None,

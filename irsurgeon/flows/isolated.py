@@ -11,7 +11,8 @@ is a sample of the machine either way.
              with its own interruption; nothing is left running), sends it (name, args, kwargs) pickled, then reads
              frames: ("echo", line) goes to echo, ("result", value) is returned, ("error", IRSurgeonError) raised.
              The child's stderr (genai's and glibc's own lines) is kept, and its last line names a death
-    child    main(): SIGINT ignored, stdout kept for the frames alone (stray prints go to stderr), the named function
+    child    main(): SIGINT ignored, stdout kept for the frames alone (stray prints, and native code's writes to
+             descriptor 1, go to stderr), the named function
              of flows.genai (CALLS, no other) run with an echo that sends frames
 The child imports the same irsurgeon as the parent (its folder first on PYTHONPATH). Frames come only from that
 child, so pickle is safe here: nothing from a file or a server is unpickled.
@@ -101,7 +102,9 @@ def _death(returncode: int, tail) -> str:
 def main() -> None:
     """The child: run the one measurement it is sent, answer in frames (the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    frames = sys.stdout.buffer
+    sys.stdout.flush()
+    frames = os.fdopen(os.dup(1), "wb")  # the frames' own descriptor; 1 becomes stderr for everyone else:
+    os.dup2(2, 1)                         # openvino's and genai's C++ write std::cout there, never into a frame
     sys.stdout = sys.stderr  # a stray print never corrupts a frame
 
     def send(kind: str, value) -> None:

@@ -14,11 +14,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Sequence, Union
 
-from irsurgeon.core.errors import IRSurgeonError
+from irsurgeon.core import limits
+from irsurgeon.core.errors import IRSurgeonError, cause
 from irsurgeon.core.text import shown
+from irsurgeon.ir import files
+from irsurgeon.ir.export import DETOKENIZER, TOKENIZER
 
 Prompt = Union[str, tuple[tuple[str, str], ...]]  # a text, or a conversation: (role, content) pairs
 
@@ -45,6 +49,7 @@ def prompt_list(prompts: int | Sequence[Prompt]) -> list[Prompt]:
 def read_prompts(path: Path, text: str) -> list[Prompt]:
     """The prompts of a file's text (the module docstring): JSON Lines when its first non-blank line opens an
     object, else one prompt per non-blank line. A line that is not a prompt is an IRSurgeonError naming it."""
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark, as Windows editors save one: not the text's
     lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not lines:
         raise IRSurgeonError(f"{path}: no prompts (one per line, or JSON Lines with \"prompt\" or \"messages\")")
@@ -58,8 +63,12 @@ def json_prompt(path: Path, n: int, line: str) -> Prompt:
     where = f"{path}: line {n}"
     try:
         obj = json.loads(line)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise IRSurgeonError(f"{where}: not JSON ({e.msg})") from None
+    except RecursionError:  # json.loads recurses per level
+        raise IRSurgeonError(f"{where}: JSON nested too deeply for a prompt") from None
+    except ValueError:  # int()'s digit limit (sys.get_int_max_str_digits)
+        raise IRSurgeonError(f"{where}: holds a number too long to read; expected a prompt") from None
     if isinstance(obj, dict) and isinstance(obj.get("prompt"), str) and obj["prompt"].strip():
         return obj["prompt"]
     messages = obj.get("messages") if isinstance(obj, dict) else None
@@ -74,17 +83,44 @@ def json_prompt(path: Path, n: int, line: str) -> Prompt:
 def rendered(g, target: Path, prompts: Sequence[Prompt], chat: bool) -> tuple[list[str], bool]:
     """The prompts as text for both pipelines (the module docstring), and whether a chat template was applied."""
     talks = any(not isinstance(p, str) for p in prompts)
-    tokenizer = g.Tokenizer(str(target)) if chat or talks else None
+    tokenizer = tokenizer_of(g, target) if chat or talks else None
     template = tokenizer is not None and bool(tokenizer.chat_template)
     if talks and not template:
         raise IRSurgeonError(f"{target}: its tokenizer has no chat template, and a prompt is a conversation "
                              f"(messages): give plain text prompts")
     out = []
-    for p in prompts:
+    for i, p in enumerate(prompts, 1):
         if isinstance(p, str) and not (chat and template):
             out.append(p)
             continue
         messages = [("user", p)] if isinstance(p, str) else p
-        out.append(tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages],
-                                                 add_generation_prompt=True))
+        try:
+            out.append(tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages],
+                                                     add_generation_prompt=True))
+        except RuntimeError as e:  # the template's raise_exception ("roles must alternate"), or minja's own
+            raise IRSurgeonError(f"{target}: its tokenizer's chat template refused prompt {i} (roles "
+                                 f"{shown(', '.join(r for r, _ in messages)[:80])}): {template_error(e)}") from None
     return out, template and (chat or talks)
+
+
+def tokenizer_of(g, target: Path):
+    """openvino_genai.Tokenizer of the target, its files checked first (genai opens them itself: a FIFO would block
+    it, a 2 GiB file be read whole); what genai cannot read is one line naming the target."""
+    limits.check_directory_files(target, IRSurgeonError)
+    for name in (TOKENIZER, DETOKENIZER):  # an IR, or OpenVINO's other frontends try it and log to stderr
+        if os.path.lexists(target / name):
+            files.read_ir_bytes(target / name)
+    try:
+        return g.Tokenizer(str(target))
+    except RuntimeError as e:
+        raise IRSurgeonError(f"{target}: openvino-genai cannot read its tokenizer: {shown(cause(e)[:200])}") from None
+
+
+def template_error(e: RuntimeError) -> str:
+    """The words of a chat template's refusal: openvino-genai 2026.4.1 (src/cpp/src/tokenizer/tokenizer_impl.cpp,
+    apply_chat_template) raises a dozen lines, advice and the template with carets, around one "Minja's error: WHAT
+    at row R, column C:" line; that WHAT, else the exception's first informative line."""
+    for line in str(e).splitlines():
+        if line.startswith("Minja's error:"):
+            return shown(line.removeprefix("Minja's error:").strip().split(" at row ")[0][:200])
+    return shown(cause(e)[:200])

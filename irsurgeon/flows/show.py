@@ -17,7 +17,6 @@ Nothing is written and nothing from the files is executed; every `.xml` is byte-
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from irsurgeon.core.errors import IRError, IRSurgeonError
 from irsurgeon.draft.protocol import Family
 from irsurgeon.families import registry
 from irsurgeon.ir.footprint import footprint
-from irsurgeon.core import rtinfo
+from irsurgeon.core import limits, rtinfo
 from irsurgeon.ir import files, xmlsafe
 from irsurgeon.ir.describe import show_ir
 from irsurgeon.ir.export import CONFIG, ExportDir
@@ -110,9 +109,9 @@ def tuning(xml: Path, described) -> dict | None:
     if not isinstance(described, dict):
         return None
     text = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.PROVENANCE, rtinfo.TUNING), str(xml))
-    try:
-        data = json.loads(text) if text else None
-    except ValueError:
+    try:  # bounded: a record nested too deep or with a number too long is no record, as one that is not JSON
+        data = limits.parse_json(text, str(xml), IRSurgeonError) if text else None
+    except IRSurgeonError:
         return None
     return data if isinstance(data, dict) else None
 

@@ -57,7 +57,7 @@ from typing import Callable, Sequence
 from irsurgeon.commit.transaction import DirectoryTransaction
 from irsurgeon.core import rtinfo
 from irsurgeon.core.config import check_generation_config, read_json
-from irsurgeon.core.errors import ConfigError, IRError, IRSurgeonError, with_hint
+from irsurgeon.core.errors import ConfigError, Interrupted, IRError, IRSurgeonError, with_hint
 from irsurgeon.core.text import a, silent
 from irsurgeon.draft.protocol import Family, Match, Options, Tuned
 from irsurgeon.families import registry
@@ -66,7 +66,7 @@ from irsurgeon.flows import isolated
 from irsurgeon.flows.genai import Measurement, genai_module
 from irsurgeon.flows.prompts import PROMPTS, Prompt, prompt_list, rendered
 from irsurgeon.flows.patch import (K_KEY, checkpoint_config, draft_format, patch, recorded, recorded_edits,
-                                   recorded_kv, stage_k)
+                                   recorded_kv, refuse_unwritable, stage_k)
 from irsurgeon.flows.verify import verify_directory
 from irsurgeon.ir import files
 from irsurgeon.ir.export import GENERATION_CONFIG, directory_problem
@@ -153,6 +153,7 @@ class TuneReport:
     written: list[str] = field(default_factory=list)
     chat_template: bool = False  # the prompts went through the target's chat template (flows.prompts.rendered)
     not_tried: list[str] = field(default_factory=list)  # what the budget left out, each in a few words
+    measured: tuple | None = None  # draft_identity of the present draft when the run began (None: not checked)
 
     @property
     def chosen_format(self) -> str:
@@ -227,8 +228,10 @@ def tune(target_dir: str | Path, checkpoint: str | None = None, *, settings: Set
     """The whole run (the module docstring); returns what was measured, chosen and written."""
     clock, target = Clock(settings.budget), Path(target_dir)
     family = patched_family(target)
+    if not dry_run:
+        refuse_unwritable(target, False)  # before the measurements, not at the commit after them
     source = checkpoint or recorded_source(target, family)
-    report = TuneReport(target, family.key, str(source), dry_run)
+    report = TuneReport(target, family.key, str(source), dry_run, measured=draft_identity(target, family))
     report.candidates = candidates(family, target, source, hub, echo)
     report.present_format = draft_format(target / family.layout.draft_xml) or "auto"
     texts, report.chat_template = rendered(genai_module(), target, prompt_list(settings.prompts), settings.chat)
@@ -442,14 +445,40 @@ def persist(report: TuneReport, family: Family, target: Path, settings: Settings
                           else None)
         report.written += patch(target, report.checkpoint, options=options, echo=echo).written
         return
-    with DirectoryTransaction(target, writable=registry.writable(), wait=wait, echo=echo) as tx:
-        name = family.layout.draft_xml
-        files.write_rt_info(xml, {(rtinfo.PROVENANCE, rtinfo.TUNING): tuned.record}, into=lambda b: tx.write(name, b))
-        if tuned.k is not None:
-            stage_k(tx, target, tuned.k)
-        tx.commit()
+    tx = DirectoryTransaction(target, writable=registry.writable(), wait=wait, echo=echo)
+    try:
+        with tx:
+            if report.measured is not None and draft_identity(target, family) != report.measured:  # under the lock
+                raise IRSurgeonError(f"{xml}: replaced while tune measured it (another run rebuilt the draft): the "
+                                     f"measurements are not of the draft there now; nothing was written, run tune "
+                                     f"again")
+            name = family.layout.draft_xml
+            files.write_rt_info(xml, {(rtinfo.PROVENANCE, rtinfo.TUNING): tuned.record},
+                                into=lambda b: tx.write(name, b))
+            if tuned.k is not None:
+                stage_k(tx, target, tuned.k)
+            tx.commit()
+    except KeyboardInterrupt:  # a Ctrl-C the commit held: after it, what was written is said (as patch says it)
+        if not tx.committed:
+            raise
+        raise Interrupted(f"{target}: tune's choice is written (committed {', '.join(tx.names)}); only its report "
+                          f"was interrupted: irsurgeon show {target} prints the record") from None
     report.written += tx.names
     echo(f"{target}: wrote {', '.join(tx.names)}")
+
+
+def draft_identity(target: Path, family: Family) -> tuple:
+    """The present draft's files as the disk knows them (inode, size, modification time of its .xml and .bin): a
+    patch replaces them by rename, so a draft rebuilt while tune measured the one there is told apart."""
+    out = []
+    for path in (target / family.layout.draft_xml, (target / family.layout.draft_xml).with_suffix(".bin")):
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
 
 
 def record(report: TuneReport, settings: Settings) -> dict:

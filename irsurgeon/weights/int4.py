@@ -93,7 +93,8 @@ def unpack_rows(words: np.ndarray, count: int) -> np.ndarray:
 
 def product(diff: np.ndarray, scale: np.ndarray, dtype: str) -> np.ndarray:
     """(q - z) * s rounded once to the scale's dtype, as float32 (the libraries' arithmetic: module docstring)."""
-    exact = diff.astype(np.float32) * scale.astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 is NaN in the library too; `finite` reports it
+        exact = diff.astype(np.float32) * scale.astype(np.float32)
     if dtype == "BF16":
         return (f32_to_bf16(exact).astype(np.uint32) << 16).view(np.float32)
     if dtype == "F16":
@@ -116,9 +117,15 @@ class Int4Layout:
         if not isinstance(groups, dict) or not groups:
             raise refuse(self.where, "config_groups", groups, "at least one config group")
         for key, group in groups.items():
-            if not isinstance(group, dict) or not isinstance(group.get("weights"), dict):
-                raise refuse(self.where, f"config_groups.{key}.weights", (group or {}).get("weights"),
-                             "a weights section")
+            if not isinstance(group, dict):
+                raise refuse(self.where, f"config_groups.{key}", group, "an object with a weights section")
+            if not isinstance(group.get("weights"), dict):
+                raise refuse(self.where, f"config_groups.{key}.weights", group.get("weights"), "a weights section")
+            if not names(group.get("targets", [])):
+                raise refuse(self.where, f"config_groups.{key}.targets", group.get("targets"),
+                             "a list of module names, re: patterns or class names")
+        if not names(self.qc.get("ignore") or []):  # compressed-tensors 0.20.1 quant_config.py: list[str] | None
+            raise refuse(self.where, "ignore", self.qc.get("ignore"), "a list of module names or re: patterns")
 
     def _ct_args(self, module: str) -> Args:
         """compressed-tensors 0.20.1 utils/match.py `match_targets`: exact names first, then regexes (`re:`,
@@ -343,13 +350,20 @@ class Int4Layout:
         z = stored + 1  # checkpoint_format 'gptq' (v1) stores each zero point minus 1
         if f"{m}.g_idx" in ckpt.shard_of:
             g_idx = np.asarray(ckpt.get(f"{m}.g_idx"), np.int64)
-            if g_idx.min(initial=0) < 0 or g_idx.max(initial=0) >= groups:
-                raise CheckpointError(f"tensor {m}.g_idx: holds group {int(g_idx.max())}, outside 0..{groups - 1}")
+            outside = g_idx[(g_idx < 0) | (g_idx >= groups)]
+            if outside.size:
+                raise CheckpointError(f"tensor {m}.g_idx: holds group {int(outside[0])}, outside 0..{groups - 1}")
         else:
             g_idx = np.arange(I) // g
         diff = q.astype(np.int16) - z[g_idx]
         scales, sdtype = ckpt.get(f"{m}.scales"), ckpt.info(f"{m}.scales").dtype
         return np.ascontiguousarray(product(diff, np.asarray(scales, np.float32)[g_idx], sdtype).T)
+
+
+def names(value) -> bool:
+    """A list of strings, as compressed-tensors 0.20.1 types `targets` (quant_scheme.py) and `ignore`
+    (quant_config.py): pydantic refuses a bare string or another type there."""
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def ct_match(name: str, target: str) -> bool:

@@ -97,7 +97,11 @@ def local_answer(path: Path) -> str:
     is there, that it holds no such checkpoint."""
     if path.parent.is_dir():
         return f"no such local checkpoint in {path.parent}" + did_you_mean(path)
-    missing = next(p for p in reversed(path.parents) if not p.is_dir())
+    missing = next((p for p in reversed(path.parents) if not p.is_dir()), path.parent)
+    if os.path.lexists(missing):  # a file (or a dangling link) where the path needs a folder
+        what = "a file, not a folder" if missing.is_file() else "a link to nothing" if not missing.exists() \
+            else "not a folder"
+        return f"no such local path ({missing} is {what})"
     return f"no such local path ({missing}/ does not exist)"
 
 
