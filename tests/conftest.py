@@ -63,6 +63,14 @@ def every_constant_appended(monkeypatch):
     monkeypatch.setattr(build, "DETACH_BYTES", 1)
 
 
+@pytest.fixture(scope="session")
+def pristine(tmp_path_factory):
+    """Every family's pristine folder (lab.hostile.Pristine: its bundled pair, sharded, patched), each made once per
+    test process on first use and shared by the hostile-input lab and the fuzz bench, which only copy it."""
+    from lab.hostile import Pristine
+    return Pristine(tmp_path_factory.mktemp("pristine"))
+
+
 @pytest.fixture(scope="module")
 def patched_demo(tmp_path_factory) -> Path:
     """The demo target (fixtures/qwen3_5) patched with its checkpoint, once per test file; copy it to change it."""
