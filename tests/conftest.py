@@ -114,3 +114,69 @@ def reads(monkeypatch) -> list[tuple[str, int, int]]:
     monkeypatch.setattr(os, "preadv", preadv)
     monkeypatch.setattr(os, "pread", pread)
     return seen
+
+
+# --- progress a person can read ------------------------------------------------------------------------------------
+# Besides pytest's dots: a line as each test file finishes (its last test done, on whichever worker), with the count
+# of tests done and the time since the run started. Only in the process that reports (pytest alone, or the xdist
+# controller), and not with -v, which already names every test.
+
+class _Progress:
+    def __init__(self, config):
+        self.config, self.left, self.total, self.done, self.start = config, {}, 0, 0, None
+
+    def expect(self, nodeids) -> None:
+        if self.left:
+            return  # xdist: every worker collects the same tests
+        for nodeid in nodeids:
+            name = nodeid.split("::")[0]
+            self.left[name] = self.left.get(name, 0) + 1
+        self.total = len(nodeids)
+
+    def finished(self, nodeid: str) -> None:
+        import time
+        name = nodeid.split("::")[0]
+        if name not in self.left:
+            return
+        self.done += 1
+        self.left[name] -= 1
+        if self.left[name] == 0:
+            del self.left[name]
+            seconds = int(time.monotonic() - self.start)
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                if reporter._tw.width_of_current_line:  # after a line of dots
+                    reporter.write("\n")
+                reporter.write_line(f"[{self.done:>5}/{self.total} {seconds // 60}:{seconds % 60:02d}] {name} done")
+
+
+_PROGRESS: list[_Progress] = []  # the one of this run, when it reports
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and config.getoption("verbose") <= 0 and not config.getoption("collectonly"):
+        _PROGRESS[:] = [_Progress(config)]
+
+
+def pytest_sessionstart(session):
+    import time
+    for progress in _PROGRESS:
+        progress.start = time.monotonic()
+
+
+def pytest_collection_finish(session):
+    for progress in _PROGRESS:
+        if session.items:
+            progress.expect([item.nodeid for item in session.items])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    for progress in _PROGRESS:
+        progress.expect(ids)
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        for progress in _PROGRESS:
+            progress.finished(report.nodeid)
