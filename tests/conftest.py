@@ -116,6 +116,19 @@ def reads(monkeypatch) -> list[tuple[str, int, int]]:
     return seen
 
 
+# --- one core per worker ------------------------------------------------------------------------------------------
+# An xdist worker (gw0, gw1, ...) runs on one core of those it may use (gw0 the first, gw1 the second, ...), and so
+# do the processes it starts: openvino's thread pool sizes itself to the cores a process may use, and two workers
+# each running a pool over both cores of a 2-core machine spent about 10 % more CPU on the same tests (measured on
+# five test files, 77.6 s against 69.6 s). IRSURGEON_TEST_NO_PIN=1 leaves the workers on every core.
+
+def pin_worker() -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and not os.environ.get("IRSURGEON_TEST_NO_PIN"):
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[int(worker[2:]) % len(cpus)]})
+
+
 # --- progress a person can read ------------------------------------------------------------------------------------
 # Besides pytest's dots: a line as each test file finishes (its last test done, on whichever worker), with the count
 # of tests done and the time since the run started. Only in the process that reports (pytest alone, or the xdist
@@ -160,6 +173,7 @@ def pytest_configure(config):
 
 def pytest_sessionstart(session):
     import time
+    pin_worker()
     for progress in _PROGRESS:
         progress.start = time.monotonic()
 
@@ -180,3 +194,4 @@ def pytest_runtest_logreport(report):
     if report.when == "teardown":
         for progress in _PROGRESS:
             progress.finished(report.nodeid)
+
