@@ -211,9 +211,9 @@ class Tally:
 class Bench:
     """Pristine folders made once per family (on first use); each example works on a fresh copy in its own folder."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, pristine: Pristine | None = None):
         self.root = root
-        self.pristine = Pristine(root / "pristine")
+        self.pristine = pristine or Pristine(root / "pristine")  # one Pristine may serve several benches and labs
         self.count = 0
 
     def example(self, key: str, kind: str, seed: int, command: str, tally: Tally) -> None:

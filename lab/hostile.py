@@ -160,9 +160,9 @@ class Pristine:
 class Lab:
     """Pristine inputs made once per family (on first use); every case runs on a fresh copy of its family's folder."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, pristine: Pristine | None = None):
         self.root = root
-        self.pristine = Pristine(root / "pristine")
+        self.pristine = pristine or Pristine(root / "pristine")  # one Pristine may serve several labs and benches
         self.count = 0
 
     def fresh(self, key: str) -> Path:

@@ -226,13 +226,13 @@ def test_prompts_from_a_fifo_or_device_never_block(tmp_path, target):
 
 
 # --- the command matrix, for every registered family ---------------------------------------------------------------
-# hostile_forms derives every family's inputs from the registry. The default run takes PINNED (cases that once
-# broke, with their exit code) and, for every family and role they leave uncovered, one more case (sample()); the
+# hostile_forms derives every family's inputs from the registry. The default run takes every sixth case of PINNED
+# (cases that once broke, with their exit code; the slow tier runs them all) and, for every family and role they leave uncovered, one more case (sample()); the
 # slow test and benchmarks/bench_reliability.py --attack-inputs-only run the whole matrix.
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory) -> Lab:
-    return Lab(tmp_path_factory.mktemp("hostile"))
+def lab(tmp_path_factory, pristine) -> Lab:
+    return Lab(tmp_path_factory.mktemp("hostile"), pristine)
 
 
 # family key -> (input, form, command, exit code): show reports a broken config.json inside its output and goes on
@@ -321,8 +321,8 @@ KNOWN_FAILURES: dict = {}  # none left: genai's own reads of generation_config.j
 SAMPLED = sample([case for case, _ in PINNED_CASES], avoid=KNOWN_FAILURES)[len(PINNED_CASES):]
 
 
-@pytest.mark.parametrize("case, code", [pytest.param(c, code, id=str(c), marks=() if i % 3 == 0 else pytest.mark.slow)
-                                        for i, (c, code) in enumerate(PINNED_CASES)])  # every third by default
+@pytest.mark.parametrize("case, code", [pytest.param(c, code, id=str(c), marks=() if i % 6 == 0 else pytest.mark.slow)
+                                        for i, (c, code) in enumerate(PINNED_CASES)])  # every sixth by default
 def test_hostile_inputs_through_the_commands(lab, case, code):
     outcome = lab.run(case)
     assert not outcome.problems, (outcome.problems, outcome.stderr[:300])
@@ -336,7 +336,8 @@ def test_one_hostile_input_of_every_role_of_every_family(lab, case):
     assert outcome.seconds < 30 and len(outcome.stderr) < 1000, outcome
 
 
-@pytest.mark.parametrize("case", GENAI_CONFIG_CASES, ids=str)
+@pytest.mark.parametrize("case", [pytest.param(c, id=str(c), marks=() if i in (0, 2) else pytest.mark.slow)
+                                  for i, c in enumerate(GENAI_CONFIG_CASES)])  # one a family by default
 def test_generation_configs_genai_would_choke_on_are_one_line(lab, case):
     outcome = lab.run(case)
     assert not outcome.problems and outcome.code == 1, (outcome.problems, outcome.stderr[:300])

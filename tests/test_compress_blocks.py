@@ -53,9 +53,13 @@ def compressed(ckpt, params, blocks: bool, monkeypatch) -> ov.Model:
         return compress_model(build_mtp_model(ckpt, weight_format="f16"), params)[0]
 
 
+SLOW = pytest.mark.slow  # the default tier's sample holds each head (dense, MoE, odd), each format and each option
+
+
 @pytest.mark.parametrize("spec, fmt, overrides", [
-    (DENSE, "int4", {}), (DENSE, "int8", {}), (MOE, "int4", {}), (MOE, "int8", {}), (ODD, "int4", {}),
-    (ODD, "int8", {}), (DENSE, "int4", {"sym": True, "group_size": 32}),
+    pytest.param(DENSE, "int4", {}, marks=SLOW), pytest.param(DENSE, "int8", {}, marks=SLOW),
+    pytest.param(MOE, "int4", {}, marks=SLOW), (MOE, "int8", {}), (ODD, "int4", {}),
+    pytest.param(ODD, "int8", {}, marks=SLOW), (DENSE, "int4", {"sym": True, "group_size": 32}),
     (DENSE, "int4", {"ratio": 0.5, "backup": "int8_asym"}), (MOE, "int4", {"all_layers": True, "group_size": 128}),
 ], ids=["dense-int4", "dense-int8", "moe-int4", "moe-int8", "odd-int4", "odd-int8", "dense-int4-sym-g32",
         "dense-int4-ratio", "moe-int4-g128-all-layers"])

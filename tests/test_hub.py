@@ -150,7 +150,7 @@ def bin_repo(files: dict[str, Path], dest: Path) -> dict[str, Path]:
     return out
 
 
-@pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.parametrize("shards", [pytest.param(1, marks=pytest.mark.slow), 3])  # the default tier: several
 def test_a_repo_of_bin_files_is_fetched_whole_and_read_locally(tmp_path, shards):
     """No safetensors in the repo (transformers' order then takes pytorch_model.bin, its index): the .bin files
     holding `mtp.*` are downloaded whole through huggingface_hub, never by range and never the others, then read by

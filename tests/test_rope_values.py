@@ -2,28 +2,30 @@
 
 A NaN, an infinity, a negative beta, a subnormal or huge factor or a huge theta used to reach math.log, a division or
 a float32 cast: "unexpected ValueError: math domain error", a RuntimeWarning and a draft built from overflowed
-tables. Each is now one line naming the key, exit 1, the target untouched, and no warning on stderr.
+tables. Each is now one line naming the key, exit 1, the target untouched, and no warning. The CLI runs in-process
+(helpers.cli.invoke): every warning raised during the command is recorded (the categories a Python process shows by
+default), under numpy's default floating-point error handling.
 """
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
+import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from helpers.cli import invoke
 from lab.dirsnap import snapshot
 from lab.families import FAMILIES, FIXTURE_PAIRS
 from lab.hostile_forms import set_everywhere
 from irsurgeon.families import registry
 
-ROOT = Path(__file__).resolve().parents[1]
 HOSTILE_THETA = [float("nan"), float("inf"), 1e308, 0.5, -10000.0]
 
 
-def patch_with(tmp_path: Path, family, edit) -> tuple[subprocess.CompletedProcess, dict, dict]:
+def patch_with(tmp_path: Path, family, edit) -> tuple[object, list, dict, dict]:
     target_src, ckpt_src = FIXTURE_PAIRS[family.key]
     target = Path(shutil.copytree(target_src, tmp_path / "target"))
     ckpt = Path(shutil.copytree(ckpt_src, tmp_path / "ckpt"))
@@ -31,16 +33,20 @@ def patch_with(tmp_path: Path, family, edit) -> tuple[subprocess.CompletedProces
     edit(config)
     (ckpt / "config.json").write_text(json.dumps(config))  # NaN / Infinity as Python's json writes them
     before = snapshot(target)
-    proc = subprocess.run([sys.executable, "-m", "irsurgeon.cli", "patch", str(target), "--checkpoint", str(ckpt)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
-    return proc, before, snapshot(target)
+    with warnings.catch_warnings(record=True) as caught, np.errstate(divide="warn", over="warn", invalid="warn"):
+        warnings.simplefilter("always")
+        for hidden in (DeprecationWarning, PendingDeprecationWarning, ImportWarning):  # hidden by default
+            warnings.simplefilter("ignore", hidden)
+        result = invoke("patch", target, "--checkpoint", ckpt)
+    return result, caught, before, snapshot(target)
 
 
-def refused_in_one_line(proc, before, after, key: str) -> None:
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+def refused_in_one_line(result, caught, before, after, key: str) -> None:
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("Error: ")]
-    assert proc.returncode == 1 and len(errors) == 1 and key in errors[0], proc.stderr
-    assert "unexpected" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
+    assert result.exit_code == 1 and len(errors) == 1 and key in errors[0], (result.stderr, result.exception)
+    assert "unexpected" not in result.stderr and "Warning" not in result.stderr, result.stderr
+    assert [str(w.message) for w in caught] == []
     assert before == after
 
 
