@@ -153,7 +153,7 @@ def test_an_error_after_the_candidates_leaves_the_directory_and_no_copy(pair, tm
         raise KeyboardInterrupt
     monkeypatch.setattr(flow, "run_sweep", interrupted)
     doc = json.loads(invoke("tune", target, "--json", "--prompts", "1").stdout)
-    assert doc["error"] == "interrupted" and doc["exit_code"] == 130
+    assert doc["error"] == "interrupted before the commit: the directory is as it was" and doc["exit_code"] == 130
     assert snapshot(target) == before and list(private_tmp.iterdir()) == []
 
 
