@@ -280,27 +280,30 @@ class Int4Layout:
         return O, I
 
     def _awq_shape(self, ckpt, module: str, info: dict, args: Args) -> tuple[int, int]:
+        """AutoAWQ GEMM packs along the outputs: qweight [I, O/8], qzeros [I/g, O/8], scales [I/g, O]."""
         I, words = info["qweight"].shape if len(info["qweight"].shape) == 2 else (0, 0)
         O = words * PER_WORD
-        g = args.group or I
-        if not I or I % g:
-            raise CheckpointError(f"tensor {module}.qweight: {I} inputs are not a multiple of group size {g}")
-        self._expect(module, "qweight", info["qweight"], ("I32",), (I, O // PER_WORD))
-        self._expect(module, "qzeros", info["qzeros"], ("I32",), (I // g, O // PER_WORD))
-        self._expect(module, "scales", info["scales"], SCALE_DTYPES, (I // g, O))
-        return O, I
+        return self._packed_shape(module, info, args, O, I, (I, O // PER_WORD), (I // (args.group or I or 1),
+                                                                              O // PER_WORD))
 
     def _gptq_shape(self, ckpt, module: str, info: dict, args: Args) -> tuple[int, int]:
+        """GPTQ packs along the inputs: qweight [I/8, O], qzeros [I/g, O/8 rounded up], scales [I/g, O], g_idx [I]."""
         words, O = info["qweight"].shape if len(info["qweight"].shape) == 2 else (0, 0)
         I = words * PER_WORD
+        O, I = self._packed_shape(module, info, args, O, I, (I // PER_WORD, O), (I // (args.group or I or 1),
+                                                                              -(-O // PER_WORD)))
+        if "g_idx" in info:
+            self._expect(module, "g_idx", info["g_idx"], ("I32", "I64"), (I,))
+        return O, I
+
+    def _packed_shape(self, module: str, info: dict, args: Args, O: int, I: int, qweight: tuple, qzeros: tuple):
+        """The group size checked against I, then qweight, qzeros and scales [I/g, O] against their shapes."""
         g = args.group or I
         if not I or I % g:
             raise CheckpointError(f"tensor {module}.qweight: {I} inputs are not a multiple of group size {g}")
-        self._expect(module, "qweight", info["qweight"], ("I32",), (I // PER_WORD, O))
-        self._expect(module, "qzeros", info["qzeros"], ("I32",), (I // g, -(-O // PER_WORD)))
+        self._expect(module, "qweight", info["qweight"], ("I32",), qweight)
+        self._expect(module, "qzeros", info["qzeros"], ("I32",), qzeros)
         self._expect(module, "scales", info["scales"], SCALE_DTYPES, (I // g, O))
-        if "g_idx" in info:
-            self._expect(module, "g_idx", info["g_idx"], ("I32", "I64"), (I,))
         return O, I
 
     # -- values ---------------------------------------------------------------------------------------------------
