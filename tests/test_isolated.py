@@ -113,3 +113,13 @@ def test_bytes_native_code_writes_to_stdout_never_reach_the_frames(patched, tmp_
     report = isolated.call("run_equivalence", patched, 1, (2,), 8, echo=said.append)
     assert report.identical and report.runs[0].tokens == 8
     assert not any("ended its process" in line for line in said), said
+
+
+def test_a_count_past_its_moment_stops_adding_prompts(patched):
+    """run_equivalence's `until` (time.monotonic(), one clock for every process here): the first prompt is always
+    run, none after the moment has passed."""
+    import time
+
+    report = isolated.call("run_equivalence", patched, 3, (1,), 4, until=time.monotonic())
+    assert sorted({r.prompt for r in report.runs}) == [0]
+    assert sorted({r.prompt for r in isolated.call("run_equivalence", patched, 3, (1,), 4).runs}) == [0, 1, 2]

@@ -532,3 +532,38 @@ def test_the_json_candidates_carry_counts_and_the_chosen_ones_speed(tmp_path):
     assert [r["chosen"] for r in rows] == [True, False]
     assert (rows[0]["num_assistant_tokens"], rows[0]["tokens_per_s"]) == (2, 171.0)
     assert rows[0]["speedup"] == pytest.approx(171 / 101) and rows[1]["tokens_per_s"] is None
+
+
+def test_a_budget_cuts_the_default_count_short_and_every_later_step_measures_its_prompts(tmp_path, monkeypatch):
+    """A prompts file longer than the budget allows: the default reading's count stops adding prompts once half the
+    budget has passed (here at once), and the K sweep then runs on the prompts it counted; the rest is said."""
+    import time
+    from types import SimpleNamespace
+
+    import irsurgeon.flows.tune as flow
+    from irsurgeon.flows.genai import Measurement, Sweep
+    from irsurgeon.flows.patch import patch
+
+    source, ckpt = FIXTURE_PAIRS["eagle3"]
+    target = shutil.copytree(source, tmp_path / "t")
+    patch(target, ckpt)
+    counted = []
+
+    def equivalence(_where, prompts, *_a, until=None, **_k):
+        n = 1 if until is not None and time.monotonic() >= until else len(prompts)
+        counted.append(n)
+        return SimpleNamespace(identical=True, runs=[SimpleNamespace(prompt=i, accepted=1, draft_tokens=4)
+                                                     for i in range(n)])
+    swept = []
+
+    def sweep(_where, prompts, *_a, **_k):
+        swept.append(list(prompts))
+        plain = Measurement("plain", None, 0, 0, generated_tokens=10, round_seconds=[1.0])
+        return Sweep([plain], None, 1)
+    monkeypatch.setattr(flow, "run_equivalence", equivalence)
+    monkeypatch.setattr(flow, "run_sweep", sweep)
+    monkeypatch.setattr(flow.Clock, "share", lambda self, part: self.start)  # half the budget: passed at once
+    report = flow.tune(target, settings=flow.Settings(prompts=["a", "b", "c"], budget=60, formats=(), chat=False),
+                       dry_run=True)
+    assert counted == [1] and swept == [["a"]]
+    assert report.not_tried[0].startswith("prompts 2-3 (the default reading's count reached 50% of the budget)")

@@ -152,7 +152,9 @@ def texts_of(g, target: Path, prompts: int | Sequence[Prompt]) -> list[str]:
 
 def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: tuple[int, ...] = (1, 2, 3, 4),
                     max_new_tokens: int = 40, device: str = "CPU",
-                    echo: Callable[[str], None] = print) -> Report:
+                    echo: Callable[[str], None] = print, until: float | None = None) -> Report:
+    """Each prompt through plain greedy, then speculative decoding at each K of `nats`; no prompt after the first
+    starts after `until` (time.monotonic()): the report then holds the prompts run, in order."""
     target = Path(target)
     g, (_, fam) = genai_module(), runtime_of(target)
     props = fam.equivalence_properties(target)
@@ -164,6 +166,8 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
     check_interrupted()
     keep_going = not fam.honours_eos
     for i, prompt in enumerate(texts_of(g, target, prompts)):
+        if i and until is not None and time.monotonic() >= until:
+            break
         ref, _ = _generate(g, plain, fam.prompt(prompt), _config(g, max_new_tokens, None, keep_going))
         for nat in nats:
             ids, result = _generate(g, mtp, fam.prompt(prompt), _config(g, max_new_tokens, nat, keep_going))

@@ -75,6 +75,7 @@ from irsurgeon.weights.hub import HubOptions
 Echo = Callable[[str], None]
 READING_KS = (1, 2, 3, 4)  # the drafts per step a reading's acceptance is counted at (verify --genai's sweep)
 ZERO_RETRIES = 2           # fresh pipelines for a count of no draft accepted (count)
+DEFAULT_SHARE = 0.5  # of the budget: the default reading's count stops adding prompts past it (the rest use as many)
 WORTH_TRYING = ("f16", "int8", "int4")  # the formats tried by default: the CPU plugin runs each its own way
 PROBE_K = 3                # written into the sweep's copy: read back, it says whether genai takes K from the file
 
@@ -106,6 +107,10 @@ class Clock:
 
     def spent(self) -> bool:
         return self.seconds is not None and time.monotonic() >= self.deadline
+
+    def share(self, part: float) -> float | None:
+        """The moment `part` of the budget will have passed (None: no budget)."""
+        return None if self.seconds is None else self.start + part * self.seconds
 
 
 @dataclass
@@ -254,7 +259,7 @@ def tune(target_dir: str | Path, checkpoint: str | None = None, *, settings: Set
         for what in report.not_tried:
             echo(f"not tried within the budget of {settings.budget:g} s: {what}")
         if not dry_run:
-            persist(report, family, target, settings, hub, wait, echo)
+            persist(report, family, target, run, hub, wait, echo)
     return report
 
 
@@ -321,7 +326,13 @@ def judge_readings(report: TuneReport, family: Family, target: Path, tmp: Path, 
         if not c.present:
             echo(f"reading [{i + 1}/{len(report.candidates)}] {c.label}: building it in {where}")
             patch(where, report.checkpoint, options=replace_edits(options, c.edits), echo=silent)
-        count(c, where, settings, echo)
+        count(c, where, settings, echo, until=clock.share(DEFAULT_SHARE) if i == 0 else None)
+        cut = i == 0 and clock.seconds is not None and time.monotonic() >= clock.share(DEFAULT_SHARE)
+        if cut and len(c.per_prompt) < len(settings.prompts):  # the budget cut the default's count short: every
+            left = len(settings.prompts)                       # other step measures the prompts it counted
+            settings.prompts = list(settings.prompts[:len(c.per_prompt)])
+            report.not_tried.append(f"prompts {len(c.per_prompt) + 1}-{left} (the default reading's count reached "
+                                    f"{DEFAULT_SHARE:.0%} of the budget)")
         echo(f"reading [{i + 1}/{len(report.candidates)}] {c.label}: accepted {c.accepted}/{c.drafted} drafts"
              + ("" if c.identical else "; DIFFERS from plain greedy"))
         dirs[i] = where
@@ -333,13 +344,13 @@ def judge_readings(report: TuneReport, family: Family, target: Path, tmp: Path, 
     return None if report.candidates[index].present else dirs[index]
 
 
-def count(c: Candidate, where: Path, settings: Settings, echo: Echo) -> None:
+def count(c: Candidate, where: Path, settings: Settings, echo: Echo, until: float | None = None) -> None:
     """The candidate's drafts accepted and drafted, and whether its tokens are plain greedy's (run_equivalence); a
     count of no draft accepted is taken again in fresh pipelines, up to ZERO_RETRIES times: openvino.genai issue 4425
     (2026.3.1, EAGLE-3 on CPU) reports freshly built pipelines that now and then accept none, tokens unchanged."""
     for attempt in range(ZERO_RETRIES + 1):
         run = run_equivalence(where, settings.prompts, READING_KS, settings.max_new_tokens, settings.device,
-                              echo=silent)
+                              echo=silent, until=until)
         c.accepted, c.drafted = sum(r.accepted for r in run.runs), sum(r.draft_tokens for r in run.runs)
         c.per_prompt = [(sum(r.accepted for r in run.runs if r.prompt == i),
                          sum(r.draft_tokens for r in run.runs if r.prompt == i))
