@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from irsurgeon.core import limits, rtinfo
+from irsurgeon.core import rtinfo
 from irsurgeon.draft.build import build_model
 from irsurgeon.draft.load import load_with
 from irsurgeon.draft.stream import stream_of
@@ -335,12 +335,7 @@ def recorded_kv(xml: Path) -> str | None:
 def recorded_edits(xml: Path) -> dict:
     """The config edits a built draft records in its provenance ({} for none, or for a record that is not a JSON
     object)."""
-    text = recorded(xml, rtinfo.PROVENANCE, CONFIG_EDITS)
-    try:  # bounded: nested too deep or a number too long is no record, as text that is not JSON
-        edits = limits.parse_json(text, str(xml), IRSurgeonError) if text else {}
-    except IRSurgeonError:
-        return {}
-    return edits if isinstance(edits, dict) else {}
+    return files.rt_info_object(xml, (rtinfo.PROVENANCE, CONFIG_EDITS)) or {}
 
 
 def draft_format(xml: Path) -> str | None:

@@ -145,7 +145,7 @@ def tuned_k(target: Path) -> dict | None:
     from irsurgeon.flows.show import tuning
 
     family = registry.for_directory(target)
-    record = tuning(target / family.layout.draft_xml, {})
+    record = tuning(target / family.layout.draft_xml)
     k = (record or {}).get("k")
     if not isinstance(k, dict) or not isinstance(k.get("chosen"), int) or not 1 <= k["chosen"] <= 16:
         return None

@@ -25,8 +25,8 @@ from irsurgeon.core.errors import IRError, IRSurgeonError
 from irsurgeon.draft.protocol import Family
 from irsurgeon.families import registry
 from irsurgeon.ir.footprint import footprint
-from irsurgeon.core import limits, rtinfo
-from irsurgeon.ir import files, xmlsafe
+from irsurgeon.core import rtinfo
+from irsurgeon.ir import files
 from irsurgeon.ir.describe import show_ir
 from irsurgeon.ir.export import CONFIG, ExportDir
 from irsurgeon.flows.verify import verify_directory
@@ -96,24 +96,17 @@ def show_directory(directory: Path, context: int = DEFAULT_CONTEXT) -> dict:
         "config": config_facts(directory),
         "irs": irs,
         "draft": draft_verdict(directory, {r["file"]: r for r in irs}, family),
-        "tuning": tuning(draft, described.get(family.layout.draft_xml)),
+        "tuning": tuning(draft) if isinstance(described.get(family.layout.draft_xml), dict) else None,
         "footprint": footprint({k: v for k, v in described.items() if isinstance(v, dict)}, context,
                                family.layout.draft_xml, target=family.layout.target_in(directory),
                                runtime=(family.runtime_overhead, f"the {family.title}'s bundled pair")),
     }
 
 
-def tuning(xml: Path, described) -> dict | None:
-    """The draft's tuning record (rt_info irsurgeon/tuning), read from its `.xml` text; None when the draft could
-    not be read, holds none, or holds one that is not a JSON object."""
-    if not isinstance(described, dict):
-        return None
-    text = xmlsafe.get_value(files.read_ir_bytes(xml), (rtinfo.PROVENANCE, rtinfo.TUNING), str(xml))
-    try:  # bounded: a record nested too deep or with a number too long is no record, as one that is not JSON
-        data = limits.parse_json(text, str(xml), IRSurgeonError) if text else None
-    except IRSurgeonError:
-        return None
-    return data if isinstance(data, dict) else None
+def tuning(xml: Path) -> dict | None:
+    """The draft's tuning record (rt_info irsurgeon/tuning); None when it holds none, or one that is not a JSON
+    object."""
+    return files.rt_info_object(xml, (rtinfo.PROVENANCE, rtinfo.TUNING))
 
 
 def exports_in(directory: Path) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from irsurgeon.core import limits
-from irsurgeon.core.errors import IRError, OutputError, cause
+from irsurgeon.core.errors import IRError, IRSurgeonError, OutputError, cause
 from irsurgeon.ir import xmlsafe
 
 
@@ -150,6 +150,18 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def rt_info_object(xml: Path, path: tuple[str, ...]) -> dict | None:
+    """A net-level rt_info value recorded as a JSON object (a draft's config edits, its tuning record), read from the
+    checked `.xml` text; None when there is none, or the text is not a JSON object. Parsed within the house's depth
+    and number-size bounds: a record nested too deep or with a number too long is no record, as one not JSON."""
+    text = xmlsafe.get_value(read_ir_bytes(xml), path, str(xml))
+    try:
+        data = limits.parse_json(text, str(xml), IRSurgeonError) if text else None
+    except IRSurgeonError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def edit_rt_info(data: bytes, values: dict[tuple[str, ...], str], source: str) -> bytes:
