@@ -562,7 +562,8 @@ def test_a_budget_cuts_the_default_count_short_and_every_later_step_measures_its
         return Sweep([plain], None, 1)
     monkeypatch.setattr(flow, "run_equivalence", equivalence)
     monkeypatch.setattr(flow, "run_sweep", sweep)
-    monkeypatch.setattr(flow.Clock, "share", lambda self, part: self.start)  # half the budget: passed at once
+    # half the budget passed at once, the whole of it an hour away
+    monkeypatch.setattr(flow.Clock, "share", lambda self, part: self.start + (3600 if part >= 1 else 0))
     report = flow.tune(target, settings=flow.Settings(prompts=["a", "b", "c"], budget=60, formats=(), chat=False),
                        dry_run=True)
     assert counted == [1] and swept == [["a"]]

@@ -405,17 +405,21 @@ def provenance(options: Options, source, identity: str) -> dict[str, str]:
         fields[CONFIG_EDITS] = edits_text(options.config_edits)
     if options.tuned is not None:
         fields[rtinfo.TUNING] = options.tuned.record
-    return {k: v for k, v in fields.items() if v}
+    return {k: v for k, v in fields.items() if v}  # a family that proves no identity records none
 
 
 K_KEY = "num_assistant_tokens"
 
 
-def stage_k(tx: DirectoryTransaction, target: Path, k: int) -> None:
-    """Stage the target's generation_config.json with num_assistant_tokens k, every other key as it was (a file
-    that is not there: only that key); the file there is checked first as openvino-genai reads it."""
-    path = target / GENERATION_CONFIG
-    check_generation_config(path)  # what genai would refuse there is refused before anything is staged
+def with_k(path: Path, k: int) -> bytes:
+    """generation_config.json with num_assistant_tokens k, every other key as it was (a file that is not there: only
+    that key); the file there is checked first as openvino-genai reads it, refused before anything is written."""
+    check_generation_config(path)
     config = read_json(path) if path.exists() else {}
     config[K_KEY] = k
-    tx.write(GENERATION_CONFIG, (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))  # a family that proves no identity records none
+    return (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def stage_k(tx: DirectoryTransaction, target: Path, k: int) -> None:
+    """Stage the target's generation_config.json with num_assistant_tokens k (with_k)."""
+    tx.write(GENERATION_CONFIG, with_k(target / GENERATION_CONFIG, k))

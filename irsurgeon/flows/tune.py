@@ -56,7 +56,7 @@ from typing import Callable, Sequence
 
 from irsurgeon.commit.transaction import DirectoryTransaction
 from irsurgeon.core import rtinfo
-from irsurgeon.core.config import check_generation_config, read_json
+from irsurgeon.core.config import check_generation_config
 from irsurgeon.core.errors import ConfigError, Interrupted, IRError, IRSurgeonError, with_hint
 from irsurgeon.core.text import a, silent
 from irsurgeon.draft.protocol import Family, Match, Options, Tuned
@@ -65,8 +65,8 @@ from irsurgeon.flows import measure
 from irsurgeon.flows import isolated
 from irsurgeon.flows.genai import Measurement, genai_module
 from irsurgeon.flows.prompts import PROMPTS, Prompt, prompt_list, rendered
-from irsurgeon.flows.patch import (K_KEY, checkpoint_config, draft_format, patch, recorded, recorded_edits,
-                                   recorded_kv, refuse_unwritable, stage_k)
+from irsurgeon.flows.patch import (checkpoint_config, draft_format, patch, recorded, recorded_edits, recorded_kv,
+                                   refuse_unwritable, stage_k, with_k)
 from irsurgeon.flows.verify import verify_directory
 from irsurgeon.ir import files
 from irsurgeon.ir.export import GENERATION_CONFIG, directory_problem
@@ -103,10 +103,14 @@ class Clock:
 
     @property
     def deadline(self) -> float | None:
-        return None if self.seconds is None else self.start + self.seconds
+        return self.share(1.0)
 
     def spent(self) -> bool:
-        return self.seconds is not None and time.monotonic() >= self.deadline
+        return self.past(1.0)
+
+    def past(self, part: float) -> bool:
+        """`part` of the budget has passed (never without a budget)."""
+        return self.seconds is not None and time.monotonic() >= self.share(part)
 
     def share(self, part: float) -> float | None:
         """The moment `part` of the budget will have passed (None: no budget)."""
@@ -314,9 +318,7 @@ def judge_readings(report: TuneReport, family: Family, target: Path, tmp: Path, 
                    hub: HubOptions | None, clock: Clock, echo: Echo) -> Path | None:
     """Build and count every candidate, choose one (choose_reading); returns the directory holding the winner's
     draft when that is not the present one (a copy in tmp), else None."""
-    xml = target / family.layout.draft_xml
-    options = Options(weight_format=draft_format(xml) or "auto", force=True, hub=hub,
-                      kv_cache_precision=recorded_kv(xml) if "kv_cache_precision" in family.patch_options else None)
+    options = rebuild(family, target, draft_format(target / family.layout.draft_xml) or "auto", hub)
     dirs = {}
     for i, c in enumerate(report.candidates):
         if i and not c.present and clock.spent():  # the default and the present draft are always counted
@@ -325,10 +327,9 @@ def judge_readings(report: TuneReport, family: Family, target: Path, tmp: Path, 
         where = target if c.present else shadow(target, family, tmp / f"candidate-{i}")
         if not c.present:
             echo(f"reading [{i + 1}/{len(report.candidates)}] {c.label}: building it in {where}")
-            patch(where, report.checkpoint, options=replace_edits(options, c.edits), echo=silent)
+            patch(where, report.checkpoint, options=replace(options, config_edits=c.edits or None), echo=silent)
         count(c, where, settings, echo, until=clock.share(DEFAULT_SHARE) if i == 0 else None)
-        cut = i == 0 and clock.seconds is not None and time.monotonic() >= clock.share(DEFAULT_SHARE)
-        if cut and len(c.per_prompt) < len(settings.prompts):  # the budget cut the default's count short: every
+        if i == 0 and clock.past(DEFAULT_SHARE) and len(c.per_prompt) < len(settings.prompts):  # the budget cut the default's count short: every
             left = len(settings.prompts)                       # other step measures the prompts it counted
             settings.prompts = list(settings.prompts[:len(c.per_prompt)])
             report.not_tried.append(f"prompts {len(c.per_prompt) + 1}-{left} (the default reading's count reached "
@@ -377,8 +378,12 @@ def run_alternatives(*args, **kwargs):
     return isolated.call("run_alternatives", *args, **kwargs)
 
 
-def replace_edits(options: Options, edits: dict) -> Options:
-    return replace(options, config_edits=edits or None)
+def rebuild(family: Family, target: Path, weight_format: str, hub: HubOptions | None, **more) -> Options:
+    """The Options of a forced patch that rebuilds the present draft of `target` in `weight_format`, keeping the KV
+    cache precision it records (families that take one)."""
+    xml = target / family.layout.draft_xml
+    return Options(weight_format=weight_format, force=True, hub=hub, **more,
+                   kv_cache_precision=recorded_kv(xml) if "kv_cache_precision" in family.patch_options else None)
 
 
 def choose_reading(cands: list[Candidate]) -> tuple[int, str]:
@@ -450,10 +455,8 @@ def persist(report: TuneReport, family: Family, target: Path, settings: Settings
     tuned = Tuned(json.dumps(record(report, settings), separators=(",", ":"), ensure_ascii=True),
                   report.k.k if report.k is not None else None)
     if chosen is not None and (not chosen.present or report.chosen_format != report.present_format):
-        options = Options(weight_format=report.chosen_format, force=True, hub=hub, wait=wait,
-                          config_edits=chosen.edits or None, tuned=tuned,
-                          kv_cache_precision=recorded_kv(xml) if "kv_cache_precision" in family.patch_options
-                          else None)
+        options = rebuild(family, target, report.chosen_format, hub, wait=wait, config_edits=chosen.edits or None,
+                          tuned=tuned)
         report.written += patch(target, report.checkpoint, options=options, echo=echo).written
         return
     tx = DirectoryTransaction(target, writable=registry.writable(), wait=wait, echo=echo)
@@ -522,19 +525,14 @@ def spread_of(m: Measurement | None) -> list[float] | None:
 def write_k(path: Path, k: int) -> None:
     """A copy's generation_config.json with num_assistant_tokens k (the sweep's probe; the target's own is staged by
     flows.patch.stage_k in tune's commit)."""
-    config = read_json(path) if path.exists() else {}
-    config[K_KEY] = k
-    text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
-    files.write_atomic(path, text.encode("utf-8"), check=check_generation_config)
+    files.write_atomic(path, with_k(path, k), check=check_generation_config)
 
 
 def judge_formats(report: TuneReport, family: Family, target: Path, where: Path, tmp: Path, settings: Settings,
                   hub: HubOptions | None, clock: Clock, echo: Echo) -> Path | None:
     """The winning reading in each format asked for, timed side by side at one K (the module docstring); returns
     the directory of a format that replaces the present one, else None."""
-    k = report.k.k if report.k and report.k.k else max(report.measurements[1:], key=lambda m: m.tokens_per_second) \
-        .num_assistant_tokens
-    chosen, xml = report.chosen, target / family.layout.draft_xml
+    k, chosen = report.timed().num_assistant_tokens, report.chosen  # the chosen K, else the fastest
     dirs, rows = {report.present_format: where}, {report.present_format: FormatRow(report.present_format)}
     for fmt in settings.formats:
         if clock.spent():
@@ -542,9 +540,8 @@ def judge_formats(report: TuneReport, family: Family, target: Path, where: Path,
             continue
         echo(f"format {fmt}: building the draft ({chosen.label}) in {fmt}")
         copy = shadow(target, family, tmp / f"format-{fmt}")
-        patch(copy, report.checkpoint, echo=silent, options=Options(
-            weight_format=fmt, force=True, hub=hub, config_edits=chosen.edits or None,
-            kv_cache_precision=recorded_kv(xml) if "kv_cache_precision" in family.patch_options else None))
+        patch(copy, report.checkpoint, echo=silent,
+              options=rebuild(family, target, fmt, hub, config_edits=chosen.edits or None))
         run = run_equivalence(copy, settings.prompts, (k,), settings.max_new_tokens, settings.device, echo=silent)
         rows[fmt] = FormatRow(fmt, identical=run.identical)
         if run.identical:
