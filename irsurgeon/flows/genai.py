@@ -145,6 +145,12 @@ def generate(pipe, prompt, config, **kwargs):
     return result
 
 
+def reached(until: float | None) -> bool:
+    """`until` (a time.monotonic() moment) has passed; never when there is none. The runs below check it before
+    each prompt or round after their first."""
+    return until is not None and time.monotonic() >= until
+
+
 def texts_of(g, target: Path, prompts: int | Sequence[Prompt]) -> list[str]:
     """The prompts as both pipelines get them (flows.prompts: a conversation through the chat template)."""
     return rendered(g, target, prompt_list(prompts), chat=False)[0]
@@ -166,7 +172,7 @@ def run_equivalence(target: str | Path, prompts: int | Sequence[str] = 3, nats: 
     check_interrupted()
     keep_going = not fam.honours_eos
     for i, prompt in enumerate(texts_of(g, target, prompts)):
-        if i and until is not None and time.monotonic() >= until:
+        if i and reached(until):
             break
         ref, _ = _generate(g, plain, fam.prompt(prompt), _config(g, max_new_tokens, None, keep_going))
         for nat in nats:
@@ -464,7 +470,7 @@ def run_sweep(target: str | Path, prompts: int | Sequence[Prompt] = 6, max_new_t
     plain = Measurement("plain", None, 0, 0, drafted=fam.drafted)
     ks: list[Measurement] = []
     for r in range(rounds):
-        if r and until is not None and time.monotonic() >= until:
+        if r and reached(until):
             break
         rates = [_timed_pass(plain_pipe, texts, _config(g, max_new_tokens, None), plain)]
         for m in ks:
@@ -502,7 +508,7 @@ def run_alternatives(targets: dict[str, Path], k: int, prompts: int | Sequence[P
         check_interrupted()
     found = {label: Measurement(label, k, 0, 0, drafted=fam.drafted) for label in targets}
     for r in range(rounds):
-        if r and until is not None and time.monotonic() >= until:
+        if r and reached(until):
             break
         rates = [_timed_pass(pipes[label], texts, _config(g, max_new_tokens, k), m) for label, m in found.items()]
         echo(f"   round {r + 1}/{rounds}: " + ", ".join(f"{label} {rate:.1f}" for label, rate in zip(found, rates))

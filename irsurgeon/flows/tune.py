@@ -63,7 +63,7 @@ from irsurgeon.draft.protocol import Family, Match, Options, Tuned
 from irsurgeon.families import registry
 from irsurgeon.flows import measure
 from irsurgeon.flows import isolated
-from irsurgeon.flows.genai import Measurement, genai_module
+from irsurgeon.flows.genai import Measurement, genai_module, reached
 from irsurgeon.flows.prompts import PROMPTS, Prompt, prompt_list, rendered
 from irsurgeon.flows.patch import (checkpoint_config, draft_format, patch, recorded, recorded_edits, recorded_kv,
                                    refuse_unwritable, stage_k, with_k)
@@ -110,7 +110,7 @@ class Clock:
 
     def past(self, part: float) -> bool:
         """`part` of the budget has passed (never without a budget)."""
-        return self.seconds is not None and time.monotonic() >= self.share(part)
+        return reached(self.share(part))
 
     def share(self, part: float) -> float | None:
         """The moment `part` of the budget will have passed (None: no budget)."""
