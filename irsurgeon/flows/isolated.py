@@ -46,15 +46,16 @@ def call(name: str, *args, echo: Callable[[str], None] = silent, **kwargs):
     up to RETRIES times when the child dies; an IRSurgeonError naming how it died after that."""
     if name not in CALLS:
         raise ValueError(f"not a measurement run in a child process: {name}")
-    for attempt in range(RETRIES + 1):
+    for _ in range(RETRIES):
         try:
             return _once(name, args, kwargs, echo)
         except ChildDied as e:
-            if attempt == RETRIES:
-                raise IRSurgeonError(f"openvino-genai ended its process during {name} {RETRIES + 1} times "
-                                     f"(last: {e}); nothing was written") from None
             echo(f"   openvino-genai ended its process ({e}): measuring again in a fresh one")
-    raise AssertionError("unreachable")
+    try:
+        return _once(name, args, kwargs, echo)
+    except ChildDied as e:
+        raise IRSurgeonError(f"openvino-genai ended its process during {name} {RETRIES + 1} times (last: {e}); "
+                             f"nothing was written") from None
 
 
 def _once(name: str, args: tuple, kwargs: dict, echo: Callable[[str], None]):
@@ -96,7 +97,7 @@ def _death(returncode: int, tail) -> str:
     """How a child ended without its result, in a few words."""
     how = f"signal {signal.Signals(-returncode).name}" if returncode < 0 else f"exit status {returncode}"
     last = next((ln.decode("utf-8", "replace").strip() for ln in reversed(tail) if ln.strip()), "")
-    return f"{how}" + (f": {shown(last[:200])}" if last else "")
+    return how + (f": {shown(last[:200])}" if last else "")
 
 
 def main() -> None:
