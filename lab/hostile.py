@@ -4,10 +4,10 @@ A Lab holds, for every registered family (families.registry), pristine copies of
 (lab.families.FIXTURE_PAIRS) in a folder named by its key: ckpt/, sharded/ (the same tensors in two shards with
 an index), target/ (with an openvino_config.json), patched/ (target/ patched with ckpt/ through the CLI) and
 prompts.txt. A Case (hostile_forms.py) names a family, an input file of its folder, a way to make it hostile and a
-command; `Lab.run` makes a fresh copy of the family's folder, applies the form, runs the real CLI in a subprocess
-with a timeout and judges the outcome (`Outcome`): success, or exit 1 with exactly one `Error:` line; no traceback,
-no "unexpected" fallback, no signal death, no hang, no peak RSS above `RSS_LIMIT`, no byte of a linked-to file
-echoed, nothing changed outside the command's output.
+command; `Lab.run` makes a fresh copy of the family's folder, applies the form, runs the real CLI in a process of
+its own (lab.forkrun) with a timeout and judges the outcome (`Outcome`): success, or exit 1 with exactly one `Error:`
+line; no traceback, no "unexpected" fallback, no signal death, no hang, no peak RSS above `RSS_LIMIT`, no byte of a
+linked-to file echoed, nothing changed outside the command's output.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab import forkrun
 from lab.families import FIXTURE_PAIRS
 from lab.hostile_forms import CANARY, INDEX, INPUTS, PROMPTS, SHARDS, Case, family_inputs, written
 from irsurgeon.families import registry
@@ -84,35 +85,13 @@ MEASURED = ("import atexit, os\n"
 
 
 def run_cli(args: list[str], timeout: float | None = None) -> tuple[int | None, str, str, float, int]:
-    """(exit code or None when it hung, stdout, stderr, seconds, peak RSS bytes) of the CLI in a subprocess;
-    a negative code is the signal that ended it (then the peak is the last one seen while it ran)."""
-    start = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
-            tempfile.NamedTemporaryFile("r") as hwm:
-        proc = subprocess.Popen([sys.executable, "-c", MEASURED, *args], env={**env(), "HOSTILE_HWM": hwm.name},
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, text=True)
-        seen = 0
-        try:
-            proc.wait(timeout=timeout or TIMEOUT)
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            seen = _vm_hwm(proc.pid)
-            proc.kill()
-            proc.wait()
-            code = None
-        out.seek(0)
-        err.seek(0)
+    """(exit code or None when it hung, stdout, stderr, seconds, peak RSS bytes) of the CLI in a process of its own
+    (lab.forkrun); a negative code is the signal that ended it (then the peak is the last one seen while it ran)."""
+    with tempfile.NamedTemporaryFile("r") as hwm:
+        ran = forkrun.run(MEASURED, args, {**env(), "HOSTILE_HWM": hwm.name}, timeout=timeout or TIMEOUT)
         reported = hwm.read().strip()
-        peak = int(reported) * 1024 if reported.isdigit() else seen
-        return code, out.read(), err.read(), time.perf_counter() - start, peak
-
-
-def _vm_hwm(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return int(next(ln for ln in status if ln.startswith("VmHWM")).split()[1]) * 1024
-    except (OSError, StopIteration, ValueError):
-        return 0
+        peak = int(reported) * 1024 if reported.isdigit() else ran.hwm
+        return ran.returncode, ran.stdout, ran.stderr, ran.seconds, peak
 
 
 def judge(case: str, code: int | None, out: str, err: str, seconds: float, peak: int, changed: list[str],

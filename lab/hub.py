@@ -5,10 +5,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
+
+from lab import forkrun
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_CKPT = ROOT / "fixtures" / "qwen3_5" / "ckpt"
@@ -54,8 +53,7 @@ def cli_env(endpoint: str, home: Path, extra_env: dict | None = None) -> dict[st
 
 
 def run_cli(*args, endpoint: str, home: Path, extra_env: dict | None = None, timeout: float = 120):
-    """`irsurgeon ARGS` in a subprocess (cli_env); returns (the completed process, seconds)."""
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "irsurgeon.cli", *map(str, args)],
-                          env=cli_env(endpoint, home, extra_env), capture_output=True, text=True, timeout=timeout)
-    return proc, time.perf_counter() - start
+    """`python -m irsurgeon.cli ARGS` in a process of its own (lab.forkrun; cli_env); returns (what
+    subprocess.run would, lab.forkrun.Ran, and the seconds it took); subprocess.TimeoutExpired past the timeout."""
+    ran = forkrun.completed(forkrun.module("irsurgeon.cli"), args, cli_env(endpoint, home, extra_env), timeout=timeout)
+    return ran, ran.seconds

@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab import forkrun
 from lab.demo import DEMO_CKPT, DEMO_TARGET
 from lab.dirsnap import digest as snapshot
 
@@ -95,9 +96,9 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, env=child_env(),
-                          timeout=timeout)
+def run_cli(*args: str, timeout: float = 300) -> forkrun.Ran:
+    """The CLI in a process of its own (lab.forkrun), as subprocess.run(capture_output=True, text=True) gives it."""
+    return forkrun.completed(CLI, args, child_env(), timeout=timeout)
 
 
 def patch_args(target: Path, *extra: str, ckpt: Path = DEMO_CKPT) -> list[str]:
@@ -109,10 +110,11 @@ def run_killer(script: Path, target: Path, at: int, sig: int = signal.SIGKILL, e
     env = child_env(KILL_TARGET=str(target), KILL_AT=str(at), KILL_SIGNAL=str(int(sig)))
     if pause is not None:
         env["KILL_PAUSE"] = str(pause)
-    cmd = [sys.executable, str(script), *patch_args(target, *extra, ckpt=ckpt)]
-    if not wait:
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    args = patch_args(target, *extra, ckpt=ckpt)
+    if not wait:  # a Popen the caller talks to
+        return subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    return forkrun.completed(script.read_text(), args, env, timeout=300, argv0=str(script))
 
 
 def write_points(stderr: str) -> list[str]:

@@ -6,7 +6,7 @@
 Each test is charged user + system seconds of `resource.getrusage` (RUSAGE_SELF and RUSAGE_CHILDREN) across its
 setup, call and teardown, so a module- or session-scoped fixture is charged to the first test that asks for it, and a
 child process counts once it has been waited for (every subprocess.run is); the children's share and how many
-subprocess.Popen the test made are stored beside it, with its wall time. Each
+subprocess.Popen and lab.forkrun runs the test made are stored beside it, with its wall time. Each
 process (an xdist worker, or the only one) writes its rows to `$IRSURGEON_TESTCPU_DIR` (default `out/testcpu`), one
 JSON line per test; `report` sums them per file.
 """
@@ -37,18 +37,20 @@ subprocess.Popen = _Counted  # subprocess.run and check_output make their Popen 
 
 
 def cpu_seconds() -> tuple[float, float]:
-    """(this process, its children waited for): user + system seconds."""
+    """(this process, its children waited for, the fork server's children among them): user + system seconds."""
+    from lab.forkrun import FORKED
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime + FORKED["cpu"]
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    (own, kids), wall, spawned = cpu_seconds(), time.monotonic(), SPAWNED[0]
+    from lab.forkrun import FORKED
+    (own, kids), wall, spawned = cpu_seconds(), time.monotonic(), SPAWNED[0] + FORKED["runs"]
     yield
     own_after, kids_after = cpu_seconds()
     row = {"test": item.nodeid, "cpu": round(own_after - own + kids_after - kids, 3),
-           "children": round(kids_after - kids, 3), "spawned": SPAWNED[0] - spawned,
+           "children": round(kids_after - kids, 3), "spawned": SPAWNED[0] + FORKED["runs"] - spawned,
            "wall": round(time.monotonic() - wall, 3)}
     OUT.mkdir(parents=True, exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")

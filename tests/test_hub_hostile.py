@@ -3,18 +3,15 @@ would turn into paths, unbounded reads or an endless wait, and what irsurgeon ma
 nothing written outside the cache directory, memory bounded by what was asked, and every fetch ended by the
 --hub-timeout budget.
 
-Each command runs in a subprocess (huggingface_hub reads HF_ENDPOINT and HF_HOME when it is imported) inside a "box":
+Each command runs in a process of its own (lab.forkrun; huggingface_hub, which reads HF_ENDPOINT and HF_HOME when it
+is imported, is imported there) inside a "box":
 the cache directory, HF_HOME and HOME all lie in it, so that a write anywhere but the cache shows in a snapshot of the
 box taken before and after.
 """
 from __future__ import annotations
 
 import os
-import signal
 import struct
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +19,7 @@ from pathlib import Path
 import pytest
 from helpers.tiers import default_tier
 
+from lab import forkrun
 from lab.dirsnap import snapshot
 from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
 from irsurgeon.core.errors import CheckpointError
@@ -51,7 +49,7 @@ class Run:
     stdout: str
     stderr: str
     seconds: float
-    peak_rss_mb: float  # the child's own peak resident set (VmHWM, sampled: watch)
+    peak_rss_mb: float  # the child's own peak resident set (lab.forkrun.Ran.peak)
 
     @property
     def errors(self) -> list[str]:
@@ -65,8 +63,6 @@ class Box:
         self.root = tmp_path / "box"
         self.cache, self.home, self.hf = self.root / "cache", self.root / "home", self.root / "hf"
         self.home.mkdir(parents=True)
-        self.io = tmp_path / "io"  # the child's stdout and stderr: outside the box
-        self.io.mkdir()
 
     def outside(self) -> dict[str, str]:
         """The box but the cache; and but OpenVINO's telemetry files (~/intel/openvino_ga_cid, ~/intel/stats, which
@@ -75,49 +71,19 @@ class Box:
                 if not any(k == d or k.startswith(d + "/") for d in ("cache", "home/intel"))}
 
     def run(self, *args, endpoint: str, env: dict | None = None, timeout: float = 60) -> Run:
-        """`irsurgeon ARGS` in the box."""
-        return self._run(["-m", "irsurgeon.cli", *map(str, args)], endpoint, env, timeout)
+        """`irsurgeon ARGS` in the box (`python -m irsurgeon.cli`)."""
+        return self.run_python(forkrun.module("irsurgeon.cli"), *args, endpoint=endpoint, env=env, timeout=timeout)
 
     def run_python(self, code: str, *args, endpoint: str, env: dict | None = None, timeout: float = 60) -> Run:
-        return self._run(["-c", code, *map(str, args)], endpoint, env, timeout)
-
-    def _run(self, argv: list[str], endpoint: str, env: dict | None, timeout: float) -> Run:
+        """`python -c code ARGS` in the box, in a process of its own (lab.forkrun)."""
         base = {k: v for k, v in os.environ.items() if k not in CLEAN_ENV}
         base.update({"HF_ENDPOINT": endpoint, "HF_HOME": str(self.hf), "HOME": str(self.home),
                      "PYTHONPATH": str(ROOT), "HF_HUB_DISABLE_TELEMETRY": "1"})
         base.update(env or {})
         base = {k: v for k, v in base.items() if v is not None}
-        out, err = self.io / "stdout", self.io / "stderr"
-        start = time.perf_counter()
-        with open(out, "wb") as o, open(err, "wb") as e:
-            proc = subprocess.Popen([sys.executable, *argv], env=base, stdout=o, stderr=e)
-            killer = threading.Timer(timeout, lambda: os.kill(proc.pid, signal.SIGKILL))
-            killer.start()
-            try:
-                status, peak_kb = watch(proc.pid)
-            finally:
-                killer.cancel()
-            proc.returncode = os.waitstatus_to_exitcode(status)
-        took = time.perf_counter() - start
-        assert proc.returncode != -signal.SIGKILL, f"still running after {timeout} s: {err.read_text()[-2000:]}"
-        return Run(proc.returncode, out.read_text(), err.read_text(), took, peak_kb / 1024)
-
-
-def watch(pid: int, every: float = 0.01) -> tuple[int, int]:
-    """Wait for child pid; its exit status and peak resident set in kB, its VmHWM sampled until it exits.
-    wait4's ru_maxrss would not do: a child exec'd from this process inherits the test process's own high-water
-    mark (the kernel folds the old image's into it at exec), over 1 GB late in a full run."""
-    peak = 0
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status, peak
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                peak = max(peak, next((int(line.split()[1]) for line in f if line.startswith("VmHWM")), 0))
-        except (FileNotFoundError, ProcessLookupError):  # exited between the two calls: reaped next round
-            pass
-        time.sleep(every)
+        ran = forkrun.run(code, args, base, timeout=timeout)
+        assert ran.returncode is not None, f"still running after {timeout} s: {ran.stderr[-2000:]}"
+        return Run(ran.returncode, ran.stdout, ran.stderr, ran.seconds, ran.peak / 2**20)
 
 
 def copy_target(src: Path, dest: Path) -> Path:

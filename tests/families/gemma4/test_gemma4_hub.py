@@ -1,17 +1,16 @@
 """A Gemma 4 assistant as a repo id, against the Hub look-alike on 127.0.0.1 (lab/hub_server.py): every tensor
 fetched by byte range (config.json first, then model.safetensors, or the index and every shard), patched into a copy
 of the fixture target; a missing file is one line and leaves the target as it was. huggingface_hub runs unmodified
-in a subprocess (HF_ENDPOINT and HF_HOME are read when it is imported)."""
+in a process of its own (lab.forkrun: HF_ENDPOINT and HF_HOME are read when it is imported)."""
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from lab.dirsnap import snapshot
 from helpers.gemma4 import copy_pair
+from lab import forkrun
 from lab.hub_server import Faults, HubServer, Revision, split_checkpoint
 from irsurgeon.flows.verify import verify_directory
 
@@ -24,8 +23,7 @@ def run_cli(*args, endpoint: str, home: Path):
                                                             "IRSURGEON_HUB_TIMEOUT")}
     env.update({"HF_ENDPOINT": endpoint, "HF_HOME": str(home), "PYTHONPATH": str(ROOT),
                 "HF_HUB_DISABLE_TELEMETRY": "1", "HOME": str(home)})
-    return subprocess.run([sys.executable, "-m", "irsurgeon.cli", *map(str, args)], env=env, capture_output=True,
-                          text=True, timeout=120)
+    return forkrun.completed(forkrun.module("irsurgeon.cli"), args, env, timeout=120)  # a process of its own
 
 
 def single_file(source: Path) -> dict[str, Path]:

@@ -1,0 +1,216 @@
+"""`python -c CODE ARGS` runs for the tests at a fraction of their CPU: a fork server.
+
+Most of what a short CLI run costs is importing: openvino, numpy, click and irsurgeon's own modules take about
+0.25 s of CPU of the 0.35-0.6 s a refused or small command uses. The hostile-input, hub and kill labs run hundreds of
+such commands. A `Server` (one per test process, started on first use) imports those modules once and forks a fresh
+child for every run. The child is a real, separate process, as a subprocess is:
+- its own process group (a timeout kills it with whatever it started);
+- the run's environment, working directory, argv, stdin (/dev/null) and its own stdout/stderr files at fds 0-2;
+- it runs CODE as `python -c` would, as `__main__`, and ends as an interpreter ends (atexit handlers, flushed
+  streams, the exit code of SystemExit, death by a signal).
+
+What a fork shares with the server is only the imported modules, never a call's state: the server runs nothing but
+imports. The modules preloaded are those that read no setting a test varies when they are imported: `PRELOAD` leaves
+out huggingface_hub (it reads HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE when imported, and the hub tests vary them),
+openvino_genai and nncf (threads of their own) and irsurgeon.entry (importing it takes Ctrl-C, as the command's
+first instruction); the server refuses to start if a preloaded module pulled one in or changed a signal's handler.
+Tests that observe a process's start (import-time side effects, the entry points' first instructions, signals at
+audit events) or run under strace keep starting fresh interpreters. tests/test_forkrun.py runs the same commands
+both ways and compares what a caller sees.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PRELOAD = ("numpy", "openvino", "click", "irsurgeon.cli", "irsurgeon.cli.patch",
+           "irsurgeon.cli.show", "irsurgeon.cli.verify", "irsurgeon.cli.build_mtp", "irsurgeon.cli.annotate",
+           "irsurgeon.cli.synth", "irsurgeon.cli.tune", "irsurgeon.flows.patch", "irsurgeon.flows.show",
+           "irsurgeon.flows.verify", "irsurgeon.flows.annotate", "irsurgeon.flows.standalone")
+NOT_PRELOADED = ("huggingface_hub", "openvino_genai", "nncf", "irsurgeon.entry")
+
+# The server: requests on fd argv[1], one JSON line each; answers on fd argv[2]. A request is {"code", "argv",
+# "env", "cwd", "stdin", "stdout", "stderr", "timeout"}; the answer {"pid", "status" (an exit code, -N for signal N,
+# null when the timeout killed it), "seconds", "cpu" (the child's user + system seconds, its own waited-for children
+# included), "peak" (its peak resident set in bytes, wait4's ru_maxrss: a forked child starts from the server's
+# high-water mark, the imports every run makes), "hwm" (VmHWM in bytes seen just before a timeout's kill, else 0)}.
+SERVER = r'''
+import json, os, select, signal, sys, time
+_handlers = {_s: signal.getsignal(_s) for _s in signal.valid_signals() if _s not in (signal.SIGKILL, signal.SIGSTOP)}
+for _name in json.loads(sys.argv[3]):
+    __import__(_name)
+_pulled = [_n for _n in json.loads(sys.argv[4]) if _n in sys.modules]
+if _pulled:
+    raise SystemExit(f"forkrun: a preloaded module imported {_pulled}")
+if any(signal.getsignal(_s) != _h for _s, _h in _handlers.items()):
+    raise SystemExit("forkrun: a preloaded module changed a signal's handler")
+_requests, _answers = os.fdopen(int(sys.argv[1]), "r"), int(sys.argv[2])
+
+def _hwm(pid):
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return int(next(ln for ln in status if ln.startswith("VmHWM")).split()[1]) * 1024
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+def _child(req):
+    os.setpgid(0, 0)
+    os.close(_answers)
+    _requests.close()
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    for fd, path, flags in ((0, req["stdin"], os.O_RDONLY), (1, req["stdout"], os.O_WRONLY | os.O_TRUNC),
+                            (2, req["stderr"], os.O_WRONLY | os.O_TRUNC)):
+        opened = os.open(path, flags)
+        os.dup2(opened, fd)
+        os.close(opened)
+    sys.argv[:] = req["argv"]
+
+for _line in _requests:
+    _req = json.loads(_line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _start = time.perf_counter()
+    _pid = os.fork()
+    if _pid == 0:
+        _child(_req)
+        break
+    try:
+        os.setpgid(_pid, _pid)
+    except (ProcessLookupError, PermissionError):
+        pass  # the child set it itself already (and may have exec'd), or has ended
+    _pidfd, _status, _seen = os.pidfd_open(_pid), None, 0
+    if not select.select([_pidfd], [], [], _req["timeout"])[0]:
+        _seen = _hwm(_pid)
+        os.killpg(_pid, signal.SIGKILL)
+        _, _wstatus, _usage = os.wait4(_pid, 0)
+    else:
+        _, _wstatus, _usage = os.wait4(_pid, 0)
+        _status = os.waitstatus_to_exitcode(_wstatus)
+    os.close(_pidfd)
+    os.write(_answers, (json.dumps({"pid": _pid, "status": _status, "seconds": time.perf_counter() - _start,
+                                    "cpu": _usage.ru_utime + _usage.ru_stime, "peak": _usage.ru_maxrss * 1024,
+                                    "hwm": _seen}) + "\n").encode())
+else:
+    raise SystemExit(0)
+_main = {"__name__": "__main__", "__builtins__": __builtins__}
+del _requests, _answers, _line, _pid, _start
+exec(compile(_req["code"], "<string>", "exec"), _main)
+'''
+
+
+@dataclass
+class Ran:
+    """What subprocess.run(..., capture_output=True, text=True) would give, with the run's wall seconds; returncode
+    None when the timeout killed it, and then `hwm` the peak resident set seen just before; `peak` the child's peak
+    resident set in bytes (0 from `fresh`)."""
+    args: list[str]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+    hwm: int = 0
+    peak: int = 0
+
+
+class Server:
+    def __init__(self, env: dict[str, str]):
+        req_r, self._req_w = os.pipe()
+        self._ans_r, ans_w = os.pipe()
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, str(req_r), str(ans_w), json.dumps(PRELOAD),
+                                      json.dumps(NOT_PRELOADED)], env=env, pass_fds=(req_r, ans_w), cwd=ROOT,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(req_r)
+        os.close(ans_w)
+        self._answers = os.fdopen(self._ans_r, "r")
+        self._lock = threading.Lock()
+
+    def run(self, code: str, args, env: dict[str, str], cwd: Path | str | None = None, timeout: float = 600,
+            argv0: str = "-c") -> Ran:
+        args = [str(a) for a in args]
+        with self._lock, tempfile.TemporaryDirectory(prefix="forkrun-") as io:
+            out, err = Path(io, "stdout"), Path(io, "stderr")
+            out.touch()
+            err.touch()  # created here, so the child only opens them: it runs as the caller's user, in its umask
+            request = {"code": code, "argv": [argv0, *args], "env": env, "cwd": str(cwd or os.getcwd()),
+                       "stdin": os.devnull, "stdout": str(out), "stderr": str(err), "timeout": timeout}
+            os.write(self._req_w, (json.dumps(request) + "\n").encode())
+            line = self._answers.readline()
+            if not line:
+                self.proc.wait(30)
+                raise RuntimeError(f"the fork server ended (exit {self.proc.returncode}): "
+                                   f"{self.proc.stderr.read().decode(errors='replace')[-2000:]}")
+            answer = json.loads(line)
+            FORKED["runs"] += 1
+            FORKED["cpu"] += answer["cpu"]
+            return Ran([sys.executable, "-c", code, *args], answer["status"], out.read_text(),
+                       err.read_text(), answer["seconds"], answer["hwm"], answer["peak"])
+
+    def close(self) -> None:
+        os.close(self._req_w)
+        self.proc.wait(30)
+        self._answers.close()
+        self.proc.stderr.close()
+
+
+def module(name: str) -> str:
+    """The code of `python -m NAME` (runpy, as Python runs it: the packages imported first, then the module)."""
+    return f"import runpy; runpy.run_module({name!r}, run_name='__main__', alter_sys=True)"
+
+
+_SERVERS: dict[str, Server] = {}
+FORKED = {"runs": 0, "cpu": 0.0}  # forked children so far, and their user + system seconds (lab.testcpu's charges)
+
+
+def run(code: str, args, env: dict[str, str], cwd: Path | str | None = None, timeout: float = 600,
+        argv0: str = "-c") -> Ran:
+    """`python -c code *args` with `env` (what a subprocess would get), in a child forked from this process's
+    server; a server is started per distinct PYTHONPATH (the modules it preloads come from there) on first use.
+    IRSURGEON_TEST_NO_FORK=1 runs every such command as a fresh subprocess instead."""
+    if os.environ.get("IRSURGEON_TEST_NO_FORK"):
+        return fresh(code, args, env, cwd, timeout)
+    key = env.get("PYTHONPATH", "")
+    server = _SERVERS.get(key)
+    if server is None or server.proc.poll() is not None:
+        server = _SERVERS[key] = Server({**os.environ, "PYTHONPATH": key})  # never a run's HOME: nothing lands there
+    return server.run(code, args, env, cwd, timeout, argv0)
+
+
+def completed(code: str, args, env: dict[str, str], cwd: Path | str | None = None, timeout: float = 600,
+              argv0: str = "-c") -> Ran:
+    """`run`, raising subprocess.TimeoutExpired past the timeout as subprocess.run does."""
+    ran = run(code, args, env, cwd, timeout, argv0)
+    if ran.returncode is None:
+        raise subprocess.TimeoutExpired(ran.args, timeout, ran.stdout, ran.stderr)
+    return ran
+
+
+def fresh(code: str, args, env: dict[str, str], cwd: Path | str | None = None, timeout: float = 600) -> Ran:
+    """The same run in a new interpreter (subprocess.run): what `run` stands in for."""
+    args = [str(a) for a in args]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
+    except subprocess.TimeoutExpired as e:
+        text = (lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or ""))
+        return Ran(e.cmd, None, text(e.stdout), text(e.stderr), time.perf_counter() - start)
+    return Ran(proc.args, proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - start)
+
+
+@atexit.register
+def _close_all() -> None:
+    for server in _SERVERS.values():
+        if server.proc.poll() is None:
+            server.close()
