@@ -130,6 +130,7 @@ class Server:
         self._ans_r, ans_w = os.pipe()
         self.proc = subprocess.Popen([sys.executable, "-c", SERVER, str(req_r), str(ans_w), json.dumps(PRELOAD),
                                       json.dumps(NOT_PRELOADED)], env=env, pass_fds=(req_r, ans_w), cwd=ROOT,
+                                     start_new_session=True,  # a test's Ctrl-C to its process group is not for it
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         os.close(req_r)
         os.close(ans_w)
@@ -182,7 +183,10 @@ def run(code: str, args, env: dict[str, str], cwd: Path | str | None = None, tim
         return fresh(code, args, env, cwd, timeout)
     key = env.get("PYTHONPATH", "")
     server = _SERVERS.get(key)
-    if server is None or server.proc.poll() is not None:
+    if server is not None and server.proc.poll() is not None:
+        raise RuntimeError(f"the fork server ended between runs (exit {server.proc.returncode}): "
+                           f"{server.proc.stderr.read().decode(errors='replace')[-2000:]}")
+    if server is None:
         server = _SERVERS[key] = Server({**os.environ, "PYTHONPATH": key})  # never a run's HOME: nothing lands there
     return server.run(code, args, env, cwd, timeout, argv0)
 

@@ -166,7 +166,18 @@ class _Progress:
 _PROGRESS: list[_Progress] = []  # the one of this run, when it reports
 
 
+def take_ctrl_c_back() -> None:
+    """Ctrl-C is Python's KeyboardInterrupt in every test process. A shell ignores SIGINT for a job it starts in the
+    background (`make test &` in a script, nohup) and so do some launchers (py-spy), and an ignored SIGINT is
+    inherited: the tests that send themselves SIGINT would see nothing (one looped forever on a retry that its
+    interruption was meant to end), and the children the tests start would ignore it too."""
+    import signal
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_configure(config):
+    take_ctrl_c_back()
     if not hasattr(config, "workerinput") and config.getoption("verbose") <= 0 and not config.getoption("collectonly"):
         _PROGRESS[:] = [_Progress(config)]
 
