@@ -1,17 +1,19 @@
 """`python -c CODE ARGS` runs for the tests at a fraction of their CPU: a fork server.
 
-Most of what a short CLI run costs is importing: openvino, numpy, click and irsurgeon's own modules take about
-0.25 s of CPU of the 0.35-0.6 s a refused or small command uses. The hostile-input, hub and kill labs run hundreds of
-such commands. A `Server` (one per test process, started on first use) imports those modules once and forks a fresh
-child for every run. The child is a real, separate process, as a subprocess is:
+Most of what a short CLI run costs is importing: openvino, numpy, click, irsurgeon's own modules and what
+huggingface_hub depends on take about 0.25 s of CPU of the 0.35-0.6 s a refused or small command uses; a forked run
+of a refusal costs about 0.05 s. The hostile-input, hub and kill labs run hundreds of such commands. A `Server` (one
+per test process, started on first use) imports those modules once and forks a fresh child for every run. The
+child is a real, separate process, as a subprocess is:
 - its own process group (a timeout kills it with whatever it started);
 - the run's environment, working directory, argv, stdin (/dev/null) and its own stdout/stderr files at fds 0-2;
 - it runs CODE as `python -c` would, as `__main__`, and ends as an interpreter ends (atexit handlers, flushed
   streams, the exit code of SystemExit, death by a signal).
 
 What a fork shares with the server is only the imported modules, never a call's state: the server runs nothing but
-imports. The modules preloaded are those that read no setting a test varies when they are imported: `PRELOAD` leaves
-out huggingface_hub (it reads HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE when imported, and the hub tests vary them),
+imports. The modules preloaded are those that read no setting a test varies when they are imported; they are then
+kept out of the garbage collector's way (gc.freeze), as long-lived as a fresh process's imports. `PRELOAD` leaves out
+huggingface_hub (it reads HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE when imported, and the hub tests vary them),
 openvino_genai and nncf (threads of their own) and irsurgeon.entry (importing it takes Ctrl-C, as the command's
 first instruction); the server refuses to start if a preloaded module pulled one in or changed a signal's handler.
 Tests that observe a process's start (import-time side effects, the entry points' first instructions, signals at
@@ -36,7 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PRELOAD = ("numpy", "openvino", "click", "irsurgeon.cli", "irsurgeon.cli.patch",
            "irsurgeon.cli.show", "irsurgeon.cli.verify", "irsurgeon.cli.build_mtp", "irsurgeon.cli.annotate",
            "irsurgeon.cli.synth", "irsurgeon.cli.tune", "irsurgeon.flows.patch", "irsurgeon.flows.show",
-           "irsurgeon.flows.verify", "irsurgeon.flows.annotate", "irsurgeon.flows.standalone")
+           "irsurgeon.flows.verify", "irsurgeon.flows.annotate", "irsurgeon.flows.standalone", "irsurgeon.weights.hub",
+           "irsurgeon.weights.hub.fetch", "irsurgeon.weights.hub.partial", "irsurgeon.weights.hub.store")
+# what huggingface_hub imports (it is two thirds of its import), where the installed version has it
+PRELOAD_IF_PRESENT = ("httpx2", "httpcore2", "httpx", "httpcore", "requests", "anyio", "h11", "yaml", "filelock",
+                      "tqdm", "certifi", "idna", "sniffio", "truststore", "attr", "sortedcontainers", "outcome", "trio",
+                      "asyncio", "decimal", "mimetypes", "email.parser", "http.client", "urllib.request")
 NOT_PRELOADED = ("huggingface_hub", "openvino_genai", "nncf", "irsurgeon.entry")
 
 # The server: requests on fd argv[1], one JSON line each; answers on fd argv[2]. A request is {"code", "argv",
@@ -49,11 +56,18 @@ import json, os, select, signal, sys, time
 _handlers = {_s: signal.getsignal(_s) for _s in signal.valid_signals() if _s not in (signal.SIGKILL, signal.SIGSTOP)}
 for _name in json.loads(sys.argv[3]):
     __import__(_name)
-_pulled = [_n for _n in json.loads(sys.argv[4]) if _n in sys.modules]
+for _name in json.loads(sys.argv[4]):
+    try:
+        __import__(_name)
+    except ImportError:  # not a dependency of the installed huggingface_hub
+        continue
+_pulled = [_n for _n in json.loads(sys.argv[5]) if _n in sys.modules]
 if _pulled:
     raise SystemExit(f"forkrun: a preloaded module imported {_pulled}")
 if any(signal.getsignal(_s) != _h for _s, _h in _handlers.items()):
     raise SystemExit("forkrun: a preloaded module changed a signal's handler")
+import gc
+gc.freeze()  # what the imports made is kept for good, as in a fresh process: no child's collection walks it
 _requests, _answers = os.fdopen(int(sys.argv[1]), "r"), int(sys.argv[2])
 
 def _hwm(pid):
@@ -128,8 +142,9 @@ class Server:
     def __init__(self, env: dict[str, str]):
         req_r, self._req_w = os.pipe()
         self._ans_r, ans_w = os.pipe()
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, str(req_r), str(ans_w), json.dumps(PRELOAD),
-                                      json.dumps(NOT_PRELOADED)], env=env, pass_fds=(req_r, ans_w), cwd=ROOT,
+        lists = [json.dumps(names) for names in (PRELOAD, PRELOAD_IF_PRESENT, NOT_PRELOADED)]
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, str(req_r), str(ans_w), *lists], env=env,
+                                     pass_fds=(req_r, ans_w), cwd=ROOT,
                                      start_new_session=True,  # a test's Ctrl-C to its process group is not for it
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         os.close(req_r)
