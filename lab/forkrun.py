@@ -46,30 +46,49 @@ PRELOAD_IF_PRESENT = ("httpx2", "httpcore2", "httpx", "httpcore", "requests", "a
                       "asyncio", "decimal", "mimetypes", "email.parser", "http.client", "urllib.request")
 NOT_PRELOADED = ("huggingface_hub", "openvino_genai", "nncf", "irsurgeon.entry")
 
-# The server: requests on fd argv[1], one JSON line each; answers on fd argv[2]. A request is {"code", "argv",
-# "env", "cwd", "stdin", "stdout", "stderr", "timeout"}; the answer {"pid", "status" (an exit code, -N for signal N,
-# null when the timeout killed it), "seconds", "cpu" (the child's user + system seconds, its own waited-for children
-# included), "peak" (its peak resident set in bytes, wait4's ru_maxrss: a forked child starts from the server's
-# high-water mark, the imports every run makes), "hwm" (VmHWM in bytes seen just before a timeout's kill, else 0)}.
-SERVER = r'''
+# Every server first imports: argv[1..3] are PRELOAD, PRELOAD_IF_PRESENT and NOT_PRELOADED as JSON.
+PRELUDE = r'''
 import json, os, select, signal, sys, time
 _handlers = {_s: signal.getsignal(_s) for _s in signal.valid_signals() if _s not in (signal.SIGKILL, signal.SIGSTOP)}
-for _name in json.loads(sys.argv[3]):
+for _name in json.loads(sys.argv[1]):
     __import__(_name)
-for _name in json.loads(sys.argv[4]):
+for _name in json.loads(sys.argv[2]):
     try:
         __import__(_name)
     except ImportError:  # not a dependency of the installed huggingface_hub
         continue
-_pulled = [_n for _n in json.loads(sys.argv[5]) if _n in sys.modules]
+_pulled = [_n for _n in json.loads(sys.argv[3]) if _n in sys.modules]
 if _pulled:
     raise SystemExit(f"forkrun: a preloaded module imported {_pulled}")
 if any(signal.getsignal(_s) != _h for _s, _h in _handlers.items()):
     raise SystemExit("forkrun: a preloaded module changed a signal's handler")
 import gc
 gc.freeze()  # what the imports made is kept for good, as in a fresh process: no child's collection walks it
-_requests, _answers = os.fdopen(int(sys.argv[1]), "r"), int(sys.argv[2])
 
+def _become(req, fds):
+    # in the child: the run's directory, environment, argv, and fds as its stdin, stdout and stderr
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    for fd, opened in enumerate(fds):
+        os.dup2(opened, fd)
+        os.close(opened)
+    sys.argv[:] = req["argv"]
+'''
+
+# Runs the child's code once it has become the run (the loops return its request in the child alone).
+EPILOGUE = r'''
+_main = {"__name__": "__main__", "__builtins__": __builtins__}
+exec(compile(_req["code"], "<string>", "exec"), _main)
+'''
+
+# The test's server: requests on fd argv[4], one JSON line each; answers on fd argv[5]. A request is {"code",
+# "argv", "env", "cwd", "stdin", "stdout", "stderr" (paths), "timeout"}; the answer {"pid", "status" (an exit code,
+# -N for signal N, null when the timeout killed it), "seconds", "cpu" (the child's user + system seconds, its own
+# waited-for children included), "peak" (its peak resident set in bytes, wait4's ru_maxrss: a forked child starts
+# from the server's high-water mark, the imports every run makes), "hwm" (VmHWM in bytes seen just before a
+# timeout's kill, else 0)}. One run at a time: the test waits for it.
+PIPE_LOOP = r'''
 def _hwm(pid):
     try:
         with open(f"/proc/{pid}/status") as status:
@@ -77,51 +96,82 @@ def _hwm(pid):
     except (OSError, StopIteration, ValueError):
         return 0
 
-def _child(req):
-    os.setpgid(0, 0)
-    os.close(_answers)
-    _requests.close()
-    os.chdir(req["cwd"])
-    os.environ.clear()
-    os.environ.update(req["env"])
-    for fd, path, flags in ((0, req["stdin"], os.O_RDONLY), (1, req["stdout"], os.O_WRONLY | os.O_TRUNC),
-                            (2, req["stderr"], os.O_WRONLY | os.O_TRUNC)):
-        opened = os.open(path, flags)
-        os.dup2(opened, fd)
-        os.close(opened)
-    sys.argv[:] = req["argv"]
-
-for _line in _requests:
-    _req = json.loads(_line)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    _start = time.perf_counter()
-    _pid = os.fork()
-    if _pid == 0:
-        _child(_req)
-        break
-    try:
-        os.setpgid(_pid, _pid)
-    except (ProcessLookupError, PermissionError):
-        pass  # the child set it itself already (and may have exec'd), or has ended
-    _pidfd, _status, _seen = os.pidfd_open(_pid), None, 0
-    if not select.select([_pidfd], [], [], _req["timeout"])[0]:
-        _seen = _hwm(_pid)
-        os.killpg(_pid, signal.SIGKILL)
-        _, _wstatus, _usage = os.wait4(_pid, 0)
-    else:
-        _, _wstatus, _usage = os.wait4(_pid, 0)
-        _status = os.waitstatus_to_exitcode(_wstatus)
-    os.close(_pidfd)
-    os.write(_answers, (json.dumps({"pid": _pid, "status": _status, "seconds": time.perf_counter() - _start,
-                                    "cpu": _usage.ru_utime + _usage.ru_stime, "peak": _usage.ru_maxrss * 1024,
-                                    "hwm": _seen}) + "\n").encode())
-else:
+def _serve():
+    requests, answers = os.fdopen(int(sys.argv[4]), "r"), int(sys.argv[5])
+    for line in requests:
+        req = json.loads(line)
+        start = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            os.setpgid(0, 0)
+            os.close(answers)
+            requests.close()
+            _become(req, [os.open(req["stdin"], os.O_RDONLY), os.open(req["stdout"], os.O_WRONLY | os.O_TRUNC),
+                          os.open(req["stderr"], os.O_WRONLY | os.O_TRUNC)])
+            return req
+        try:
+            os.setpgid(pid, pid)
+        except (ProcessLookupError, PermissionError):
+            pass  # the child set it itself already, or has ended
+        pidfd, status, seen = os.pidfd_open(pid), None, 0
+        if not select.select([pidfd], [], [], req["timeout"])[0]:
+            seen = _hwm(pid)
+            os.killpg(pid, signal.SIGKILL)
+            _, wstatus, usage = os.wait4(pid, 0)
+        else:
+            _, wstatus, usage = os.wait4(pid, 0)
+            status = os.waitstatus_to_exitcode(wstatus)
+        os.close(pidfd)
+        os.write(answers, (json.dumps({"pid": pid, "status": status, "seconds": time.perf_counter() - start,
+                                       "cpu": usage.ru_utime + usage.ru_stime, "peak": usage.ru_maxrss * 1024,
+                                       "hwm": seen}) + "\n").encode())
     raise SystemExit(0)
-_main = {"__name__": "__main__", "__builtins__": __builtins__}
-del _requests, _answers, _line, _pid, _start
-exec(compile(_req["code"], "<string>", "exec"), _main)
+
+_req = _serve()
 '''
+
+# A shell's server: listens on the AF_UNIX SOCK_SEQPACKET socket argv[4]. A client (SHIM) sends one message: its
+# request {"code", "argv", "env", "cwd"} with its own fds 0, 1 and 2 attached; the child runs on those, so what it
+# writes goes where the client's output goes, and the server answers {"status"} when it ends. Runs go at once (a
+# pipeline of two commands is two clients).
+SOCKET_LOOP = r'''
+import selectors, socket
+
+def _serve():
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(sys.argv[4])
+    listener.listen(16)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, None)
+    while True:
+        for key, _ in sel.select():
+            if key.data is None:
+                conn, _ = listener.accept()
+                message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                req = json.loads(message)
+                pid = os.fork()
+                if pid == 0:
+                    sel.close()
+                    listener.close()
+                    conn.close()
+                    _become(req, fds)
+                    return req
+                for fd in fds:
+                    os.close(fd)
+                sel.register(os.pidfd_open(pid), selectors.EVENT_READ, (pid, conn))
+            else:
+                pid, conn = key.data
+                sel.unregister(key.fileobj)
+                os.close(key.fileobj)
+                status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+                conn.send(json.dumps({"status": status}).encode())
+                conn.close()
+
+_req = _serve()
+'''
+
+SERVER = PRELUDE + PIPE_LOOP + EPILOGUE
+SOCKET_SERVER = PRELUDE + SOCKET_LOOP + EPILOGUE
 
 
 @dataclass
@@ -143,7 +193,7 @@ class Server:
         req_r, self._req_w = os.pipe()
         self._ans_r, ans_w = os.pipe()
         lists = [json.dumps(names) for names in (PRELOAD, PRELOAD_IF_PRESENT, NOT_PRELOADED)]
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, str(req_r), str(ans_w), *lists], env=env,
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, *lists, str(req_r), str(ans_w)], env=env,
                                      pass_fds=(req_r, ans_w), cwd=ROOT,
                                      start_new_session=True,  # a test's Ctrl-C to its process group is not for it
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -228,8 +278,79 @@ def fresh(code: str, args, env: dict[str, str], cwd: Path | str | None = None, t
     return Ran(proc.args, proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - start)
 
 
+# The client a shell runs for a command (`python -I -S SHIM_FILE ARGS`: no site, so it starts in milliseconds): its
+# request and its fds 0-2 to the socket $IRSURGEON_FORKRUN_SOCKET names; then it ends as the forked run ended.
+SHIM = r'''
+import json, os, signal, socket, sys
+client = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+client.connect(os.environ["IRSURGEON_FORKRUN_SOCKET"])
+request = {"code": CODE, "argv": [ARGV0, *sys.argv[1:]], "env": dict(os.environ), "cwd": os.getcwd()}
+socket.send_fds(client, [json.dumps(request).encode()], [0, 1, 2])
+answer = client.recv(1 << 16)
+if not answer:
+    sys.exit("forkrun: the shell's fork server ended before the run did")
+status = json.loads(answer)["status"]
+if status < 0:  # ended by a signal: so does this process, for the shell to see
+    signal.signal(-status, signal.SIG_DFL)
+    os.kill(os.getpid(), -status)
+sys.exit(status)
+'''
+
+
+class ShellServer:
+    """A SOCKET_SERVER for the commands a shell script runs: `command(bin_dir, name, code)` writes an executable
+    `name` into bin_dir that runs `code` forked from it (put bin_dir first on the script's PATH, and `env()` into
+    its environment)."""
+
+    def __init__(self, env: dict[str, str]):
+        self._dir = tempfile.TemporaryDirectory(prefix="forkrun-shell-")
+        self.socket = Path(self._dir.name, "socket")
+        lists = [json.dumps(names) for names in (PRELOAD, PRELOAD_IF_PRESENT, NOT_PRELOADED)]
+        self.proc = subprocess.Popen([sys.executable, "-c", SOCKET_SERVER, *lists, str(self.socket)], env=env,
+                                     cwd=ROOT, start_new_session=True, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while not self.socket.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"the shell's fork server did not start: "
+                                   f"{self.proc.stderr.read().decode(errors='replace')[-2000:]}")
+            time.sleep(0.01)
+
+    def env(self) -> dict[str, str]:
+        return {"IRSURGEON_FORKRUN_SOCKET": str(self.socket)}
+
+    def command(self, bin_dir: Path, name: str, code: str, argv0: str = "-c") -> Path:
+        client = bin_dir / f"{name}-client.py"
+        client.write_text(f"CODE, ARGV0 = {code!r}, {argv0!r}\n" + SHIM)
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "{client}" "$@"\n')
+        script.chmod(0o755)
+        return script
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+        self.proc.stderr.close()
+        self._dir.cleanup()
+
+
+_SHELL: list[ShellServer] = []
+
+
+def shell_server() -> ShellServer:
+    """This process's ShellServer, started on first use (with this checkout first on PYTHONPATH)."""
+    if not _SHELL or _SHELL[0].proc.poll() is not None:
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        _SHELL[:] = [ShellServer({**os.environ, "PYTHONPATH": path})]
+    return _SHELL[0]
+
+
 @atexit.register
 def _close_all() -> None:
     for server in _SERVERS.values():
         if server.proc.poll() is None:
             server.close()
+    for shell in _SHELL:
+        shell.close()

@@ -9,8 +9,9 @@ Which blocks run:
 
 How they run: the blocks of one file, in order, in a fresh temporary directory holding a copy of fixtures/ (so they
 are written from the repository root and write into out/), each shell block with `bash -euo pipefail`, each Python
-block with this interpreter. `irsurgeon`, `python` and `python3` on PATH run this checkout's CLI and this interpreter;
-nothing in a block is substituted. In a shell block a line that runs `make` is not run (the make targets install the
+block with this interpreter. `irsurgeon`, `python` and `python3` on PATH run this checkout's CLI and this interpreter
+(`irsurgeon` as `python -m irsurgeon` forked from lab.forkrun's server: the same process a fresh one would be, its
+modules imported already); nothing in a block is substituted. In a shell block a line that runs `make` is not run (the make targets install the
 package and run the test suite; they are the set-up commands). In a console block only the lines after `$ ` are
 commands. A block that exits non-zero fails the test, naming the file and line where the block starts.
 """
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from lab import forkrun
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -84,13 +87,14 @@ def sandbox(tmp: Path) -> dict[str, str]:
     shutil.copytree(ROOT / "fixtures", tmp / "fixtures", dirs_exist_ok=True)  # a second run: the same copy
     bin_dir = tmp.parent / f"{tmp.name}-bin"
     bin_dir.mkdir(exist_ok=True)
-    for name, run in (("irsurgeon", f'"{sys.executable}" -m irsurgeon'), ("python", f'"{sys.executable}"'),
-                      ("python3", f'"{sys.executable}"')):
-        (bin_dir / name).write_text(f'#!/bin/sh\nexec {run} "$@"\n')
+    for name in ("python", "python3"):
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
         (bin_dir / name).chmod(0o755)
+    shell = forkrun.shell_server()  # `irsurgeon`: `python -m irsurgeon` forked from a server that imported its modules
+    shell.command(bin_dir, "irsurgeon", forkrun.module("irsurgeon"), argv0="-m")
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": path,
-            "HF_HUB_OFFLINE": "1"}
+            "HF_HUB_OFFLINE": "1", **shell.env()}
 
 
 def run_blocks(found: list[Block], tmp: Path) -> None:

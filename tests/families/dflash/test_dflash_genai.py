@@ -274,9 +274,9 @@ def test_a_hybrid_qwen35_target_runs_every_k_to_7_token_identical(tmp_path):
     runs = verify_all_k(target, "--min-acceptance", "0")
     assert all(verdict == "identical" for _, _, verdict, _, _ in runs), runs
     from irsurgeon.core.errors import IRSurgeonError
-    from irsurgeon.flows.genai import _config, _genai, generate
+    from irsurgeon.flows.genai import _config, generate, genai_module
 
-    g = _genai()
+    g = genai_module()
     pipe = genai.pipeline(g, target, "CPU", genai.equivalence_properties(target), True, max_assistant_tokens=0)
     with pytest.raises(IRSurgeonError, match="num_linear_attention_blocks"):
         generate(pipe, ["Hello"], _config(g, 8, 7))

@@ -117,12 +117,23 @@ def test_the_trained_base_replaces_the_default_of_a_safeailab_label(pair, tmp_pa
 def test_a_tuned_draft_is_measured_in_place_and_kept(pair, tmp_path):
     target, _ = labelled(pair, tmp_path, rope_theta=1e6)
     first = result_of(tune(target, "--json", *QUICK).stdout)
-    draft = snapshot(target / "eagle3_draft")
+    draft, xml = snapshot(target / "eagle3_draft"), target / "eagle3_draft" / "openvino_model.xml"
+    graph = without_tuning(xml.read_text())
     again = result_of(tune(target, "--json", *QUICK).stdout)  # the tuned draft is the present one now
     assert [c["present"] for c in again["candidates"]] == [False, True] and again["candidates"][1]["chosen"]
     assert [c["accepted"] for c in again["candidates"]] == [c["accepted"] for c in first["candidates"]]
-    assert not any(name.startswith("eagle3_draft/") for name in again["written"])
-    assert snapshot(target / "eagle3_draft") == draft
+    # kept, not rebuilt: only its record of the new measurement is written, into the .xml's rt_info
+    assert [name for name in again["written"] if name.startswith("eagle3_draft/")] == ["eagle3_draft/openvino_model.xml"]
+    assert {k: v for k, v in snapshot(target / "eagle3_draft").items() if k != "openvino_model.xml"} == \
+        {k: v for k, v in draft.items() if k != "openvino_model.xml"}
+    assert without_tuning(xml.read_text()) == graph
+
+
+def without_tuning(xml_text: str) -> str:
+    """An IR's text without its tuning record (the one rt_info line tune writes)."""
+    lines = [ln for ln in xml_text.splitlines() if not ln.lstrip().startswith("<tuning value=")]
+    assert len(lines) == len(xml_text.splitlines()) - 1, "one tuning record"
+    return "\n".join(lines)
 
 
 @pytest.mark.genai
