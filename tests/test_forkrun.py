@@ -3,9 +3,11 @@ hub, kill sweeps). Each check here runs the same thing both ways, as a new `pyth
 subprocess.run) and forked from the server (forkrun.run), and compares what a caller sees."""
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -98,3 +100,33 @@ def test_a_run_past_its_timeout_is_killed_with_what_it_started(tmp_path):
     assert gone(grandchild)
     with pytest.raises(subprocess.TimeoutExpired):
         forkrun.completed("import time; time.sleep(60)", (), env(), timeout=1)
+
+
+def test_a_shells_command_forked_says_and_ends_as_a_fresh_one(tmp_path):
+    """lab.forkrun's shell server (test_docs' `irsurgeon`): a script's output, pipes and exit codes are a fresh
+    `python -m irsurgeon`'s."""
+    script = (f"irsurgeon show {DEMO_TARGET} | wc -l\n"
+              "irsurgeon show /nonexistent/target || echo \"exit $?\"\n"
+              "echo piped | irsurgeon --json show /nonexistent/target | python3 -c 'import json, sys; "
+              "print(json.load(sys.stdin)[\"ok\"])' || true\n"
+              "irsurgeon pach 2>&1 | head -c 60; echo\n")
+    forked_bin, fresh_bin = tmp_path / "forked", tmp_path / "fresh"
+    forked_bin.mkdir()
+    fresh_bin.mkdir()
+    shell = forkrun.shell_server()
+    shell.command(forked_bin, "irsurgeon", forkrun.module("irsurgeon"), argv0="-m")
+    (fresh_bin / "irsurgeon").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m irsurgeon "$@"\n')
+    (fresh_bin / "irsurgeon").chmod(0o755)
+    said = []
+    for folder in (fresh_bin, forked_bin):
+        run_env = {**env(), **shell.env(), "PATH": f"{folder}:{os.environ['PATH']}"}
+        said.append(subprocess.run(["bash", "-c", script], env=run_env, capture_output=True, text=True, timeout=120))
+    assert (said[1].returncode, said[1].stdout, said[1].stderr) == (said[0].returncode, said[0].stdout, said[0].stderr)
+    assert "exit 1" in said[0].stdout and "False" in said[0].stdout
+
+
+def test_a_shells_command_killed_by_a_signal_ends_the_client_by_it(tmp_path):
+    shell = forkrun.shell_server()
+    shell.command(tmp_path, "die", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    ran = subprocess.run([str(tmp_path / "die")], env={**env(), **shell.env()}, timeout=60)
+    assert ran.returncode == -signal.SIGTERM
