@@ -7,7 +7,7 @@ DEMO_GEMMA4_OUT ?= out/demo-gemma4
 DEMO_DFLASH_OUT ?= out/demo-dflash
 DEMO_EAGLE3_OUT ?= out/demo-eagle3
 
-.PHONY: install install-demo lint compile demo demo-gemma4 demo-dflash demo-eagle3 test test-all bench bench-optimum bench-dflash bench-tune reliability fixtures clean
+.PHONY: install install-demo lint compile demo demo-gemma4 demo-dflash demo-eagle3 test test-extended test-all bench bench-optimum bench-dflash bench-tune reliability fixtures clean
 
 install:
 	$(PIP_INSTALL)
@@ -46,10 +46,13 @@ demo-eagle3: install-demo
 	irsurgeon verify $(DEMO_EAGLE3_OUT)/target --genai --prompts 3
 
 # The tests run the CLI in hundreds of child processes: its modules are byte-compiled once here, where a machine
-# with PYTHONDONTWRITEBYTECODE set would compile them again in every one (about 0.15 s each on 2 slow cores). A speed-up
+# with PYTHONDONTWRITEBYTECODE set would compile them again in every one (about 0.15 s each on 2 slow cores); and
+# pytest's rewritten test modules are cached by one collection here, where each xdist worker would rewrite all of
+# them again (about 5 s of CPU a worker; pytest reads the cache whatever PYTHONDONTWRITEBYTECODE says). A speed-up
 # only: a checkout it cannot write into is tested all the same.
 compile:
 	-$(PYTHON) -m compileall -q irsurgeon lab tests/helpers >/dev/null
+	-PYTHONDONTWRITEBYTECODE= $(PYTHON) -m pytest -q --collect-only -p no:cacheprovider >/dev/null
 
 # The linter, before any test (under a second): ruff, pinned in setup.cfg's test extra, with the rules in
 # pyproject.toml (pyflakes' checks and every `# noqa` needed), over every Python file of the repository; then a
@@ -62,6 +65,11 @@ lint:
 
 test: install lint compile
 	$(PYTHON) -m pytest -q -n 2
+
+# What CI runs after `make test`: every openvino-genai run (the slow ones too) and the `extended` inputs of paths the
+# default tier runs once.
+test-extended: install compile
+	$(PYTHON) -m pytest -q -n 2 -m "extended or genai"
 
 test-all: install lint compile
 	$(PYTHON) -m pytest -q -n 2 -m ""

@@ -301,6 +301,7 @@ def test_cli_writes_a_model(tmp_path):
 
 
 @pytest.mark.genai
+@pytest.mark.extended  # the demo runs synth's qwen35 pair through genai; CI's extended tier runs this too
 @pytest.mark.parametrize("kind", default_tier(["qwen35", "qwen35-moe"], keep={"qwen35"}))
 def test_genai_greedy_equals_mtp_speculative_after_patch(kind, tmp_path):
     """`irsurgeon patch` a synthesized (hybrid) target from its own checkpoint; MTP decoding equals plain greedy for

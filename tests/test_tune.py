@@ -474,7 +474,7 @@ def test_the_formats_option_none_keeps_the_present_format_and_no_option_tries_th
 
 
 @pytest.mark.genai
-@pytest.mark.parametrize("key", ["dflash", "gemma4"])
+@pytest.mark.parametrize("key", ["dflash", pytest.param("gemma4", marks=pytest.mark.extended)])  # extended: CI's
 def test_where_genai_reads_k_generate_without_arguments_drafts_at_the_k_tune_wrote(tmp_path, key):
     """The DFlash and Gemma 4 pipelines of openvino-genai 2026.4.1 read num_assistant_tokens from the target's
     generation_config.json: after tune's commit of K, generate() given no config drafts K tokens a step (its drafted

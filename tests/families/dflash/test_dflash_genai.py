@@ -179,6 +179,7 @@ def llama_cycle(tmp: Path, seed: int) -> Path:
     return target
 
 
+@pytest.mark.extended  # more of what the default tier runs once: CI's `make test-extended`
 @pytest.mark.genai
 def test_a_llama_target_runs_token_identical_and_accepts_as_the_qwen3_one(tmp_path):
     """A Llama text target is a DFlash target on purpose (layout.TARGET_TYPES): the cycle pair on a Llama export is

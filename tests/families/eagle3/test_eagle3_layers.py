@@ -185,13 +185,20 @@ def vlm_target(where: Path) -> Path:
     return Path(shutil.copytree(VLM_CKPT.parent / "target", where))
 
 
-SAMPLED_SCALINGS = ("yarn", "longrope")  # the default tier's: SpecForge's layout and the speculators'; the slow tier
-# adds linear and dynamic, SpecForge's layout again with other tables (their values: test_eagle3_rope.py)
+SAMPLED_SCALINGS = ("yarn", "longrope")  # the extended tier's: SpecForge's layout and the speculators'; the slow
+# tier adds linear and dynamic, SpecForge's layout again with other tables (their values: test_eagle3_rope.py)
+
+
+def form_tier(form: str):
+    """The default tier runs the speculators' Qwen3 layer; CI's extended tier the VLM layout and two scalings."""
+    if form == "qwen3-layer":
+        return ()
+    return pytest.mark.slow if form in SCALED and form not in SAMPLED_SCALINGS else pytest.mark.extended
 
 
 @pytest.mark.genai
-@pytest.mark.parametrize("form", [pytest.param(f, marks=() if f not in SCALED or f in SAMPLED_SCALINGS
-                                               else pytest.mark.slow) for f in ["qwen3-layer", *SCALED, "specforge-vlm"]])
+@pytest.mark.parametrize("form", [pytest.param(f, marks=form_tier(f)) for f in ["qwen3-layer", *SCALED,
+                                                                                 "specforge-vlm"]])
 def test_each_new_form_is_token_identical_to_greedy_in_genai(tmp_path, form):
     """genai 2026.4.1 runs each new draft form (the random drafts are accepted about never: exactness and plumbing)."""
     if form == "specforge-vlm":

@@ -110,6 +110,7 @@ def test_a_second_patch_leaves_the_edited_target_as_it_is(patched, tmp_path):
     assert sha(target / "openvino_model.xml") == xml and "make the outputs of MoE" not in result.output
 
 
+@pytest.mark.extended  # more of what the default tier runs once: CI's `make test-extended`
 @pytest.mark.genai
 def test_genai_runs_the_patched_moe_pair_token_identical_to_greedy(patched):
     result = invoke("verify", patched, "--genai", "--prompts", "2", "--sweep", "1,2,3", "--min-acceptance", "0",

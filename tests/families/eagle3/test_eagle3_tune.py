@@ -136,6 +136,7 @@ def without_tuning(xml_text: str) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.extended  # more of what the default tier runs once: CI's `make test-extended`
 @pytest.mark.genai
 def test_an_angelslim_label_keeps_its_default_which_trained_it(pair, tmp_path, private_tmp):
     target, ckpt = labelled(pair, tmp_path, architectures=["Eagle3LlamaForCausalLM"], eagle_config=None,
@@ -168,6 +169,7 @@ def test_an_error_after_the_candidates_leaves_the_directory_and_no_copy(pair, tm
     assert snapshot(target) == before and list(private_tmp.iterdir()) == []
 
 
+@pytest.mark.extended  # more of what the default tier runs once: CI's `make test-extended`
 @pytest.mark.genai
 def test_formats_are_timed_side_by_side_and_only_a_clear_winner_replaces_the_present_one(pair, tmp_path):
     """The trained pair as published (its config states taps and base: nothing open), f16 tried against f32."""

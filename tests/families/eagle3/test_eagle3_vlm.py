@@ -116,6 +116,7 @@ def test_the_pair_check_keeps_text_and_vlm_apart():
         check_pair(text_target, vlm, (0, 1, 2))
 
 
+@pytest.mark.extended  # more of what the default tier runs once: CI's `make test-extended`
 @pytest.mark.genai
 def test_the_vlm_pair_is_token_identical_to_greedy_in_genai(tmp_path):
     """genai 2026.4.1's VLMPipeline runs the patched pair (EAGLE-3 on embeddings and mrope positions) and gives

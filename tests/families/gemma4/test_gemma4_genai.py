@@ -41,7 +41,9 @@ def make_pair(kind: str, tmp):
     return tmp / "s" / "target", tmp / "s" / "ckpt"
 
 
-@pytest.fixture(scope="module", params=["optimum", "unified", "synth"])
+@pytest.fixture(scope="module", params=[pytest.param("optimum", marks=[pytest.mark.extended, pytest.mark.genai]),
+                                        pytest.param("unified", marks=pytest.mark.genai),
+                                        pytest.param("synth", marks=pytest.mark.genai)])  # extended: CI's
 def runs(request, tmp_path_factory):
     target, source = make_pair(request.param, tmp_path_factory.mktemp("g4genai"))
     assert CliRunner().invoke(cli, ["patch", str(target), "--checkpoint", str(source)]).exit_code == 0

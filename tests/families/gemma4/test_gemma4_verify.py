@@ -98,6 +98,8 @@ def test_hidden_state_must_be_the_lm_head_input():
     assert not ok and "not the lm_head MatMul's input" in detail
 
 
+@pytest.mark.genai
+@pytest.mark.extended  # more of what the default tier runs once: CI's `make test-extended`
 def test_genai_runs_the_pair_token_identical_with_drafts_accepted(pair):
     report = genai_report(pair[0])
     runs = report["genai"]["runs"]
