@@ -321,8 +321,9 @@ KNOWN_FAILURES: dict = {}  # none left: genai's own reads of generation_config.j
 SAMPLED = sample([case for case, _ in PINNED_CASES], avoid=KNOWN_FAILURES)[len(PINNED_CASES):]
 
 
-@pytest.mark.parametrize("case, code", [pytest.param(c, code, id=str(c), marks=() if i % 6 == 0 else pytest.mark.slow)
-                                        for i, (c, code) in enumerate(PINNED_CASES)])  # every sixth by default
+@pytest.mark.parametrize("case, code", [pytest.param(c, code, id=str(c), marks=() if i % 12 == 0 else
+                                                     pytest.mark.extended if i % 6 == 0 else pytest.mark.slow)
+                                        for i, (c, code) in enumerate(PINNED_CASES)])  # every 12th by default
 def test_hostile_inputs_through_the_commands(lab, case, code):
     outcome = lab.run(case)
     assert not outcome.problems, (outcome.problems, outcome.stderr[:300])

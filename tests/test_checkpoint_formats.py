@@ -12,7 +12,7 @@ import openvino as ov
 import pytest
 from click.testing import CliRunner
 
-from helpers.tiers import default_tier
+from helpers.tiers import default_tier, every_nth
 from helpers.checkpoints import (PER_TENSOR, as_float, dequantized, fp8_config, fp8_tensors, fused_view,
                                  read_tensors, split_per_expert, write_variant)
 from helpers.heads import max_diff, run_head, run_reference, scale, three_calls
@@ -72,8 +72,8 @@ def test_float_checkpoint_matches_numpy_on_its_stored_values(floats, name):
     assert max_diff(run_head(build_mtp_model(d, weight_format="f32"), calls), want) <= 1e-4 * scale(want)
 
 
-@pytest.mark.parametrize("fmt", ["f16", "f32", "int8", "int4"])
-@pytest.mark.parametrize("name", ["bf16", "f16", "f32", "mixed"])
+@pytest.mark.parametrize("name, fmt", every_nth([(n, f) for n in ("bf16", "f16", "f32", "mixed")
+                                                for f in ("f16", "f32", "int8", "int4")], 3, ids=lambda p: f"{p[0]}-{p[1]}"))
 def test_float_checkpoint_builds_in_every_weight_format(floats, name, fmt, tmp_path):
     code, out = run("build-mtp", floats[name], "-o", tmp_path, "--weight-format", fmt)
     assert code == 0, out

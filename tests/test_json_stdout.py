@@ -3,6 +3,7 @@ written to sys.stdout, used to precede the document: `patch --json --weight-form
 --weight-format int4`); the progress goes to stderr."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -10,15 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from lab import forkrun
 from lab.families import FAMILIES, FIXTURE_PAIRS
 from helpers.cli import result_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "irsurgeon.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+def cli(*args) -> forkrun.Ran:
+    """`python -m irsurgeon.cli ARGS` in a process of its own (lab.forkrun: nncf is imported there, as in a fresh
+    one), stdout and stderr apart."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    return forkrun.completed(forkrun.module("irsurgeon.cli"), args, env, cwd=ROOT, timeout=300)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

