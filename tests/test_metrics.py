@@ -30,11 +30,22 @@ MEASUREMENT_FIELDS = ("label", "num_assistant_tokens", "prompts", "rounds", "gen
                       "peak_memory_bytes", "kv_bytes_per_token_target", "kv_bytes_per_token_draft")
 
 
+TUNED = {"date": "2026-12-07T20:00:00Z", "k": {"chosen": 2, "speedup": 1.42}}  # a record tune would have left
+TIMED = (1, 2, 3)  # SWEEP and the tuned K, in order
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> SimpleNamespace:
-    """One `verify --genai` on the patched demo: 2 prompts from a file, K in SWEEP, JSON written."""
+    """One `verify --genai` on the patched demo: 2 prompts from a file, K in SWEEP, JSON written; its draft carries
+    a tuning record (K 2), which verify adds to the sweep."""
+    import json
+
+    from irsurgeon.core import rtinfo
+    from irsurgeon.ir import files
+
     base = tmp_path_factory.mktemp("metrics")
     target = patch_demo(base / "target")
+    files.write_rt_info(target / "openvino_mtp_model.xml", {(rtinfo.PROVENANCE, rtinfo.TUNING): json.dumps(TUNED)})
     prompts = base / "prompts.txt"
     prompts.write_text(f"{PROMPTS[0]}\n\n{PROMPTS[2]}\n")
     out = base / "out.json"
@@ -49,7 +60,7 @@ def run(tmp_path_factory) -> SimpleNamespace:
 def test_json_has_every_field(run):
     speed = run.doc["speed"]
     assert tuple(speed) == SPEED_FIELDS and run.doc["genai"]["identical"]
-    assert [m["num_assistant_tokens"] for m in speed["measurements"]] == [None, *SWEEP]
+    assert [m["num_assistant_tokens"] for m in speed["measurements"]] == [None, *TIMED]
     assert all(tuple(m) == MEASUREMENT_FIELDS for m in speed["measurements"])
     assert speed["device_defaults"]["INFERENCE_PRECISION_HINT"] and speed["equivalence_properties"]
     assert {r["num_assistant_tokens"] for r in run.doc["genai"]["runs"]} == set(SWEEP)
@@ -104,7 +115,7 @@ def test_table_and_verdict(run):
     assert speed["verdict"] in run.output and "at the device's default INFERENCE_PRECISION_HINT=" in run.output
     kv = " ".join(f"{p}={v}" for p, v in speed["kv_precision"].items())
     assert f"; KV cache {kv}, " in run.output and "KV cache as run" not in run.output  # said once, with its source
-    assert all(f"draft K={k}" in run.output for k in SWEEP) and "speed [3/3]" in run.output
+    assert all(f"draft K={k}" in run.output for k in SWEEP) and f"speed [{len(TIMED) + 1}/{len(TIMED) + 1}]" in run.output
     assert f"round {ROUNDS}/{ROUNDS}" in run.output and f"median of {ROUNDS}" in run.output
 
 
@@ -205,21 +216,8 @@ def test_the_speed_table_states_the_kv_precision_once():
 
 
 @pytest.mark.genai
-def test_a_tuned_k_is_measured_and_set_beside_what_tune_measured(tmp_path):
+def test_a_tuned_k_is_measured_and_set_beside_what_tune_measured(run):
     """A draft tune chose K=2 for: verify --genai adds K=2 to its sweep and says both speed-ups."""
-    import json
-
-    from irsurgeon.core import rtinfo
-    from irsurgeon.ir import files
-
-    target = patch_demo(tmp_path / "target")
-    record = {"date": "2026-12-07T20:00:00Z", "k": {"chosen": 2, "speedup": 1.42}}
-    files.write_rt_info(target / "openvino_mtp_model.xml",
-                        {(rtinfo.PROVENANCE, rtinfo.TUNING): json.dumps(record)})
-    res = CliRunner().invoke(main, ["verify", str(target), "--genai", "--prompts", "1", "--max-new-tokens", "8",
-                                    "--sweep", "1", "--rounds", "1", "--json", "-"])
-    assert res.exit_code == 0, res.output
-    doc = result_of(res.stdout)
-    assert doc["genai"]["tuned"] == {"num_assistant_tokens": 2, "speedup": 1.42, "date": "2026-12-07T20:00:00Z"}
-    assert [m["num_assistant_tokens"] for m in doc["speed"]["measurements"]] == [None, 1, 2]
-    assert "tuned 2026-12-07T20:00:00Z: num_assistant_tokens 2 ran at 1.42x plain generation there" in res.stderr
+    assert run.doc["genai"]["tuned"] == {"num_assistant_tokens": 2, "speedup": 1.42, "date": "2026-12-07T20:00:00Z"}
+    assert [m["num_assistant_tokens"] for m in run.doc["speed"]["measurements"]] == [None, *TIMED]
+    assert "tuned 2026-12-07T20:00:00Z: num_assistant_tokens 2 ran at 1.42x plain generation there" in run.output

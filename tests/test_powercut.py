@@ -49,6 +49,7 @@ def test_power_cut_while_files_move_in(qwen_lab):
     assert not result.problems, "\n".join(result.problems)
 
 
+@pytest.mark.extended  # the lab's own proof: CI's extended tier
 def test_the_lab_catches_a_left_out_fsync(tmp_path):
     """The same patch with the staged head's .bin never fsynced (the runner leaves that one call out): a power cut
     once it has moved in leaves it torn beside a journal that names its digest, which recovery cannot prove. The
