@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from helpers.tiers import default_tier
 from lab.demo import DEMO_CKPT, DEMO_TARGET, patch_demo, writable_copy
 from lab.dirsnap import full_disk_on_nth_replace, snapshot
+from lab.families import FAMILIES, FIXTURE_PAIRS
 
 from irsurgeon.families.qwen35_mtp import contract
 from irsurgeon.cli import main
@@ -135,6 +136,40 @@ def test_dry_run_writes_nothing(export, ckpt, tmp_path):
     assert snapshot(target) == before
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_command_parses_each_unchanged_ir_once(family, tmp_path, monkeypatch):
+    """Within one command every unchanged IR is parsed once (irsurgeon.ir.files.parsed_once): a DFlash patch parsed
+    its target's language model six times, a verify three; for a real target each parse takes seconds."""
+    from irsurgeon.ir import files
+
+    source, ckpt = FIXTURE_PAIRS[family.key]
+    target = writable_copy(source, tmp_path / "t")
+    parsed = []
+    real = files._read
+    monkeypatch.setattr(files, "_read", lambda ov_, x, b: parsed.append(files._parse_key(Path(x))) or real(ov_, x, b))
+    code, out = run("patch", target, "--checkpoint", ckpt)
+    assert code == 0, out
+    assert len(parsed) == len(set(parsed)), parsed  # a file parsed again had changed (the edit's read-back)
+    parsed.clear()
+    code, out = run("verify", target)
+    assert code == 0 and len(parsed) == len(set(parsed)) and parsed, (out, parsed)
+
+
+def test_every_reader_gets_its_own_copy_of_a_parse(tmp_path):
+    from irsurgeon.ir import files
+
+    xml = writable_copy(DEMO_TARGET, tmp_path / "t") / LM
+    with files.parsed_once():
+        first = files.read_model(xml)
+        first.set_rt_info("changed by the first reader", ["irsurgeon_test"])
+        second = files.read_model(xml)
+        assert not second.has_rt_info(["irsurgeon_test"]) and second is not first
+        xml.write_bytes(xml.read_bytes())  # rewritten: another identity, parsed again
+        third = files.read_model(xml)
+    assert [op.get_friendly_name() for op in third.get_ordered_ops()] == \
+        [op.get_friendly_name() for op in second.get_ordered_ops()]
+
+
 def test_the_language_model_is_parsed_once_before_and_once_after_its_edit(tmp_path, monkeypatch):
     """The annotation is planned from inspection's parse of the language model, and the committed language model is
     the staged copy OpenVINO read back (same inode, moved in), which verify after the commit gets instead of
@@ -146,7 +181,7 @@ def test_the_language_model_is_parsed_once_before_and_once_after_its_edit(tmp_pa
     parsed = []
     real = files._read
     monkeypatch.setattr(files, "_read", lambda ov_, x, b: parsed.append(Path(x).name) or real(ov_, x, b))
-    code, out = run("patch", target, "--checkpoint", DEMO_CKPT, "--weight-format", "f16")  # auto reads it once more
+    code, out = run("patch", target, "--checkpoint", DEMO_CKPT)
     assert code == 0, out
     assert len([n for n in parsed if n.endswith(LM)]) == 2  # inspect (and the plan), the edit's read-back
     other = writable_copy(DEMO_TARGET, tmp_path / "u")

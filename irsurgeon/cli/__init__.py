@@ -15,6 +15,7 @@ from irsurgeon.core.signals import PRESSES, deferred_sigint, on_own_stack
 from irsurgeon.core.text import shown
 from irsurgeon.cli.options import JSON_TO, LOST, RESULT, write
 from irsurgeon.families import registry
+from irsurgeon.ir.files import parsed_once
 
 DEBUG_ENV = "IRSURGEON_DEBUG"
 
@@ -86,7 +87,8 @@ class Group(click.Group):
         ctx.meta["irsurgeon.args"] = [*protected, *ctx.args]
         completed: list[bool] = []
         try:
-            done = super().invoke(ctx)
+            with parsed_once():  # each unchanged IR parsed once in a command (irsurgeon.ir.files)
+                done = super().invoke(ctx)
             completed.append(True)
             problem = document(ctx, {"ok": True})
             if LOST:  # the command did its work; only its report to stdout (the document too) could not be written

@@ -84,7 +84,8 @@ def patch(target_dir: str | Path, source: str | Path, *, options: Options = Opti
         return _patch(target_dir, source, options, echo, start, None)
     held = acquire(target_dir, options.wait, echo)  # for the whole run: a second patch never builds beside this one
     try:
-        return _patch(target_dir, source, options, echo, start, held)
+        with files.parsed_once():  # the target's IRs parsed once (irsurgeon.ir.files), as in the CLI
+            return _patch(target_dir, source, options, echo, start, held)
     finally:
         os.close(held)
 

@@ -21,6 +21,7 @@ from irsurgeon.core.config import check_generation_config, present, vocabulary_o
 from irsurgeon.core.errors import IRError, IRSurgeonError
 from irsurgeon.core.text import silent
 from irsurgeon.families import registry
+from irsurgeon.ir import files
 from irsurgeon.draft.protocol import Check, Family
 from irsurgeon.ir.export import CONFIG, GENERATION_CONFIG, OPENVINO_CONFIG, directory_problem
 from irsurgeon.commit.journal import leftover_state
@@ -37,7 +38,8 @@ def verify_directory(target: str | Path, checkpoint: str | Path | None = None, *
     if problem:  # a directory it cannot read at all, in the words of every command (show, annotate, patch, tune)
         raise IRError(problem)
     family = family or registry.for_directory(target)
-    checks = family.verify(target, checkpoint, hub, echo)
+    with files.parsed_once():  # each IR parsed once (irsurgeon.ir.files), as in the CLI
+        checks = family.verify(target, checkpoint, hub, echo)
     leftovers = leftover_state(target, registry.writable()) if target.is_dir() else None
     if leftovers is not None:  # after the layout line, as every family's first check is its target's layout
         checks.insert(1, Check("interrupted run", *leftovers))
