@@ -24,6 +24,7 @@ from irsurgeon.core import limits
 from irsurgeon.core.errors import ConfigError, IRError
 from irsurgeon.families import registry
 from irsurgeon.quant.precision import detect_target_format
+from helpers.tiers import every_nth
 
 pytestmark = pytest.mark.usefixtures("no_hang")  # every test: a read that blocks fails it (conftest.py)
 
@@ -91,7 +92,7 @@ def _depth(value) -> int:
     return 0 if children is None else 1 + max(map(_depth, children), default=0)
 
 
-@pytest.mark.parametrize("piece", [1, 2, 3, 7, 1 << 20])
+@pytest.mark.parametrize("piece", every_nth([1, 7, 2, 3, 1 << 20], 3, ids=str))  # 1 and 3 bytes; extended: the rest
 def test_the_scan_counts_what_json_loads_builds_whatever_the_pieces(monkeypatch, piece):
     """json_scan works a piece of the text at a time, carrying whether it is inside a string and the backslashes
     and digits running on: on random JSON full of quotes, backslashes, brackets and colons inside names, and
@@ -330,7 +331,7 @@ def test_hostile_inputs_through_the_commands(lab, case, code):
     assert outcome.code == code and outcome.seconds < 30 and len(outcome.stderr) < 1000, outcome
 
 
-@pytest.mark.parametrize("case", SAMPLED, ids=str)
+@pytest.mark.parametrize("case", every_nth(SAMPLED, 2, ids=str))  # every other role here, the rest in CI's extended tier
 def test_one_hostile_input_of_every_role_of_every_family(lab, case):
     outcome = lab.run(case)
     assert not outcome.problems, (outcome.problems, outcome.stderr[:300])

@@ -19,6 +19,7 @@ from irsurgeon.flows import measure
 from irsurgeon.flows.measure import FASTER, NOISE, SLOWER, Spread, choose_k, judge
 from irsurgeon.flows.tune import Candidate, choose_reading, write_k
 from lab.families import FAMILIES, FIXTURE_PAIRS
+from helpers.tiers import every_nth
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -250,7 +251,7 @@ def made_up_report(target: Path, family, k_rates: dict[int, list[float]], plain:
     return report
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", every_nth(FAMILIES, 2))  # the others: CI's extended tier
 def test_tune_commits_k_and_its_record_at_once_for_every_family(tmp_path, family):
     from irsurgeon.flows import tune as flow
     from irsurgeon.flows.patch import patch

@@ -148,7 +148,7 @@ def test_longrope_takes_its_long_factors_only_past_the_original_length(spec, tab
     assert max(moved[:2]) == 0 and min(moved[2:]) > MOVED, moved
 
 
-@pytest.mark.parametrize("kind,key,value", every_nth(CHANGES, 2, ids=lambda c: "-".join("drop" if x is DROP else str(x)
+@pytest.mark.parametrize("kind,key,value", every_nth(CHANGES, 4, ids=lambda c: "-".join("drop" if x is DROP else str(x)
                                                                                     for x in c)))
 def test_each_parameter_is_read(kind, key, value, spec, table, tmp_path):
     """Changing or dropping one value moves the logits by more than MOVED, to where the reference puts them."""
