@@ -255,6 +255,7 @@ def test_the_tensor_limit_is_exact(tmp_path, monkeypatch):
         SafetensorsFile(tmp_path / "model.safetensors")
 
 
+@pytest.mark.extended  # CI's extended tier: the reader's own refusal of it runs in the default tier
 def test_a_million_tensor_header_through_build_mtp_is_one_line_and_writes_nothing(tmp_path):
     ckpt = hostile_copy(tmp_path, "header-million-tensors")
     err = one_error(invoke("build-mtp", ckpt, "-o", tmp_path / "out"))

@@ -88,6 +88,7 @@ def test_unknown_device_is_named_in_the_error(patched, device):
 
 # --- speed only where it was measured; settings as KEY=value --------------------------------------------------------
 
+@pytest.mark.extended  # CI's extended tier: test_metrics.py's verify --genai reads these lines in the default tier
 @pytest.mark.genai
 def test_equivalence_lines_carry_no_speed_and_settings_read_as_pairs(patched):
     res = invoke("verify", patched, "--genai", "--prompts", "1", "--sweep", "1", "--rounds", "1",

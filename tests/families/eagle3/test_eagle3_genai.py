@@ -19,6 +19,7 @@ from helpers.cli import result_of
 TARGET, CKPT = FIXTURE_PAIRS["eagle3"]
 
 
+@pytest.mark.extended  # CI's extended tier: the trained pair and the speculators' layer run through genai in the default tier
 @pytest.mark.genai
 def test_the_bundled_pair_is_token_identical_to_greedy_in_genai(tmp_path):
     target = Path(shutil.copytree(TARGET, tmp_path / "t"))
