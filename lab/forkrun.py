@@ -148,6 +148,11 @@ def _serve():
             if key.data is None:
                 conn, _ = listener.accept()
                 message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                if len(fds) != 3:  # not SHIM's request: its fds 0-2 come with it
+                    for fd in fds:
+                        os.close(fd)
+                    conn.close()
+                    continue
                 req = json.loads(message)
                 pid = os.fork()
                 if pid == 0:
@@ -164,7 +169,10 @@ def _serve():
                 sel.unregister(key.fileobj)
                 os.close(key.fileobj)
                 status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-                conn.send(json.dumps({"status": status}).encode())
+                try:
+                    conn.send(json.dumps({"status": status}).encode())
+                except OSError:  # the client is gone (its shell killed): nobody to tell
+                    pass
                 conn.close()
 
 _req = _serve()
@@ -193,10 +201,11 @@ class Server:
         req_r, self._req_w = os.pipe()
         self._ans_r, ans_w = os.pipe()
         lists = [json.dumps(names) for names in (PRELOAD, PRELOAD_IF_PRESENT, NOT_PRELOADED)]
+        self.stderr = tempfile.TemporaryFile()  # the server's own (a pipe nobody reads could fill and stop it)
         self.proc = subprocess.Popen([sys.executable, "-c", SERVER, *lists, str(req_r), str(ans_w)], env=env,
                                      pass_fds=(req_r, ans_w), cwd=ROOT,
                                      start_new_session=True,  # a test's Ctrl-C to its process group is not for it
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
         os.close(req_r)
         os.close(ans_w)
         self._answers = os.fdopen(self._ans_r, "r")
@@ -216,7 +225,7 @@ class Server:
             if not line:
                 self.proc.wait(30)
                 raise RuntimeError(f"the fork server ended (exit {self.proc.returncode}): "
-                                   f"{self.proc.stderr.read().decode(errors='replace')[-2000:]}")
+                                   f"{_tail(self.stderr)}")
             answer = json.loads(line)
             FORKED["runs"] += 1
             FORKED["cpu"] += answer["cpu"]
@@ -227,7 +236,13 @@ class Server:
         os.close(self._req_w)
         self.proc.wait(30)
         self._answers.close()
-        self.proc.stderr.close()
+        self.stderr.close()
+
+
+def _tail(file) -> str:
+    """The last lines a server wrote to its stderr file."""
+    file.seek(0)
+    return file.read().decode(errors="replace")[-2000:]
 
 
 def module(name: str) -> str:
@@ -250,7 +265,7 @@ def run(code: str, args, env: dict[str, str], cwd: Path | str | None = None, tim
     server = _SERVERS.get(key)
     if server is not None and server.proc.poll() is not None:
         raise RuntimeError(f"the fork server ended between runs (exit {server.proc.returncode}): "
-                           f"{server.proc.stderr.read().decode(errors='replace')[-2000:]}")
+                           f"{_tail(server.stderr)}")
     if server is None:
         server = _SERVERS[key] = Server({**os.environ, "PYTHONPATH": key})  # never a run's HOME: nothing lands there
     return server.run(code, args, env, cwd, timeout, argv0)
@@ -306,15 +321,16 @@ class ShellServer:
         self._dir = tempfile.TemporaryDirectory(prefix="forkrun-shell-")
         self.socket = Path(self._dir.name, "socket")
         lists = [json.dumps(names) for names in (PRELOAD, PRELOAD_IF_PRESENT, NOT_PRELOADED)]
+        self.stderr = tempfile.TemporaryFile()  # the server's own, read when it fails
         self.proc = subprocess.Popen([sys.executable, "-c", SOCKET_SERVER, *lists, str(self.socket)], env=env,
                                      cwd=ROOT, start_new_session=True, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                     stdout=subprocess.DEVNULL, stderr=self.stderr)
         deadline = time.monotonic() + 120
         while not self.socket.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.close()
                 raise RuntimeError(f"the shell's fork server did not start: "
-                                   f"{self.proc.stderr.read().decode(errors='replace')[-2000:]}")
+                                   f"{_tail(self.stderr)}")
             time.sleep(0.01)
 
     def env(self) -> dict[str, str]:
@@ -332,7 +348,7 @@ class ShellServer:
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(30)
-        self.proc.stderr.close()
+        self.stderr.close()
         self._dir.cleanup()
 
 

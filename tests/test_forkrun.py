@@ -133,3 +133,17 @@ def test_a_shells_command_killed_by_a_signal_ends_the_client_by_it(tmp_path):
     shell.command(tmp_path, "die", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
     ran = subprocess.run([str(tmp_path / "die")], env={**env(), **shell.env()}, timeout=60)
     assert ran.returncode == -signal.SIGTERM
+
+
+def test_a_shell_client_killed_mid_run_leaves_the_server_serving(tmp_path):
+    shell = forkrun.shell_server()
+    shell.command(tmp_path, "slow", "import time; time.sleep(1.5)")
+    shell.command(tmp_path, "quick", "print('served')")
+    client = subprocess.Popen([str(tmp_path / "slow")], env={**env(), **shell.env()})
+    time.sleep(0.5)
+    client.kill()  # the run goes on in the server's child; its answer has nobody to go to
+    client.wait(10)
+    time.sleep(1.5)
+    ran = subprocess.run([str(tmp_path / "quick")], env={**env(), **shell.env()}, capture_output=True, text=True,
+                         timeout=60)
+    assert (ran.returncode, ran.stdout) == (0, "served\n") and shell.proc.poll() is None
