@@ -262,7 +262,8 @@ def interrupt_patch(family, tmp_path, where: str, points, json_out: bool = False
     from lab.interrupts import count_events, interrupted_run, sample
     import shutil
     source, ckpt = FIXTURE_PAIRS[family.key]
-    target = tmp_path / "t"
+    target = tmp_path / where.lower() / "t"  # a folder of its own: a test may interrupt at the start and at the end
+    target.parent.mkdir(exist_ok=True)
     args = ["patch", target, "--checkpoint", ckpt, *(["--json"] if json_out else [])]
     shutil.copytree(source, target)
     before = snapshot_of(target)

@@ -132,6 +132,15 @@ def probe_timeout() -> float:
     return float(etag) if etag != constants.DEFAULT_ETAG_TIMEOUT else PROBE_TIMEOUT
 
 
+def download_timeout() -> float:
+    """The read timeout of a download's GET: huggingface_hub's own (HF_HUB_DOWNLOAD_TIMEOUT, 10 s by default;
+    file_download.py http_get passes constants.HF_HUB_DOWNLOAD_TIMEOUT), so that a range is let wait as long as
+    hf_hub_download would wait for the same bytes (a 7 s stall mid-body was cut at the HEAD's 5 s)."""
+    from huggingface_hub import constants
+
+    return float(constants.HF_HUB_DOWNLOAD_TIMEOUT)
+
+
 def endpoint() -> str:
     from huggingface_hub import constants
     return constants.ENDPOINT
@@ -234,11 +243,12 @@ def is_network_error(e: Exception) -> bool:
     return isinstance(e, (httpx2.TransportError, ConnectionError, TimeoutError))
 
 
-def network_reason(e: Exception) -> str:
+def network_reason(e: Exception, timeout: float | None = None) -> str:
+    """Why a request failed; timeout: the one it ran with (default: the HEAD's, probe_timeout)."""
     import httpx2
 
     if isinstance(e, httpx2.TimeoutException):
-        return f"no answer within {probe_timeout():g} s"
+        return f"no answer within {timeout or probe_timeout():g} s"
     text = cause(e)
     return "connection refused" if "refused" in text.lower() else text
 
@@ -253,8 +263,10 @@ def labelled(e: HubGuardError, where: str) -> HubGuardError:
     return with_hint(error, *TIMEOUT_HINT) if isinstance(e, HubTimeout) else error
 
 
-def hub_error(repo_id: str, filename: str, hub: HubOptions, e: Exception) -> CheckpointError:
-    """One line for any failure of huggingface_hub while fetching `filename`."""
+def hub_error(repo_id: str, filename: str, hub: HubOptions, e: Exception,
+              timeout: float | None = None) -> CheckpointError:
+    """One line for any failure of huggingface_hub while fetching `filename` (timeout: the request's, when it was not
+    the HEAD's)."""
     from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
                                         RemoteEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError)
 
@@ -275,14 +287,14 @@ def hub_error(repo_id: str, filename: str, hub: HubOptions, e: Exception) -> Che
             return CheckpointError(f"{where}: {filename} is not in the local Hugging Face cache (HF_HUB_OFFLINE is "
                                    f"set)")
         underlying = e.__cause__ if isinstance(e.__cause__, Exception) else e
-        return CheckpointError(f"{where}: cannot fetch {filename} from {endpoint()} ({network_reason(underlying)}); "
-                               f"{OFFLINE_HINT}")
+        why = network_reason(underlying, timeout)
+        return CheckpointError(f"{where}: cannot fetch {filename} from {endpoint()} ({why}); {OFFLINE_HINT}")
     if isinstance(e, HfHubHTTPError):
         status = e.response.status_code if e.response is not None else "?"
         return CheckpointError(f"{where}: cannot fetch {filename}: HTTP {status} from {endpoint()}")
     if is_network_error(e):
         return HubUnreachable(f"{where}: connection to {endpoint()} lost while fetching {filename} "
-                              f"({network_reason(e)}); {OFFLINE_HINT}")
+                              f"({network_reason(e, timeout)}); {OFFLINE_HINT}")
     return CheckpointError(f"{where}: cannot fetch {filename}: {cause(e)}")
 
 

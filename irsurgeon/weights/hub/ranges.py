@@ -8,8 +8,8 @@ from typing import Callable
 
 from irsurgeon.core.errors import CheckpointError
 from irsurgeon.weights.hub import store
-from irsurgeon.weights.hub.fetch import (HubOptions, HubUnreachable, cache_root, check_metadata, hub_error,
-                                         hub_failures, is_offline, labelled, probe_timeout)
+from irsurgeon.weights.hub.fetch import (HubOptions, HubUnreachable, cache_root, check_metadata, download_timeout,
+                                         hub_error, hub_failures, is_offline, labelled, probe_timeout)
 from irsurgeon.weights.hub.guard import HubGuardError
 from irsurgeon.weights.hub.names import shown
 
@@ -194,7 +194,7 @@ class HubBytes:
         headers = {**self.headers, "Range": f"bytes={offset}-{offset + length - 1}", "Accept-Encoding": "identity"}
         try:
             with scope(self.hub.clock, length, "the range asked"):
-                with http_stream_backoff("GET", self.location, headers=headers, timeout=probe_timeout(),
+                with http_stream_backoff("GET", self.location, headers=headers, timeout=download_timeout(),
                                          max_retries=2) as r:
                     hf_raise_for_status(r)
                     try:
@@ -204,9 +204,9 @@ class HubBytes:
         except HubGuardError as e:
             raise labelled(e, self.label) from None
         except _BodyFailed as e:
-            raise hub_error(self.repo_id, self.filename, self.hub, e.args[0]) from None
+            raise hub_error(self.repo_id, self.filename, self.hub, e.args[0], download_timeout()) from None
         except hub_failures() as e:
-            raise hub_error(self.repo_id, self.filename, self.hub, e) from None
+            raise hub_error(self.repo_id, self.filename, self.hub, e, download_timeout()) from None
         self.requests += 1  # counters: int += under the GIL, one per finished request
         self.bytes += length
         return data
