@@ -90,11 +90,17 @@ def sandbox(tmp: Path) -> dict[str, str]:
     for name in ("python", "python3"):
         (bin_dir / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
         (bin_dir / name).chmod(0o755)
-    shell = forkrun.shell_server()  # `irsurgeon`: `python -m irsurgeon` forked from a server that imported its modules
-    shell.command(bin_dir, "irsurgeon", forkrun.module("irsurgeon"), argv0="-m")
+    forked = {}
+    if os.environ.get("IRSURGEON_TEST_NO_FORK"):  # a fresh interpreter each time, as lab.forkrun.run does then
+        (bin_dir / "irsurgeon").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m irsurgeon "$@"\n')
+        (bin_dir / "irsurgeon").chmod(0o755)
+    else:  # `irsurgeon`: `python -m irsurgeon` forked from a server that imported its modules
+        shell = forkrun.shell_server()
+        shell.command(bin_dir, "irsurgeon", forkrun.module("irsurgeon"), argv0="-m")
+        forked = shell.env()
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": path,
-            "HF_HUB_OFFLINE": "1", **shell.env()}
+            "HF_HUB_OFFLINE": "1", **forked}
 
 
 def run_blocks(found: list[Block], tmp: Path) -> None:
