@@ -146,7 +146,7 @@ def test_a_command_parses_each_unchanged_ir_once(family, tmp_path, monkeypatch):
     target = writable_copy(source, tmp_path / "t")
     parsed = []
     real = files._read
-    monkeypatch.setattr(files, "_read", lambda ov_, x, b: parsed.append(files._parse_key(Path(x))) or real(ov_, x, b))
+    monkeypatch.setattr(files, "_read", lambda ov_, x, b: parsed.append(files.parse_key(Path(x))) or real(ov_, x, b))
     code, out = run("patch", target, "--checkpoint", ckpt)
     assert code == 0, out
     assert len(parsed) == len(set(parsed)), parsed  # a file parsed again had changed (the edit's read-back)

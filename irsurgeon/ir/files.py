@@ -48,23 +48,22 @@ def read_model(xml: Path, checked: bool = False):
     kept = _take_kept(xml)
     if kept is not None:
         return kept
-    parsed = _PARSED[0] if _PARSED else None
-    key = _parse_key(xml) if parsed is not None else None
-    if key is not None and key in parsed:
-        return parsed[key].clone()
-    limits.check_memory(size * limits.IR_XML_MEMORY_FACTOR, f"{xml}: reading it with OpenVINO", IRError)
-    model = _read(ov, xml, xml.with_suffix(".bin"))
-    if key is None:
-        return model
-    parsed[key] = model
-    return model.clone()
+    if not _PARSED:
+        limits.check_memory(size * limits.IR_XML_MEMORY_FACTOR, f"{xml}: reading it with OpenVINO", IRError)
+        return _read(ov, xml, xml.with_suffix(".bin"))
+    parsed, key = _PARSED[0], parse_key(xml)
+    if key not in parsed:
+        limits.check_memory(size * limits.IR_XML_MEMORY_FACTOR, f"{xml}: reading it with OpenVINO", IRError)
+        parsed[key] = _read(ov, xml, xml.with_suffix(".bin"))
+    return parsed[key].clone()
 
 
 # Within one command an IR is parsed by OpenVINO once (`parsed_once`: the CLI runs every command inside it, and the
-# flows' public calls open it too). A later read of the same, unchanged files (device, inode, size, mtime and ctime
-# of the .xml and the .bin) gets a clone of that parse: about a sixth of its cost, its constants shared with it, never
-# copied. Every reader gets a clone, never the parse itself, so no reader sees another's edits. A patch of a DFlash
-# target parsed its language model six times, and its verify three.
+# flows' public calls open it too). A later read of the same, unchanged files (device, inode, size and mtime of the
+# .xml and the .bin: file_identity; irsurgeon replaces an IR by rename, never in place) gets a clone of that parse:
+# about a sixth of its cost, its constants shared with it, never copied. Every reader gets a clone, never the parse
+# itself, so no reader sees another's edits. A patch of a DFlash target parsed its language model six times, and its
+# verify three.
 _PARSED: list[dict] = []  # the open scope's {key: ov.Model}
 
 
@@ -81,18 +80,9 @@ def parsed_once():
         _PARSED.clear()
 
 
-def _parse_key(xml: Path) -> tuple | None:
-    out = [os.path.abspath(xml)]
-    for path in (xml, xml.with_suffix(".bin")):
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            out.append(None)
-            continue
-        except OSError:  # unreadable metadata: not cached, OpenVINO's own read says what is wrong
-            return None
-        out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-    return tuple(out)
+def parse_key(xml: Path) -> tuple:
+    """What a parse is kept under: the `.xml`'s path and its files' identity (file_identity)."""
+    return os.path.abspath(xml), file_identity(xml, xml.with_suffix(".bin"))
 
 
 def file_identity(xml: Path, bin_path: Path) -> tuple:

@@ -192,9 +192,10 @@ class HubBytes:
         self._offline(f"bytes {offset}-{offset + length - 1}")
         self.located()
         headers = {**self.headers, "Range": f"bytes={offset}-{offset + length - 1}", "Accept-Encoding": "identity"}
+        timeout = download_timeout()
         try:
             with scope(self.hub.clock, length, "the range asked"):
-                with http_stream_backoff("GET", self.location, headers=headers, timeout=download_timeout(),
+                with http_stream_backoff("GET", self.location, headers=headers, timeout=timeout,
                                          max_retries=2) as r:
                     hf_raise_for_status(r)
                     try:
@@ -204,9 +205,9 @@ class HubBytes:
         except HubGuardError as e:
             raise labelled(e, self.label) from None
         except _BodyFailed as e:
-            raise hub_error(self.repo_id, self.filename, self.hub, e.args[0], download_timeout()) from None
+            raise hub_error(self.repo_id, self.filename, self.hub, e.args[0], timeout) from None
         except hub_failures() as e:
-            raise hub_error(self.repo_id, self.filename, self.hub, e, download_timeout()) from None
+            raise hub_error(self.repo_id, self.filename, self.hub, e, timeout) from None
         self.requests += 1  # counters: int += under the GIL, one per finished request
         self.bytes += length
         return data
