@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -186,7 +187,7 @@ SOCKET_SERVER = PRELUDE + SOCKET_LOOP + EPILOGUE
 class Ran:
     """What subprocess.run(..., capture_output=True, text=True) would give, with the run's wall seconds; returncode
     None when the timeout killed it, and then `hwm` the peak resident set seen just before; `peak` the child's peak
-    resident set in bytes (0 from `fresh`)."""
+    resident set in bytes."""
     args: list[str]
     returncode: int | None
     stdout: str
@@ -196,16 +197,22 @@ class Ran:
     peak: int = 0
 
 
+def _start(script: str, args: list[str], env: dict[str, str], pass_fds: tuple = ()):
+    """A server process running `script` (after PRELUDE's imports), and the file its own stderr goes to (a pipe
+    nobody reads could fill and stop it)."""
+    stderr = tempfile.TemporaryFile()
+    lists = [json.dumps(names) for names in (PRELOAD, PRELOAD_IF_PRESENT, NOT_PRELOADED)]
+    proc = subprocess.Popen([sys.executable, "-c", script, *lists, *args], env=env, pass_fds=pass_fds, cwd=ROOT,
+                            start_new_session=True,  # a test's Ctrl-C to its process group is not for it
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+    return proc, stderr
+
+
 class Server:
     def __init__(self, env: dict[str, str]):
         req_r, self._req_w = os.pipe()
         self._ans_r, ans_w = os.pipe()
-        lists = [json.dumps(names) for names in (PRELOAD, PRELOAD_IF_PRESENT, NOT_PRELOADED)]
-        self.stderr = tempfile.TemporaryFile()  # the server's own (a pipe nobody reads could fill and stop it)
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, *lists, str(req_r), str(ans_w)], env=env,
-                                     pass_fds=(req_r, ans_w), cwd=ROOT,
-                                     start_new_session=True,  # a test's Ctrl-C to its process group is not for it
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
+        self.proc, self.stderr = _start(SERVER, [str(req_r), str(ans_w)], env, pass_fds=(req_r, ans_w))
         os.close(req_r)
         os.close(ans_w)
         self._answers = os.fdopen(self._ans_r, "r")
@@ -224,8 +231,7 @@ class Server:
             line = self._answers.readline()
             if not line:
                 self.proc.wait(30)
-                raise RuntimeError(f"the fork server ended (exit {self.proc.returncode}): "
-                                   f"{_tail(self.stderr)}")
+                raise RuntimeError(f"the fork server ended (exit {self.proc.returncode}): {_tail(self.stderr)}")
             answer = json.loads(line)
             FORKED["runs"] += 1
             FORKED["cpu"] += answer["cpu"]
@@ -281,16 +287,32 @@ def completed(code: str, args, env: dict[str, str], cwd: Path | str | None = Non
 
 
 def fresh(code: str, args, env: dict[str, str], cwd: Path | str | None = None, timeout: float = 600) -> Ran:
-    """The same run in a new interpreter (subprocess.run): what `run` stands in for."""
-    args = [str(a) for a in args]
-    start = time.perf_counter()
+    """The same run in a new interpreter: what `run` stands in for. Its peak resident set is its VmHWM, sampled while
+    it runs (wait4's ru_maxrss would not do: a child exec'd from this process inherits this process's high-water
+    mark, over 1 GB late in a test run); a run past the timeout is killed with its group."""
+    cmd, start, peak = [sys.executable, "-c", code, *map(str, args)], time.perf_counter(), 0
+    with tempfile.TemporaryDirectory(prefix="forkrun-") as io:
+        out, err = Path(io, "stdout"), Path(io, "stderr")
+        with open(out, "wb") as o, open(err, "wb") as e:
+            proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=o, stderr=e,
+                                    start_new_session=True)
+        while proc.poll() is None and time.perf_counter() - start <= timeout:
+            peak = max(peak, vm_hwm(proc.pid))
+            time.sleep(0.01)
+        if proc.poll() is None:  # past the timeout
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return Ran(cmd, None, out.read_text(), err.read_text(), time.perf_counter() - start, peak, peak)
+        return Ran(cmd, proc.returncode, out.read_text(), err.read_text(), time.perf_counter() - start, 0, peak)
+
+
+def vm_hwm(pid: int) -> int:
+    """A process's peak resident set in bytes so far (/proc: VmHWM); 0 once it has gone."""
     try:
-        proc = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
-    except subprocess.TimeoutExpired as e:
-        text = (lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or ""))
-        return Ran(e.cmd, None, text(e.stdout), text(e.stderr), time.perf_counter() - start)
-    return Ran(proc.args, proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - start)
+        with open(f"/proc/{pid}/status") as status:
+            return int(next(ln for ln in status if ln.startswith("VmHWM")).split()[1]) * 1024
+    except (OSError, StopIteration, ValueError):
+        return 0
 
 
 # The client a shell runs for a command (`python -I -S SHIM_FILE ARGS`: no site, so it starts in milliseconds): its
@@ -320,17 +342,12 @@ class ShellServer:
     def __init__(self, env: dict[str, str]):
         self._dir = tempfile.TemporaryDirectory(prefix="forkrun-shell-")
         self.socket = Path(self._dir.name, "socket")
-        lists = [json.dumps(names) for names in (PRELOAD, PRELOAD_IF_PRESENT, NOT_PRELOADED)]
-        self.stderr = tempfile.TemporaryFile()  # the server's own, read when it fails
-        self.proc = subprocess.Popen([sys.executable, "-c", SOCKET_SERVER, *lists, str(self.socket)], env=env,
-                                     cwd=ROOT, start_new_session=True, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=self.stderr)
+        self.proc, self.stderr = _start(SOCKET_SERVER, [str(self.socket)], env)
         deadline = time.monotonic() + 120
         while not self.socket.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.close()
-                raise RuntimeError(f"the shell's fork server did not start: "
-                                   f"{_tail(self.stderr)}")
+                raise RuntimeError(f"the shell's fork server did not start: {_tail(self.stderr)}")
             time.sleep(0.01)
 
     def env(self) -> dict[str, str]:
@@ -358,8 +375,8 @@ _SHELL: list[ShellServer] = []
 def shell_server() -> ShellServer:
     """This process's ShellServer, started on first use (with this checkout first on PYTHONPATH)."""
     if not _SHELL or _SHELL[0].proc.poll() is not None:
-        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-        _SHELL[:] = [ShellServer({**os.environ, "PYTHONPATH": path})]
+        from lab import procs
+        _SHELL[:] = [ShellServer(procs.env())]
     return _SHELL[0]
 
 

@@ -9,8 +9,11 @@ tests/helpers/reference.py).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,7 +150,6 @@ class _Progress:
         self.total = len(nodeids)
 
     def finished(self, nodeid: str) -> None:
-        import time
         name = nodeid.split("::")[0]
         if name not in self.left:
             return
@@ -171,7 +173,6 @@ def take_ctrl_c_back() -> None:
     background (`make test &` in a script, nohup) and so do some launchers (py-spy), and an ignored SIGINT is
     inherited: the tests that send themselves SIGINT would see nothing (one looped forever on a retry that its
     interruption was meant to end), and the children the tests start would ignore it too."""
-    import signal
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -193,7 +194,8 @@ def in_memory_basetemp(config) -> None:
     root = Path("/dev/shm")
     try:
         free = os.statvfs(root)
-        is_tmpfs = any(line.split()[1:3] == [str(root), "tmpfs"] for line in Path("/proc/mounts").read_text().splitlines())
+        mounts = Path("/proc/mounts").read_text().splitlines()
+        is_tmpfs = any(line.split()[1:3] == [str(root), "tmpfs"] for line in mounts)
     except OSError:
         return
     if not is_tmpfs or not os.access(root, os.W_OK) or free.f_bavail * free.f_frsize < 2 << 30:
@@ -204,10 +206,8 @@ def in_memory_basetemp(config) -> None:
         st = mine.lstat()
     except OSError:
         return
-    import stat
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         return  # not a folder of this user's alone: pytest's own place
-    import shutil
     for old in mine.iterdir():  # a run that ended without removing its folder (killed)
         if old.name.isdigit() and not Path(f"/proc/{old.name}").exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -217,7 +217,6 @@ def in_memory_basetemp(config) -> None:
 
 
 def pytest_unconfigure(config):
-    import shutil
     for run in _IN_MEMORY:
         shutil.rmtree(run, ignore_errors=True)
 
@@ -231,7 +230,6 @@ def pytest_configure(config):
 
 
 def pytest_sessionstart(session):
-    import time
     pin_worker()
     for progress in _PROGRESS:
         progress.start = time.monotonic()

@@ -11,8 +11,8 @@ How they run: the blocks of one file, in order, in a fresh temporary directory h
 are written from the repository root and write into out/), each shell block with `bash -euo pipefail`, each Python
 block with this interpreter. `irsurgeon`, `python` and `python3` on PATH run this checkout's CLI and this interpreter
 (`irsurgeon` as `python -m irsurgeon` forked from lab.forkrun's server: the same process a fresh one would be, its
-modules imported already); nothing in a block is substituted. In a shell block a line that runs `make` is not run (the make targets install the
-package and run the test suite; they are the set-up commands). In a console block only the lines after `$ ` are
+modules imported already); nothing in a block is substituted. In a shell block a line that runs `make` is not run
+(the make targets install the package and run the test suite; they are the set-up commands). In a console block only the lines after `$ ` are
 commands. A block that exits non-zero fails the test, naming the file and line where the block starts.
 """
 from __future__ import annotations
@@ -87,13 +87,14 @@ def sandbox(tmp: Path) -> dict[str, str]:
     shutil.copytree(ROOT / "fixtures", tmp / "fixtures", dirs_exist_ok=True)  # a second run: the same copy
     bin_dir = tmp.parent / f"{tmp.name}-bin"
     bin_dir.mkdir(exist_ok=True)
-    for name in ("python", "python3"):
-        (bin_dir / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    def script(name: str, run: str) -> None:
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec {run} "$@"\n')
         (bin_dir / name).chmod(0o755)
+    for name in ("python", "python3"):
+        script(name, f'"{sys.executable}"')
     forked = {}
     if os.environ.get("IRSURGEON_TEST_NO_FORK"):  # a fresh interpreter each time, as lab.forkrun.run does then
-        (bin_dir / "irsurgeon").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m irsurgeon "$@"\n')
-        (bin_dir / "irsurgeon").chmod(0o755)
+        script("irsurgeon", f'"{sys.executable}" -m irsurgeon')
     else:  # `irsurgeon`: `python -m irsurgeon` forked from a server that imported its modules
         shell = forkrun.shell_server()
         shell.command(bin_dir, "irsurgeon", forkrun.module("irsurgeon"), argv0="-m")
