@@ -329,8 +329,9 @@ def judge_readings(report: TuneReport, family: Family, target: Path, tmp: Path, 
             echo(f"reading [{i + 1}/{len(report.candidates)}] {c.label}: building it in {where}")
             patch(where, report.checkpoint, options=replace(options, config_edits=c.edits or None), echo=silent)
         count(c, where, settings, echo, until=clock.share(DEFAULT_SHARE) if i == 0 else None)
-        if i == 0 and clock.past(DEFAULT_SHARE) and len(c.per_prompt) < len(settings.prompts):  # the budget cut the default's count short: every
-            left = len(settings.prompts)                       # other step measures the prompts it counted
+        if i == 0 and clock.past(DEFAULT_SHARE) and len(c.per_prompt) < len(settings.prompts):
+            # the budget cut the default's count short: every other step measures the prompts it counted
+            left = len(settings.prompts)
             settings.prompts = list(settings.prompts[:len(c.per_prompt)])
             report.not_tried.append(f"prompts {len(c.per_prompt) + 1}-{left} (the default reading's count reached "
                                     f"{DEFAULT_SHARE:.0%} of the budget)")
