@@ -89,10 +89,11 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background job's ignored SIGINT is not what a terminal gives
 
 
-def sample(total: int, near_end: int = 6) -> list[int]:
-    """Interrupt points: the first events, then doubling, then the last `near_end` events of the run."""
+def sample(total: int, near_end: int = 6, factor: int = 2) -> list[int]:
+    """Interrupt points: the first event, then each `factor` times the last, then the last `near_end` events of the
+    run."""
     points, n = [], 1
     while n < total:
         points.append(n)
-        n *= 2
+        n *= factor
     return sorted(set(points) | set(range(max(1, total - near_end), total + 1)))

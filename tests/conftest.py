@@ -236,6 +236,12 @@ def pytest_sessionstart(session):
 
 
 def pytest_collection_finish(session):
+    # What the process holds once the tests are collected (openvino, numpy, nncf, every test module and item) lives
+    # to the end: frozen, Python's full collections no longer walk it after every batch of tests (gc.freeze, as
+    # lab.forkrun's server does); a collection first, so no garbage is kept for good.
+    import gc
+    gc.collect()
+    gc.freeze()
     for progress in _PROGRESS:
         if session.items:
             progress.expect([item.nodeid for item in session.items])

@@ -9,9 +9,9 @@ Which blocks run:
 
 How they run: the blocks of one file, in order, in a fresh temporary directory holding a copy of fixtures/ (so they
 are written from the repository root and write into out/), each shell block with `bash -euo pipefail`, each Python
-block with this interpreter. `irsurgeon`, `python` and `python3` on PATH run this checkout's CLI and this interpreter
-(`irsurgeon` as `python -m irsurgeon` forked from lab.forkrun's server: the same process a fresh one would be, its
-modules imported already); nothing in a block is substituted. In a shell block a line that runs `make` is not run
+block as `python -c BLOCK` with this interpreter. `irsurgeon`, `python` and `python3` on PATH run this checkout's CLI
+and this interpreter (`irsurgeon` as `python -m irsurgeon`, and each Python block, forked from lab.forkrun's server:
+the same process a fresh one would be, its modules imported already); nothing in a block is substituted. In a shell block a line that runs `make` is not run
 (the make targets install the package and run the test suite; they are the set-up commands). In a console block
 only the lines after `$ ` are commands. A block that exits non-zero fails the test, naming the file and line where
 the block starts.
@@ -108,9 +108,11 @@ def sandbox(tmp: Path) -> dict[str, str]:
 def run_blocks(found: list[Block], tmp: Path) -> None:
     env = sandbox(tmp)
     for block in found:
-        cmd = (["bash", "-euo", "pipefail", "-c", shell_code(block)] if block.lang in SHELLS
-               else [sys.executable, "-c", block.code])
-        done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
+        if block.lang in SHELLS:
+            done = subprocess.run(["bash", "-euo", "pipefail", "-c", shell_code(block)], cwd=tmp, env=env,
+                                  capture_output=True, text=True, timeout=600)
+        else:  # `python -c BLOCK`, forked from lab.forkrun's server (a fresh interpreter with IRSURGEON_TEST_NO_FORK)
+            done = forkrun.completed(block.code, [], env, cwd=tmp, timeout=600)
         assert done.returncode == 0, (f"{block.where}: the {block.lang} block exits {done.returncode}\n{block.code}"
                                       f"--- stdout\n{done.stdout[-2000:]}\n--- stderr\n{done.stderr[-3000:]}")
 
@@ -185,6 +187,9 @@ def test_a_failing_block_fails(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("```bash\ntrue\nfalse\ntrue\n```\n")
     with pytest.raises(AssertionError, match="page.md:1: the bash block exits 1"):
+        run_blocks(blocks(page, every=True), tmp_path / "repo")
+    page.write_text("```python\nprint('ran')\n```\n```python\nimport sys\nsys.exit('no ' + 'model')\n```\n")
+    with pytest.raises(AssertionError, match=r"page.md:4: the python block exits 1(.|\n)*stderr\s+no model"):
         run_blocks(blocks(page, every=True), tmp_path / "repo")
 
 
