@@ -48,11 +48,18 @@ demo-eagle3: install-demo
 # The tests run the CLI in hundreds of child processes: its modules are byte-compiled once here, where a machine
 # with PYTHONDONTWRITEBYTECODE set would compile them again in every one (about 0.15 s each on 2 slow cores); and
 # pytest's rewritten test modules are cached by one collection here, where each xdist worker would rewrite all of
-# them again (about 5 s of CPU a worker; pytest reads the cache whatever PYTHONDONTWRITEBYTECODE says). A speed-up
-# only: a checkout it cannot write into is tested all the same.
-compile:
+# them again (about 5 s of CPU a worker; pytest reads the cache whatever PYTHONDONTWRITEBYTECODE says). That
+# collection (about 3 s) runs again only when a test file, setup.cfg or the pytest release changed: its stamp lies
+# in the cache's own folder, so removing the cache removes it. A speed-up only: a checkout it cannot write into is
+# tested all the same.
+TEST_SOURCES := $(shell find tests -name '*.py' -not -path '*/__pycache__/*')
+PRIMED = tests/__pycache__/.primed-$(shell $(PYTHON) -c "import sys, pytest; print(f'{sys.implementation.cache_tag}-pytest-{pytest.__version__}')" 2>/dev/null)
+
+compile: $(PRIMED)
 	-$(PYTHON) -m compileall -q irsurgeon lab tests/helpers >/dev/null
-	-PYTHONDONTWRITEBYTECODE= $(PYTHON) -m pytest -q --collect-only -p no:cacheprovider >/dev/null
+
+$(PRIMED): $(TEST_SOURCES) setup.cfg
+	-PYTHONDONTWRITEBYTECODE= $(PYTHON) -m pytest -q --collect-only -p no:cacheprovider >/dev/null && touch $@
 
 # The linter, before any test (under a second): ruff, pinned in setup.cfg's test extra, with the rules in
 # pyproject.toml (pyflakes' checks and every `# noqa` needed), over every Python file of the repository; then a
