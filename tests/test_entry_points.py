@@ -105,7 +105,9 @@ def points(total: int) -> list[int]:
 
 
 @pytest.mark.parametrize("entry", [  # `python -m irsurgeon` takes Ctrl-C in the same lines as `-m irsurgeon.cli`
-    pytest.param("python -m irsurgeon", marks=pytest.mark.slow), "python -m irsurgeon.cli", "console script"])
+    pytest.param("python -m irsurgeon", marks=pytest.mark.slow),
+    pytest.param("python -m irsurgeon.cli", marks=pytest.mark.extended),  # CI's extended tier: the console script
+    "console script"])                                                    # (what a user types) in the default one
 def test_ctrl_c_at_any_audit_event_from_the_first_instruction_is_one_line_and_130(entry, tmp_path):
     """Ctrl-C at the N-th audit event (an import, an open, ...) after the first instruction each entry answers for:
     the console script's irsurgeon.entry (it used to raise KeyboardInterrupt out of the script's import while entry

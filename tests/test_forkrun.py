@@ -30,7 +30,7 @@ def seen(ran: forkrun.Ran) -> tuple:
 
 @pytest.mark.parametrize("args", [
     ["show", str(DEMO_TARGET)],
-    ["--json", "show", str(DEMO_TARGET)],
+    pytest.param(["--json", "show", str(DEMO_TARGET)], marks=pytest.mark.extended),  # CI's extended tier
     ["show", "/nonexistent/target"],  # refused: exit 1, one line
     ["patch", str(DEMO_TARGET), "--num-assistant-tokens", "x"],  # a usage error: exit 2
     ["pach"],
@@ -105,6 +105,7 @@ def test_a_run_past_its_timeout_is_killed_with_what_it_started(tmp_path):
         forkrun.completed("import time; time.sleep(60)", (), env(), timeout=1)
 
 
+@pytest.mark.extended  # the shell's server serves test_docs alone: CI's `make test-extended`
 def test_a_shells_command_forked_says_and_ends_as_a_fresh_one(tmp_path):
     """lab.forkrun's shell server (test_docs' `irsurgeon`): a script's output, pipes and exit codes are a fresh
     `python -m irsurgeon`'s."""

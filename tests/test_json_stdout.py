@@ -65,6 +65,7 @@ def test_nncf_progress_bar_goes_to_a_terminal_stderr_only(tmp_path):
     assert result_of(out)["written"] and b"Applying Weight Compression" in said
 
 
+@pytest.mark.extended  # the same nncf output as patch's above, from build-mtp: CI's `make test-extended`
 def test_build_mtp_json_int4_is_one_document(tmp_path):
     _, ckpt = FIXTURE_PAIRS["qwen3_5"]
     proc = cli("build-mtp", ckpt, "-o", tmp_path / "head", "--weight-format", "int4", "--json")
