@@ -55,6 +55,7 @@ def killing(times: int, sig=signal.SIGABRT):
     return echo, said
 
 
+@pytest.mark.extended  # CI's extended tier; the default tier's runs below each return a result as well
 def test_a_result_comes_back_as_run_here(patched):
     report = isolated.call("run_equivalence", patched, 1, (2,), 8)
     assert report.identical and len(report.runs) == 1 and report.runs[0].tokens == 8

@@ -154,19 +154,29 @@ def test_an_angelslim_label_keeps_its_default_which_trained_it(pair, tmp_path, p
     assert snapshot(target) == before and list(private_tmp.iterdir()) == []
 
 
-@pytest.mark.genai
 def test_an_error_after_the_candidates_leaves_the_directory_and_no_copy(pair, tmp_path, private_tmp, monkeypatch):
+    """The candidates built for real, their counts given (the test above counts them in openvino-genai): the trained
+    reading wins, so its copy is in tempfile's folder when the K sweep is interrupted."""
     import irsurgeon.flows.tune as flow
+    from irsurgeon.flows.genai import Report, Run
 
     target, _ = labelled(pair, tmp_path, rope_theta=1e6)
     before = snapshot(target)
+    counted = []
+
+    def run_equivalence(where, *_a, **_k):  # the present (default) draft accepts fewer than the trained copy
+        counted.append(Path(where))
+        return Report({}, [Run(0, 1, True, None, 32, 3 if Path(where) == target else 9, 32)])
 
     def interrupted(*_a, **_k):
+        copies = [p for p in counted if p != target]
+        assert copies and all(p.exists() and p.is_relative_to(private_tmp) for p in copies), counted  # there now
         raise KeyboardInterrupt
+    monkeypatch.setattr(flow, "run_equivalence", run_equivalence)
     monkeypatch.setattr(flow, "run_sweep", interrupted)
     doc = json.loads(invoke("tune", target, "--json", "--prompts", "1").stdout)
     assert doc["error"] == "interrupted before the commit: the directory is as it was" and doc["exit_code"] == 130
-    assert snapshot(target) == before and list(private_tmp.iterdir()) == []
+    assert len(counted) == 2 and snapshot(target) == before and list(private_tmp.iterdir()) == []
 
 
 @pytest.mark.extended  # more of what the default tier runs once: CI's `make test-extended`
