@@ -68,7 +68,7 @@ def patched(tmp_path_factory) -> Path:
 
 def test_the_docs_schema_and_table_cover_every_command():
     assert set(SCHEMA["properties"]["command"]["enum"]) == {*main.commands, None}  # None: no command recognised
-    assert {row.split(" ")[0] for row in KEYS} == set(main.commands)
+    assert {row.split(" ")[0] for row in KEYS} == {*main.commands, "--help", "--version"}
 
 
 def test_patch(patched, tmp_path):
@@ -178,3 +178,42 @@ def test_a_command_that_does_not_exist_is_a_usage_error_document_of_the_schema()
     """`irsurgeon pach --json`: no command was recognised, so `command` is null, as the schema allows."""
     doc = run("pach", "--json", expect=2)
     assert doc["command"] is None and doc["result"] is None and "No such command 'pach'" in doc["error"]
+
+
+@pytest.mark.parametrize("args", [["--json", "--help"], ["patch", "--help", "--json"], ["verify", "--json", "-h"],
+                                  ["--help", "show", "--json"]], ids=" ".join)
+def test_help_with_json_is_one_document_holding_the_help_text(args):
+    """--help with --json, in any order: the document (`command` the subcommand's, null for the group's help) whose
+    result is the text --help prints alone."""
+    doc = run(*args, expect=0)
+    keys_of(doc, "--help")
+    plain = CliRunner().invoke(main, [a for a in args if a != "--json"])
+    assert plain.exit_code == 0 and doc["result"]["help"] + "\n" == plain.stdout and "{" not in plain.stdout[:1]
+
+
+def test_version_with_json_is_one_document():
+    from irsurgeon import __version__
+
+    for args in (["--json", "--version"], ["--version", "--json"]):
+        doc = run(*args, expect=0)
+        keys_of(doc, "--version")
+        assert doc["result"] == {"version": __version__} and doc["command"] is None
+    plain = CliRunner().invoke(main, ["--version"])
+    assert plain.stdout == f"irsurgeon, version {__version__}\n"
+
+
+@pytest.mark.parametrize("args, stdout", [(["--help"], "closed"), (["patch", "--help", "--json"], "full"),
+                                          (["--version", "--json"], "closed")], ids=str)
+def test_help_or_version_that_cannot_be_written_is_one_line_and_exit_1(args, stdout):
+    """As every command's report: stdout closed (`>&-`) or full (/dev/full) is one `Error:` line and exit 1, never
+    exit 0 with nothing said (--help used to), nor a traceback (--help > /dev/full used to)."""
+    import os
+    import subprocess
+    import sys
+
+    with open(os.devnull if stdout == "closed" else "/dev/full", "w") as out:
+        proc = subprocess.run([sys.executable, "-m", "irsurgeon.cli", *args], stdout=out, stderr=subprocess.PIPE,
+                              text=True, timeout=60, preexec_fn=(lambda: os.close(1)) if stdout == "closed" else None)
+    reason = "stdout is closed" if stdout == "closed" else "no space left on device"
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        f"Error: the help or version could not be written to stdout ({reason})"], proc.stderr

@@ -13,19 +13,18 @@ from irsurgeon import __version__, _json_to_stdout, _words
 from irsurgeon.core.errors import CommitError, Interrupted, IRSurgeonError, cause
 from irsurgeon.core.signals import PRESSES, deferred_sigint, on_own_stack
 from irsurgeon.core.text import shown
-from irsurgeon.cli.options import JSON_TO, LOST, RESULT, write
+from irsurgeon.cli.options import JSON_ASKED, JSON_TO, LOST, RESULT, SAID, JsonHelp, said_or_document, write
 from irsurgeon.families import registry
 from irsurgeon.ir.files import parsed_once
 
 DEBUG_ENV = "IRSURGEON_DEBUG"
 
 
-SAID = "irsurgeon.said"  # ctx.meta: the JSON document is out
 AFTER_COMPLETION = "interrupted after the command completed: what it did is done"
 ENDED: list[int] = []  # the exit code each invocation decided, appended once its end is being said (irsurgeon.entry)
 
 
-class Group(click.Group):
+class Group(JsonHelp, click.Group):
     """Runs a command and turns every failure into `Error: ...` on one line and a non-zero exit."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode: bool = True, **extra):
@@ -34,11 +33,12 @@ class Group(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         ENDED.clear()
+        LOST.clear()  # what an earlier in-process invocation could not write
         words = [str(w) for w in (sys.argv[1:] if args is None else args)]
         try:
             done = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.Exit as e:  # --help, --version
-            sys.exit(e.exit_code)
+        except click.exceptions.Exit as e:  # --help, --version (click releases that return their code instead)
+            done = e.exit_code
         except click.ClickException as e:  # a usage error: click's message here; its document is out if invoke ran
             ctx = getattr(e, "ctx", None)
             if ctx is None or not ctx.meta.get(SAID):  # before the group ran a command: from the words
@@ -52,7 +52,10 @@ class Group(click.Group):
             if ENDED and ENDED[-1]:  # after the command's own failure was said: its one line and code stand
                 sys.exit(ENDED[-1])
             fail(AFTER_COMPLETION if ENDED else "interrupted", 130, words=None if ENDED else words)
-        sys.exit(done if isinstance(done, int) else 0)
+        done = done if isinstance(done, int) else 0
+        if LOST and not done:  # --help's or --version's text (or document) could not be written: said_or_document
+            fail(f"the help or version could not be written to stdout ({LOST[0].lower()})", 1, words=words)
+        sys.exit(done)
 
     def missing_command(self) -> str:
         """The usage error of no command (`irsurgeon`, `irsurgeon --json`: click shows the help)."""
@@ -69,6 +72,7 @@ class Group(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """--json before the command is the command's own (`irsurgeon --json show X` is `irsurgeon show X --json`:
         option order never matters); alone, it leaves no command: the usage error of none, with its document."""
+        ctx.meta[JSON_ASKED] = _words(args)[1]  # --help and --version answer with the document then (options)
         at = next((i for i, word in enumerate(args) if not word.startswith("-")), len(args))
         if "--json" in args[:at]:
             before = [word for word in args[:at] if word != "--json"]
@@ -240,7 +244,9 @@ def _json_in_args(ctx: click.Context) -> str | None:
              help=f"Graph surgery on OpenVINO IR: build speculative-decoding drafts ({registry.titles()}) from "
                   f"safetensors (or pytorch_model.bin) without PyTorch, and attach them to exported model "
                   f"directories.")
-@click.version_option(__version__, prog_name="irsurgeon")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, help="Show the version and exit.",
+              callback=lambda ctx, _, value: value and not ctx.resilient_parsing and
+              said_or_document(ctx, f"irsurgeon, version {__version__}", {"version": __version__}))
 def main() -> None:
     """The command group (its help names every registered family: families.registry.titles)."""
 

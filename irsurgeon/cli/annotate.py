@@ -5,12 +5,12 @@ from pathlib import Path
 
 import click
 
-from irsurgeon.cli.options import echo_for, json_flag, report
+from irsurgeon.cli.options import Command, echo_for, json_flag, report
 from irsurgeon.core.errors import IRError
 from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
 
 
-@click.command("annotate")
+@click.command("annotate", cls=Command)
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--force", is_flag=True, help="Replace an existing annotation that differs from the discovered one.")
 @click.option("--dry-run", is_flag=True, help="Print the annotation that would be written; write nothing.")

@@ -17,14 +17,14 @@ import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
 from irsurgeon.core.signals import NativeCalls
-from irsurgeon.cli.options import (choice, echo_for, json_flag, kv_cache_option, report,
+from irsurgeon.cli.options import (Command, choice, echo_for, json_flag, kv_cache_option, report,
                                    weight_format_option)
 from irsurgeon.families import registry
 
 STANDALONE = registry.standalone()  # the family whose draft stands alone
 
 
-@click.command("build-mtp")
+@click.command("build-mtp", cls=Command)
 @click.argument("checkpoint")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path),
               help=f"Directory that receives the draft ({STANDALONE.layout.draft_xml} and its .bin).")

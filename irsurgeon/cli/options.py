@@ -95,3 +95,42 @@ def write(text: str, err: bool) -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except (OSError, ValueError):
             pass  # no descriptor to redirect (an embedded stdout): LOST already silences later writes
+
+
+JSON_ASKED = "irsurgeon.json_asked"  # ctx.meta: the words asked for the JSON document on stdout (cli.Group.parse_args)
+SAID = "irsurgeon.said"  # ctx.meta: the JSON document is out
+
+
+def said_or_document(ctx: click.Context, text: str, result: dict) -> None:
+    """What --help and --version say, then the end of the run: the text, or with --json the one document with this
+    result (docs/cli.md, "The JSON document"); its `command` is the subcommand's name, null for the group's own."""
+    if ctx.meta.get(JSON_ASKED) and not ctx.meta.get(SAID):
+        import json
+        command = ctx.info_name if ctx.parent is not None else None
+        ctx.meta[SAID] = True
+        write(json.dumps({"ok": True, "command": command, "result": result}, indent=1), False)
+    else:
+        write(text, False)  # a closed or full stdout: LOST, said by cli.Group.main (click's echo raised a traceback)
+    ctx.exit()
+
+
+def _help(ctx: click.Context, param, value) -> None:
+    if value and not ctx.resilient_parsing:
+        text = ctx.get_help()
+        said_or_document(ctx, text, {"help": text})
+
+
+class JsonHelp:
+    """Mixed into every command and the group: --help says its text as every output is said (said_or_document: with
+    --json, one document holding it). click's own help option, its callback replaced: the option's names, its place
+    in the help and click's usage hints stay."""
+
+    def get_help_option(self, ctx: click.Context):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.callback = _help
+        return option
+
+
+class Command(JsonHelp, click.Command):
+    """Every irsurgeon command's class (JsonHelp)."""

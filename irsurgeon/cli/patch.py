@@ -7,12 +7,12 @@ import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
 from irsurgeon.core.signals import NativeCalls
-from irsurgeon.cli.options import choice, echo_for, json_flag, report, weight_format_option
+from irsurgeon.cli.options import Command, choice, echo_for, json_flag, report, weight_format_option
 from irsurgeon.quant.formats import KV_CACHE_PRECISIONS
 from irsurgeon.families import registry
 
 
-@click.command("patch", help=f"Make TARGET ready for the draft of --checkpoint's family ({registry.titles()}), "
+@click.command("patch", cls=Command, help=f"Make TARGET ready for the draft of --checkpoint's family ({registry.titles()}), "
                              f"verified before anything moves, all of it in one commit.")
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--checkpoint", "source", required=True,

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from irsurgeon.cli.options import json_to, report, safe_echo
+from irsurgeon.cli.options import Command, json_to, report, safe_echo
 from irsurgeon.ir.footprint import human, shape_text
 from irsurgeon.core.rtinfo import HIDDEN_STATES_LAYERS
 
 
-@click.command("show")
+@click.command("show", cls=Command)
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, callback=json_to,
               help="Print one JSON document instead of text (its result: stable keys; docs/cli.md).")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from irsurgeon.cli.options import choice, echo_for, json_flag, report, weight_format_option
+from irsurgeon.cli.options import Command, choice, echo_for, json_flag, report, weight_format_option
 from irsurgeon.core.errors import OutputError
 from irsurgeon.core.limits import SYNTH_SIZE_LIMITS
 from irsurgeon.families import registry
@@ -39,7 +39,7 @@ def refuse_foreign(out_dir: Path) -> None:
                           f"{'/, '.join(OWN)}/ into it anyway")
 
 
-@click.command("synth")
+@click.command("synth", cls=Command)
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.option("--kind", type=choice(KINDS), default=next(iter(registry.DEFAULT.synth_kinds)), show_default=True,
               help="; ".join(f"{kind}: {words}" for f in registry.FAMILIES for kind, words in f.synth_kinds.items())

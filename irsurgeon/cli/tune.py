@@ -7,12 +7,12 @@ from pathlib import Path
 import click
 
 from irsurgeon.cli.hub_options import hub_options, make_hub
-from irsurgeon.cli.options import FiniteFloat, echo_for, json_flag, report
+from irsurgeon.cli.options import Command, FiniteFloat, echo_for, json_flag, report
 from irsurgeon.cli.verify import PromptsParam
 from irsurgeon.core.signals import NativeCalls
 
 
-@click.command("tune")
+@click.command("tune", cls=Command)
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--checkpoint", default=None,
               help="The draft's checkpoint (a directory, a .safetensors file or a Hugging Face repo id) [default: "

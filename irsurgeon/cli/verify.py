@@ -16,7 +16,7 @@ import click
 
 from irsurgeon import _verify_json_target
 from irsurgeon.cli.hub_options import hub_options, make_hub
-from irsurgeon.cli.options import FiniteFloat, json_to, report, safe_echo
+from irsurgeon.cli.options import Command, FiniteFloat, json_to, report, safe_echo
 from irsurgeon.core import limits
 from irsurgeon.core.errors import IRSurgeonError
 from irsurgeon.core.signals import NativeCalls
@@ -67,7 +67,7 @@ class SweepParam(click.ParamType):
         return tuple(dict.fromkeys(int(p) for p in parts))
 
 
-class VerifyCommand(click.Command):
+class VerifyCommand(Command):
     """verify, whose --json takes an optional FILE: `verify --json DIR` (the option first) means the document on
     stdout and DIR as TARGET when DIR is the only word that can be TARGET, as `verify DIR --json` does: option order
     never matters (irsurgeon._verify_json_target reads the words as click's parser does)."""
