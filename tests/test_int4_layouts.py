@@ -128,6 +128,12 @@ REFUSED = {  # case -> (format, config edit, tensor edit, words the one-line err
                   None, ["config_groups.group_mtp.format is 'int-quantized'"]),
     "ct-ignored": ("compressed-tensors", lambda qc: qc["ignore"].append("re:.*down_proj$"), None,
                    ["mtp.layers.0.mlp.down_proj.weight_packed", "ignore lists 're:.*down_proj$'"]),
+    "ct-pattern-look-ahead": ("compressed-tensors", lambda qc: qc["ignore"].append("re:(?=mtp).*z$"), None,
+                              ["quantization_config.ignore: the pattern re:(?=mtp).*z$ uses a look-ahead",
+                               "matched in time linear in the name"]),
+    "ct-pattern-not-a-regex": ("compressed-tensors", lambda qc: qc["config_groups"]["group_0"]["targets"].append(
+        "re:mtp.(q|k"), None, ["config_groups.group_0.targets: the pattern re:mtp.(q|k is not a regular expression",
+                               "missing ), unterminated subpattern"]),
     "ct-weight-shape": ("compressed-tensors", None, wrong_shape,
                         ["tensor mtp.layers.0.self_attn.k_proj.weight_shape: holds [128, 32]"]),
     "ct-group-not-an-object": ("compressed-tensors", lambda qc: qc["config_groups"].update(group_mtp=5), None,
@@ -157,6 +163,15 @@ def test_variants_not_decoded_are_refused_in_one_line(tmp_path, case):
     for needle in needles:
         assert needle in last, last
     assert not (tmp_path / "out").exists()
+
+
+def test_a_pattern_that_backtracks_for_hours_is_matched_at_once(tmp_path):
+    """`re:(.|.)*z$` in ignore: Python's re tries 2^27 ways of reading a 27-character module name before it says no
+    (hours); the build matches it in time linear in the name and, as compressed-tensors would, ignores nothing."""
+    d = variant(tmp_path, "compressed-tensors", lambda qc: qc["ignore"].extend(["re:(.|.)*z$", "re:(m|mt|t|.)*zz"]),
+                None)
+    code, out = run("build-mtp", d, "-o", tmp_path / "out")
+    assert code == 0, out
 
 
 def test_compressed_tensors_targets_resolve_as_the_library_does():

@@ -39,13 +39,16 @@ gptq_v2 and other checkpoint formats, gptqmodel's per-module `dynamic` overrides
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from irsurgeon.core import linear_re
 from irsurgeon.core.errors import CheckpointError
+from irsurgeon.core.text import shown
 from irsurgeon.weights.fp8 import unconverted_by
 from irsurgeon.weights.safetensors_io import f32_to_bf16
 
@@ -126,6 +129,17 @@ class Int4Layout:
                              "a list of module names, re: patterns or class names")
         if not names(self.qc.get("ignore") or []):  # compressed-tensors 0.20.1 quant_config.py: list[str] | None
             raise refuse(self.where, "ignore", self.qc.get("ignore"), "a list of module names or re: patterns")
+        listed = [(f"config_groups.{key}.targets", t) for key, g in groups.items() for t in g.get("targets", [])]
+        for key, target in listed + [("ignore", t) for t in self.qc.get("ignore") or []]:
+            if target.startswith("re:"):
+                try:
+                    ct_pattern(target)
+                except re.error as e:
+                    raise CheckpointError(f"{self.where}.{key}: the pattern {shown(target[:200])} is not a regular "
+                                          f"expression ({shown(str(e))})") from None
+                except linear_re.Unsupported as e:
+                    raise CheckpointError(f"{self.where}.{key}: the pattern {shown(target[:200])} uses {e}; "
+                                          f"{linear_re.TAKEN}") from None
 
     def _ct_args(self, module: str) -> Args:
         """compressed-tensors 0.20.1 utils/match.py `match_targets`: exact names first, then regexes (`re:`,
@@ -370,10 +384,15 @@ def names(value) -> bool:
 
 
 def ct_match(name: str, target: str) -> bool:
-    """compressed-tensors 0.20.1 utils/match.py `match_name`: `re:` targets by re.match, others by equality."""
+    """compressed-tensors 0.20.1 utils/match.py `match_name`: `re:` targets by re.match, others by equality. The
+    pattern comes from the checkpoint: it is matched in time linear in the name (irsurgeon.core.linear_re: `re`'s
+    backtracking takes hours on `(a+)+$`); Int4Layout refused the config if a pattern is one it does not take."""
     if target.startswith("re:"):
-        try:
-            return re.match(target[3:], name) is not None
-        except re.error:
-            return False
+        return ct_pattern(target).match(name)
     return target == name
+
+
+@functools.lru_cache(maxsize=256)
+def ct_pattern(target: str) -> linear_re.Pattern:
+    """A `re:` target compiled (re.error, linear_re.Unsupported)."""
+    return linear_re.compile_pattern(target[3:])
