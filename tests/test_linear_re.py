@@ -65,7 +65,9 @@ def test_a_pattern_that_backtracks_is_answered_in_linear_steps(pattern, name):
     (r"(a)\1", "a back-reference"), (r"(?=mtp)m", "a look-ahead or -behind"), (r"(?<!x)m", "a negative look-ahead"),
     (r"(?>a+)b", "an atomic group"), (r"(a)?(?(1)b|c)", "a conditional group"), (r"(?i)mtp", "inline flags"),
     (r"(?i:mtp)", "inline flags"), (r"(?:a{1000}){30}", f"more than {MAX_STATES} automaton states"),
-])
+    ("(" * 5000 + "a" + ")" * 5000, "groups nested too deep"), ("a" * 30000, "automaton states"),
+    ("|".join(f"x{i}y" for i in range(12000)), "automaton states"),
+], ids=lambda v: v if len(v) < 40 else f"{v[:20]}...({len(v)} chars)")
 def test_what_it_does_not_take_is_refused_by_name(pattern, words):
     with pytest.raises(Unsupported, match=re.escape(words)):
         compile_pattern(pattern)

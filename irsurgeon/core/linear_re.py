@@ -49,7 +49,7 @@ class Pattern:
     # -- building ---------------------------------------------------------------------------------------------------
     def _add(self, kind: str, arg, out) -> int:
         if len(self._states) >= MAX_STATES:
-            raise Unsupported(f"more than {MAX_STATES} automaton states (a large counted repeat)")
+            raise Unsupported(f"more than {MAX_STATES} automaton states (a pattern this long, or a large counted repeat)")
         self._states.append([kind, arg, out])
         return len(self._states) - 1
 
@@ -232,4 +232,7 @@ def _predicate(op, av):
 
 def compile_pattern(pattern: str) -> Pattern:
     """The pattern compiled (re.error for what Python's re refuses, Unsupported for what this matcher does not take)."""
-    return Pattern(pattern)
+    try:
+        return Pattern(pattern)
+    except RecursionError:  # Python's parser and this builder recurse once a group level (re.compile fails the same)
+        raise Unsupported("groups nested too deep") from None
