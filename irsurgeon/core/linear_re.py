@@ -49,7 +49,8 @@ class Pattern:
     # -- building ---------------------------------------------------------------------------------------------------
     def _add(self, kind: str, arg, out) -> int:
         if len(self._states) >= MAX_STATES:
-            raise Unsupported(f"more than {MAX_STATES} automaton states (a pattern this long, or a large counted repeat)")
+            raise Unsupported(f"more than {MAX_STATES} automaton states (a pattern this long, or a large counted "
+                              f"repeat)")
         self._states.append([kind, arg, out])
         return len(self._states) - 1
 
