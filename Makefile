@@ -53,7 +53,8 @@ demo-eagle3: install-demo
 # in the cache's own folder, so removing the cache removes it. A speed-up only: a checkout it cannot write into is
 # tested all the same.
 TEST_SOURCES := $(shell find tests -name '*.py' -not -path '*/__pycache__/*')
-PRIMED = tests/__pycache__/.primed-$(shell $(PYTHON) -c "import sys, pytest; print(f'{sys.implementation.cache_tag}-pytest-{pytest.__version__}')" 2>/dev/null)
+PYTEST_TAG = import sys, pytest; print(f"{sys.implementation.cache_tag}-pytest-{pytest.__version__}")
+PRIMED = tests/__pycache__/.primed-$(shell $(PYTHON) -c '$(PYTEST_TAG)' 2>/dev/null)
 
 compile: $(PRIMED)
 	-$(PYTHON) -m compileall -q irsurgeon lab tests/helpers >/dev/null
