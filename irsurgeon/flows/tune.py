@@ -80,6 +80,13 @@ WORTH_TRYING = ("f16", "int8", "int4")  # the formats tried by default: the CPU 
 PROBE_K = 3                # written into the sweep's copy: read back, it says whether genai takes K from the file
 
 
+NONE_ACCEPTED = ("no reading's draft had a draft accepted: the draft may be untrained or made for another target "
+                 "(irsurgeon verify TARGET --genai says more)")
+NONE_ACCEPTED_CHAT = ("no reading's draft had a draft accepted with the prompts through the target's chat template; "
+                      "--no-chat-template gives them as text (a template that ends every prompt in the same tokens "
+                      "can leave a draft nothing to predict)")
+
+
 @dataclass
 class Settings:
     """How the candidates and the Ks are run."""
@@ -247,6 +254,8 @@ def tune(target_dir: str | Path, checkpoint: str | None = None, *, settings: Set
     run = replace(settings, prompts=texts, chat=False)  # rendered once: every candidate gets the same text
     with tempfile.TemporaryDirectory(prefix="irsurgeon-tune-") as tmp:
         winner_dir = judge_readings(report, family, target, Path(tmp), run, hub, clock, echo)
+        if not any(c.accepted for c in report.candidates) and any(c.drafted for c in report.candidates):
+            echo(NONE_ACCEPTED_CHAT if report.chat_template else NONE_ACCEPTED)
         where = winner_dir or Path(tmp) / "k"
         if clock.spent():
             report.not_tried.append("the K sweep")

@@ -199,3 +199,21 @@ def test_formats_are_timed_side_by_side_and_only_a_clear_winner_replaces_the_pre
     if winner["format"] != "f32":  # chosen only beyond the spread (measure.RULE), whatever the timings were
         assert winner["tokens_per_second_min"] > loser["tokens_per_second_max"]
     assert snapshot(target) == before
+
+
+@pytest.mark.parametrize("chat", [True, False], ids=["chat-template", "as-text"])
+def test_readings_that_accept_nothing_are_said_with_what_to_try(pair, tmp_path, monkeypatch, chat):
+    """Counts given, as above, every one zero: tune says no draft was accepted, and through the chat template points
+    at --no-chat-template (synth's dflash-cycle pair accepts nothing through its template's last tokens)."""
+    import irsurgeon.flows.tune as flow
+    from irsurgeon.flows.genai import Report, Run
+
+    target, _ = labelled(pair, tmp_path, rope_theta=1e6)
+    monkeypatch.setattr(flow, "run_equivalence", lambda *_a, **_k: Report({}, [Run(0, 1, True, None, 32, 0, 32)]))
+
+    def stop(*_a, **_k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(flow, "run_sweep", stop)
+    result = invoke("tune", target, "--prompts", "1", "--dry-run", *([] if chat else ["--no-chat-template"]))
+    said = [line for line in result.output.splitlines() if line.startswith("no reading's draft")]
+    assert said == [flow.NONE_ACCEPTED_CHAT if chat else flow.NONE_ACCEPTED], result.output[-3000:]
