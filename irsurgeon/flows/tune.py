@@ -82,9 +82,9 @@ PROBE_K = 3                # written into the sweep's copy: read back, it says w
 
 NONE_ACCEPTED = ("no reading's draft had a draft accepted: the draft may be untrained or made for another target "
                  "(irsurgeon verify TARGET --genai says more)")
-NONE_ACCEPTED_CHAT = ("no reading's draft had a draft accepted with the prompts through the target's chat template; "
-                      "--no-chat-template gives them as text (a template that ends every prompt in the same tokens "
-                      "can leave a draft nothing to predict)")
+NONE_ACCEPTED_CHAT = ("no reading's draft had a draft accepted with the prompts through the target's chat template "
+                      "(a template that ends every prompt in the same tokens can leave a draft nothing to predict); "
+                      "irsurgeon tune TARGET --no-chat-template gives them as text")
 
 
 @dataclass
