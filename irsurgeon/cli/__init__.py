@@ -37,7 +37,7 @@ class Group(JsonHelp, click.Group):
         words = [str(w) for w in (sys.argv[1:] if args is None else args)]
         try:
             done = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.Exit as e:  # --help, --version (click releases that return their code instead)
+        except click.exceptions.Exit as e:  # --help, --version: raised by some click releases, returned by others
             done = e.exit_code
         except click.ClickException as e:  # a usage error: click's message here; its document is out if invoke ran
             ctx = getattr(e, "ctx", None)
@@ -240,13 +240,17 @@ def _json_in_args(ctx: click.Context) -> str | None:
     return "-" if args and _json_to_stdout(args[0], args[1:]) else None
 
 
+def _version(ctx: click.Context, _param, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        said_or_document(ctx, f"irsurgeon, version {__version__}", {"version": __version__})
+
+
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
              help=f"Graph surgery on OpenVINO IR: build speculative-decoding drafts ({registry.titles()}) from "
                   f"safetensors (or pytorch_model.bin) without PyTorch, and attach them to exported model "
                   f"directories.")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, help="Show the version and exit.",
-              callback=lambda ctx, _, value: value and not ctx.resilient_parsing and
-              said_or_document(ctx, f"irsurgeon, version {__version__}", {"version": __version__}))
+              callback=_version)
 def main() -> None:
     """The command group (its help names every registered family: families.registry.titles)."""
 

@@ -45,6 +45,7 @@ class Pattern:
         final = self._add("match", None, None)
         self._patch(ends, final)
         self._start = start
+        self.steps = 0  # states the last match visited: at most (len(name) + 1) * size
 
     # -- building ---------------------------------------------------------------------------------------------------
     def _add(self, kind: str, arg, out) -> int:
@@ -138,7 +139,7 @@ class Pattern:
 
     # -- matching ---------------------------------------------------------------------------------------------------
     def match(self, name: str) -> bool:
-        self.steps = 0  # states visited: at most (len(name) + 1) * len(self._states)
+        self.steps = 0
         alive = self._closure([self._start], name, 0)
         for pos, ch in enumerate(name):
             if self._final in alive:

@@ -48,14 +48,16 @@ def read_model(xml: Path, checked: bool = False):
     kept = _take_kept(xml)
     if kept is not None:
         return kept
-    if not _PARSED:
-        limits.check_memory(size * limits.IR_XML_MEMORY_FACTOR, f"{xml}: reading it with OpenVINO", IRError)
-        return _read(ov, xml, xml.with_suffix(".bin"))
-    parsed, key = _PARSED[0], parse_key(xml)
-    if key not in parsed:
-        limits.check_memory(size * limits.IR_XML_MEMORY_FACTOR, f"{xml}: reading it with OpenVINO", IRError)
-        parsed[key] = _read(ov, xml, xml.with_suffix(".bin"))
-    return parsed[key].clone()
+    parsed = _PARSED[0] if _PARSED else None  # the open parsed_once scope's parses
+    key = parse_key(xml) if parsed is not None else None
+    if parsed is not None and key in parsed:
+        return parsed[key].clone()
+    limits.check_memory(size * limits.IR_XML_MEMORY_FACTOR, f"{xml}: reading it with OpenVINO", IRError)
+    model = _read(ov, xml, xml.with_suffix(".bin"))
+    if parsed is None:
+        return model
+    parsed[key] = model  # kept for the scope's later readers; each reader gets a clone
+    return model.clone()
 
 
 # Within one command an IR is parsed by OpenVINO once (`parsed_once`: the CLI runs every command inside it, and the
