@@ -11,10 +11,10 @@ How they run: the blocks of one file, in order, in a fresh temporary directory h
 are written from the repository root and write into out/), each shell block with `bash -euo pipefail`, each Python
 block as `python -c BLOCK` with this interpreter. `irsurgeon`, `python` and `python3` on PATH run this checkout's CLI
 and this interpreter (`irsurgeon` as `python -m irsurgeon`, and each Python block, forked from lab.forkrun's server:
-the same process a fresh one would be, its modules imported already); nothing in a block is substituted. In a shell block a line that runs `make` is not run
-(the make targets install the package and run the test suite; they are the set-up commands). In a console block
-only the lines after `$ ` are commands. A block that exits non-zero fails the test, naming the file and line where
-the block starts.
+the same process a fresh one would be, its modules imported already); nothing in a block is substituted. In a shell
+block a line that runs `make` is not run (the make targets install the package and run the test suite; they are the
+set-up commands). In a console block only the lines after `$ ` are commands. A block that exits non-zero fails the
+test, naming the file and line where the block starts.
 """
 from __future__ import annotations
 

@@ -154,26 +154,37 @@ def test_an_angelslim_label_keeps_its_default_which_trained_it(pair, tmp_path, p
     assert snapshot(target) == before and list(private_tmp.iterdir()) == []
 
 
-def test_an_error_after_the_candidates_leaves_the_directory_and_no_copy(pair, tmp_path, private_tmp, monkeypatch):
-    """The candidates built for real, their counts given (the test above counts them in openvino-genai): the trained
-    reading wins, so its copy is in tempfile's folder when the K sweep is interrupted."""
+def counts_given(monkeypatch, accepted, before_sweep=lambda: None) -> list[Path]:
+    """tune's candidates counted without openvino-genai: each `accepted(folder)` of 32 drafts on one prompt, tokens
+    identical; its K sweep interrupted (Ctrl-C) once before_sweep() has run. The folders counted, in order."""
     import irsurgeon.flows.tune as flow
     from irsurgeon.flows.genai import Report, Run
 
-    target, _ = labelled(pair, tmp_path, rope_theta=1e6)
-    before = snapshot(target)
-    counted = []
+    counted: list[Path] = []
 
-    def run_equivalence(where, *_a, **_k):  # the present (default) draft accepts fewer than the trained copy
+    def run_equivalence(where, *_a, **_k):
         counted.append(Path(where))
-        return Report({}, [Run(0, 1, True, None, 32, 3 if Path(where) == target else 9, 32)])
+        return Report({}, [Run(0, 1, True, None, 32, accepted(Path(where)), 32)])
 
     def interrupted(*_a, **_k):
-        copies = [p for p in counted if p != target]
-        assert copies and all(p.exists() and p.is_relative_to(private_tmp) for p in copies), counted  # there now
+        before_sweep()
         raise KeyboardInterrupt
     monkeypatch.setattr(flow, "run_equivalence", run_equivalence)
     monkeypatch.setattr(flow, "run_sweep", interrupted)
+    return counted
+
+
+def test_an_error_after_the_candidates_leaves_the_directory_and_no_copy(pair, tmp_path, private_tmp, monkeypatch):
+    """The candidates built for real, their counts given (the test above counts them in openvino-genai): the trained
+    reading wins, so its copy is in tempfile's folder when the K sweep is interrupted."""
+    target, _ = labelled(pair, tmp_path, rope_theta=1e6)
+    before = snapshot(target)
+
+    def copy_is_there() -> None:
+        copies = [p for p in counted if p != target]
+        assert copies and all(p.exists() and p.is_relative_to(private_tmp) for p in copies), counted
+    # the present (default) draft accepts fewer than the trained copy
+    counted = counts_given(monkeypatch, lambda where: 3 if where == target else 9, copy_is_there)
     doc = json.loads(invoke("tune", target, "--json", "--prompts", "1").stdout)
     assert doc["error"] == "interrupted before the commit: the directory is as it was" and doc["exit_code"] == 130
     assert len(counted) == 2 and snapshot(target) == before and list(private_tmp.iterdir()) == []
@@ -206,14 +217,9 @@ def test_readings_that_accept_nothing_are_said_with_what_to_try(pair, tmp_path, 
     """Counts given, as above, every one zero: tune says no draft was accepted, and through the chat template points
     at --no-chat-template (synth's dflash-cycle pair accepts nothing through its template's last tokens)."""
     import irsurgeon.flows.tune as flow
-    from irsurgeon.flows.genai import Report, Run
 
     target, _ = labelled(pair, tmp_path, rope_theta=1e6)
-    monkeypatch.setattr(flow, "run_equivalence", lambda *_a, **_k: Report({}, [Run(0, 1, True, None, 32, 0, 32)]))
-
-    def stop(*_a, **_k):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(flow, "run_sweep", stop)
+    counts_given(monkeypatch, lambda _where: 0)
     result = invoke("tune", target, "--prompts", "1", "--dry-run", *([] if chat else ["--no-chat-template"]))
     said = [line for line in result.output.splitlines() if line.startswith("no reading's draft")]
     assert said == [flow.NONE_ACCEPTED_CHAT if chat else flow.NONE_ACCEPTED], result.output[-3000:]
