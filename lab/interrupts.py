@@ -62,7 +62,8 @@ runpy.run_module("irsurgeon", run_name="__main__", alter_sys=True)
 
 def interrupted_run(args: list[str], at: int, where: str = "AT", cwd: Path | None = None):
     """`irsurgeon args` with SIGINT at its event `at` (where: "AT" audit events from the start, "END" profile events
-    from the end), Ctrl-C not ignored whatever the caller's; what subprocess.run(capture_output=True, text=True) gives."""
+    from the end), Ctrl-C not ignored whatever the caller's; what subprocess.run(capture_output=True, text=True)
+    gives."""
     return _run(args, {f"INTERRUPT_{where}": str(at)}, where, cwd)
 
 

@@ -115,7 +115,8 @@ def test_table_and_verdict(run):
     assert speed["verdict"] in run.output and "at the device's default INFERENCE_PRECISION_HINT=" in run.output
     kv = " ".join(f"{p}={v}" for p, v in speed["kv_precision"].items())
     assert f"; KV cache {kv}, " in run.output and "KV cache as run" not in run.output  # said once, with its source
-    assert all(f"draft K={k}" in run.output for k in SWEEP) and f"speed [{len(TIMED) + 1}/{len(TIMED) + 1}]" in run.output
+    steps = len(TIMED) + 1  # plain generation, then each K timed
+    assert all(f"draft K={k}" in run.output for k in SWEEP) and f"speed [{steps}/{steps}]" in run.output
     assert f"round {ROUNDS}/{ROUNDS}" in run.output and f"median of {ROUNDS}" in run.output
 
 

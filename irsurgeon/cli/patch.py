@@ -12,8 +12,9 @@ from irsurgeon.quant.formats import KV_CACHE_PRECISIONS
 from irsurgeon.families import registry
 
 
-@click.command("patch", cls=Command, help=f"Make TARGET ready for the draft of --checkpoint's family ({registry.titles()}), "
-                             f"verified before anything moves, all of it in one commit.")
+@click.command("patch", cls=Command,
+               help=f"Make TARGET ready for the draft of --checkpoint's family ({registry.titles()}), verified before "
+                    f"anything moves, all of it in one commit.")
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--checkpoint", "source", required=True,
               help="The draft's checkpoint: a directory, a .safetensors file, or a Hugging Face repo id (only the "
