@@ -128,12 +128,16 @@ REFUSED = {  # case -> (format, config edit, tensor edit, words the one-line err
                   None, ["config_groups.group_mtp.format is 'int-quantized'"]),
     "ct-ignored": ("compressed-tensors", lambda qc: qc["ignore"].append("re:.*down_proj$"), None,
                    ["mtp.layers.0.mlp.down_proj.weight_packed", "ignore lists 're:.*down_proj$'"]),
-    "ct-pattern-look-ahead": ("compressed-tensors", lambda qc: qc["ignore"].append("re:(?=mtp).*z$"), None,
-                              ["quantization_config.ignore: the pattern re:(?=mtp).*z$ uses a look-ahead",
-                               "matched in time linear in the name"]),
+    "ct-pattern-back-reference": ("compressed-tensors", lambda qc: qc["ignore"].append(r"re:(mtp)\1.*z$"), None,
+                                  [r"quantization_config.ignore: the pattern re:(mtp)\1.*z$ uses a back-reference",
+                                   "matched without backtracking"]),
     "ct-pattern-not-a-regex": ("compressed-tensors", lambda qc: qc["config_groups"]["group_0"]["targets"].append(
         "re:mtp.(q|k"), None, ["config_groups.group_0.targets: the pattern re:mtp.(q|k is not a regular expression",
                                "missing ), unterminated subpattern"]),
+    "ct-ignored-by-a-look-ahead": ("compressed-tensors",
+                                   lambda qc: qc["ignore"].append("re:(?!.*self_attn).*down_proj$"), None,
+                                   ["mtp.layers.0.mlp.down_proj.weight_packed",
+                                    "ignore lists 're:(?!.*self_attn).*down_proj$'"]),
     "ct-weight-shape": ("compressed-tensors", None, wrong_shape,
                         ["tensor mtp.layers.0.self_attn.k_proj.weight_shape: holds [128, 32]"]),
     "ct-group-not-an-object": ("compressed-tensors", lambda qc: qc["config_groups"].update(group_mtp=5), None,
@@ -167,9 +171,23 @@ def test_variants_not_decoded_are_refused_in_one_line(tmp_path, case):
 
 def test_a_pattern_that_backtracks_for_hours_is_matched_at_once(tmp_path):
     """`re:(.|.)*z$` in ignore: Python's re tries 2^27 ways of reading a 27-character module name before it says no
-    (hours); the build matches it in time linear in the name and, as compressed-tensors would, ignores nothing."""
+    (hours); the build matches it without backtracking and, as compressed-tensors would, ignores nothing."""
     d = variant(tmp_path, "compressed-tensors", lambda qc: qc["ignore"].extend(["re:(.|.)*z$", "re:(m|mt|t|.)*zz"]),
                 None)
+    code, out = run("build-mtp", d, "-o", tmp_path / "out")
+    assert code == 0, out
+
+
+def test_look_ahead_patterns_as_compressed_tensors_tools_write_them_are_read(tmp_path):
+    """An MTP release keeps its MTP experts out of a backbone pattern with a negative look-ahead, and llm-compressor's
+    recipes target "everything but the experts" the same way: the head builds, those patterns ignoring nothing of it
+    (each its answer as Python's re.match gives it, tests/test_linear_re.py)."""
+    backbone = r"re:(?!.*(?:mtp|stages)\.\d+\.).*(?:mlp|ffn)\.experts\.\d+\.(?:gate_proj|up_proj|down_proj|w[123])$"
+
+    def edit(qc):
+        qc["ignore"] += [backbone, "re:(?!(?:lm_head)$)(?:.*embed_tokens$)"]
+        qc["config_groups"]["group_0"]["targets"].append("re:(?!.*experts).*Linear")
+    d = variant(tmp_path, "compressed-tensors", edit, None)
     code, out = run("build-mtp", d, "-o", tmp_path / "out")
     assert code == 0, out
 

@@ -1,4 +1,5 @@
-"""irsurgeon.core.linear_re: the answer of `re.match(pattern, name) is not None`, in time linear in the name."""
+"""irsurgeon.core.linear_re: the answer of `re.match(pattern, name) is not None`, without backtracking: in time linear
+in the name, at most quadratic with look-arounds."""
 from __future__ import annotations
 
 import re
@@ -6,14 +7,20 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from irsurgeon.core.linear_re import MAX_STATES, Unsupported, compile_pattern
+from irsurgeon.core.linear_re import MAX_STATES, MAX_STEPS, TooCostly, Unsupported, compile_pattern
 
 NAMES = ["mtp.layers.0.self_attn.q_proj", "model.layers.12.mlp.gate_proj", "lm_head", "", "a", "ab", "abc\n",
-         "aaab", "x_1 y", "é.ß9٣", "down_proj\n", "mtp.layers.0.mlp.experts.7.down_proj"]
+         "aaab", "x_1 y", "é.ß9٣", "down_proj\n", "mtp.layers.0.mlp.experts.7.down_proj",
+         "model.layers.3.mlp.experts.7.down_proj", "model.layers.0.mlp.shared_expert.gate_proj"]
 PATTERNS = [r".*mtp\..*proj$", r".*mtp\..*self_attn\..*proj$", r".*down_proj$", r"lm_head", r"model\.layers\.\d+\.mlp",
             r"(q|k|v)_proj", r".*\.(gate|up)_proj\Z", r"^mtp", r"\bmlp\b", r"mt\B", r"[^.]+\.", r"[a-c]{2,3}",
             r"a*?b", r"a++b", r"(?:ab|a)*c?", r"x{0}", r"", r"a|", r"[\w.]+$", r"\s*\S+", r"\d", r"\D+\d", r"\W",
-            r"[^\d\s]*", r".{3,}", r"(a*)*$", r"(a|ab)(c|bcd)?", r"\Aa\Z", r"é|ß|٣"]
+            r"[^\d\s]*", r".{3,}", r"(a*)*$", r"(a|ab)(c|bcd)?", r"\Aa\Z", r"é|ß|٣",
+            # look-arounds as compressed-tensors' tools write them (llm-compressor recipes, a graft's narrowed ignore,
+            # an MTP release keeping its MTP experts apart), and look-behinds
+            r"(?!.*experts).*Linear", r"(?!(?:lm_head|mtp\.fc)$)(?:.*_proj$)",
+            r"(?!.*(?:mtp|stages)\.\d+\.).*(?:mlp|ffn)\.experts\.\d+\.(?:gate_proj|up_proj|down_proj|w[123])$",
+            r".*(?<=\.)q_proj", r".*(?<!mtp\.)layers\.", r"(?=m)(?!mtp)\w+", r"(?:(?!_).)*$"]
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
@@ -23,7 +30,7 @@ def test_the_answer_is_pythons_for_the_patterns_checkpoints_use(pattern):
 
 
 ATOMS = st.sampled_from(["a", "b", ".", r"\.", "[ab]", "[^a]", r"\d", r"\w", "_", "(a|b)", "(a|ab)", "(?:b.)",
-                         "^", "$", r"\b"])
+                         "^", "$", r"\b", "(?=a)", "(?!b)", "(?<=a)", "(?<!.)", "(?!a.*b)"])
 QUANTIFIERS = st.sampled_from(["", "", "*", "+", "?", "{2}", "{1,3}", "*?", "{0,2}"])
 
 
@@ -36,7 +43,8 @@ def patterns(draw, depth: int = 2) -> str:
             atom = f"({inner}|{draw(patterns(depth - 1))})" if draw(st.booleans()) else f"({inner})"
         else:
             atom = draw(ATOMS)
-        quantifier = draw(QUANTIFIERS) if atom not in ("^", "$", r"\b") else ""
+        quantifier = draw(QUANTIFIERS) if not (atom in ("^", "$", r"\b") or atom.startswith("(?")) or \
+            atom.startswith("(?:") else ""
         parts.append(atom + quantifier)
     return "".join(parts)
 
@@ -62,8 +70,8 @@ def test_a_pattern_that_backtracks_is_answered_in_linear_steps(pattern, name):
 
 
 @pytest.mark.parametrize("pattern, words", [
-    (r"(a)\1", "a back-reference"), (r"(?=mtp)m", "a look-ahead or -behind"), (r"(?<!x)m", "a negative look-ahead"),
-    (r"(?>a+)b", "an atomic group"), (r"(a)?(?(1)b|c)", "a conditional group"), (r"(?i)mtp", "inline flags"),
+    (r"(a)\1", "a back-reference"), (r"(?>a+)b", "an atomic group"), (r"(a)?(?(1)b|c)", "a conditional group"),
+    (r"(?<=a|bc)d", "a look-behind of varying width"), (r"(?i)mtp", "inline flags"),
     (r"(?i:mtp)", "inline flags"), (r"(?:a{1000}){30}", f"more than {MAX_STATES} automaton states"),
     ("(" * 5000 + "a" + ")" * 5000, "groups nested too deep"), ("a" * 30000, "automaton states"),
     ("|".join(f"x{i}y" for i in range(12000)), "automaton states"),
@@ -76,3 +84,15 @@ def test_what_it_does_not_take_is_refused_by_name(pattern, words):
 def test_what_python_refuses_is_pythons_error():
     with pytest.raises(re.error):
         compile_pattern("mtp.(q|k")
+
+
+def test_look_arounds_in_repeats_over_a_long_name_stop_at_the_step_bound():
+    """Each position's look-around runs once (remembered for the match), so `(?:(?=.*b$).)*c` costs about n^2 / 2
+    states over n characters, every look-ahead reading to the end: past MAX_STEPS the answer is an error, never an
+    hour's wait."""
+    pattern = r"(?:(?=.*b$).)*c"
+    compiled = compile_pattern(pattern)
+    short = "a" * 300 + "b"
+    assert compiled.match(short) == (re.match(pattern, short) is not None) and 300 ** 2 / 2 < compiled.steps < MAX_STEPS
+    with pytest.raises(TooCostly, match=f"more than {MAX_STEPS} automaton states for a name of 5001 characters"):
+        compiled.match("a" * 5000 + "b")

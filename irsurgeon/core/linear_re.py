@@ -1,4 +1,5 @@
-"""`re.match(pattern, name) is not None` for patterns read from a checkpoint, in time linear in the name.
+"""`re.match(pattern, name) is not None` for patterns read from a checkpoint, without backtracking: in time linear in
+the name, at most quadratic with look-arounds, and never past MAX_STEPS.
 
 Why not `re` itself: a checkpoint's quantization config names its modules by regular expression (compressed-tensors'
 `re:` targets and ignore entries, matched with `re.match`: compressed-tensors 0.20.1 utils/match.py `match_name`), and
@@ -11,8 +12,15 @@ The pattern is parsed by Python's own parser (`re._parser`, the module `re.compi
 are Python's, a private module, so it is imported here alone and each node kind it gives is handled or refused by
 name). Supported: literals, `.`, classes (ranges, negation, \\d \\w \\s and their negations, as `re` reads them for str
 patterns), groups, alternation, every repeat (greedy, lazy or possessive alike: a yes/no answer does not depend on
-which match is found), `^ $ \\A \\Z \\b \\B`. Refused, naming the construct: back-references, look-around, atomic and
-conditional groups, inline flags, and a pattern whose automaton would exceed MAX_STATES (a counted repeat is unrolled).
+which match is found), `^ $ \\A \\Z \\b \\B`, and look-ahead and look-behind, plain or negative: compressed-tensors'
+own tools write them (llm-compressor's recipes target `re:(?!.*experts).*Linear`; an ignore entry narrowed by a graft
+is `re:(?!(?:NAMES))(?:PATTERN)`; an MTP release keeps its MTP experts apart with
+`re:(?!.*(?:mtp|stages)\\.\\d+\\.)...`).
+A look-around is its own automaton, run from its position (look-behind: its fixed width back) and remembered per
+position within a match, so a name of n characters costs at most n runs of it. Refused, naming the construct:
+back-references, atomic and conditional groups, inline flags, a pattern whose automaton would exceed MAX_STATES (a
+counted repeat is unrolled), and a match that would visit more than MAX_STEPS states (look-arounds nested in
+repeats over a very long name), which is an error, never an answer.
 """
 from __future__ import annotations
 
@@ -23,13 +31,18 @@ except ImportError:  # Python 3.10 and before: the same modules under their old 
     import sre_parse as parser  # type: ignore[no-redef]
 
 MAX_STATES = 20_000
-TAKEN = ("a pattern from a checkpoint is matched in time linear in the name: literals, classes, groups, alternation, "
-         "repeats and ^ $ \\A \\Z \\b \\B, no back-references, look-arounds, atomic or conditional groups, or "
-         "inline flags")
+MAX_STEPS = 5_000_000  # states one match may visit (a few seconds): past it, TooCostly
+TAKEN = ("a pattern from a checkpoint is matched without backtracking: literals, classes, groups, alternation, "
+         "repeats, look-arounds and ^ $ \\A \\Z \\b \\B, no back-references, atomic or conditional groups, or inline "
+         "flags")
 
 
 class Unsupported(ValueError):
     """A pattern this matcher does not take (its message names the construct)."""
+
+
+class TooCostly(ValueError):
+    """A match that would visit more than MAX_STEPS states."""
 
 
 class Pattern:
@@ -39,9 +52,19 @@ class Pattern:
         parsed = parser.parse(pattern)  # re.error for what `re` itself refuses
         if parsed.state.flags & ~C.SRE_FLAG_UNICODE:
             raise Unsupported("inline flags")
+        self._build(list(parsed))
+
+    @classmethod
+    def _of(cls, items: list) -> "Pattern":
+        """The automaton of parsed items (a look-around's)."""
+        made = cls.__new__(cls)
+        made._build(items)
+        return made
+
+    def _build(self, items: list) -> None:
         self._states: list[tuple] = []  # (kind, arg, out): kind "char" (arg a predicate), "split" (arg the outs),
-        #                                  "at" (arg the assertion code), "match"
-        start, ends = self._sequence(list(parsed))
+        #               "at" (arg the assertion code), "look" (arg (automaton, behind width or None, negated)), "match"
+        start, ends = self._sequence(items)
         final = self._add("match", None, None)
         self._patch(ends, final)
         self._start = start
@@ -82,6 +105,20 @@ class Pattern:
             if av not in _AT:
                 raise Unsupported(f"the assertion {str(av).lower()}")
             state = self._add("at", av, None)
+            return state, [(state, None)]
+        if op in (C.ASSERT, C.ASSERT_NOT):
+            direction, items = av
+            behind = None
+            if direction < 0:
+                low, high = items.getwidth()
+                if low != high:  # Python's re refuses it too ("look-behind requires fixed-width pattern")
+                    raise Unsupported("a look-behind of varying width")
+                behind = low
+            look = Pattern._of(list(items))
+            if len(self._states) + look.size > MAX_STATES:
+                raise Unsupported(f"more than {MAX_STATES} automaton states (a pattern this long, or a large counted "
+                                  f"repeat)")
+            state = self._add("look", (look, behind, op is C.ASSERT_NOT), None)
             return state, [(state, None)]
         if op is C.SUBPATTERN:
             group, add_flags, del_flags, items = av
@@ -140,14 +177,20 @@ class Pattern:
     # -- matching ---------------------------------------------------------------------------------------------------
     def match(self, name: str) -> bool:
         self.steps = 0
-        alive = self._closure([self._start], name, 0)
-        for pos, ch in enumerate(name):
+        return self._run(name, 0, {})
+
+    def _run(self, name: str, start: int, seen_looks: dict) -> bool:
+        """Whether the pattern matches name from `start` on (as re.match: ending anywhere; a look-behind's automaton,
+        of one fixed width, can only end that width on)."""
+        alive = self._closure([self._start], name, start, seen_looks)
+        for pos in range(start, len(name)):
             if self._final in alive:
                 return True
+            ch = name[pos]
             stepped = [state[2] for i in alive if (state := self._states[i])[0] == "char" and state[1](ch)]
             if not stepped:
                 return False
-            alive = self._closure(stepped, name, pos + 1)
+            alive = self._closure(stepped, name, pos + 1, seen_looks)
         return self._final in alive
 
     @property
@@ -159,9 +202,9 @@ class Pattern:
     def _final(self) -> int:
         return len(self._states) - 1
 
-    def _closure(self, starts: list[int], name: str, pos: int) -> set[int]:
-        """The states reachable from starts without reading a character, assertions judged at pos; the "char" and
-        "match" states among them."""
+    def _closure(self, starts: list[int], name: str, pos: int, seen_looks: dict) -> set[int]:
+        """The states reachable from starts without reading a character, assertions and look-arounds judged at pos;
+        the "char" and "match" states among them. seen_looks: each look-around's answer per position, this match."""
         seen, out, stack = set(), set(), list(starts)
         while stack:
             i = stack.pop()
@@ -169,15 +212,34 @@ class Pattern:
                 continue
             seen.add(i)
             self.steps += 1
+            if self.steps > MAX_STEPS:
+                raise TooCostly(f"matching it visits more than {MAX_STEPS} automaton states for a name of "
+                                f"{len(name)} characters")
             kind, arg, nxt = self._states[i]
             if kind == "split":
                 stack.extend(arg)
             elif kind == "at":
                 if _AT[arg](name, pos):
                     stack.append(nxt)
+            elif kind == "look":
+                if self._look(i, arg, name, pos, seen_looks):
+                    stack.append(nxt)
             else:
                 out.add(i)
         return out
+
+    def _look(self, i: int, arg: tuple, name: str, pos: int, seen_looks: dict) -> bool:
+        """Whether look-around state i holds at pos (its answer kept for this match); its steps count as this
+        pattern's."""
+        key = (id(self), i, pos)
+        if key not in seen_looks:
+            look, behind, negated = arg
+            look.steps = self.steps
+            found = look._run(name, pos, seen_looks) if behind is None else \
+                pos >= behind and look._run(name, pos - behind, seen_looks)
+            self.steps = look.steps
+            seen_looks[key] = found != negated
+        return seen_looks[key]
 
 
 def _word(ch: str) -> bool:

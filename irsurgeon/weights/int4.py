@@ -385,10 +385,14 @@ def names(value) -> bool:
 
 def ct_match(name: str, target: str) -> bool:
     """compressed-tensors 0.20.1 utils/match.py `match_name`: `re:` targets by re.match, others by equality. The
-    pattern comes from the checkpoint: it is matched in time linear in the name (irsurgeon.core.linear_re: `re`'s
+    pattern comes from the checkpoint: it is matched without backtracking (irsurgeon.core.linear_re: `re`'s
     backtracking takes hours on `(a+)+$`); Int4Layout refused the config if a pattern is one it does not take."""
     if target.startswith("re:"):
-        return ct_pattern(target).match(name)
+        try:
+            return ct_pattern(target).match(name)
+        except linear_re.TooCostly as e:
+            raise CheckpointError(f"the compressed-tensors pattern {shown(target[:200])} against the module "
+                                  f"{shown(name[:200])}: {e}") from None
     return target == name
 
 
